@@ -1,0 +1,420 @@
+/* ir.h -- the pipeline IR: a module holding the model's layers, the training set-up, the devices
+ * and links of the cluster, and the plan sections that passes fill (stages, placement, schedule,
+ * prediction); its textual printer and reader, and the verifier. Everything that has a list is
+ * generated from the .def tables next to this header. */
+#ifndef OCTO_IR_H
+#define OCTO_IR_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "support.h"
+
+/* ---- Tables ------------------------------------------------------------------------------ */
+
+/* Physical dimension of a quantity; a unit belongs to exactly one. */
+typedef enum ir_dim { IR_DIM_NONE, IR_DIM_TIME, IR_DIM_BYTES, IR_DIM_FLOPS, IR_DIM_BW } ir_dim;
+
+typedef enum ir_type {
+#define IR_TYPE(ID, NAME, DIM, DOC) IR_T_##ID,
+#include "types.def"
+#undef IR_TYPE
+  IR_T_COUNT_
+} ir_type;
+
+/* Named values of enumerated types: IR_<TYPE>_<ID>, numbered from 0 within each type (the
+ * IR_EIN_<TYPE> switch selects one type's entries per inclusion of enums.def). */
+#define IR_ESKIP_(T, ID)
+#define IR_EMEMBER_(T, ID) IR_##T##_##ID,
+#define IR_ENUM(T, ID, S, DOC) IR_EIN_##T(T, ID)
+#define IR_EIN_ACT IR_EMEMBER_
+#define IR_EIN_DTYPE IR_ESKIP_
+#define IR_EIN_OPTIMIZER IR_ESKIP_
+#define IR_EIN_RECOMPUTE IR_ESKIP_
+typedef enum ir_act {
+#include "enums.def"
+} ir_act;
+#undef IR_EIN_ACT
+#define IR_EIN_ACT IR_ESKIP_
+#undef IR_EIN_DTYPE
+#define IR_EIN_DTYPE IR_EMEMBER_
+typedef enum ir_dtype {
+#include "enums.def"
+} ir_dtype;
+#undef IR_EIN_DTYPE
+#define IR_EIN_DTYPE IR_ESKIP_
+#undef IR_EIN_OPTIMIZER
+#define IR_EIN_OPTIMIZER IR_EMEMBER_
+typedef enum ir_optimizer {
+#include "enums.def"
+} ir_optimizer;
+#undef IR_EIN_OPTIMIZER
+#define IR_EIN_OPTIMIZER IR_ESKIP_
+#undef IR_EIN_RECOMPUTE
+#define IR_EIN_RECOMPUTE IR_EMEMBER_
+typedef enum ir_recompute {
+#include "enums.def"
+} ir_recompute;
+#undef IR_EIN_RECOMPUTE
+#define IR_EIN_RECOMPUTE IR_ESKIP_
+#undef IR_ENUM
+
+typedef enum ir_layer_kind {
+#define LAYER_KIND(ID, NAME, DOC) IR_KIND_##ID,
+#include "layer_kinds.def"
+#undef LAYER_KIND
+  IR_KIND_COUNT
+} ir_layer_kind;
+
+typedef enum ir_layer_param {
+#define LAYER_PARAM(K, ID, NAME, T, FM, DEF, DOC) IR_LP_##K##_##ID,
+#include "layer_params.def"
+#undef LAYER_PARAM
+  IR_LP_COUNT
+} ir_layer_param;
+
+typedef enum ir_model_dim {
+#define MODEL_DIM(ID, NAME, T, DOC) IR_MD_##ID,
+#include "model_dims.def"
+#undef MODEL_DIM
+  IR_MD_COUNT
+} ir_model_dim;
+
+typedef enum ir_op_kind {
+#define IR_OP(ID, S, DOC) IR_OP_##ID,
+#include "ops.def"
+#undef IR_OP
+  IR_OP_COUNT
+} ir_op_kind;
+
+typedef enum ir_record_kind {
+  IR_REC_TRAIN, IR_REC_CLUSTER, IR_REC_LINK, IR_REC_DEVICE, IR_REC_COST, IR_REC_PREDICT,
+  IR_REC_DEVPREDICT, IR_REC_COUNT
+} ir_record_kind;
+
+/* C storage of a record field of each type: whole-number types as int64_t, the rest double. */
+#define IR_CTYPE_COUNT int64_t
+#define IR_CTYPE_BOOL int64_t
+#define IR_CTYPE_ACT int64_t
+#define IR_CTYPE_DTYPE int64_t
+#define IR_CTYPE_OPTIMIZER int64_t
+#define IR_CTYPE_RECOMPUTE int64_t
+#define IR_CTYPE_REAL double
+#define IR_CTYPE_TIME double
+#define IR_CTYPE_BYTES double
+#define IR_CTYPE_FLOPS double
+#define IR_CTYPE_BW double
+
+/* Record structs: one member per IR_FIELD of the record, plus 'set', the mask of given fields
+ * (bit i = i-th field of the record in records.def order). */
+#define IR_SKIP_(f, T)
+#define IR_MEMBER_(f, T) IR_CTYPE_##T f;
+#define IR_FIELD(R, f, T, D, S, DOC) IR_IN_##R(f, T)
+#define IR_IN_TRAIN IR_SKIP_
+#define IR_IN_CLUSTER IR_SKIP_
+#define IR_IN_LINK IR_SKIP_
+#define IR_IN_DEVICE IR_SKIP_
+#define IR_IN_COST IR_SKIP_
+#define IR_IN_PREDICT IR_SKIP_
+#define IR_IN_DEVPREDICT IR_SKIP_
+#undef IR_IN_TRAIN
+#define IR_IN_TRAIN IR_MEMBER_
+/* Training set-up: parallel degrees, batch, precision, memory (records.def TRAIN). */
+typedef struct ir_train {
+#include "records.def"
+  uint64_t set; /* mask of fields given */
+} ir_train;
+#undef IR_IN_TRAIN
+#define IR_IN_TRAIN IR_SKIP_
+#undef IR_IN_CLUSTER
+#define IR_IN_CLUSTER IR_MEMBER_
+/* Shape of the cluster (records.def CLUSTER). */
+typedef struct ir_cluster {
+#include "records.def"
+  uint64_t set; /* mask of fields given */
+} ir_cluster;
+#undef IR_IN_CLUSTER
+#define IR_IN_CLUSTER IR_SKIP_
+#undef IR_IN_LINK
+#define IR_IN_LINK IR_MEMBER_
+/* One interconnect: bandwidth and latency (records.def LINK). */
+typedef struct ir_link_rec {
+#include "records.def"
+  uint64_t set; /* mask of fields given */
+} ir_link_rec;
+#undef IR_IN_LINK
+#define IR_IN_LINK IR_SKIP_
+#undef IR_IN_DEVICE
+#define IR_IN_DEVICE IR_MEMBER_
+/* Properties of one pipeline device (records.def DEVICE). */
+typedef struct ir_device_rec {
+#include "records.def"
+  uint64_t set; /* mask of fields given */
+} ir_device_rec;
+#undef IR_IN_DEVICE
+#define IR_IN_DEVICE IR_SKIP_
+#undef IR_IN_COST
+#define IR_IN_COST IR_MEMBER_
+/* Costs of one layer, filled by the cost pass (records.def COST). */
+typedef struct ir_cost {
+#include "records.def"
+  uint64_t set; /* mask of fields given */
+} ir_cost;
+#undef IR_IN_COST
+#define IR_IN_COST IR_SKIP_
+#undef IR_IN_PREDICT
+#define IR_IN_PREDICT IR_MEMBER_
+/* Whole-plan prediction of the simulator (records.def PREDICT). */
+typedef struct ir_predict {
+#include "records.def"
+  uint64_t set; /* mask of fields given */
+} ir_predict;
+#undef IR_IN_PREDICT
+#define IR_IN_PREDICT IR_SKIP_
+#undef IR_IN_DEVPREDICT
+#define IR_IN_DEVPREDICT IR_MEMBER_
+/* Per-device prediction of the simulator (records.def DEVPREDICT). */
+typedef struct ir_devpredict {
+#include "records.def"
+  uint64_t set; /* mask of fields given */
+} ir_devpredict;
+#undef IR_IN_DEVPREDICT
+#define IR_IN_DEVPREDICT IR_SKIP_
+#undef IR_FIELD
+
+/* Descriptions generated from the tables. */
+typedef struct ir_type_info {
+  const char *name; /* what error messages call a value of the type */
+  ir_dim dim;       /* dimension a written quantity must have */
+} ir_type_info;
+extern const ir_type_info ir_types[IR_T_COUNT_];
+
+typedef struct ir_unit_info {
+  const char *name; /* spelling after a number */
+  ir_dim dim;       /* dimension it measures */
+  double scale;     /* value of 1 unit in base units */
+  bool printable;   /* the printer may choose it */
+} ir_unit_info;
+extern const ir_unit_info ir_units[];
+extern const int ir_unit_count;
+
+typedef struct ir_kind_info {
+  const char *name;    /* spelling in specs and IR */
+  const char *summary; /* one line for docs and --help */
+} ir_kind_info;
+extern const ir_kind_info ir_kinds[IR_KIND_COUNT];
+
+typedef struct ir_param_info {
+  ir_layer_kind kind; /* kind the parameter belongs to */
+  const char *name;   /* spelling */
+  ir_type type;       /* value type */
+  bool from_model;    /* defaults to the model-level dimension of the same name */
+  double def;         /* default when not given; NAN: derived or required */
+  const char *doc;    /* meaning */
+} ir_param_info;
+extern const ir_param_info ir_layer_params[IR_LP_COUNT];
+
+typedef struct ir_model_dim_info {
+  const char *name; /* spelling */
+  ir_type type;     /* value type */
+  const char *doc;  /* meaning */
+} ir_model_dim_info;
+extern const ir_model_dim_info ir_model_dims[IR_MD_COUNT];
+
+typedef struct ir_field_info {
+  ir_record_kind record; /* record it belongs to */
+  const char *name;      /* spelling */
+  ir_type type;          /* value type */
+  size_t offset;         /* offset of its member in the record struct */
+  double def;            /* default applied by the front end; NAN: required or computed */
+  bool ir_only;          /* computed by the compiler; not accepted in a spec */
+  const char *doc;       /* meaning */
+} ir_field_info;
+extern const ir_field_info ir_fields[];
+extern const int ir_field_count;
+
+typedef struct ir_enum_info {
+  ir_type type;     /* enumerated type it belongs to */
+  int value;        /* its number within that type */
+  const char *name; /* spelling */
+  const char *doc;  /* meaning */
+} ir_enum_info;
+extern const ir_enum_info ir_enum_values[];
+extern const int ir_enum_value_count;
+
+extern const char *const ir_record_names[IR_REC_COUNT]; /* "train", "cluster", ... */
+extern const char *const ir_op_names[IR_OP_COUNT];      /* "F", "B", ... */
+
+/* ---- Table lookups (all return -1 / NULL when not found) ---------------------------------- */
+
+int ir_kind_lookup(const char *name);
+/* Index in ir_layer_params of kind k's first parameter, and the number of its parameters. */
+int ir_kind_first_param(ir_layer_kind k);
+int ir_kind_nparams(ir_layer_kind k);
+/* Parameter of kind 'k' spelled 'name', or -1. */
+int ir_param_lookup(ir_layer_kind k, const char *name);
+int ir_model_dim_lookup(const char *name);
+/* First field index and count of a record in ir_fields. */
+void ir_record_fields(ir_record_kind r, int *first, int *count);
+/* Field of record r spelled 'name' (global index into ir_fields), or -1. */
+int ir_field_lookup(ir_record_kind r, const char *name);
+const ir_unit_info *ir_unit_lookup(const char *name, size_t len);
+/* Value of enumerated type t spelled 'name', or -1; and the spelling of a value, or NULL. */
+int ir_enum_lookup(ir_type t, const char *name);
+const char *ir_enum_name(ir_type t, int value);
+bool ir_type_is_enum(ir_type t);
+/* Whether values of t are stored as int64_t (whole numbers, booleans, enums). */
+bool ir_type_is_integral(ir_type t);
+/* Name of a dimension for messages ("time", "size", ...). */
+const char *ir_dim_name(ir_dim d);
+
+/* Generic record access. 'rec' points at the record struct of the field's record. */
+double ir_field_get(const void *rec, int field);
+void ir_field_set(void *rec, int field, double v);
+bool ir_field_is_set(const void *rec, int field);
+/* Mask word of a record struct (every record struct ends with 'uint64_t set'). */
+uint64_t *ir_record_mask(void *rec, ir_record_kind r);
+
+/* ---- Formatting of values ---------------------------------------------------------------- */
+
+/* Append the canonical text of value v of type t to 'sb': integers plainly, booleans as
+ * true/false, enums by name, quantities with the printable unit that gives the shortest exact
+ * text. Post: parsing the text back with ir_unit_lookup's scale gives exactly v. */
+void ir_format_value(strbuf *sb, ir_type t, double v);
+
+/* ---- Module --------------------------------------------------------------------------------*/
+
+/* Source position of an IR entity: where the spec or IR text defined it. */
+typedef struct ir_loc {
+  const char *file; /* file name (module arena), NULL when unknown; printed by --print-debuginfo */
+  uint32_t src;     /* diag source id in the engine that read it; 0 when unknown */
+  uint32_t line;    /* 1-based line; 0 when unknown */
+  uint32_t col;     /* 1-based column */
+} ir_loc;
+
+/* Diagnostic location of an IR location (file 0 when unknown). */
+static inline diag_loc ir_diag_loc(ir_loc l) { return diag_mkloc(l.src, l.line, l.col, 0); }
+
+typedef struct ir_layer {
+  const char *name;      /* human-readable name, unique within the module by convention */
+  ir_layer_kind kind;    /* what the layer computes */
+  double p[IR_LP_COUNT]; /* parameters, indexed by ir_layer_param; NAN when not set; only the
+                            kind's own entries are meaningful */
+  ir_cost cost;          /* costs (cost.set == 0 until the cost pass runs) */
+  ir_loc loc;            /* where it was defined */
+} ir_layer;
+
+typedef struct ir_device {
+  const char *type; /* device type name (e.g. "h100") */
+  ir_device_rec rec; /* peak, memory, bandwidth, efficiency, node */
+  ir_devpredict predict; /* simulator's per-device figures (predict.set == 0 when absent) */
+  ir_loc loc;       /* where it was defined */
+} ir_device;
+
+/* An explicit link between two devices that overrides the cluster's intra/inter links. */
+typedef struct ir_link {
+  int from, to;    /* device indices */
+  ir_link_rec rec; /* bandwidth and latency */
+} ir_link;
+
+/* A pipeline stage: the half-open layer range [first, end), placed on 'device' (-1 if not yet). */
+typedef struct ir_stage {
+  int first, end; /* layer range */
+  int device;     /* device index or -1 */
+  ir_loc loc;     /* where it was defined */
+} ir_stage;
+
+/* One scheduled operation of a device. */
+typedef struct ir_op {
+  ir_op_kind kind; /* F, B, W or BW */
+  int stage;       /* stage index */
+  int mb;          /* microbatch index */
+} ir_op;
+
+/* The ordered operations of one device. */
+typedef struct ir_schedule {
+  ir_op *ops; /* in execution order */
+  int nops;   /* number of ops */
+  int cap;    /* allocated */
+  ir_loc loc; /* where it was defined */
+} ir_schedule;
+
+typedef struct ir_module {
+  arena arena;            /* owns all strings of the module */
+  const char *name;       /* module name (the model's) */
+  ir_loc loc;             /* where the module (model) was defined */
+  ir_loc train_loc;       /* where the train settings were defined */
+  const char **profiles;  /* profile files named by the spec */
+  int nprofiles;          /* count */
+  ir_train train;         /* training set-up */
+  const char *cluster_name; /* name of the cluster, NULL if none */
+  ir_cluster cluster;     /* its shape */
+  ir_link_rec intra, inter; /* links inside a node and between nodes (set == 0 when absent) */
+  ir_device *devices;     /* pipeline devices $d0.. */
+  int ndevices, devices_cap;
+  ir_link *links;         /* explicit device-pair links */
+  int nlinks, links_cap;
+  ir_layer *layers;       /* layers %0.. in model order */
+  int nlayers, layers_cap;
+  ir_stage *stages;       /* stages @s0.. (nstages == 0 before partitioning) */
+  int nstages, stages_cap;
+  ir_schedule *schedules; /* per device; NULL before scheduling, else ndevices entries */
+  ir_predict predict;     /* whole-plan prediction (set == 0 when absent) */
+} ir_module;
+
+ir_module *ir_module_new(const char *name);
+void ir_module_free(ir_module *m);
+/* Append a layer of kind k with all parameters unset; returns it (valid until the next add). */
+ir_layer *ir_module_add_layer(ir_module *m, const char *name, ir_layer_kind k);
+ir_device *ir_module_add_device(ir_module *m, const char *type);
+ir_link *ir_module_add_link(ir_module *m, int from, int to);
+ir_stage *ir_module_add_stage(ir_module *m, int first, int end);
+/* Create empty schedules for every device (no-op if they exist). */
+void ir_module_init_schedules(ir_module *m);
+void ir_schedule_push(ir_schedule *s, ir_op_kind k, int stage, int mb);
+/* Remove stages, placement, schedules and predictions (the plan), keeping costs. */
+void ir_module_clear_plan(ir_module *m);
+/* Effective link between devices a != b: an explicit link, else intra or inter by node.
+ * Returns NULL when no link is known. */
+const ir_link_rec *ir_module_link(const ir_module *m, int a, int b);
+
+/* Parameter helpers. */
+static inline bool ir_layer_has(const ir_layer *l, ir_layer_param p) { return !isnan(l->p[p]); }
+static inline int64_t ir_layer_int(const ir_layer *l, ir_layer_param p) { return (int64_t)l->p[p]; }
+
+/* Fill the parameters of 'l' that are unset and derivable from others (head_dim from hidden
+ * and heads, ...). For each one filled, calls note(ctx, param, rule) with a short rule text when
+ * note is non-NULL. Pre: explicit and default values are set. */
+void ir_layer_derive(ir_layer *l, void (*note)(void *ctx, int param, const char *rule), void *ctx);
+
+/* Check the parameters of one layer: every parameter of its kind set, values in range, and the
+ * kind's consistency rules (heads divide hidden, top_k <= experts, ...). Reports each problem
+ * with diag at 'loc' prefixed by the layer name; returns the number of problems. */
+int ir_layer_check(const ir_layer *l, diag_engine *d, diag_loc loc);
+
+/* ---- Text form ----------------------------------------------------------------------------*/
+
+typedef struct ir_print_opts {
+  bool debuginfo; /* print loc(...) after layers and devices */
+} ir_print_opts;
+
+/* Print m in the textual IR form. Deterministic; ir_read accepts every output. */
+void ir_print(const ir_module *m, strbuf *out, const ir_print_opts *o);
+/* Print to a FILE (convenience). */
+void ir_print_file(const ir_module *m, FILE *f, const ir_print_opts *o);
+
+/* Parse the textual IR in source 'file' of diag engine d. Returns the module, or NULL after
+ * reporting every error found with file:line:col. print(read(t)) == t for printer output. */
+ir_module *ir_read(diag_engine *d, uint32_t file);
+
+/* ---- Verifier ------------------------------------------------------------------------------*/
+
+/* Check every invariant of m at the level it has reached (layers, train and devices always;
+ * stages, placement, schedule and prediction when present). Reports through d (at the module's
+ * locations when known, else at 'where'); returns the number of errors. */
+int ir_verify(const ir_module *m, diag_engine *d, diag_loc where);
+
+#endif

@@ -1,0 +1,281 @@
+/* tables.c -- descriptions generated from the .def tables, their lookups, generic record field
+ * access, and canonical formatting of values. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+
+const ir_type_info ir_types[IR_T_COUNT_] = {
+#define IR_TYPE(ID, NAME, DIM, DOC) {NAME, IR_DIM_##DIM},
+#include "types.def"
+#undef IR_TYPE
+};
+
+const ir_unit_info ir_units[] = {
+#define IR_UNIT(NAME, DIM, SCALE, PRINT) {NAME, IR_DIM_##DIM, SCALE, PRINT},
+#include "units.def"
+#undef IR_UNIT
+};
+const int ir_unit_count = (int)(sizeof ir_units / sizeof ir_units[0]);
+
+const ir_param_info ir_layer_params[IR_LP_COUNT] = {
+#define LAYER_PARAM(K, ID, NAME, T, FM, DEF, DOC) {IR_KIND_##K, NAME, IR_T_##T, FM, DEF, DOC},
+#include "layer_params.def"
+#undef LAYER_PARAM
+};
+
+static int kind_first(int k) {
+  int n = 0;
+#define LAYER_PARAM(K, ID, NAME, T, FM, DEF, DOC) n += IR_KIND_##K < k;
+#include "layer_params.def"
+#undef LAYER_PARAM
+  return n;
+}
+static int kind_count(int k) {
+  int n = 0;
+#define LAYER_PARAM(K, ID, NAME, T, FM, DEF, DOC) n += IR_KIND_##K == k;
+#include "layer_params.def"
+#undef LAYER_PARAM
+  return n;
+}
+
+const ir_kind_info ir_kinds[IR_KIND_COUNT] = {
+#define LAYER_KIND(ID, NAME, DOC) {NAME, DOC},
+#include "layer_kinds.def"
+#undef LAYER_KIND
+};
+
+const ir_model_dim_info ir_model_dims[IR_MD_COUNT] = {
+#define MODEL_DIM(ID, NAME, T, DOC) {NAME, IR_T_##T, DOC},
+#include "model_dims.def"
+#undef MODEL_DIM
+};
+
+#define IR_REC_TYPE_TRAIN ir_train
+#define IR_REC_TYPE_CLUSTER ir_cluster
+#define IR_REC_TYPE_LINK ir_link_rec
+#define IR_REC_TYPE_DEVICE ir_device_rec
+#define IR_REC_TYPE_COST ir_cost
+#define IR_REC_TYPE_PREDICT ir_predict
+#define IR_REC_TYPE_DEVPREDICT ir_devpredict
+#define IR_SCOPE_SPEC false
+#define IR_SCOPE_IR true
+
+const ir_field_info ir_fields[] = {
+#define IR_FIELD(R, f, T, D, S, DOC)                                                             \
+  {IR_REC_##R, #f, IR_T_##T, offsetof(IR_REC_TYPE_##R, f), D, IR_SCOPE_##S, DOC},
+#include "records.def"
+#undef IR_FIELD
+};
+const int ir_field_count = (int)(sizeof ir_fields / sizeof ir_fields[0]);
+
+#define IR_ENUM(T, ID, S, DOC) {IR_T_##T, IR_##T##_##ID, S, DOC},
+const ir_enum_info ir_enum_values[] = {
+#include "enums.def"
+};
+#undef IR_ENUM
+const int ir_enum_value_count = (int)(sizeof ir_enum_values / sizeof ir_enum_values[0]);
+
+const char *const ir_record_names[IR_REC_COUNT] = {"train",  "cluster", "link",   "device",
+                                                   "cost",   "predict", "predict"};
+const char *const ir_op_names[IR_OP_COUNT] = {
+#define IR_OP(ID, S, DOC) S,
+#include "ops.def"
+#undef IR_OP
+};
+
+/* Parameter ranges of the kinds, computed on first use (entries are contiguous per kind). */
+static int kind_ranges_first[IR_KIND_COUNT], kind_ranges_count[IR_KIND_COUNT];
+static void kind_ranges(void) {
+  static bool done;
+  if (done) return;
+  for (int k = 0; k < IR_KIND_COUNT; k++) {
+    kind_ranges_first[k] = kind_first(k);
+    kind_ranges_count[k] = kind_count(k);
+  }
+  done = true;
+}
+
+int ir_kind_first_param(ir_layer_kind k) {
+  kind_ranges();
+  return kind_ranges_first[k];
+}
+int ir_kind_nparams(ir_layer_kind k) {
+  kind_ranges();
+  return kind_ranges_count[k];
+}
+
+int ir_kind_lookup(const char *name) {
+  for (int k = 0; k < IR_KIND_COUNT; k++)
+    if (strcmp(ir_kinds[k].name, name) == 0) return k;
+  return -1;
+}
+
+int ir_param_lookup(ir_layer_kind k, const char *name) {
+  int first = ir_kind_first_param(k), n = ir_kind_nparams(k);
+  for (int i = first; i < first + n; i++)
+    if (strcmp(ir_layer_params[i].name, name) == 0) return i;
+  return -1;
+}
+
+int ir_model_dim_lookup(const char *name) {
+  for (int i = 0; i < IR_MD_COUNT; i++)
+    if (strcmp(ir_model_dims[i].name, name) == 0) return i;
+  return -1;
+}
+
+void ir_record_fields(ir_record_kind r, int *first, int *count) {
+  int f = -1, n = 0;
+  for (int i = 0; i < ir_field_count; i++)
+    if (ir_fields[i].record == r) {
+      if (f < 0) f = i;
+      n++;
+    }
+  *first = f < 0 ? 0 : f;
+  *count = n;
+}
+
+int ir_field_lookup(ir_record_kind r, const char *name) {
+  for (int i = 0; i < ir_field_count; i++)
+    if (ir_fields[i].record == r && strcmp(ir_fields[i].name, name) == 0) return i;
+  return -1;
+}
+
+const ir_unit_info *ir_unit_lookup(const char *name, size_t len) {
+  for (int i = 0; i < ir_unit_count; i++)
+    if (strlen(ir_units[i].name) == len && memcmp(ir_units[i].name, name, len) == 0)
+      return &ir_units[i];
+  return NULL;
+}
+
+int ir_enum_lookup(ir_type t, const char *name) {
+  for (int i = 0; i < ir_enum_value_count; i++)
+    if (ir_enum_values[i].type == t && strcmp(ir_enum_values[i].name, name) == 0)
+      return ir_enum_values[i].value;
+  return -1;
+}
+
+const char *ir_enum_name(ir_type t, int value) {
+  for (int i = 0; i < ir_enum_value_count; i++)
+    if (ir_enum_values[i].type == t && ir_enum_values[i].value == value)
+      return ir_enum_values[i].name;
+  return NULL;
+}
+
+bool ir_type_is_enum(ir_type t) {
+  return t == IR_T_ACT || t == IR_T_DTYPE || t == IR_T_OPTIMIZER || t == IR_T_RECOMPUTE;
+}
+
+bool ir_type_is_integral(ir_type t) {
+  return t == IR_T_COUNT || t == IR_T_BOOL || ir_type_is_enum(t);
+}
+
+const char *ir_dim_name(ir_dim d) {
+  switch (d) {
+  case IR_DIM_NONE: return "plain number";
+  case IR_DIM_TIME: return "time";
+  case IR_DIM_BYTES: return "size";
+  case IR_DIM_FLOPS: return "compute rate";
+  case IR_DIM_BW: return "bandwidth";
+  }
+  return "?";
+}
+
+/* Index of a field within its record, for the 'set' mask. */
+static int field_bit(int field) {
+  int first, n;
+  ir_record_fields(ir_fields[field].record, &first, &n);
+  return field - first;
+}
+
+double ir_field_get(const void *rec, int field) {
+  const ir_field_info *f = &ir_fields[field];
+  const char *p = (const char *)rec + f->offset;
+  if (ir_type_is_integral(f->type)) {
+    int64_t v;
+    memcpy(&v, p, sizeof v);
+    return (double)v;
+  }
+  double v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+uint64_t *ir_record_mask(void *rec, ir_record_kind r) {
+  size_t off = 0;
+  switch (r) {
+  case IR_REC_TRAIN: off = offsetof(ir_train, set); break;
+  case IR_REC_CLUSTER: off = offsetof(ir_cluster, set); break;
+  case IR_REC_LINK: off = offsetof(ir_link_rec, set); break;
+  case IR_REC_DEVICE: off = offsetof(ir_device_rec, set); break;
+  case IR_REC_COST: off = offsetof(ir_cost, set); break;
+  case IR_REC_PREDICT: off = offsetof(ir_predict, set); break;
+  case IR_REC_DEVPREDICT: off = offsetof(ir_devpredict, set); break;
+  case IR_REC_COUNT: break;
+  }
+  return (uint64_t *)((char *)rec + off);
+}
+
+void ir_field_set(void *rec, int field, double v) {
+  const ir_field_info *f = &ir_fields[field];
+  char *p = (char *)rec + f->offset;
+  if (ir_type_is_integral(f->type)) {
+    int64_t iv = (int64_t)v;
+    memcpy(p, &iv, sizeof iv);
+  } else {
+    memcpy(p, &v, sizeof v);
+  }
+  *ir_record_mask(rec, f->record) |= (uint64_t)1 << field_bit(field);
+}
+
+bool ir_field_is_set(const void *rec, int field) {
+  uint64_t m = *ir_record_mask((void *)rec, ir_fields[field].record);
+  return (m >> field_bit(field)) & 1;
+}
+
+void ir_format_value(strbuf *sb, ir_type t, double v) {
+  char buf[48];
+  if (t == IR_T_BOOL) {
+    strbuf_puts(sb, v != 0 ? "true" : "false");
+    return;
+  }
+  if (ir_type_is_enum(t)) {
+    const char *n = ir_enum_name(t, (int)v);
+    strbuf_puts(sb, n ? n : "?");
+    return;
+  }
+  if (t == IR_T_COUNT) {
+    strbuf_printf(sb, "%lld", (long long)v);
+    return;
+  }
+  ir_dim dim = ir_types[t].dim;
+  if (dim == IR_DIM_NONE) {
+    fmt_shortest_scaled(buf, v, 1.0);
+    strbuf_puts(sb, buf);
+    return;
+  }
+  /* Largest printable unit in which the value is >= 1 and has a short exact text; else the
+   * unit with the shortest exact text; the base unit always works. */
+  const char *best_unit = NULL;
+  char best[48] = "";
+  size_t best_len = (size_t)-1;
+  for (int i = 0; i < ir_unit_count; i++) {
+    const ir_unit_info *u = &ir_units[i];
+    if (u->dim != dim || !u->printable) continue;
+    if (!fmt_shortest_scaled(buf, v, u->scale)) continue;
+    size_t digits = strcspn(buf, "e");
+    bool big_enough = v == 0 ? u->scale == 1.0 : fabs(v) >= u->scale;
+    if (big_enough && digits <= 7 && !strchr(buf, 'e')) {
+      best_unit = u->name;
+      snprintf(best, sizeof best, "%s", buf);
+      break;
+    }
+    if (strlen(buf) < best_len) {
+      best_len = strlen(buf);
+      best_unit = u->name;
+      snprintf(best, sizeof best, "%s", buf);
+    }
+  }
+  strbuf_puts(sb, best);
+  strbuf_puts(sb, best_unit ? best_unit : "");
+}

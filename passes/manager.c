@@ -1,0 +1,699 @@
+/* manager.c -- the pass registry generated from passes.def, the pipeline text parser and printer,
+ * typed access to pass options, and the pass manager that runs a pipeline with verification and
+ * IR dumps. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+
+/* ---- Registry -----------------------------------------------------------------------------*/
+
+const pass_info pass_registry[PASS_ID_COUNT] = {
+#define PASS(ID, NAME, SUMMARY, OPTIONS, RUN) {PASS_ID_##ID, NAME, SUMMARY, OPTIONS, RUN},
+#include "passes.def"
+#undef PASS
+};
+
+const pass_info *pass_lookup(const char *name) {
+  for (int i = 0; i < PASS_ID_COUNT; i++)
+    if (strcmp(pass_registry[i].name, name) == 0) return &pass_registry[i];
+  return NULL;
+}
+
+const char *pass_suggest(const char *name) {
+  suggest s;
+  suggest_init(&s, name);
+  for (int i = 0; i < PASS_ID_COUNT; i++) suggest_add(&s, pass_registry[i].name);
+  return suggest_result(&s);
+}
+
+/* Cursor over the declared options of a pass (the lines of its options string). */
+typedef struct opt_iter {
+  const char *next;  /* start of the next line; NULL when done */
+  const char *name;  /* current option's name (not NUL-terminated) */
+  size_t name_len;   /* its length */
+  const char *line;  /* the whole current line */
+  size_t line_len;   /* its length */
+} opt_iter;
+
+static void opt_iter_init(opt_iter *it, const pass_info *p) {
+  memset(it, 0, sizeof *it);
+  it->next = p->options_help && *p->options_help ? p->options_help : NULL;
+}
+
+/* Advance to the next declared option; false when there is none. */
+static bool opt_iter_next(opt_iter *it) {
+  if (!it->next) return false;
+  const char *nl = strchr(it->next, '\n');
+  it->line = it->next;
+  it->line_len = nl ? (size_t)(nl - it->next) : strlen(it->next);
+  it->next = nl ? nl + 1 : NULL;
+  size_t n = 0;
+  while (n < it->line_len && it->line[n] != '=' && it->line[n] != ':') n++;
+  it->name = it->line;
+  it->name_len = n;
+  return true;
+}
+
+bool pass_declares_option(const pass_info *p, const char *key, size_t len) {
+  opt_iter it;
+  opt_iter_init(&it, p);
+  while (opt_iter_next(&it))
+    if (it.name_len == len && memcmp(it.name, key, len) == 0) return true;
+  return false;
+}
+
+void pass_option_names(const pass_info *p, strbuf *sb) {
+  opt_iter it;
+  opt_iter_init(&it, p);
+  for (bool first = true; opt_iter_next(&it); first = false) {
+    if (!first) strbuf_puts(sb, ", ");
+    strbuf_append(sb, it.name, it.name_len);
+  }
+}
+
+bool pass_option_suggest(const pass_info *p, const char *key, strbuf *sb) {
+  suggest s;
+  suggest_init(&s, key);
+  char cand[128], best[128] = "";
+  opt_iter it;
+  opt_iter_init(&it, p);
+  while (opt_iter_next(&it)) {
+    if (it.name_len >= sizeof cand) continue;
+    memcpy(cand, it.name, it.name_len);
+    cand[it.name_len] = 0;
+    suggest_add(&s, cand);
+    if (s.best == cand) { /* new best: keep a copy, the buffer is reused */
+      memcpy(best, cand, it.name_len + 1);
+      s.best = best;
+    }
+  }
+  if (!suggest_result(&s)) return false;
+  strbuf_puts(sb, best);
+  return true;
+}
+
+void pass_list(FILE *out) {
+  size_t width = 0;
+  for (int i = 0; i < PASS_ID_COUNT; i++)
+    if (strlen(pass_registry[i].name) > width) width = strlen(pass_registry[i].name);
+  fprintf(out, "Available passes:\n");
+  for (int i = 0; i < PASS_ID_COUNT; i++) {
+    const pass_info *p = &pass_registry[i];
+    fprintf(out, "  %-*s  %s\n", (int)width, p->name, p->summary);
+    opt_iter it;
+    opt_iter_init(&it, p);
+    while (opt_iter_next(&it))
+      fprintf(out, "  %-*s    %.*s\n", (int)width, "", (int)it.line_len, it.line);
+  }
+}
+
+/* ---- Options --------------------------------------------------------------------------------*/
+
+const pass_option *pass_opt_find(const pass_options *opts, const char *key) {
+  if (!opts) return NULL;
+  for (int i = 0; i < opts->count; i++)
+    if (strcmp(opts->items[i].key, key) == 0) return &opts->items[i];
+  return NULL;
+}
+
+const char *pass_opt_str(const pass_options *opts, const char *key, const char *def) {
+  const pass_option *o = pass_opt_find(opts, key);
+  return o ? o->value : def;
+}
+
+/* Report a malformed value of option o. */
+static void bad_value(diag_engine *d, const pass_options *opts, const pass_option *o,
+                      const char *expected) {
+  diag_error(d, o->value_loc, "invalid value '%s' for option '%s' of pass '%s': expected %s",
+             o->value, o->key, opts->pass ? opts->pass : "?", expected);
+}
+
+/* Parse a leading decimal number of 'text'; *end is set past it. False when there is none. */
+static bool parse_number(const char *text, double *v, const char **end) {
+  /* strtod also accepts hex, inf and nan, which no option means: require a decimal start */
+  const char *p = text;
+  if (*p == '+' || *p == '-') p++;
+  if (!isdigit((unsigned char)*p) && !(*p == '.' && isdigit((unsigned char)p[1]))) return false;
+  if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) return false;
+  char *e;
+  errno = 0;
+  *v = strtod(text, &e);
+  if (errno == ERANGE || !isfinite(*v)) return false;
+  *end = e;
+  return true;
+}
+
+int pass_opt_int(const pass_options *opts, const char *key, int64_t def, int64_t *out,
+                 diag_engine *d) {
+  *out = def;
+  const pass_option *o = pass_opt_find(opts, key);
+  if (!o) return 0;
+  const char *p = o->value, *end = NULL;
+  double v = 0;
+  bool ok = !o->quoted && parse_number(p, &v, &end);
+  if (ok) {
+    if (*end) {
+      const ir_unit_info *u = ir_unit_lookup(end, strlen(end));
+      ok = u && u->dim == IR_DIM_NONE;
+      if (ok) v *= u->scale;
+    }
+    ok = ok && v == floor(v) && fabs(v) < 9.0e18;
+  }
+  if (!ok) {
+    bad_value(d, opts, o, "a whole number (K, M, G suffixes allowed)");
+    return -1;
+  }
+  *out = (int64_t)v;
+  return 0;
+}
+
+int pass_opt_real(const pass_options *opts, const char *key, double def, double *out,
+                  diag_engine *d) {
+  *out = def;
+  const pass_option *o = pass_opt_find(opts, key);
+  if (!o) return 0;
+  const char *end = NULL;
+  double v = 0;
+  if (o->quoted || !parse_number(o->value, &v, &end) || *end) {
+    bad_value(d, opts, o, "a number");
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+int pass_opt_bool(const pass_options *opts, const char *key, bool def, bool *out,
+                  diag_engine *d) {
+  *out = def;
+  const pass_option *o = pass_opt_find(opts, key);
+  if (!o) return 0;
+  if (!o->quoted && strcmp(o->value, "true") == 0) {
+    *out = true;
+  } else if (!o->quoted && strcmp(o->value, "false") == 0) {
+    *out = false;
+  } else {
+    bad_value(d, opts, o, "true or false");
+    return -1;
+  }
+  return 0;
+}
+
+int pass_opt_quantity(const pass_options *opts, const char *key, ir_dim dim, double def,
+                      double *out, diag_engine *d) {
+  *out = def;
+  const pass_option *o = pass_opt_find(opts, key);
+  if (!o) return 0;
+  const char *end = NULL;
+  double v = 0;
+  const ir_unit_info *u = NULL;
+  bool ok = !o->quoted && parse_number(o->value, &v, &end);
+  if (ok && *end) {
+    u = ir_unit_lookup(end, strlen(end));
+    ok = u && u->dim == dim;
+  } else if (ok) {
+    ok = dim == IR_DIM_NONE; /* a bare number is a quantity only without dimension */
+  }
+  if (!ok) {
+    char expected[96];
+    const char *example = dim == IR_DIM_TIME ? "10s" : dim == IR_DIM_BYTES ? "2GiB"
+                          : dim == IR_DIM_FLOPS ? "989TFLOPS" : dim == IR_DIM_BW ? "450GB/s"
+                          : "1.5";
+    snprintf(expected, sizeof expected, "a %s with a unit (e.g. %s)", ir_dim_name(dim), example);
+    bad_value(d, opts, o, expected);
+    return -1;
+  }
+  *out = u ? v * u->scale : v;
+  return 0;
+}
+
+int pass_opt_choice(const pass_options *opts, const char *key, const char *const *choices,
+                    int nchoices, int def, int *out, diag_engine *d) {
+  *out = def;
+  const pass_option *o = pass_opt_find(opts, key);
+  if (!o) return 0;
+  for (int i = 0; i < nchoices; i++)
+    if (strcmp(choices[i], o->value) == 0) {
+      *out = i;
+      return 0;
+    }
+  strbuf sb = {0};
+  for (int i = 0; i < nchoices; i++) {
+    if (i) strbuf_puts(&sb, i + 1 == nchoices ? " or " : ", ");
+    strbuf_puts(&sb, choices[i]);
+  }
+  bad_value(d, opts, o, strbuf_cstr(&sb));
+  strbuf_free(&sb);
+  suggest s;
+  suggest_init(&s, o->value);
+  for (int i = 0; i < nchoices; i++) suggest_add(&s, choices[i]);
+  if (suggest_result(&s))
+    diag_note(d, diag_mkloc(0, 0, 0, 0), "did you mean '%s'?", suggest_result(&s));
+  return -1;
+}
+
+/* ---- Pipeline text ----------------------------------------------------------------------------*/
+
+/* State of one pipeline parse. */
+typedef struct pparser {
+  const char *text;   /* the pipeline text */
+  size_t len;         /* its length */
+  size_t pos;         /* current offset */
+  uint32_t line, col; /* position of 'pos' (1-based) */
+  uint32_t src;       /* diag source id of the text */
+  diag_engine *d;     /* where errors go */
+  pass_pipeline *pl;  /* what is being filled */
+  int errors;         /* errors reported by this parse */
+} pparser;
+
+static int peek(const pparser *p) { return p->pos < p->len ? (unsigned char)p->text[p->pos] : -1; }
+
+static void advance(pparser *p, size_t n) {
+  for (size_t i = 0; i < n && p->pos < p->len; i++, p->pos++) {
+    if (p->text[p->pos] == '\n') {
+      p->line++;
+      p->col = 1;
+    } else {
+      p->col++;
+    }
+  }
+}
+
+static void skip_ws(pparser *p) {
+  while (p->pos < p->len && isspace((unsigned char)p->text[p->pos])) advance(p, 1);
+}
+
+static diag_loc here(const pparser *p, uint32_t len) { return diag_mkloc(p->src, p->line, p->col, len); }
+
+static bool is_name_char(int c) { return c >= 0 && (isalnum(c) || c == '_' || c == '-'); }
+static bool is_key_start(int c) { return c >= 0 && (isalpha(c) || c == '_'); }
+/* Characters of an unquoted option value: identifiers, numbers, units (10s, 450GB/s, 5%). */
+static bool is_value_char(int c) {
+  return c >= 0 && (isalnum(c) || c == '_' || c == '-' || c == '+' || c == '.' || c == '/' ||
+                    c == '%');
+}
+
+/* Describe the character at the cursor for "found ..." messages. */
+static void describe_here(const pparser *p, char *buf, size_t n) {
+  int c = peek(p);
+  if (c < 0)
+    snprintf(buf, n, "end of pipeline");
+  else if (isprint(c))
+    snprintf(buf, n, "'%c'", c);
+  else
+    snprintf(buf, n, "character 0x%02x", (unsigned)c);
+}
+
+/* Report a syntax error at the cursor (a one-character span, or a caret at the end). */
+static void syntax_error(pparser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void syntax_error(pparser *p, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  diag_vreport(p->d, DIAG_ERROR, here(p, peek(p) < 0 ? 0 : 1), fmt, ap);
+  va_end(ap);
+  p->errors++;
+}
+
+/* Parse a quoted string starting at '"'; *out gets the unescaped text (arena). */
+static bool parse_quoted(pparser *p, char **out) {
+  diag_loc open = here(p, 1);
+  advance(p, 1);
+  strbuf sb = {0};
+  for (;;) {
+    int c = peek(p);
+    if (c < 0) {
+      diag_error(p->d, open, "unterminated string in pipeline");
+      p->errors++;
+      strbuf_free(&sb);
+      return false;
+    }
+    if (c == '"') {
+      advance(p, 1);
+      break;
+    }
+    if (c == '\\' && p->pos + 1 < p->len) {
+      advance(p, 1);
+      c = peek(p);
+    }
+    strbuf_putc(&sb, (char)c);
+    advance(p, 1);
+  }
+  *out = arena_strndup(&p->pl->arena, strbuf_cstr(&sb), sb.len);
+  strbuf_free(&sb);
+  return true;
+}
+
+/* Parse "{k=v, ...}" of one entry (the cursor is on '{'). 'pass' is NULL for an unknown pass
+ * (options are then parsed but not checked). Returns false on a syntax error. */
+static bool parse_options(pparser *p, const pass_info *pass, const char *pass_name,
+                          pass_options *opts) {
+  diag_loc open = here(p, 1);
+  advance(p, 1);
+  pass_option *items = NULL;
+  int n = 0, cap = 0;
+  bool ok = true;
+  skip_ws(p);
+  if (peek(p) == '}') {
+    advance(p, 1);
+    return true;
+  }
+  for (;;) {
+    skip_ws(p);
+    int c = peek(p);
+    if (c < 0) {
+      diag_error(p->d, open, "unbalanced '{': missing '}' after the options of pass '%s'",
+                 pass_name);
+      p->errors++;
+      ok = false;
+      break;
+    }
+    if (!is_key_start(c)) {
+      char found[32];
+      describe_here(p, found, sizeof found);
+      syntax_error(p, "expected an option name, found %s", found);
+      ok = false;
+      break;
+    }
+    pass_option o;
+    memset(&o, 0, sizeof o);
+    size_t kstart = p->pos;
+    uint32_t kline = p->line, kcol = p->col;
+    while (is_name_char(peek(p))) advance(p, 1);
+    size_t klen = p->pos - kstart;
+    o.key = arena_strndup(&p->pl->arena, p->text + kstart, klen);
+    o.key_loc = diag_mkloc(p->src, kline, kcol, (uint32_t)klen);
+    skip_ws(p);
+    if (peek(p) != '=') {
+      syntax_error(p, "missing '=' after option '%s'", o.key);
+      ok = false;
+      break;
+    }
+    advance(p, 1);
+    skip_ws(p);
+    uint32_t vline = p->line, vcol = p->col;
+    size_t vstart = p->pos;
+    if (peek(p) == '"') {
+      char *v;
+      if (!parse_quoted(p, &v)) {
+        ok = false;
+        break;
+      }
+      o.value = v;
+      o.quoted = true;
+    } else {
+      while (is_value_char(peek(p))) advance(p, 1);
+      if (p->pos == vstart) {
+        syntax_error(p, "missing value for option '%s'", o.key);
+        ok = false;
+        break;
+      }
+      o.value = arena_strndup(&p->pl->arena, p->text + vstart, p->pos - vstart);
+    }
+    o.value_loc = diag_mkloc(p->src, vline, vcol, (uint32_t)(p->pos - vstart));
+    /* semantic checks: declared, not given twice */
+    const pass_option *dup = NULL;
+    for (int i = 0; i < n; i++)
+      if (strcmp(items[i].key, o.key) == 0) dup = &items[i];
+    if (pass && !pass_declares_option(pass, o.key, klen)) {
+      diag_error(p->d, o.key_loc, "pass '%s' has no option '%s'", pass->name, o.key);
+      p->errors++;
+      strbuf sb = {0};
+      if (pass_option_suggest(pass, o.key, &sb))
+        diag_note(p->d, diag_mkloc(0, 0, 0, 0), "did you mean '%s'?", strbuf_cstr(&sb));
+      strbuf_free(&sb);
+      pass_option_names(pass, &sb);
+      if (sb.len)
+        diag_note(p->d, diag_mkloc(0, 0, 0, 0), "options of pass '%s': %s", pass->name,
+                  strbuf_cstr(&sb));
+      else
+        diag_note(p->d, diag_mkloc(0, 0, 0, 0), "pass '%s' takes no options", pass->name);
+      strbuf_free(&sb);
+    } else if (dup) {
+      diag_error(p->d, o.key_loc, "option '%s' given twice for pass '%s'", o.key, pass_name);
+      diag_note(p->d, dup->key_loc, "first given here");
+      p->errors++;
+    } else {
+      VEC_PUSH(items, n, cap, o);
+    }
+    skip_ws(p);
+    c = peek(p);
+    if (c == ',') {
+      advance(p, 1);
+      continue;
+    }
+    if (c == '}') {
+      advance(p, 1);
+      break;
+    }
+    if (c < 0) {
+      diag_error(p->d, open, "unbalanced '{': missing '}' after the options of pass '%s'",
+                 pass_name);
+      p->errors++;
+    } else {
+      char found[32];
+      describe_here(p, found, sizeof found);
+      syntax_error(p, "expected ',' or '}' after the value of option '%s', found %s", o.key,
+                   found);
+    }
+    ok = false;
+    break;
+  }
+  if (ok && n) {
+    opts->items = arena_alloc(&p->pl->arena, (size_t)n * sizeof *items);
+    memcpy(opts->items, items, (size_t)n * sizeof *items);
+    opts->count = n;
+  }
+  free(items);
+  return ok;
+}
+
+/* Report an unknown pass name at 'loc' with a suggestion or the list of passes. */
+static void unknown_pass(diag_engine *d, diag_loc loc, const char *name) {
+  diag_error(d, loc, "unknown pass '%s'", name);
+  const char *s = pass_suggest(name);
+  if (s) {
+    diag_note(d, diag_mkloc(0, 0, 0, 0), "did you mean '%s'?", s);
+  } else {
+    strbuf sb = {0};
+    for (int i = 0; i < PASS_ID_COUNT; i++)
+      strbuf_printf(&sb, "%s%s", i ? ", " : "", pass_registry[i].name);
+    diag_note(d, diag_mkloc(0, 0, 0, 0), "available passes: %s", strbuf_cstr(&sb));
+    strbuf_free(&sb);
+  }
+}
+
+int pass_pipeline_parse(pass_pipeline *pl, const char *text, diag_engine *d) {
+  pparser p;
+  memset(&p, 0, sizeof p);
+  p.text = text;
+  p.len = strlen(text);
+  p.line = p.col = 1;
+  p.d = d;
+  p.pl = pl;
+  p.src = diag_add_source(d, "<pipeline>", text, p.len, 0);
+  skip_ws(&p);
+  if (peek(&p) < 0) return 0; /* the empty pipeline */
+  for (;;) {
+    skip_ws(&p);
+    uint32_t line = p.line, col = p.col;
+    size_t start = p.pos;
+    while (is_name_char(peek(&p))) advance(&p, 1);
+    size_t nlen = p.pos - start;
+    if (nlen == 0) {
+      int c = peek(&p);
+      char found[32];
+      describe_here(&p, found, sizeof found);
+      if (c < 0 || c == ',' || c == '{' || c == '}')
+        syntax_error(&p, "empty pass name");
+      else
+        syntax_error(&p, "expected a pass name, found %s", found);
+      break;
+    }
+    char *name = arena_strndup(&pl->arena, text + start, nlen);
+    diag_loc nloc = diag_mkloc(p.src, line, col, (uint32_t)nlen);
+    const pass_info *pass = pass_lookup(name);
+    if (!pass) {
+      unknown_pass(d, nloc, name);
+      p.errors++;
+    }
+    pass_options opts;
+    memset(&opts, 0, sizeof opts);
+    opts.pass = pass ? pass->name : name;
+    opts.loc = nloc;
+    skip_ws(&p);
+    if (peek(&p) == '{' && !parse_options(&p, pass, name, &opts)) break;
+    if (pass) {
+      pass_pipeline_entry *e = pass_pipeline_add(pl, pass);
+      e->opts = opts;
+    }
+    skip_ws(&p);
+    int c = peek(&p);
+    if (c < 0) break;
+    if (c == ',') {
+      advance(&p, 1);
+      continue;
+    }
+    char found[32];
+    describe_here(&p, found, sizeof found);
+    if (c == '}')
+      syntax_error(&p, "unbalanced '}' in pipeline");
+    else
+      syntax_error(&p, "expected ',' between passes, found %s", found);
+    break;
+  }
+  return p.errors;
+}
+
+pass_pipeline_entry *pass_pipeline_add(pass_pipeline *pl, const pass_info *p) {
+  VEC_RESERVE(pl->entries, pl->count, pl->cap);
+  pass_pipeline_entry *e = &pl->entries[pl->count++];
+  memset(e, 0, sizeof *e);
+  e->pass = p;
+  e->opts.pass = p->name;
+  return e;
+}
+
+void pass_pipeline_print(const pass_pipeline *pl, strbuf *sb) {
+  for (int i = 0; i < pl->count; i++) {
+    const pass_pipeline_entry *e = &pl->entries[i];
+    if (i) strbuf_putc(sb, ',');
+    strbuf_puts(sb, e->pass->name);
+    if (!e->opts.count) continue;
+    strbuf_putc(sb, '{');
+    for (int j = 0; j < e->opts.count; j++) {
+      const pass_option *o = &e->opts.items[j];
+      if (j) strbuf_putc(sb, ',');
+      strbuf_printf(sb, "%s=", o->key);
+      bool bare = !o->quoted && *o->value;
+      for (const char *c = o->value; bare && *c; c++) bare = is_value_char((unsigned char)*c);
+      if (bare) {
+        strbuf_puts(sb, o->value);
+        continue;
+      }
+      strbuf_putc(sb, '"');
+      for (const char *c = o->value; *c; c++) {
+        if (*c == '"' || *c == '\\') strbuf_putc(sb, '\\');
+        strbuf_putc(sb, *c);
+      }
+      strbuf_putc(sb, '"');
+    }
+    strbuf_putc(sb, '}');
+  }
+}
+
+void pass_pipeline_free(pass_pipeline *pl) {
+  free(pl->entries);
+  arena_free(&pl->arena);
+  memset(pl, 0, sizeof *pl);
+}
+
+/* ---- Pass manager -----------------------------------------------------------------------------*/
+
+bool pass_name_in_list(const char *name, const char *list) {
+  if (!list) return false;
+  size_t n = strlen(name);
+  for (const char *p = list; *p;) {
+    while (*p == ',' || isspace((unsigned char)*p)) p++;
+    const char *start = p;
+    while (*p && *p != ',' && !isspace((unsigned char)*p)) p++;
+    if ((size_t)(p - start) == n && memcmp(start, name, n) == 0) return true;
+  }
+  return false;
+}
+
+/* Whether a comma list names at least one pass. */
+static bool pass_name_list_nonempty(const char *list) {
+  for (const char *p = list; *p; p++)
+    if (*p != ',' && !isspace((unsigned char)*p)) return true;
+  return false;
+}
+
+int pass_check_name_list(const char *list, const char *flag, const char *prog, FILE *err) {
+  int bad = 0;
+  strbuf name = {0};
+  for (const char *p = list; *p;) {
+    while (*p == ',' || isspace((unsigned char)*p)) p++;
+    const char *start = p;
+    while (*p && *p != ',' && !isspace((unsigned char)*p)) p++;
+    if (p == start) break;
+    name.len = 0;
+    strbuf_append(&name, start, (size_t)(p - start));
+    if (pass_lookup(strbuf_cstr(&name))) continue;
+    fprintf(err, "%s: error: unknown pass '%s' in %s\n", prog, strbuf_cstr(&name), flag);
+    const char *s = pass_suggest(strbuf_cstr(&name));
+    if (s) fprintf(err, "%s: note: did you mean '%s'?\n", prog, s);
+    bad++;
+  }
+  strbuf_free(&name);
+  if (!bad && !pass_name_list_nonempty(list)) {
+    fprintf(err, "%s: error: %s needs a pass name\n", prog, flag);
+    bad++;
+  }
+  return bad;
+}
+
+/* Write an IR dump with its header to 'out'. */
+static void dump_ir(FILE *out, const char *when, const char *pass, const char *suffix,
+                    const ir_module *m, const pass_manager_opts *o) {
+  ir_print_opts po = {o->print_debuginfo};
+  strbuf sb = {0};
+  ir_print(m, &sb, &po);
+  fprintf(out, "# -----// IR Dump %s %s%s //----- #\n%s\n", when, pass, suffix, strbuf_cstr(&sb));
+  fflush(out);
+  strbuf_free(&sb);
+}
+
+/* Number of verifier errors of m, found without printing anything. */
+static int count_verify_errors(const ir_module *m) {
+  diag_engine *quiet = diag_new(NULL);
+  diag_set_verify(quiet, true); /* collect, never print */
+  int n = ir_verify(m, quiet, diag_mkloc(0, 0, 0, 0));
+  diag_free(quiet);
+  return n;
+}
+
+pass_status pass_pipeline_run(const pass_pipeline *pl, ir_module *m, const pass_manager_opts *o,
+                              diag_engine *d) {
+  pass_manager_opts none;
+  if (!o) {
+    memset(&none, 0, sizeof none);
+    o = &none;
+  }
+  FILE *dump = o->dump ? o->dump : stderr;
+  for (int i = 0; i < pl->count; i++) {
+    const pass_pipeline_entry *e = &pl->entries[i];
+    const char *name = e->pass->name;
+    bool after = o->print_ir_after_all || pass_name_in_list(name, o->print_ir_after);
+    if (o->print_ir_before_all || pass_name_in_list(name, o->print_ir_before))
+      dump_ir(dump, "Before", name, "", m, o);
+    int errors = diag_error_count(d);
+    int rc = e->pass->run(m, &e->opts, d);
+    bool reported = diag_error_count(d) > errors;
+    if (rc != 0 || reported) {
+      if (after) dump_ir(dump, "After", name, " Failed", m, o);
+      if (rc != 0 && !reported) {
+        diag_error(d, e->opts.loc, "internal error: pass '%s' failed without reporting an error",
+                   name);
+        return PASS_INTERNAL;
+      }
+      if (rc == 0) {
+        diag_error(d, e->opts.loc, "internal error: pass '%s' reported errors but succeeded",
+                   name);
+        return PASS_INTERNAL;
+      }
+      return PASS_FAILED;
+    }
+    if (o->verify_each && count_verify_errors(m) > 0) {
+      diag_error(d, e->opts.loc, "IR is invalid after pass '%s'", name);
+      ir_verify(m, d, e->opts.loc);
+      if (after) dump_ir(dump, "After", name, " Failed", m, o);
+      return PASS_FAILED;
+    }
+    if (after) dump_ir(dump, "After", name, "", m, o);
+  }
+  return PASS_OK;
+}

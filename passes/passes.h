@@ -1,0 +1,206 @@
+/* passes.h -- the pass library: the registry of passes (generated from passes.def), textual pass
+ * pipelines ("a,b{k=v},c") with located diagnostics, typed access to pass options, the pass
+ * manager (verify-each, IR dumps before/after passes), and the octo-opt driver that reads
+ * textual IR, runs a pipeline on it and prints the result. */
+#ifndef OCTO_PASSES_H
+#define OCTO_PASSES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ir.h"
+#include "support.h"
+
+/* ---- Options of one pass invocation ---------------------------------------------------------*/
+
+/* One "key=value" of a pass in a pipeline. */
+typedef struct pass_option {
+  const char *key;   /* option name (a declared option of the pass) */
+  const char *value; /* value text; quotes removed and escapes resolved for quoted strings */
+  bool quoted;       /* the value was written as a quoted string */
+  diag_loc key_loc;  /* span of the key in the pipeline text */
+  diag_loc value_loc; /* span of the value (quotes included) in the pipeline text */
+} pass_option;
+
+/* The options given to one pass invocation, as passed to its run function. */
+typedef struct pass_options {
+  const char *pass;   /* name of the pass they belong to (for messages) */
+  diag_loc loc;       /* span of the pass name in the pipeline text (file 0 when built in code) */
+  pass_option *items; /* options in the order written; keys are unique */
+  int count;          /* number of options */
+} pass_options;
+
+/* Run function of a pass. Pre: m is a module (verified unless the user asked otherwise); opts
+ * holds only options the pass declared. Returns 0 on success, non-zero after reporting at least
+ * one error through d; the module may then be partially transformed. */
+typedef int (*pass_run_fn)(ir_module *m, const pass_options *opts, diag_engine *d);
+
+/* ---- Registry (passes.def) ------------------------------------------------------------------*/
+
+/* Registry index of each pass: PASS_ID_<ID> in table order. */
+typedef enum pass_id {
+#define PASS(ID, NAME, SUMMARY, OPTIONS, RUN) PASS_ID_##ID,
+#include "passes.def"
+#undef PASS
+  PASS_ID_COUNT
+} pass_id;
+
+/* Run functions named in passes.def (each defined in one file of passes/). */
+#define PASS(ID, NAME, SUMMARY, OPTIONS, RUN) \
+  int RUN(ir_module *m, const pass_options *opts, diag_engine *d);
+#include "passes.def"
+#undef PASS
+
+/* A registered pass. */
+typedef struct pass_info {
+  pass_id id;               /* its registry index */
+  const char *name;         /* spelling in pipelines */
+  const char *summary;      /* one line for --list-passes and docs */
+  const char *options_help; /* declared options: "" or lines "key=SYNTAX: meaning" joined by '\n' */
+  pass_run_fn run;          /* what it does */
+} pass_info;
+
+extern const pass_info pass_registry[PASS_ID_COUNT];
+
+/* Pass spelled 'name', or NULL. */
+const pass_info *pass_lookup(const char *name);
+/* Closest registered pass name to a misspelled 'name' (suggest_* rules), or NULL. */
+const char *pass_suggest(const char *name);
+/* Whether pass p declares option 'key' (of length len). */
+bool pass_declares_option(const pass_info *p, const char *key, size_t len);
+/* Append the declared option names of p to sb as "a, b, c" (nothing when it has none). */
+void pass_option_names(const pass_info *p, strbuf *sb);
+/* Closest declared option of p to a misspelled 'key' (suggest_* rules): appends it to sb and
+ * returns true, or returns false when none is close. */
+bool pass_option_suggest(const pass_info *p, const char *key, strbuf *sb);
+
+/* Print every registered pass, in table order, with its summary and its options, to 'out'. */
+void pass_list(FILE *out);
+
+/* ---- Typed access to options (for run functions) ----------------------------------------------
+ * Each helper looks 'key' up in opts. When it is absent, *out = def and the helper returns 0.
+ * When it is present and well-formed, *out is its value and the helper returns 0. Otherwise it
+ * reports "invalid value ... for option 'key' of pass 'p': expected ..." at the value and returns
+ * -1, leaving *out = def. */
+
+/* The option 'key', or NULL when it was not given. */
+const pass_option *pass_opt_find(const pass_options *opts, const char *key);
+/* Its raw value text, or def. */
+const char *pass_opt_str(const pass_options *opts, const char *key, const char *def);
+/* A whole number, optionally with a count suffix K, M or G (10K = 10000). */
+int pass_opt_int(const pass_options *opts, const char *key, int64_t def, int64_t *out,
+                 diag_engine *d);
+/* A real number without unit. */
+int pass_opt_real(const pass_options *opts, const char *key, double def, double *out,
+                  diag_engine *d);
+/* true or false. */
+int pass_opt_bool(const pass_options *opts, const char *key, bool def, bool *out,
+                  diag_engine *d);
+/* A quantity of dimension 'dim' with a unit of units.def ("10s", "1.5GiB", "450GB/s"), in base
+ * units (seconds, bytes, FLOP/s, bytes/s). A bare number is rejected for dimensioned values. */
+int pass_opt_quantity(const pass_options *opts, const char *key, ir_dim dim, double def,
+                      double *out, diag_engine *d);
+/* One of 'nchoices' spellings; *out is its index. A misspelling gets a "did you mean" note. */
+int pass_opt_choice(const pass_options *opts, const char *key, const char *const *choices,
+                    int nchoices, int def, int *out, diag_engine *d);
+
+/* ---- Pipelines ------------------------------------------------------------------------------*/
+
+/* One pass invocation of a pipeline. */
+typedef struct pass_pipeline_entry {
+  const pass_info *pass; /* the pass */
+  pass_options opts;     /* its options (strings owned by the pipeline's arena) */
+} pass_pipeline_entry;
+
+/* A parsed pipeline. Zero-initialize, fill with pass_pipeline_parse or pass_pipeline_add, free
+ * with pass_pipeline_free. */
+typedef struct pass_pipeline {
+  pass_pipeline_entry *entries; /* invocations in order */
+  int count, cap;               /* number of entries, allocated */
+  arena arena;                  /* owns option keys, values and option arrays */
+} pass_pipeline;
+
+/* Parse pipeline text into pl (appending to what it holds). The text is added to d as a source
+ * named "<pipeline>" so errors point into it with a caret. Syntax errors (empty pass name,
+ * unbalanced braces, missing '=' or value, unterminated string) stop the parse; unknown passes
+ * and options, and options given twice, are reported and the parse goes on to find more.
+ * Whitespace around tokens is allowed; an empty or blank text is the empty pipeline.
+ * Returns the number of errors reported (0: pl is complete and valid). */
+int pass_pipeline_parse(pass_pipeline *pl, const char *text, diag_engine *d);
+/* Append an invocation of p without options (for pipelines built in code); returns it. */
+pass_pipeline_entry *pass_pipeline_add(pass_pipeline *pl, const pass_info *p);
+/* Canonical text of pl: no whitespace, values quoted when they were quoted or need it.
+ * Parsing the text gives the same pipeline. */
+void pass_pipeline_print(const pass_pipeline *pl, strbuf *sb);
+void pass_pipeline_free(pass_pipeline *pl);
+
+/* ---- Pass manager ---------------------------------------------------------------------------*/
+
+/* Outcome of running passes. */
+typedef enum pass_status {
+  PASS_OK = 0,       /* every pass succeeded */
+  PASS_FAILED = 1,   /* a pass reported errors, or the IR was invalid after a pass */
+  PASS_INTERNAL = 2, /* a pass broke its contract (failed silently, or reported errors and
+                        claimed success), or output could not be written */
+} pass_status;
+
+/* Instrumentation of a pipeline run. Zero-initialize for none. */
+typedef struct pass_manager_opts {
+  bool verify_each;            /* run ir_verify after every pass; stop when it fails */
+  const char *print_ir_before; /* dump the IR before passes with these names (comma list) */
+  const char *print_ir_after;  /* dump the IR after passes with these names (comma list) */
+  bool print_ir_before_all;    /* dump the IR before every pass */
+  bool print_ir_after_all;     /* dump the IR after every pass */
+  bool print_debuginfo;        /* dumps include loc(...) */
+  FILE *dump;                  /* where dumps go; stderr when NULL */
+} pass_manager_opts;
+
+/* Whether 'name' is one of the comma-separated names in 'list' (NULL: none). */
+bool pass_name_in_list(const char *name, const char *list);
+
+/* Check a comma-separated list of pass names given to a command-line flag (e.g.
+ * --print-ir-after): prints each unknown name to 'err' as "PROG: error: unknown pass 'x' in
+ * FLAG" (+ "PROG: note: did you mean 'y'?"), and an empty list as "FLAG needs a pass name".
+ * Returns the number of problems. */
+int pass_check_name_list(const char *list, const char *flag, const char *prog, FILE *err);
+
+/* Run the passes of pl in order on m. Dumps are written as a header line
+ * "# -----// IR Dump Before|After NAME //----- #" followed by the IR and an empty line; a pass
+ * that fails gets an "After NAME Failed" dump when after-dumps were asked for. Stops at the first
+ * failing pass. With verify_each, an invalid module after pass x is reported as "IR is invalid
+ * after pass 'x'" at the pass in the pipeline text, followed by the verifier's errors.
+ * Returns PASS_OK, PASS_FAILED or PASS_INTERNAL (see pass_status). */
+pass_status pass_pipeline_run(const pass_pipeline *pl, ir_module *m, const pass_manager_opts *o,
+                              diag_engine *d);
+
+/* ---- octo-opt driver --------------------------------------------------------------------------*/
+
+/* What octo-opt was asked to do (after its command line was parsed by the tool). */
+typedef struct pass_opt_config {
+  const char *input;          /* input file; "-" for stdin */
+  const char *passes;         /* pipeline text, NULL for none */
+  bool no_verify;             /* skip ir_verify after reading */
+  bool verify_diagnostics;    /* check diagnostics against expected-* comments; print no IR */
+  bool split_input_file;      /* process each "# -----" chunk as its own module */
+  pass_manager_opts pm;       /* instrumentation of the pipeline run */
+  FILE *dump_pipeline;        /* when non-NULL, the parsed pipeline is printed there */
+} pass_opt_config;
+
+/* Result of pass_opt_process. */
+typedef struct pass_opt_result {
+  pass_status status;  /* worst status over all chunks: FAILED when input could not be read or
+                          parsed, failed verification or a pass failed; in verify-diagnostics
+                          mode FAILED iff expectations did not match */
+  int chunks;          /* modules processed */
+  int chunks_ok;       /* of which produced output */
+} pass_opt_result;
+
+/* Read cfg->input (through d), parse the pipeline, and for each module (each chunk with
+ * split_input_file): read it, verify it unless no_verify, run the pipeline, and append its
+ * printed IR to 'out' (chunks' outputs separated by a line "# -----"). In verify-diagnostics
+ * mode d collects diagnostics, nothing is appended to 'out', and the expectations are checked
+ * at the end. Diagnostics go through d; dumps to cfg->pm.dump. Never exits. */
+pass_opt_result pass_opt_process(const pass_opt_config *cfg, diag_engine *d, strbuf *out);
+
+#endif

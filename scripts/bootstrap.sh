@@ -1,0 +1,65 @@
+#!/bin/sh
+# bootstrap.sh -- one-stop set-up for a fresh Debian machine: installs the build and test
+# dependencies that are missing (apt-get), configures and builds OctoPipe, then runs the
+# requested job.
+#
+#   scripts/bootstrap.sh example [SPEC]   build, then compile SPEC (default: the Nemotron-H
+#                                          example) and print its report
+#   scripts/bootstrap.sh test              build, run the whole test suite, then build again
+#                                          with AddressSanitizer + UBSan and run it once more
+#   scripts/bootstrap.sh build             only install and build
+set -eu
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+job=${1:-example}
+build="$root/build"
+jobs=$(nproc 2>/dev/null || echo 2)
+
+# Debian packages the build and the tests need, as "command:package" pairs.
+need="cmake:cmake cc:gcc make:make flex:flex bison:bison python3:python3"
+missing=""
+for pair in $need; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || missing="$missing ${pair#*:}"
+done
+[ -x /usr/lib/llvm-14/bin/FileCheck ] || missing="$missing llvm-14-tools"
+if [ -n "$missing" ]; then
+  echo "bootstrap: installing$missing"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  # shellcheck disable=SC2086
+  $sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+configure_and_build() { # $1: build dir, $2...: extra cmake arguments
+  dir=$1
+  shift
+  cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  cmake --build "$dir" -j "$jobs"
+}
+
+lit() { # $1: build dir
+  python3 /usr/lib/llvm-14/build/utils/lit/lit.py -sv "$1/tests"
+}
+
+case "$job" in
+build)
+  configure_and_build "$build"
+  ;;
+example)
+  configure_and_build "$build"
+  spec=${2:-"$root/examples/nemotron_h_8b.octo"}
+  "$build/tools/octoc" "$spec"
+  ;;
+test)
+  configure_and_build "$build"
+  lit "$build"
+  configure_and_build "$root/build-asan" -DOCTO_SANITIZE=address,undefined
+  lit "$root/build-asan"
+  ;;
+*)
+  echo "usage: scripts/bootstrap.sh example [SPEC] | test | build" >&2
+  exit 1
+  ;;
+esac

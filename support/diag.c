@@ -1,0 +1,340 @@
+/* diag.c -- diagnostics engine: sources, formatted messages with caret lines, error limit, and
+ * the expected-diagnostic checker behind --verify-diagnostics. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support.h"
+
+/* A diagnostic kept for verification. */
+typedef struct diag_record {
+  diag_severity sev; /* severity */
+  diag_loc loc;      /* where */
+  char *msg;         /* message text */
+  bool matched;      /* met an expectation */
+} diag_record;
+
+struct diag_engine {
+  FILE *out;             /* where diagnostics print */
+  diag_source *sources;  /* index id-1 */
+  uint32_t nsources, sources_cap;
+  int errors;            /* errors reported, including suppressed ones */
+  int limit;             /* printed error limit; 0 unlimited */
+  bool limit_noted;      /* "too many errors" printed */
+  bool verify;           /* collect instead of print */
+  diag_record *records;  /* collected in verify mode */
+  int nrecords, records_cap;
+};
+
+static const char *const sev_names[] = {"error", "warning", "note", "remark"};
+
+diag_engine *diag_new(FILE *out) {
+  diag_engine *d = xcalloc(1, sizeof *d);
+  d->out = out ? out : stderr;
+  d->limit = 20;
+  return d;
+}
+
+void diag_free(diag_engine *d) {
+  if (!d) return;
+  for (uint32_t i = 0; i < d->nsources; i++) {
+    free(d->sources[i].name);
+    free(d->sources[i].text);
+  }
+  free(d->sources);
+  for (int i = 0; i < d->nrecords; i++) free(d->records[i].msg);
+  free(d->records);
+  free(d);
+}
+
+uint32_t diag_add_source(diag_engine *d, const char *name, const char *text, size_t len,
+                         uint32_t line_base) {
+  diag_source s;
+  s.name = xstrdup(name);
+  s.text = xmalloc(len + 1);
+  memcpy(s.text, text, len);
+  s.text[len] = 0;
+  s.len = len;
+  s.line_base = line_base;
+  s.no_verify = false;
+  VEC_PUSH(d->sources, d->nsources, d->sources_cap, s);
+  return d->nsources;
+}
+
+uint32_t diag_load_file(diag_engine *d, const char *path, diag_loc from) {
+  size_t len = 0;
+  char *text = strcmp(path, "-") == 0 ? NULL : read_file(path, &len);
+  if (strcmp(path, "-") == 0) {
+    strbuf sb = {0};
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, stdin)) > 0) strbuf_append(&sb, chunk, n);
+    if (!sb.data) strbuf_append(&sb, "", 0);
+    text = sb.data;
+    len = sb.len;
+    path = "<stdin>";
+  }
+  if (!text) {
+    diag_error(d, from, "cannot read '%s': %s", path, strerror(errno));
+    return 0;
+  }
+  uint32_t id = diag_add_source(d, path, text, len, 0);
+  free(text);
+  return id;
+}
+
+const diag_source *diag_get_source(const diag_engine *d, uint32_t id) {
+  return id >= 1 && id <= d->nsources ? &d->sources[id - 1] : NULL;
+}
+
+static bool is_split_line(const char *p, const char *end) {
+  static const char marker[] = "# -----";
+  size_t n = sizeof marker - 1;
+  if ((size_t)(end - p) < n || memcmp(p, marker, n) != 0) return false;
+  p += n;
+  while (p < end && (*p == ' ' || *p == '\t' || *p == '\r')) p++;
+  return p == end;
+}
+
+int diag_split_source(diag_engine *d, uint32_t id, uint32_t **ids) {
+  int n = 0, cap = 0;
+  *ids = NULL;
+  size_t len = d->sources[id - 1].len;
+  uint32_t line = 0, chunk_line = 0;
+  size_t chunk_start = 0, pos = 0;
+  char *name = xstrdup(d->sources[id - 1].name);
+  while (pos <= len) {
+    const char *text = d->sources[id - 1].text; /* re-read: adding sources may move it */
+    const char *nl = memchr(text + pos, '\n', len - pos);
+    size_t line_end = nl ? (size_t)(nl - text) : len;
+    if (is_split_line(text + pos, text + line_end)) {
+      uint32_t cid = diag_add_source(d, name, text + chunk_start, pos - chunk_start, chunk_line);
+      VEC_PUSH(*ids, n, cap, cid);
+      chunk_start = nl ? line_end + 1 : len;
+      chunk_line = line + 1;
+    }
+    line++;
+    if (!nl) break;
+    pos = line_end + 1;
+  }
+  const char *text = d->sources[id - 1].text;
+  uint32_t cid = diag_add_source(d, name, text + chunk_start, len - chunk_start, chunk_line);
+  VEC_PUSH(*ids, n, cap, cid);
+  d->sources[id - 1].no_verify = true;
+  free(name);
+  return n;
+}
+
+/* Print the source line of 'loc' and a caret line under its span. */
+static void print_snippet(diag_engine *d, diag_loc loc) {
+  const diag_source *s = diag_get_source(d, loc.file);
+  if (!s || loc.line <= s->line_base) return;
+  uint32_t want = loc.line - s->line_base, line = 1;
+  size_t pos = 0;
+  while (line < want && pos < s->len) {
+    const char *nl = memchr(s->text + pos, '\n', s->len - pos);
+    if (!nl) return;
+    pos = (size_t)(nl - s->text) + 1;
+    line++;
+  }
+  if (line != want) return;
+  size_t end = pos;
+  while (end < s->len && s->text[end] != '\n') end++;
+  /* show at most 200 bytes of the line, in a window that contains the column */
+  size_t col = loc.col ? loc.col : 1;
+  size_t from = pos;
+  if (col > 150 && end - pos > 200) from = pos + col - 100;
+  size_t to = end - from > 200 ? from + 200 : end;
+  strbuf sb = {0};
+  for (size_t i = from; i < to; i++) {
+    unsigned char c = (unsigned char)s->text[i];
+    strbuf_putc(&sb, c == '\t' ? ' ' : c == '\r' ? ' ' : (c < 32 || c == 127) ? '?' : (char)c);
+  }
+  fprintf(d->out, "%s\n", strbuf_cstr(&sb));
+  strbuf_free(&sb);
+  size_t at = pos + col - 1; /* byte of the caret */
+  if (at < from || at > to) return;
+  for (size_t i = from; i < at; i++) fputc(' ', d->out);
+  fputc('^', d->out);
+  size_t len = loc.len;
+  if (len > to - at) len = to - at;
+  for (size_t i = 1; i < len; i++) fputc('~', d->out);
+  fputc('\n', d->out);
+}
+
+void diag_vreport(diag_engine *d, diag_severity sev, diag_loc loc, const char *fmt, va_list ap) {
+  strbuf msg = {0};
+  strbuf_vprintf(&msg, fmt, ap);
+  if (sev == DIAG_ERROR) d->errors++;
+  if (d->verify) {
+    diag_record r = {sev, loc, msg.data ? msg.data : xstrdup(""), false};
+    VEC_PUSH(d->records, d->nrecords, d->records_cap, r);
+    return;
+  }
+  if (sev == DIAG_ERROR && d->limit && d->errors > d->limit) {
+    if (!d->limit_noted) {
+      fprintf(d->out, "error: too many errors emitted, stopping now\n");
+      d->limit_noted = true;
+    }
+    strbuf_free(&msg);
+    return;
+  }
+  if (d->limit_noted) { /* notes of suppressed errors stay suppressed */
+    strbuf_free(&msg);
+    return;
+  }
+  const diag_source *s = diag_get_source(d, loc.file);
+  if (s && loc.line)
+    fprintf(d->out, "%s:%u:%u: %s: %s\n", s->name, loc.line, loc.col ? loc.col : 1,
+            sev_names[sev], strbuf_cstr(&msg));
+  else if (s)
+    fprintf(d->out, "%s: %s: %s\n", s->name, sev_names[sev], strbuf_cstr(&msg));
+  else
+    fprintf(d->out, "%s: %s\n", sev_names[sev], strbuf_cstr(&msg));
+  if (s && loc.line && sev != DIAG_REMARK) print_snippet(d, loc);
+  strbuf_free(&msg);
+}
+
+void diag_report(diag_engine *d, diag_severity sev, diag_loc loc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  diag_vreport(d, sev, loc, fmt, ap);
+  va_end(ap);
+}
+
+int diag_error_count(const diag_engine *d) { return d->errors; }
+void diag_set_error_limit(diag_engine *d, int limit) { d->limit = limit < 0 ? 0 : limit; }
+bool diag_limit_reached(const diag_engine *d) {
+  return !d->verify && d->limit && d->errors > d->limit;
+}
+void diag_set_verify(diag_engine *d, bool on) { d->verify = on; }
+
+/* ---- Verification of expected diagnostics ---- */
+
+/* Print a verification failure in the normal format (bypassing collection). */
+static void verify_fail(diag_engine *d, diag_loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void verify_fail(diag_engine *d, diag_loc loc, const char *fmt, ...) {
+  bool v = d->verify;
+  d->verify = false;
+  int saved_errors = d->errors, saved_limit = d->limit;
+  d->limit = 0;
+  va_list ap;
+  va_start(ap, fmt);
+  diag_vreport(d, DIAG_ERROR, loc, fmt, ap);
+  va_end(ap);
+  d->errors = saved_errors;
+  d->limit = saved_limit;
+  d->verify = v;
+}
+
+/* Find an unmatched record of severity sev at (file, line) containing text; mark it. */
+static bool match_record(diag_engine *d, diag_severity sev, uint32_t file, uint32_t line,
+                         const char *text) {
+  const diag_source *want = diag_get_source(d, file);
+  for (int i = 0; i < d->nrecords; i++) {
+    diag_record *r = &d->records[i];
+    if (r->matched || r->sev != sev) continue;
+    if (file == 0 ? r->loc.file != 0 : r->loc.line != line) continue;
+    const diag_source *got = diag_get_source(d, r->loc.file);
+    /* same chunk, or same file name for diagnostics located in an imported copy */
+    if (r->loc.file != file && !(got && want && got->line_base == want->line_base &&
+                                 strcmp(got->name, want->name) == 0))
+      continue;
+    if (!strstr(r->msg, text)) continue;
+    r->matched = true;
+    return true;
+  }
+  return false;
+}
+
+/* Scan one source for expectations; returns mismatches. */
+static int verify_source(diag_engine *d, uint32_t id) {
+  int bad = 0;
+  const diag_source *s = diag_get_source(d, id);
+  static const struct {
+    const char *word;
+    diag_severity sev;
+  } kinds[] = {{"expected-error", DIAG_ERROR},
+               {"expected-warning", DIAG_WARNING},
+               {"expected-note", DIAG_NOTE},
+               {"expected-remark", DIAG_REMARK}};
+  uint32_t line = s->line_base + 1;
+  for (size_t pos = 0; pos < s->len; line++) {
+    const char *text = s->text;
+    const char *nl = memchr(text + pos, '\n', s->len - pos);
+    size_t end = nl ? (size_t)(nl - text) : s->len;
+    char *ln = xstrndup(text + pos, end - pos);
+    for (char *p = ln; (p = strstr(p, "expected-")) != NULL;) {
+      size_t k;
+      for (k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        if (strncmp(p, kinds[k].word, strlen(kinds[k].word)) == 0) break;
+      if (k == sizeof kinds / sizeof kinds[0]) {
+        p += 9;
+        continue;
+      }
+      uint32_t col = (uint32_t)(p - ln) + 1;
+      char *q = p + strlen(kinds[k].word);
+      long target = line;
+      uint32_t file = id;
+      if (strncmp(q, "@unknown", 8) == 0) { /* a diagnostic without a location */
+        target = 0;
+        file = 0;
+        q += 8;
+      } else if (*q == '@') {
+        q++;
+        char *e;
+        if (*q == '+' || *q == '-') {
+          long off = strtol(q, &e, 10);
+          target = (long)line + off;
+        } else {
+          target = strtol(q, &e, 10);
+        }
+        if (e == q || (e == q + 1 && (*q == '+' || *q == '-'))) {
+          verify_fail(d, diag_mkloc(id, line, col, 0), "expected line offset after '@'");
+          bad++;
+          break;
+        }
+        q = e;
+      }
+      while (*q == ' ' || *q == '\t') q++;
+      if (strncmp(q, "{{", 2) != 0) {
+        verify_fail(d, diag_mkloc(id, line, col, 0), "expected '{{' after %s", kinds[k].word);
+        bad++;
+        break;
+      }
+      char *close = strstr(q + 2, "}}");
+      if (!close) {
+        verify_fail(d, diag_mkloc(id, line, col, 0), "missing '}}' after expected text");
+        bad++;
+        break;
+      }
+      *close = 0;
+      if (!match_record(d, kinds[k].sev, file, (uint32_t)target, q + 2)) {
+        verify_fail(d, diag_mkloc(id, line, col, 0), "expected %s \"%s\" was not produced",
+                    sev_names[kinds[k].sev], q + 2);
+        bad++;
+      }
+      p = close + 2;
+    }
+    free(ln);
+    if (!nl) break;
+    pos = end + 1;
+  }
+  return bad;
+}
+
+int diag_verify_finish(diag_engine *d) {
+  int bad = 0;
+  for (uint32_t id = 1; id <= d->nsources; id++)
+    if (!d->sources[id - 1].no_verify) bad += verify_source(d, id);
+  for (int i = 0; i < d->nrecords; i++) {
+    diag_record *r = &d->records[i];
+    if (r->matched) continue;
+    verify_fail(d, r->loc, "unexpected %s: %s", sev_names[r->sev], r->msg);
+    bad++;
+  }
+  for (int i = 0; i < d->nrecords; i++) free(d->records[i].msg);
+  d->nrecords = 0;
+  return bad;
+}

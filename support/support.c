@@ -1,0 +1,205 @@
+/* support.c -- allocation, arena, string buffer, suggestions, number formatting, file reading. */
+#include "support.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *oom(void) {
+  fputs("octopipe: out of memory\n", stderr);
+  abort();
+}
+
+void *xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  return p ? p : oom();
+}
+
+void *xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  return p ? p : oom();
+}
+
+void *xrealloc(void *p, size_t n) {
+  void *q = realloc(p, n ? n : 1);
+  return q ? q : oom();
+}
+
+char *xstrdup(const char *s) { return xstrndup(s, strlen(s)); }
+
+char *xstrndup(const char *s, size_t n) {
+  char *p = xmalloc(n + 1);
+  memcpy(p, s, n);
+  p[n] = 0;
+  return p;
+}
+
+/* ---- Arena ---- */
+
+struct arena_block {
+  arena_block *next; /* older block */
+  size_t used, size; /* bytes used / available in data */
+  _Alignas(16) unsigned char data[];
+};
+
+void *arena_alloc(arena *a, size_t n) {
+  n = (n + 15) & ~(size_t)15;
+  arena_block *b = a->head;
+  if (!b || b->size - b->used < n) {
+    size_t size = n > 32768 ? n : 32768;
+    b = xmalloc(sizeof *b + size);
+    b->next = a->head;
+    b->used = 0;
+    b->size = size;
+    a->head = b;
+  }
+  void *p = b->data + b->used;
+  b->used += n;
+  memset(p, 0, n);
+  return p;
+}
+
+char *arena_strndup(arena *a, const char *s, size_t n) {
+  char *p = arena_alloc(a, n + 1);
+  memcpy(p, s, n);
+  p[n] = 0;
+  return p;
+}
+
+char *arena_strdup(arena *a, const char *s) { return arena_strndup(a, s, strlen(s)); }
+
+void arena_free(arena *a) {
+  for (arena_block *b = a->head, *next; b; b = next) {
+    next = b->next;
+    free(b);
+  }
+  a->head = NULL;
+}
+
+/* ---- String buffer ---- */
+
+static void strbuf_grow(strbuf *sb, size_t extra) {
+  if (sb->len + extra + 1 <= sb->cap) return;
+  size_t cap = sb->cap ? sb->cap : 64;
+  while (cap < sb->len + extra + 1) cap *= 2;
+  sb->data = xrealloc(sb->data, cap);
+  sb->cap = cap;
+}
+
+void strbuf_append(strbuf *sb, const char *s, size_t n) {
+  strbuf_grow(sb, n);
+  memcpy(sb->data + sb->len, s, n);
+  sb->len += n;
+  sb->data[sb->len] = 0;
+}
+
+void strbuf_puts(strbuf *sb, const char *s) { strbuf_append(sb, s, strlen(s)); }
+
+void strbuf_putc(strbuf *sb, char c) { strbuf_append(sb, &c, 1); }
+
+void strbuf_vprintf(strbuf *sb, const char *fmt, va_list ap) {
+  va_list ap2;
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap2);
+  va_end(ap2);
+  if (n < 0) return;
+  strbuf_grow(sb, (size_t)n);
+  vsnprintf(sb->data + sb->len, (size_t)n + 1, fmt, ap);
+  sb->len += (size_t)n;
+}
+
+void strbuf_printf(strbuf *sb, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  strbuf_vprintf(sb, fmt, ap);
+  va_end(ap);
+}
+
+const char *strbuf_cstr(const strbuf *sb) { return sb->data ? sb->data : ""; }
+
+void strbuf_free(strbuf *sb) {
+  free(sb->data);
+  sb->data = NULL;
+  sb->len = sb->cap = 0;
+}
+
+/* ---- Suggestions ---- */
+
+int str_edit_distance(const char *a, const char *b, int max) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 64 || lb > 64) return max + 1;
+  if ((int)(la > lb ? la - lb : lb - la) > max) return max + 1;
+  int row[65];
+  for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+  for (size_t i = 1; i <= la; i++) {
+    int prev = row[0], best = (int)i;
+    row[0] = (int)i;
+    for (size_t j = 1; j <= lb; j++) {
+      int cur = row[j];
+      int sub = prev + (a[i - 1] != b[j - 1]);
+      int del = row[j] + 1, ins = row[j - 1] + 1;
+      row[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+      if (row[j] < best) best = row[j];
+      prev = cur;
+    }
+    if (best > max) return max + 1;
+  }
+  return row[lb] > max ? max + 1 : row[lb];
+}
+
+void suggest_init(suggest *s, const char *word) {
+  s->word = word;
+  s->best = NULL;
+  s->best_dist = 1 << 30;
+}
+
+static int suggest_limit(const char *word) {
+  int l = (int)strlen(word) / 3;
+  return l < 1 ? 1 : l > 3 ? 3 : l;
+}
+
+void suggest_add(suggest *s, const char *candidate) {
+  int lim = suggest_limit(s->word);
+  int d = str_edit_distance(s->word, candidate, lim);
+  if (d <= lim && d < s->best_dist && strcmp(s->word, candidate) != 0) {
+    s->best = candidate;
+    s->best_dist = d;
+  }
+}
+
+const char *suggest_result(const suggest *s) { return s->best; }
+
+/* ---- Numbers ---- */
+
+bool fmt_shortest_scaled(char *buf, double v, double scale) {
+  double m = v / scale;
+  double mag = fabs(m);
+  bool plain = mag == 0 || (mag >= 1e-4 && mag < 1e16); /* print without an exponent */
+  for (int digits = 1; digits <= 17; digits++) {
+    snprintf(buf, 40, "%.*g", digits, m);
+    if (plain && strchr(buf, 'e')) continue;
+    if (strtod(buf, NULL) * scale == v) return true;
+  }
+  snprintf(buf, 40, "%.17g", m);
+  return strtod(buf, NULL) * scale == v;
+}
+
+char *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  strbuf sb = {0};
+  char chunk[65536];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) strbuf_append(&sb, chunk, n);
+  int err = ferror(f);
+  fclose(f);
+  if (err) {
+    strbuf_free(&sb);
+    errno = EIO;
+    return NULL;
+  }
+  if (!sb.data) strbuf_append(&sb, "", 0);
+  *len = sb.len;
+  return sb.data;
+}

@@ -1,0 +1,153 @@
+/* support.h -- shared utilities of every OctoPipe library: an arena allocator, a growable string
+ * buffer, "did you mean" suggestions, shortest round-trip number formatting, and the diagnostics
+ * engine (source buffers, file:line:col messages with caret lines, error limit, and MLIR-style
+ * --verify-diagnostics / --split-input-file). */
+#ifndef OCTO_SUPPORT_H
+#define OCTO_SUPPORT_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define OCTO_VERSION "0.1.0"
+
+/* ---- Memory ------------------------------------------------------------------------------ */
+
+/* Allocation helpers that abort with a message on out-of-memory (the only abort in libraries:
+ * there is no useful recovery from a failed small allocation). */
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+
+/* Grow array 'arr' (element count 'n', capacity 'cap') so one more element fits. */
+#define VEC_RESERVE(arr, n, cap)                                                                 \
+  do {                                                                                           \
+    if ((n) >= (cap)) {                                                                          \
+      (cap) = (cap) ? 2 * (cap) : 8;                                                             \
+      (arr) = xrealloc((arr), (size_t)(cap) * sizeof *(arr));                                    \
+    }                                                                                            \
+  } while (0)
+#define VEC_PUSH(arr, n, cap, item)                                                              \
+  do {                                                                                           \
+    VEC_RESERVE(arr, n, cap);                                                                    \
+    (arr)[(n)++] = (item);                                                                       \
+  } while (0)
+
+/* Bump allocator: many small allocations freed together. */
+typedef struct arena_block arena_block;
+typedef struct arena {
+  arena_block *head; /* newest block; older ones chained behind it */
+} arena;
+
+void *arena_alloc(arena *a, size_t n); /* zeroed, 16-byte aligned */
+char *arena_strdup(arena *a, const char *s);
+char *arena_strndup(arena *a, const char *s, size_t n);
+void arena_free(arena *a); /* frees every block; the arena is empty and reusable after */
+
+/* ---- Strings ------------------------------------------------------------------------------*/
+
+/* Growable, always NUL-terminated string. Zero-initialize before use; free with strbuf_free. */
+typedef struct strbuf {
+  char *data; /* contents (NULL until the first append) */
+  size_t len; /* length without the NUL */
+  size_t cap; /* allocated */
+} strbuf;
+
+void strbuf_append(strbuf *sb, const char *s, size_t n);
+void strbuf_puts(strbuf *sb, const char *s);
+void strbuf_putc(strbuf *sb, char c);
+void strbuf_printf(strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void strbuf_vprintf(strbuf *sb, const char *fmt, va_list ap);
+const char *strbuf_cstr(const strbuf *sb); /* "" when empty */
+void strbuf_free(strbuf *sb);
+
+/* Levenshtein distance, capped at 'max' + 1. */
+int str_edit_distance(const char *a, const char *b, int max);
+
+/* Collects the closest of several candidate spellings to a misspelled name. */
+typedef struct suggest {
+  const char *word; /* misspelled name */
+  const char *best; /* closest candidate so far, or NULL */
+  int best_dist;    /* its distance */
+} suggest;
+void suggest_init(suggest *s, const char *word);
+void suggest_add(suggest *s, const char *candidate);
+/* Closest candidate within a third of the word's length (at least 1, at most 3), or NULL. */
+const char *suggest_result(const suggest *s);
+
+/* Write the shortest decimal text of v (%g style, up to 17 digits) for which
+ * strtod(text) * scale == v exactly, when one exists (scale 1 always has one). Returns false
+ * when no text up to 17 digits gives v back. 'buf' needs 40 bytes. */
+bool fmt_shortest_scaled(char *buf, double v, double scale);
+
+/* Read a whole file into a NUL-terminated buffer. Returns NULL and sets errno on failure. */
+char *read_file(const char *path, size_t *len);
+
+/* ---- Diagnostics --------------------------------------------------------------------------*/
+
+typedef enum diag_severity { DIAG_ERROR, DIAG_WARNING, DIAG_NOTE, DIAG_REMARK } diag_severity;
+
+/* A position in a source buffer of the engine. file 0 means "no location". */
+typedef struct diag_loc {
+  uint32_t file; /* source id from diag_add_source; 0: none */
+  uint32_t line; /* 1-based line, counting the source's line_base */
+  uint32_t col;  /* 1-based column in bytes */
+  uint32_t len;  /* length of the span to underline (0 or 1: a caret only) */
+} diag_loc;
+
+/* A source buffer known to the engine. */
+typedef struct diag_source {
+  char *name;         /* file name as given */
+  char *text;         /* contents, NUL-terminated (may contain other NULs) */
+  size_t len;         /* length in bytes */
+  uint32_t line_base; /* lines before the first one (for --split-input-file chunks) */
+  bool no_verify;     /* not scanned for expected-* comments (a file split into chunks) */
+} diag_source;
+
+typedef struct diag_engine diag_engine;
+
+/* New engine printing to 'out' (stderr when NULL). */
+diag_engine *diag_new(FILE *out);
+void diag_free(diag_engine *d);
+/* Add a copy of a buffer as a source; returns its id (>= 1). */
+uint32_t diag_add_source(diag_engine *d, const char *name, const char *text, size_t len,
+                         uint32_t line_base);
+/* Read 'path' and add it; returns its id, or 0 after reporting the failure at 'from'. */
+uint32_t diag_load_file(diag_engine *d, const char *path, diag_loc from);
+const diag_source *diag_get_source(const diag_engine *d, uint32_t id);
+/* Split source 'id' at lines that are exactly "# -----" into chunk sources that keep the
+ * original line numbers. Returns the number of chunks and their ids in *ids (caller frees). */
+int diag_split_source(diag_engine *d, uint32_t id, uint32_t **ids);
+
+/* Report a diagnostic. Errors past the limit are counted but not printed; the first one past it
+ * prints "too many errors emitted". In verify mode diagnostics are collected, not printed. */
+void diag_report(diag_engine *d, diag_severity sev, diag_loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void diag_vreport(diag_engine *d, diag_severity sev, diag_loc loc, const char *fmt, va_list ap);
+#define diag_error(d, loc, ...) diag_report((d), DIAG_ERROR, (loc), __VA_ARGS__)
+#define diag_note(d, loc, ...) diag_report((d), DIAG_NOTE, (loc), __VA_ARGS__)
+#define diag_warning(d, loc, ...) diag_report((d), DIAG_WARNING, (loc), __VA_ARGS__)
+
+int diag_error_count(const diag_engine *d);
+/* Maximum printed errors (0: unlimited; default 20). */
+void diag_set_error_limit(diag_engine *d, int limit);
+/* True once the error limit was passed: parsers stop early. */
+bool diag_limit_reached(const diag_engine *d);
+/* Collect diagnostics for diag_verify_finish instead of printing them. */
+void diag_set_verify(diag_engine *d, bool on);
+/* Compare collected diagnostics with the "expected-error[@+N|@-N|@N] {{text}}" comments of
+ * every source (also expected-warning, -note, -remark): each expectation must be met by a
+ * diagnostic of that severity on that line whose message contains the text, and every
+ * diagnostic must be expected. Prints each mismatch as an error; returns their number. */
+int diag_verify_finish(diag_engine *d);
+/* Location helper. */
+static inline diag_loc diag_mkloc(uint32_t file, uint32_t line, uint32_t col, uint32_t len) {
+  diag_loc l = {file, line, col, len};
+  return l;
+}
+
+#endif

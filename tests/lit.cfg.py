@@ -1,0 +1,27 @@
+# lit configuration of the OctoPipe test suite.
+import os
+import shutil
+import lit.formats
+
+config.name = "OctoPipe"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".octo", ".oir", ".test"]
+config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "unit"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.octo_obj_root, "tests")
+
+path = os.pathsep.join([config.octo_tools_dir, config.octo_unit_dir, config.filecheck_dir,
+                        config.environment.get("PATH", os.environ.get("PATH", ""))])
+config.environment["PATH"] = path
+config.substitutions.append(("%examples", os.path.join(config.octo_src_root, "examples")))
+config.substitutions.append(("%srcroot", config.octo_src_root))
+# Sanitizer builds: memory errors, leaks and undefined behaviour all fail the test.
+config.environment["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0"
+config.environment["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
+
+# A GPU is usable only when the CUDA backends were built and a device is visible.
+if config.octo_cuda in ("TRUE", "ON", "1") and shutil.which("nvidia-smi") and \
+        os.system("nvidia-smi -L >/dev/null 2>&1") == 0:
+    config.available_features.add("cuda")
+if config.octo_sanitize:
+    config.available_features.add("sanitizer")

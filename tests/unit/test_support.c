@@ -1,0 +1,95 @@
+/* test_support.c -- unit tests of support/: suggestions, shortest exact number text, string
+ * buffer, and the diagnostics engine's split and verify machinery. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "support.h"
+#include "unit.h"
+
+void test_support_suggest(void) {
+  UNIT_CHECK(str_edit_distance("kv_head", "kv_heads", 3) == 1);
+  UNIT_CHECK(str_edit_distance("abc", "abc", 3) == 0);
+  UNIT_CHECK(str_edit_distance("completely", "different", 3) == 4);
+  suggest s;
+  suggest_init(&s, "atention");
+  suggest_add(&s, "embedding");
+  suggest_add(&s, "attention");
+  suggest_add(&s, "mlp");
+  UNIT_CHECK_STREQ(suggest_result(&s), "attention");
+  suggest_init(&s, "xyz");
+  suggest_add(&s, "attention");
+  UNIT_CHECK(suggest_result(&s) == NULL);
+}
+
+void test_support_shortest(void) {
+  char buf[48];
+  UNIT_CHECK(fmt_shortest_scaled(buf, 0.21e-3, 1e-3));
+  UNIT_CHECK_STREQ(buf, "0.21");
+  UNIT_CHECK(fmt_shortest_scaled(buf, 80.0 * 1073741824.0, 1073741824.0));
+  UNIT_CHECK_STREQ(buf, "80");
+  UNIT_CHECK(fmt_shortest_scaled(buf, 1.0 / 3.0, 1.0));
+  UNIT_CHECK_EQ_DBL(strtod(buf, NULL), 1.0 / 3.0);
+  /* every text must give the value back exactly, whatever the scale */
+  double vals[] = {3.35e12, 1e-9, 123456789.0, 0.1, 7e20, 5e-324};
+  double scales[] = {1.0, 1e-3, 1e9, 1048576.0};
+  for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
+    for (size_t j = 0; j < sizeof scales / sizeof scales[0]; j++)
+      if (fmt_shortest_scaled(buf, vals[i], scales[j]))
+        UNIT_CHECK_EQ_DBL(strtod(buf, NULL) * scales[j], vals[i]);
+}
+
+void test_support_strbuf(void) {
+  strbuf sb = {0};
+  UNIT_CHECK_STREQ(strbuf_cstr(&sb), "");
+  for (int i = 0; i < 1000; i++) strbuf_printf(&sb, "%d,", i % 10);
+  UNIT_CHECK(sb.len == 2000);
+  UNIT_CHECK(sb.data[1999] == ',' && sb.data[2000] == 0);
+  strbuf_free(&sb);
+  arena a = {0};
+  char *p = arena_strdup(&a, "hello");
+  void *big = arena_alloc(&a, 100000);
+  UNIT_CHECK_STREQ(p, "hello");
+  UNIT_CHECK(((uintptr_t)big & 15) == 0);
+  arena_free(&a);
+}
+
+/* Splitting keeps the original line numbers; verify mode matches expectations per chunk. */
+void test_support_diag_split_verify(void) {
+  FILE *sink = tmpfile();
+  diag_engine *d = diag_new(sink);
+  const char text[] = "a\n# -----\nb\n# expected-error@+1 {{boom}}\nc\n# -----\n";
+  uint32_t id = diag_add_source(d, "t.octo", text, sizeof text - 1, 0);
+  uint32_t *ids;
+  int n = diag_split_source(d, id, &ids);
+  UNIT_CHECK(n == 3);
+  if (n == 3) {
+    UNIT_CHECK(diag_get_source(d, ids[1])->line_base == 2);
+    UNIT_CHECK(diag_get_source(d, ids[2])->len == 0);
+    diag_set_verify(d, true);
+    diag_error(d, diag_mkloc(ids[1], 5, 1, 1), "a boom happened");
+    UNIT_CHECK(diag_verify_finish(d) == 0);
+    diag_error(d, diag_mkloc(ids[1], 3, 1, 1), "unexpected one");
+    UNIT_CHECK(diag_verify_finish(d) == 2); /* the stray error and the unmet expectation */
+  }
+  free(ids);
+  diag_free(d);
+  fclose(sink);
+}
+
+/* The error limit counts every error but prints only the first ones. */
+void test_support_diag_limit(void) {
+  FILE *sink = tmpfile();
+  diag_engine *d = diag_new(sink);
+  diag_set_error_limit(d, 2);
+  for (int i = 0; i < 5; i++) diag_error(d, diag_mkloc(0, 0, 0, 0), "e%d", i);
+  UNIT_CHECK(diag_error_count(d) == 5);
+  UNIT_CHECK(diag_limit_reached(d));
+  rewind(sink);
+  char line[128];
+  int lines = 0;
+  while (fgets(line, sizeof line, sink)) lines++;
+  UNIT_CHECK(lines == 3); /* two errors and "too many errors" */
+  diag_free(d);
+  fclose(sink);
+}
