@@ -102,6 +102,7 @@ static void rd_error(rd_parser *p, diag_loc loc, const char *fmt, ...) {
   p->errors++;
 }
 
+/* Location of token t, spanning it (so that the caret line underlines it). */
 static diag_loc rd_loc(const rd_parser *p, const rd_token *t) {
   return diag_mkloc(p->file, t->line, t->col, t->len > 200 ? 200 : (uint32_t)t->len);
 }
@@ -569,7 +570,8 @@ static bool rd_parse_value(rd_parser *p, rd_value *v, const char *what) {
     rd_scan_unit(p, v);
     size_t end = v->unit_len ? v->unit_off + v->unit_len : t->off + t->len;
     v->loc = rd_loc(p, &start);
-    if (start.line == t->line) v->loc.len = (uint32_t)((end - start.off) > 200 ? 200 : end - start.off);
+    if (start.line == t->line)
+      v->loc.len = (uint32_t)(end - start.off > 200 ? 200 : end - start.off);
     return true;
   }
   if (p->tok.kind == RD_IDENT && !v->negative) {
@@ -655,8 +657,8 @@ static double rd_number(const char *s, size_t n) {
   return x;
 }
 
-/* Check value v against type t of field 'what' and compute it: numbers are strtod(text) times
- * the unit's scale (exactly the computation ir_format_value's text is checked with, so printed
+/* Check value v against type t of field 'what' and compute it: numbers are strtod(text) scaled
+ * by scale_apply with the unit's scale (exactly the computation ir_format_value's text is checked with, so printed
  * values read back identically). Returns false after reporting why v is not a valid value. */
 static bool rd_convert(rd_parser *p, const rd_value *v, ir_type t, const char *what,
                        double *out) {
@@ -751,7 +753,8 @@ static bool rd_convert(rd_parser *p, const rd_value *v, ir_type t, const char *w
         for (int i = 0; i < ir_unit_count && !best; i++) {
           const char *a = ir_units[i].name, *b = ubuf;
           while (*a && *b && (*a | 0x20) == (*b | 0x20)) a++, b++;
-          if (!*a && !*b && (want == IR_DIM_NONE || ir_units[i].dim == want)) best = ir_units[i].name;
+          if (!*a && !*b && (want == IR_DIM_NONE || ir_units[i].dim == want))
+            best = ir_units[i].name;
         }
         if (!best) {
           suggest sg;
@@ -787,7 +790,7 @@ static bool rd_convert(rd_parser *p, const rd_value *v, ir_type t, const char *w
     strbuf_free(&units);
     goto done;
   }
-  double val = scale == 1.0 ? x : x * scale;
+  double val = scale == 1.0 ? x : scale_apply(x, scale);
   if (!isfinite(val)) {
     rd_error(p, v->loc, "number '%s' is out of range", TEXT);
     goto done;
@@ -818,50 +821,33 @@ typedef struct rd_body {
   void *rec;           /* record struct to fill, or NULL */
   ir_layer *layer;     /* layer whose parameters to fill, or NULL */
   bool unchecked;      /* check only the syntax (the layer's kind is unknown) */
+  int first, count;    /* the record's fields in ir_fields (set by rd_parse_body) */
 } rd_body;
 
-/* First field index and field count of record kind r in ir_fields (computed once). */
-static void rd_record_range(ir_record_kind r, int *first, int *count) {
-  static int firsts[IR_REC_COUNT], counts[IR_REC_COUNT];
-  static bool done;
-  if (!done) {
-    for (int k = 0; k < IR_REC_COUNT; k++) ir_record_fields((ir_record_kind)k, &firsts[k], &counts[k]);
-    done = true;
-  }
-  *first = firsts[r];
-  *count = counts[r];
-}
-
-/* Field of record kind r spelled name (index into ir_fields), or -1: ir_field_lookup limited to
- * the record's own fields. */
-static int rd_field_lookup(ir_record_kind r, const char *name) {
-  int first, n;
-  rd_record_range(r, &first, &n);
-  for (int i = first; i < first + n; i++)
+/* Field of the body's record spelled name (index into ir_fields), or -1: ir_field_lookup limited
+ * to the record's own fields. */
+static int rd_field_lookup(const rd_body *b, const char *name) {
+  for (int i = b->first; i < b->first + b->count; i++)
     if (strcmp(ir_fields[i].name, name) == 0) return i;
   return -1;
 }
 
-/* Whether field idx of record rec (kind r) is set. */
-static bool rd_field_is_set(void *rec, ir_record_kind r, int idx) {
-  int first, n;
-  rd_record_range(r, &first, &n);
-  return (*ir_record_mask(rec, r) >> (idx - first)) & 1;
+/* Whether field idx of the body's record is set. */
+static bool rd_field_is_set(const rd_body *b, int idx) {
+  return (*ir_record_mask(b->rec, b->kind) >> (idx - b->first)) & 1;
 }
 
-/* Store value x in field idx of record rec (kind r) and mark it set: ir_field_set without its
+/* Store value x in field idx of the body's record and mark it set: ir_field_set without its
  * table scans (whole-number types as int64_t, the rest as double). */
-static void rd_field_store(void *rec, ir_record_kind r, int idx, double x) {
-  int first, n;
-  rd_record_range(r, &first, &n);
-  char *at = (char *)rec + ir_fields[idx].offset;
+static void rd_field_store(const rd_body *b, int idx, double x) {
+  char *at = (char *)b->rec + ir_fields[idx].offset;
   if (ir_type_is_integral(ir_fields[idx].type)) {
     int64_t iv = (int64_t)x;
     memcpy(at, &iv, sizeof iv);
   } else {
     memcpy(at, &x, sizeof x);
   }
-  *ir_record_mask(rec, r) |= (uint64_t)1 << (idx - first);
+  *ir_record_mask(b->rec, b->kind) |= (uint64_t)1 << (idx - b->first);
 }
 
 /* Report an unknown field name of record kind r. */
@@ -926,6 +912,7 @@ static bool rd_parse_body(rd_parser *p, rd_body *b) {
     rd_next(p);
     return true;
   }
+  if (!b->layer) ir_record_fields(b->kind, &b->first, &b->count);
   for (;;) {
     if (p->tok.kind != RD_IDENT) {
       rd_expected(p, b->layer ? "a parameter name" : "a field name");
@@ -942,7 +929,7 @@ static bool rd_parse_body(rd_parser *p, rd_body *b) {
         if (idx < 0) rd_unknown_param(p, &nt, name, b->layer->kind);
         else type = ir_layer_params[idx].type;
       } else {
-        idx = fits ? rd_field_lookup(b->kind, name) : -1;
+        idx = fits ? rd_field_lookup(b, name) : -1;
         if (idx < 0) rd_unknown_field(p, &nt, name, b->kind);
         else type = ir_fields[idx].type;
       }
@@ -952,7 +939,7 @@ static bool rd_parse_body(rd_parser *p, rd_body *b) {
     rd_value v;
     if (!rd_parse_value(p, &v, name)) return false;
     if (idx >= 0) {
-      bool dup = b->layer ? !isnan(b->layer->p[idx]) : rd_field_is_set(b->rec, b->kind, idx);
+      bool dup = b->layer ? !isnan(b->layer->p[idx]) : rd_field_is_set(b, idx);
       double x;
       if (dup)
         rd_error(p, rd_loc(p, &nt), "duplicate %s '%s'", b->layer ? "parameter" : "field", name);
@@ -960,7 +947,7 @@ static bool rd_parse_body(rd_parser *p, rd_body *b) {
         if (b->layer)
           b->layer->p[idx] = x;
         else
-          rd_field_store(b->rec, b->kind, idx, x);
+          rd_field_store(b, idx, x);
       }
     }
     rd_next(p);
@@ -979,7 +966,7 @@ static bool rd_parse_body(rd_parser *p, rd_body *b) {
 
 /* Parse a record body of kind r into rec. */
 static bool rd_record(rd_parser *p, ir_record_kind r, void *rec) {
-  rd_body b = {r, rec, NULL, false};
+  rd_body b = {r, rec, NULL, false, 0, 0};
   return rd_parse_body(p, &b);
 }
 
@@ -1196,7 +1183,7 @@ static bool rd_layer(rd_parser *p) {
   ir_layer *l = ir_module_add_layer(p->m, strbuf_cstr(&p->name),
                                     kind < 0 ? IR_KIND_CUSTOM : (ir_layer_kind)kind);
   l->loc = rd_stmt_loc(p, &kw);
-  rd_body b = {IR_REC_COST, NULL, l, kind < 0};
+  rd_body b = {IR_REC_COST, NULL, l, kind < 0, 0, 0};
   if (!rd_parse_body(p, &b)) return false;
   bool seen_cost = false, seen_loc = false;
   for (;;) {
@@ -1315,19 +1302,26 @@ static bool rd_schedule(rd_parser *p) {
       if (kind < 0) {
         strbuf sb = {0};
         rd_describe(p, &ot, &sb);
-        rd_error(p, rd_loc(p, &ot), "unknown operation %s; expected one of F, B, W, BW",
-                 strbuf_cstr(&sb));
+        strbuf_puts(&sb, "; expected one of ");
+        for (int k = 0; k < IR_OP_COUNT; k++)
+          strbuf_printf(&sb, "%s%s", k ? ", " : "", ir_op_names[k]);
+        rd_error(p, rd_loc(p, &ot), "unknown operation %s", strbuf_cstr(&sb));
         strbuf_free(&sb);
       }
       rd_next(p);
       rd_token st = p->tok;
-      int s = rd_ref(p, RD_AT, "s", "stage");
-      uint64_t mb = 0;
-      if (s < 0 || !rd_uint(p, "a microbatch number", 1000000000, &mb)) {
+      int s = rd_ref_peek(p, RD_AT, "s", "stage");
+      if (s < 0) {
         ok = false;
         break;
       }
       bool good = rd_exists(p, &st, s, m->nstages, "stage", "@s") && kind >= 0;
+      rd_next(p);
+      uint64_t mb = 0;
+      if (!rd_uint(p, "a microbatch number", 1000000000, &mb)) {
+        ok = false;
+        break;
+      }
       if (good && sc != &scratch) ir_schedule_push(sc, (ir_op_kind)kind, s, (int)mb);
       if (p->tok.kind == RD_COMMA) {
         rd_next(p);

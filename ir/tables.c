@@ -254,24 +254,19 @@ void ir_format_value(strbuf *sb, ir_type t, double v) {
     strbuf_puts(sb, buf);
     return;
   }
-  /* Largest printable unit in which the value is >= 1 and has a short exact text; else the
-   * unit with the shortest exact text; the base unit always works. */
+  /* The printable unit whose exact text is shortest, counting two extra characters when the
+   * number would be below 1 in that unit (0.37TB/s loses to 370GB/s, 0.1ms beats 100000ns);
+   * ties go to the unit listed first. Zero prints in the base unit. */
   const char *best_unit = NULL;
   char best[48] = "";
-  size_t best_len = (size_t)-1;
+  size_t best_score = (size_t)-1;
   for (int i = 0; i < ir_unit_count; i++) {
     const ir_unit_info *u = &ir_units[i];
-    if (u->dim != dim || !u->printable) continue;
-    if (!fmt_shortest_scaled(buf, v, u->scale)) continue;
-    size_t digits = strcspn(buf, "e");
+    if (u->dim != dim || !u->printable || !fmt_shortest_scaled(buf, v, u->scale)) continue;
     bool big_enough = v == 0 ? u->scale == 1.0 : fabs(v) >= u->scale;
-    if (big_enough && digits <= 7 && !strchr(buf, 'e')) {
-      best_unit = u->name;
-      snprintf(best, sizeof best, "%s", buf);
-      break;
-    }
-    if (strlen(buf) < best_len) {
-      best_len = strlen(buf);
+    size_t score = strlen(buf) + (big_enough ? 0 : 2);
+    if (score < best_score) {
+      best_score = score;
       best_unit = u->name;
       snprintf(best, sizeof best, "%s", buf);
     }

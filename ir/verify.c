@@ -17,6 +17,8 @@ typedef struct vf_ctx {
   diag_engine *d;     /* where problems go */
   diag_loc where;     /* location of problems whose entity has none */
   int errors;         /* problems reported */
+  int first[IR_REC_COUNT]; /* per record kind: index of its first field in ir_fields */
+  int count[IR_REC_COUNT]; /* per record kind: number of its fields */
 } vf_ctx;
 
 static void vf_error(vf_ctx *v, ir_loc at, const char *fmt, ...)
@@ -43,40 +45,25 @@ static const char *vf_fmt(char *buf, ir_type t, double x) {
   return buf;
 }
 
-/* First field index and field count of record kind r in ir_fields (computed once). */
-static void vf_record_range(ir_record_kind r, int *first, int *count) {
-  static int firsts[IR_REC_COUNT], counts[IR_REC_COUNT];
-  static bool done;
-  if (!done) {
-    for (int k = 0; k < IR_REC_COUNT; k++)
-      ir_record_fields((ir_record_kind)k, &firsts[k], &counts[k]);
-    done = true;
-  }
-  *first = firsts[r];
-  *count = counts[r];
-}
-
 /* Field index of record r spelled name, or -1 (the tables define every name used here). */
-static int vf_field(ir_record_kind r, const char *name) {
-  int first, n;
-  vf_record_range(r, &first, &n);
-  for (int i = first; i < first + n; i++)
+static int vf_field(const vf_ctx *v, ir_record_kind r, const char *name) {
+  for (int i = v->first[r]; i < v->first[r] + v->count[r]; i++)
     if (strcmp(ir_fields[i].name, name) == 0) return i;
   return -1;
 }
 
 /* Value of field 'name' of record rec (kind r) when set; false when not set. */
-static bool vf_get(const void *rec, ir_record_kind r, const char *name, double *out) {
-  int f = vf_field(r, name), first, n;
-  if (f < 0) return false;
-  vf_record_range(r, &first, &n);
-  if (!((*ir_record_mask((void *)rec, r) >> (f - first)) & 1)) return false;
+static bool vf_get(const vf_ctx *v, const void *rec, ir_record_kind r, const char *name,
+                   double *out) {
+  int f = vf_field(v, r, name);
+  if (f < 0 || !((*ir_record_mask((void *)rec, r) >> (f - v->first[r])) & 1)) return false;
   *out = ir_field_get(rec, f);
   return true;
 }
 
 /* ---- Training set-up ---------------------------------------------------------------------- */
 
+/* The training set-up: required degrees and batch sizes, batch arithmetic, ZeRO stage, limit. */
 static void vf_train(vf_ctx *v) {
   const ir_module *m = v->m;
   const ir_train *t = &m->train;
@@ -84,65 +71,67 @@ static void vf_train(vf_ctx *v) {
                                          "microbatches"};
   for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
     double x;
-    if (!vf_get(t, IR_REC_TRAIN, required[i], &x))
+    if (!vf_get(v, t, IR_REC_TRAIN, required[i], &x))
       vf_error(v, m->train_loc, "train: '%s' is not set", required[i]);
     else if (!(x >= 1))
       vf_error(v, m->train_loc, "train: %s = %g must be at least 1", required[i], x);
   }
   double gb, mbs, mb, dp;
-  if (vf_get(t, IR_REC_TRAIN, "global_batch", &gb) &&
-      vf_get(t, IR_REC_TRAIN, "microbatches", &mbs) &&
-      vf_get(t, IR_REC_TRAIN, "micro_batch", &mb) && vf_get(t, IR_REC_TRAIN, "data", &dp) &&
+  if (vf_get(v, t, IR_REC_TRAIN, "global_batch", &gb) &&
+      vf_get(v, t, IR_REC_TRAIN, "microbatches", &mbs) &&
+      vf_get(v, t, IR_REC_TRAIN, "micro_batch", &mb) && vf_get(v, t, IR_REC_TRAIN, "data", &dp) &&
       gb != mbs * mb * dp)
     vf_error(v, m->train_loc,
              "train: global_batch = %g does not equal microbatches x micro_batch x data = "
              "%g x %g x %g = %g", gb, mbs, mb, dp, mbs * mb * dp);
   double zero;
-  if (vf_get(t, IR_REC_TRAIN, "zero", &zero) && zero != 0 && zero != 1)
+  if (vf_get(v, t, IR_REC_TRAIN, "zero", &zero) && zero != 0 && zero != 1)
     vf_error(v, m->train_loc, "train: zero = %g must be 0 or 1", zero);
   double lim;
   char b1[48];
-  if (vf_get(t, IR_REC_TRAIN, "mem_limit", &lim) && !(lim > 0 && isfinite(lim)))
+  if (vf_get(v, t, IR_REC_TRAIN, "mem_limit", &lim) && !(lim > 0 && isfinite(lim)))
     vf_error(v, m->train_loc, "train: mem_limit = %s must be positive",
              vf_fmt(b1, IR_T_BYTES, lim));
 }
 
 /* ---- Devices and links -------------------------------------------------------------------- */
 
+/* Devices: one per pipeline rank, positive hardware figures, node in the cluster, enough memory
+ * for train.mem_limit. */
 static void vf_devices(vf_ctx *v) {
   const ir_module *m = v->m;
   char b1[48], b2[48];
   double pipeline;
-  if (m->ndevices > 0 && vf_get(&m->train, IR_REC_TRAIN, "pipeline", &pipeline) &&
+  if (m->ndevices > 0 && vf_get(v, &m->train, IR_REC_TRAIN, "pipeline", &pipeline) &&
       pipeline != m->ndevices)
     vf_error(v, m->train_loc, "the module has %d device%s but train pipeline = %g", m->ndevices,
              m->ndevices == 1 ? "" : "s", pipeline);
   double nodes = 0, lim = 0;
-  bool has_nodes = m->cluster_name && vf_get(&m->cluster, IR_REC_CLUSTER, "nodes", &nodes);
-  bool has_lim = vf_get(&m->train, IR_REC_TRAIN, "mem_limit", &lim);
+  bool has_nodes = m->cluster_name && vf_get(v, &m->cluster, IR_REC_CLUSTER, "nodes", &nodes);
+  bool has_lim = vf_get(v, &m->train, IR_REC_TRAIN, "mem_limit", &lim);
   static const char *const positive[] = {"peak", "mem", "hbm"};
   for (int i = 0; i < m->ndevices; i++) {
     const ir_device *dv = &m->devices[i];
     for (size_t k = 0; k < sizeof positive / sizeof positive[0]; k++) {
-      int f = vf_field(IR_REC_DEVICE, positive[k]);
+      int f = vf_field(v, IR_REC_DEVICE, positive[k]);
       double x;
-      if (!vf_get(&dv->rec, IR_REC_DEVICE, positive[k], &x))
+      if (!vf_get(v, &dv->rec, IR_REC_DEVICE, positive[k], &x))
         vf_error(v, dv->loc, "device $d%d: '%s' is not set", i, positive[k]);
       else if (!(x > 0 && isfinite(x)))
         vf_error(v, dv->loc, "device $d%d: %s = %s must be positive", i, positive[k],
                  vf_fmt(b1, ir_fields[f].type, x));
     }
     double eff;
-    if (!vf_get(&dv->rec, IR_REC_DEVICE, "efficiency", &eff))
+    if (!vf_get(v, &dv->rec, IR_REC_DEVICE, "efficiency", &eff))
       vf_error(v, dv->loc, "device $d%d: 'efficiency' is not set", i);
     else if (!(eff > 0 && eff <= 1))
       vf_error(v, dv->loc, "device $d%d: efficiency = %g must be in (0, 1]", i, eff);
     double node;
-    if (has_nodes && vf_get(&dv->rec, IR_REC_DEVICE, "node", &node) && node >= nodes)
+    if (has_nodes && vf_get(v, &dv->rec, IR_REC_DEVICE, "node", &node) && node >= nodes)
       vf_error(v, dv->loc, "device $d%d: node %g is outside cluster @%s (nodes = %g)", i, node,
                m->cluster_name, nodes);
     double mem;
-    if (has_lim && vf_get(&dv->rec, IR_REC_DEVICE, "mem", &mem) && lim > mem)
+    if (has_lim && vf_get(v, &dv->rec, IR_REC_DEVICE, "mem", &mem) && lim > mem)
       vf_error(v, dv->loc, "train mem_limit = %s exceeds the memory of device $d%d (%s)",
                vf_fmt(b1, IR_T_BYTES, lim), i, vf_fmt(b2, IR_T_BYTES, mem));
   }
@@ -152,15 +141,16 @@ static void vf_devices(vf_ctx *v) {
 static void vf_link_rec(vf_ctx *v, const ir_link_rec *r, const char *what) {
   char b1[48];
   double bw, lat;
-  if (!vf_get(r, IR_REC_LINK, "bw", &bw))
+  if (!vf_get(v, r, IR_REC_LINK, "bw", &bw))
     vf_error(v, v->m->loc, "%s: 'bw' is not set", what);
   else if (!(bw > 0 && isfinite(bw)))
     vf_error(v, v->m->loc, "%s: bw = %s must be positive", what, vf_fmt(b1, IR_T_BW, bw));
-  if (vf_get(r, IR_REC_LINK, "lat", &lat) && !(lat >= 0 && isfinite(lat)))
+  if (vf_get(v, r, IR_REC_LINK, "lat", &lat) && !(lat >= 0 && isfinite(lat)))
     vf_error(v, v->m->loc, "%s: lat = %s must be finite and non-negative", what,
              vf_fmt(b1, IR_T_TIME, lat));
 }
 
+/* Links: intra/inter when given, and explicit device-pair links between distinct devices. */
 static void vf_links(vf_ctx *v) {
   const ir_module *m = v->m;
   if (m->intra.set) vf_link_rec(v, &m->intra, "link intra");
@@ -181,6 +171,8 @@ static void vf_links(vf_ctx *v) {
 
 /* ---- Layers ------------------------------------------------------------------------------- */
 
+/* Layers: at least one; each passes ir_layer_check; cost records, when present, are complete
+ * (f, b, w) and non-negative. */
 static void vf_layers(vf_ctx *v) {
   const ir_module *m = v->m;
   if (m->nlayers == 0) vf_error(v, m->loc, "module @%s has no layers", m->name);
@@ -197,7 +189,7 @@ static void vf_layers(vf_ctx *v) {
     if (!l->cost.set) continue;
     for (size_t k = 0; k < sizeof times / sizeof times[0]; k++) {
       double x;
-      if (!vf_get(&l->cost, IR_REC_COST, times[k], &x))
+      if (!vf_get(v, &l->cost, IR_REC_COST, times[k], &x))
         vf_error(v, l->loc, "layer %%%d \"%s\": cost '%s' is not set", i, l->name, times[k]);
       else if (!(x >= 0 && isfinite(x)))
         vf_error(v, l->loc, "layer %%%d \"%s\": cost %s = %s must be finite and non-negative", i,
@@ -205,7 +197,7 @@ static void vf_layers(vf_ctx *v) {
     }
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
       double x;
-      if (vf_get(&l->cost, IR_REC_COST, sizes[k], &x) && !(x >= 0 && isfinite(x)))
+      if (vf_get(v, &l->cost, IR_REC_COST, sizes[k], &x) && !(x >= 0 && isfinite(x)))
         vf_error(v, l->loc, "layer %%%d \"%s\": cost %s = %s must be finite and non-negative", i,
                  l->name, sizes[k], vf_fmt(b1, IR_T_BYTES, x));
     }
@@ -297,7 +289,7 @@ static bool vf_placed(const ir_module *m, int s) {
 static void vf_schedules(vf_ctx *v) {
   const ir_module *m = v->m;
   double mbs_d = 0;
-  bool have_mbs = vf_get(&m->train, IR_REC_TRAIN, "microbatches", &mbs_d) && mbs_d >= 1 &&
+  bool have_mbs = vf_get(v, &m->train, IR_REC_TRAIN, "microbatches", &mbs_d) && mbs_d >= 1 &&
                   mbs_d <= 9007199254740992.0;
   int64_t mbs = have_mbs ? (int64_t)mbs_d : 0;
   bool too_many = have_mbs && (double)m->nstages * mbs_d > (double)VF_MAX_PAIRS;
@@ -402,35 +394,37 @@ static void vf_schedules(vf_ctx *v) {
 
 /* ---- Prediction --------------------------------------------------------------------------- */
 
+/* Predictions: ranges of the whole-plan figures, the fits verdict, and each device's predicted
+ * peak memory against train.mem_limit. */
 static void vf_predict(vf_ctx *v) {
   const ir_module *m = v->m;
   char b1[48], b2[48];
   double x;
   if (m->predict.set) {
-    if (vf_get(&m->predict, IR_REC_PREDICT, "makespan", &x) && !(x >= 0 && isfinite(x)))
+    if (vf_get(v, &m->predict, IR_REC_PREDICT, "makespan", &x) && !(x >= 0 && isfinite(x)))
       vf_error(v, m->loc, "predict: makespan = %s must be finite and non-negative",
                vf_fmt(b1, IR_T_TIME, x));
-    if (vf_get(&m->predict, IR_REC_PREDICT, "bubble", &x) && !(x >= 0 && x <= 1))
+    if (vf_get(v, &m->predict, IR_REC_PREDICT, "bubble", &x) && !(x >= 0 && x <= 1))
       vf_error(v, m->loc, "predict: bubble = %g is outside [0, 1]", x);
-    if (vf_get(&m->predict, IR_REC_PREDICT, "peak_mem", &x) && !(x >= 0 && isfinite(x)))
+    if (vf_get(v, &m->predict, IR_REC_PREDICT, "peak_mem", &x) && !(x >= 0 && isfinite(x)))
       vf_error(v, m->loc, "predict: peak_mem = %s must be finite and non-negative",
                vf_fmt(b1, IR_T_BYTES, x));
-    if (vf_get(&m->predict, IR_REC_PREDICT, "fits", &x) && x == 0)
+    if (vf_get(v, &m->predict, IR_REC_PREDICT, "fits", &x) && x == 0)
       vf_error(v, m->loc, "plan exceeds the memory limit");
   }
   double lim = 0;
-  bool has_lim = vf_get(&m->train, IR_REC_TRAIN, "mem_limit", &lim);
+  bool has_lim = vf_get(v, &m->train, IR_REC_TRAIN, "mem_limit", &lim);
   for (int i = 0; i < m->ndevices; i++) {
     const ir_devpredict *dp = &m->devices[i].predict;
     if (!dp->set) continue;
     ir_loc at = m->devices[i].loc;
-    if (vf_get(dp, IR_REC_DEVPREDICT, "busy", &x) && !(x >= 0 && isfinite(x)))
+    if (vf_get(v, dp, IR_REC_DEVPREDICT, "busy", &x) && !(x >= 0 && isfinite(x)))
       vf_error(v, at, "predict $d%d: busy = %s must be finite and non-negative", i,
                vf_fmt(b1, IR_T_TIME, x));
-    if (vf_get(dp, IR_REC_DEVPREDICT, "idle", &x) && !(x >= 0 && isfinite(x)))
+    if (vf_get(v, dp, IR_REC_DEVPREDICT, "idle", &x) && !(x >= 0 && isfinite(x)))
       vf_error(v, at, "predict $d%d: idle = %s must be finite and non-negative", i,
                vf_fmt(b1, IR_T_TIME, x));
-    if (vf_get(dp, IR_REC_DEVPREDICT, "peak_mem", &x)) {
+    if (vf_get(v, dp, IR_REC_DEVPREDICT, "peak_mem", &x)) {
       if (!(x >= 0 && isfinite(x)))
         vf_error(v, at, "predict $d%d: peak_mem = %s must be finite and non-negative", i,
                  vf_fmt(b1, IR_T_BYTES, x));
@@ -442,7 +436,9 @@ static void vf_predict(vf_ctx *v) {
 }
 
 int ir_verify(const ir_module *m, diag_engine *d, diag_loc where) {
-  vf_ctx v = {m, d, where, 0};
+  vf_ctx v = {m, d, where, 0, {0}, {0}};
+  for (int r = 0; r < IR_REC_COUNT; r++)
+    ir_record_fields((ir_record_kind)r, &v.first[r], &v.count[r]);
   vf_layers(&v);
   vf_train(&v);
   vf_devices(&v);

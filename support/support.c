@@ -127,25 +127,24 @@ void strbuf_free(strbuf *sb) {
 /* ---- Suggestions ---- */
 
 int str_edit_distance(const char *a, const char *b, int max) {
+  /* optimal string alignment: insertions, deletions, substitutions, adjacent swaps */
   size_t la = strlen(a), lb = strlen(b);
   if (la > 64 || lb > 64) return max + 1;
   if ((int)(la > lb ? la - lb : lb - la) > max) return max + 1;
-  int row[65];
-  for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
-  for (size_t i = 1; i <= la; i++) {
-    int prev = row[0], best = (int)i;
-    row[0] = (int)i;
+  int dist[65][65];
+  for (size_t i = 0; i <= la; i++) dist[i][0] = (int)i;
+  for (size_t j = 0; j <= lb; j++) dist[0][j] = (int)j;
+  for (size_t i = 1; i <= la; i++)
     for (size_t j = 1; j <= lb; j++) {
-      int cur = row[j];
-      int sub = prev + (a[i - 1] != b[j - 1]);
-      int del = row[j] + 1, ins = row[j - 1] + 1;
-      row[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
-      if (row[j] < best) best = row[j];
-      prev = cur;
+      int sub = dist[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      int del = dist[i - 1][j] + 1, ins = dist[i][j - 1] + 1;
+      int best = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          dist[i - 2][j - 2] + 1 < best)
+        best = dist[i - 2][j - 2] + 1;
+      dist[i][j] = best;
     }
-    if (best > max) return max + 1;
-  }
-  return row[lb] > max ? max + 1 : row[lb];
+  return dist[la][lb] > max ? max + 1 : dist[la][lb];
 }
 
 void suggest_init(suggest *s, const char *word) {
@@ -172,17 +171,21 @@ const char *suggest_result(const suggest *s) { return s->best; }
 
 /* ---- Numbers ---- */
 
+double scale_apply(double m, double scale) {
+  return scale >= 1.0 ? m * scale : m / nearbyint(1.0 / scale);
+}
+
 bool fmt_shortest_scaled(char *buf, double v, double scale) {
-  double m = v / scale;
+  double m = scale >= 1.0 ? v / scale : v * nearbyint(1.0 / scale);
   double mag = fabs(m);
   bool plain = mag == 0 || (mag >= 1e-4 && mag < 1e16); /* print without an exponent */
   for (int digits = 1; digits <= 17; digits++) {
     snprintf(buf, 40, "%.*g", digits, m);
     if (plain && strchr(buf, 'e')) continue;
-    if (strtod(buf, NULL) * scale == v) return true;
+    if (scale_apply(strtod(buf, NULL), scale) == v) return true;
   }
   snprintf(buf, 40, "%.17g", m);
-  return strtod(buf, NULL) * scale == v;
+  return scale_apply(strtod(buf, NULL), scale) == v;
 }
 
 char *read_file(const char *path, size_t *len) {

@@ -79,8 +79,13 @@ void suggest_add(suggest *s, const char *candidate);
 /* Closest candidate within a third of the word's length (at least 1, at most 3), or NULL. */
 const char *suggest_result(const suggest *s);
 
+/* The value of 'm' units of size 'scale': m * scale, or for sub-unit scales (ms, us, ...)
+ * m / (1 / scale) so that whole numbers of a small unit give the nearest double (50 us is
+ * exactly the double nearest 5e-5). Every reader and printer of quantities uses this. */
+double scale_apply(double m, double scale);
+
 /* Write the shortest decimal text of v (%g style, up to 17 digits) for which
- * strtod(text) * scale == v exactly, when one exists (scale 1 always has one). Returns false
+ * scale_apply(strtod(text), scale) == v exactly, when one exists (scale 1 always has one). Returns false
  * when no text up to 17 digits gives v back. 'buf' needs 40 bytes. */
 bool fmt_shortest_scaled(char *buf, double v, double scale);
 

@@ -298,9 +298,9 @@ void test_ir_read_units(void) {
   UNIT_CHECK(m != NULL);
   if (m) {
     UNIT_CHECK_EQ_DBL(get_field(&m->intra, IR_REC_LINK, "bw"), 3.35 * 1e12);
-    UNIT_CHECK_EQ_DBL(get_field(&m->intra, IR_REC_LINK, "lat"), 1e3 * 1e-9);
+    UNIT_CHECK_EQ_DBL(get_field(&m->intra, IR_REC_LINK, "lat"), scale_apply(1e3, 1e-9));
     const ir_layer *l = &m->layers[0];
-    UNIT_CHECK_EQ_DBL(l->p[IR_LP_CUSTOM_F], 0.1 * 1e-3);
+    UNIT_CHECK_EQ_DBL(l->p[IR_LP_CUSTOM_F], scale_apply(0.1, 1e-3));
     UNIT_CHECK_EQ_DBL(l->p[IR_LP_CUSTOM_B], 2e-3);
     UNIT_CHECK_EQ_DBL(l->p[IR_LP_CUSTOM_ACT_MEM], 80e9);
     UNIT_CHECK_EQ_DBL(l->p[IR_LP_CUSTOM_PARAMS], 1500);
@@ -320,7 +320,8 @@ void test_ir_locations(void) {
                      "  train { pipeline = 1 }\n"
                      "  device $d0 gpu { } loc(\"spec.octo\":7:5)\n"
                      "    layer %0 \"a\" custom { f = 1ms }\n"
-                     "  layer %1 \"b\" custom { f = 1ms } loc(\"spec.octo\":12:3) cost { f = 2ms }\n"
+                     "  layer %1 \"b\" custom { f = 1ms } loc(\"spec.octo\":12:3) "
+                     "cost { f = 2ms }\n"
                      "}\n";
   ir_module *m = read_text(c.d, "loc.oir", text);
   UNIT_CHECK(m != NULL);

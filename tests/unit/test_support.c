@@ -24,10 +24,12 @@ void test_support_suggest(void) {
 
 void test_support_shortest(void) {
   char buf[48];
-  UNIT_CHECK(fmt_shortest_scaled(buf, 0.21e-3, 1e-3));
+  UNIT_CHECK(fmt_shortest_scaled(buf, scale_apply(0.21, 1e-3), 1e-3));
   UNIT_CHECK_STREQ(buf, "0.21");
   UNIT_CHECK(fmt_shortest_scaled(buf, 80.0 * 1073741824.0, 1073741824.0));
   UNIT_CHECK_STREQ(buf, "80");
+  UNIT_CHECK(fmt_shortest_scaled(buf, 5e-5, 1e-6)); /* whole numbers of a small unit are exact */
+  UNIT_CHECK_STREQ(buf, "50");
   UNIT_CHECK(fmt_shortest_scaled(buf, 1.0 / 3.0, 1.0));
   UNIT_CHECK_EQ_DBL(strtod(buf, NULL), 1.0 / 3.0);
   /* every text must give the value back exactly, whatever the scale */
@@ -36,7 +38,7 @@ void test_support_shortest(void) {
   for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
     for (size_t j = 0; j < sizeof scales / sizeof scales[0]; j++)
       if (fmt_shortest_scaled(buf, vals[i], scales[j]))
-        UNIT_CHECK_EQ_DBL(strtod(buf, NULL) * scales[j], vals[i]);
+        UNIT_CHECK_EQ_DBL(scale_apply(strtod(buf, NULL), scales[j]), vals[i]);
 }
 
 void test_support_strbuf(void) {
