@@ -82,6 +82,9 @@ static void explain(sema *s, fe_loc at, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* "a" or "an" before a word. */
+static const char *an(const char *word) { return strchr("aeiou", word[0]) ? "an" : "a"; }
+
 /* What a value of kind k is called in messages. */
 static const char *value_kind_name(const fe_value *v) {
   switch (v->kind) {
@@ -152,14 +155,19 @@ static bool convert(sema *s, const fe_value *v, ir_type t, const char *what, dou
     return false;
   }
   if (v->kind != FE_V_NUMBER) {
-    conv_error(s, L(v->loc), "'%s' expects a %s, got a %s", what, ti->name,
-               value_kind_name(v));
+    conv_error(s, L(v->loc), "'%s' expects %s %s, got %s %s", what, an(ti->name), ti->name,
+               an(value_kind_name(v)), value_kind_name(v));
     return false;
   }
   const fe_num *n = &v->number;
   if (n->bad) return false; /* the lexer has reported it */
   if (ti->dim == IR_DIM_NONE) {
-    if (n->unit && (t != IR_T_COUNT || n->unit->dim != IR_DIM_NONE)) {
+    if (n->unit && n->unit->dim == IR_DIM_NONE && t != IR_T_COUNT) {
+      conv_error(s, L(v->loc), "'%s' expects %s %s without the count suffix '%s'", what,
+                 an(ti->name), ti->name, n->unit->name);
+      return false;
+    }
+    if (n->unit && n->unit->dim != IR_DIM_NONE) {
       conv_error(s, L(v->loc), "'%s' expects a plain %s, got a %s in '%s'", what, ti->name,
                  ir_dim_name(n->unit->dim), n->unit->name);
       return false;
@@ -271,6 +279,14 @@ static void load(sema *s, uint32_t file, int depth) {
 }
 
 /* ---- Records (train, cluster, device, link) ---- */
+
+/* Location of the train block's assignment to 'key', or of the train keyword. */
+static fe_loc train_key(sema *s, const char *key) {
+  if (!s->train) return (fe_loc){0};
+  for (fe_assign *a = s->train->assigns; a; a = a->next)
+    if (strcmp(a->key, key) == 0) return a->key_loc;
+  return s->train->loc;
+}
 
 /* Keys a record statement accepts besides its record fields. */
 typedef struct extra_keys {
@@ -685,16 +701,16 @@ static void train_settings(sema *s, fe_assign **cluster_ref) {
   record_defaults(s, IR_REC_TRAIN, t, at, "train", "global_batch microbatches seq mem_limit");
   record_positive(s, t, IR_REC_TRAIN, at, "train", "zero", failed);
   if (failed) return; /* the batch arithmetic below would only repeat the error */
-  if (t->zero > 1) diag_error(s->d, L(at), "train: zero = %lld is not supported (0 or 1)", (long long)t->zero);
+  if (t->zero > 1) diag_error(s->d, L(train_key(s, "zero")), "train: zero = %lld is not supported (0 or 1)", (long long)t->zero);
   int64_t per_mb = t->micro_batch * t->data;
   bool gb = ir_field_is_set(t, f_gb), mb = ir_field_is_set(t, f_mb);
   if (per_mb <= 0) return;
   if (gb && t->global_batch % per_mb != 0) {
-    diag_error(s->d, L(at),
+    diag_error(s->d, L(train_key(s, "global_batch")),
                "global_batch = %lld is not divisible by micro_batch x data = %lld x %lld",
                (long long)t->global_batch, (long long)t->micro_batch, (long long)t->data);
   } else if (gb && mb && t->global_batch / per_mb != t->microbatches) {
-    diag_error(s->d, L(at),
+    diag_error(s->d, L(train_key(s, "microbatches")),
                "microbatches = %lld contradicts global_batch = %lld (which gives %lld "
                "microbatches of %lld x %lld)",
                (long long)t->microbatches, (long long)t->global_batch,
@@ -788,6 +804,8 @@ static void cluster_devices(sema *s, fe_assign *cluster_ref) {
       diag_error(s->d, L(cluster_ref->val.loc), "'cluster' expects the name of a cluster");
     else if (!(c = defs_find(&s->clusters, cluster_ref->val.str)))
       unknown_ref(s, cluster_ref->val.loc, "cluster", cluster_ref->val.str, &s->clusters);
+  } else if (!s->train) {
+    /* no train block: the model alone is compiled, on no cluster */
   } else if (s->clusters.n == 1) {
     c = s->clusters.v[0];
     explain(s, train_at, "train: cluster = %s (the only cluster defined)", c->name);
@@ -838,7 +856,7 @@ static void cluster_devices(sema *s, fe_assign *cluster_ref) {
     strbuf a = {0}, b = {0};
     ir_format_value(&a, IR_T_BYTES, t->mem_limit);
     ir_format_value(&b, IR_T_BYTES, rec.mem);
-    diag_error(s->d, L(train_at), "mem_limit = %s exceeds the %s of device '%s'", strbuf_cstr(&a),
+    diag_error(s->d, L(train_key(s, "mem_limit")), "mem_limit = %s exceeds the %s of device '%s'", strbuf_cstr(&a),
                strbuf_cstr(&b), dev->name);
     strbuf_free(&a);
     strbuf_free(&b);
@@ -858,9 +876,8 @@ static void cluster_devices(sema *s, fe_assign *cluster_ref) {
 static void cross_checks(sema *s) {
   ir_module *m = s->m;
   ir_train *t = &m->train;
-  fe_loc at = s->train ? s->train->loc : (fe_loc){0};
   if (m->nlayers > 0 && t->pipeline > m->nlayers)
-    diag_error(s->d, L(at), "pipeline = %lld exceeds the %d layers of model '%s'",
+    diag_error(s->d, L(train_key(s, "pipeline")), "pipeline = %lld exceeds the %d layers of model '%s'",
                (long long)t->pipeline, m->nlayers, m->name);
   if (t->tensor <= 1) return;
   bool reported[IR_KIND_COUNT] = {false};
@@ -872,11 +889,19 @@ static void cross_checks(sema *s) {
             : l->kind == IR_KIND_MLP     ? IR_LP_MLP_FFN
             : l->kind == IR_KIND_MOE     ? IR_LP_MOE_EXPERT_FFN
                                          : -1;
-    if (p < 0 || reported[l->kind] || isnan(l->p[p])) continue;
-    if (fmod(l->p[p], (double)t->tensor) != 0) {
-      diag_error(s->d, L(at), "tensor = %lld does not divide %s = %g of layer '%s' (%s)",
+    if (p >= 0 && !reported[l->kind] && !isnan(l->p[p]) &&
+        fmod(l->p[p], (double)t->tensor) != 0) {
+      diag_error(s->d, L(train_key(s, "tensor")), "tensor = %lld does not divide %s = %g of layer '%s' (%s)",
                  (long long)t->tensor, ir_layer_params[p].name, l->p[p], l->name,
                  ir_kinds[l->kind].name);
+      reported[l->kind] = true;
+    }
+    if (l->kind == IR_KIND_ATTENTION && !reported[l->kind] &&
+        fmod(l->p[IR_LP_ATTENTION_KV_HEADS], (double)t->tensor) != 0) {
+      diag_error(s->d, L(train_key(s, "tensor")),
+                 "tensor = %lld does not divide kv_heads = %g of layer '%s' (Megatron splits "
+                 "key/value groups across tensor ranks)",
+                 (long long)t->tensor, l->p[IR_LP_ATTENTION_KV_HEADS], l->name);
       reported[l->kind] = true;
     }
   }

@@ -154,13 +154,14 @@ void suggest_init(suggest *s, const char *word) {
 }
 
 static int suggest_limit(const char *word) {
-  int l = (int)strlen(word) / 3;
-  return l < 1 ? 1 : l > 3 ? 3 : l;
+  int n = (int)strlen(word);
+  if (n < 3) return 0; /* any one-letter change of a short word is a different word */
+  return n / 3 > 3 ? 3 : n / 3;
 }
 
 void suggest_add(suggest *s, const char *candidate) {
   int lim = suggest_limit(s->word);
-  int d = str_edit_distance(s->word, candidate, lim);
+  int d = lim ? str_edit_distance(s->word, candidate, lim) : lim + 1;
   if (d <= lim && d < s->best_dist && strcmp(s->word, candidate) != 0) {
     s->best = candidate;
     s->best_dist = d;

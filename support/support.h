@@ -76,7 +76,8 @@ typedef struct suggest {
 } suggest;
 void suggest_init(suggest *s, const char *word);
 void suggest_add(suggest *s, const char *candidate);
-/* Closest candidate within a third of the word's length (at least 1, at most 3), or NULL. */
+/* Closest candidate within a third of the word's length (at most 3; none for words shorter than
+ * 3 characters), or NULL. */
 const char *suggest_result(const suggest *s);
 
 /* The value of 'm' units of size 'scale': m * scale, or for sub-unit scales (ms, us, ...)

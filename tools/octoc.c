@@ -48,7 +48,7 @@ static void usage(FILE *f) {
 static void print_report(const ir_module *m, FILE *f) {
   int per_kind[IR_KIND_COUNT] = {0};
   for (int i = 0; i < m->nlayers; i++) per_kind[m->layers[i].kind]++;
-  fprintf(f, "model %s: %d layers (", m->name, m->nlayers);
+  fprintf(f, "model %s: %d layer%s (", m->name, m->nlayers, m->nlayers == 1 ? "" : "s");
   bool first = true;
   for (int k = 0; k < IR_KIND_COUNT; k++)
     if (per_kind[k]) {
