@@ -129,6 +129,10 @@ int ir_layer_check(const ir_layer *l, diag_engine *d, diag_loc loc) {
               P(&c, IR_LP_MAMBA2_EXPAND) * P(&c, IR_LP_MAMBA2_HIDDEN));
     if (KNOWN2(h, g) && g > 0 && fmod(h, g) != 0)
       problem(&c, "groups = %g must divide heads = %g", g, h);
+    double inner = P(&c, IR_LP_MAMBA2_EXPAND) * P(&c, IR_LP_MAMBA2_HIDDEN);
+    double hd = P(&c, IR_LP_MAMBA2_HEAD_DIM);
+    if (KNOWN2(h, hd) && !isnan(inner) && h * hd != inner)
+      problem(&c, "heads x head_dim = %g x %g must equal expand x hidden = %g", h, hd, inner);
     break;
   }
   case IR_KIND_VIT: {
