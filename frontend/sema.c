@@ -701,7 +701,9 @@ static void train_settings(sema *s, fe_assign **cluster_ref) {
   record_defaults(s, IR_REC_TRAIN, t, at, "train", "global_batch microbatches seq mem_limit");
   record_positive(s, t, IR_REC_TRAIN, at, "train", "zero", failed);
   if (failed) return; /* the batch arithmetic below would only repeat the error */
-  if (t->zero > 1) diag_error(s->d, L(train_key(s, "zero")), "train: zero = %lld is not supported (0 or 1)", (long long)t->zero);
+  if (t->zero > 1)
+    diag_error(s->d, L(train_key(s, "zero")), "train: zero = %lld is not supported (0 or 1)",
+               (long long)t->zero);
   int64_t per_mb = t->micro_batch * t->data;
   bool gb = ir_field_is_set(t, f_gb), mb = ir_field_is_set(t, f_mb);
   if (per_mb <= 0) return;
@@ -856,8 +858,8 @@ static void cluster_devices(sema *s, fe_assign *cluster_ref) {
     strbuf a = {0}, b = {0};
     ir_format_value(&a, IR_T_BYTES, t->mem_limit);
     ir_format_value(&b, IR_T_BYTES, rec.mem);
-    diag_error(s->d, L(train_key(s, "mem_limit")), "mem_limit = %s exceeds the %s of device '%s'", strbuf_cstr(&a),
-               strbuf_cstr(&b), dev->name);
+    diag_error(s->d, L(train_key(s, "mem_limit")), "mem_limit = %s exceeds the %s of device '%s'",
+               strbuf_cstr(&a), strbuf_cstr(&b), dev->name);
     strbuf_free(&a);
     strbuf_free(&b);
   }
@@ -877,31 +879,22 @@ static void cross_checks(sema *s) {
   ir_module *m = s->m;
   ir_train *t = &m->train;
   if (m->nlayers > 0 && t->pipeline > m->nlayers)
-    diag_error(s->d, L(train_key(s, "pipeline")), "pipeline = %lld exceeds the %d layers of model '%s'",
-               (long long)t->pipeline, m->nlayers, m->name);
+    diag_error(s->d, L(train_key(s, "pipeline")),
+               "pipeline = %lld exceeds the %d layers of model '%s'", (long long)t->pipeline,
+               m->nlayers, m->name);
   if (t->tensor <= 1) return;
+  /* every dimension that tensor parallelism splits (layer_params.def TP), reported once per
+   * kind: the first failing layer names the problem */
   bool reported[IR_KIND_COUNT] = {false};
   for (int i = 0; i < m->nlayers; i++) {
     const ir_layer *l = &m->layers[i];
-    int p = l->kind == IR_KIND_ATTENTION ? IR_LP_ATTENTION_HEADS
-            : l->kind == IR_KIND_VIT     ? IR_LP_VIT_HEADS
-            : l->kind == IR_KIND_MAMBA2  ? IR_LP_MAMBA2_HEADS
-            : l->kind == IR_KIND_MLP     ? IR_LP_MLP_FFN
-            : l->kind == IR_KIND_MOE     ? IR_LP_MOE_EXPERT_FFN
-                                         : -1;
-    if (p >= 0 && !reported[l->kind] && !isnan(l->p[p]) &&
-        fmod(l->p[p], (double)t->tensor) != 0) {
-      diag_error(s->d, L(train_key(s, "tensor")), "tensor = %lld does not divide %s = %g of layer '%s' (%s)",
-                 (long long)t->tensor, ir_layer_params[p].name, l->p[p], l->name,
-                 ir_kinds[l->kind].name);
-      reported[l->kind] = true;
-    }
-    if (l->kind == IR_KIND_ATTENTION && !reported[l->kind] &&
-        fmod(l->p[IR_LP_ATTENTION_KV_HEADS], (double)t->tensor) != 0) {
+    int first = ir_kind_first_param(l->kind);
+    for (int p = first; p < first + ir_kind_nparams(l->kind) && !reported[l->kind]; p++) {
+      if (!ir_layer_params[p].tp_split || isnan(l->p[p]) || fmod(l->p[p], (double)t->tensor) == 0)
+        continue;
       diag_error(s->d, L(train_key(s, "tensor")),
-                 "tensor = %lld does not divide kv_heads = %g of layer '%s' (Megatron splits "
-                 "key/value groups across tensor ranks)",
-                 (long long)t->tensor, l->p[IR_LP_ATTENTION_KV_HEADS], l->name);
+                 "tensor = %lld does not divide %s = %g of layer '%s' (%s)", (long long)t->tensor,
+                 ir_layer_params[p].name, l->p[p], l->name, ir_kinds[l->kind].name);
       reported[l->kind] = true;
     }
   }

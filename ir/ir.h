@@ -70,7 +70,7 @@ typedef enum ir_layer_kind {
 } ir_layer_kind;
 
 typedef enum ir_layer_param {
-#define LAYER_PARAM(K, ID, NAME, T, FM, DEF, DOC) IR_LP_##K##_##ID,
+#define LAYER_PARAM(K, ID, NAME, T, FM, DEF, TP, DOC) IR_LP_##K##_##ID,
 #include "layer_params.def"
 #undef LAYER_PARAM
   IR_LP_COUNT
@@ -213,6 +213,7 @@ typedef struct ir_param_info {
   ir_type type;       /* value type */
   bool from_model;    /* defaults to the model-level dimension of the same name */
   double def;         /* default when not given; NAN: derived or required */
+  bool tp_split;      /* tensor parallelism splits it: the tensor degree must divide it */
   const char *doc;    /* meaning */
 } ir_param_info;
 extern const ir_param_info ir_layer_params[IR_LP_COUNT];

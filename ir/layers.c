@@ -123,14 +123,13 @@ int ir_layer_check(const ir_layer *l, diag_engine *d, diag_loc loc) {
   }
   case IR_KIND_MAMBA2: {
     double h = P(&c, IR_LP_MAMBA2_HEADS), g = P(&c, IR_LP_MAMBA2_GROUPS);
-    if (isnan(h) && KNOWN2(P(&c, IR_LP_MAMBA2_HIDDEN), P(&c, IR_LP_MAMBA2_HEAD_DIM)))
+    double hd = P(&c, IR_LP_MAMBA2_HEAD_DIM);
+    double inner = P(&c, IR_LP_MAMBA2_EXPAND) * P(&c, IR_LP_MAMBA2_HIDDEN);
+    if (isnan(h) && KNOWN2(inner, hd))
       problem(&c, "head_dim = %g does not divide expand * hidden = %g; give heads explicitly",
-              P(&c, IR_LP_MAMBA2_HEAD_DIM),
-              P(&c, IR_LP_MAMBA2_EXPAND) * P(&c, IR_LP_MAMBA2_HIDDEN));
+              hd, inner);
     if (KNOWN2(h, g) && g > 0 && fmod(h, g) != 0)
       problem(&c, "groups = %g must divide heads = %g", g, h);
-    double inner = P(&c, IR_LP_MAMBA2_EXPAND) * P(&c, IR_LP_MAMBA2_HIDDEN);
-    double hd = P(&c, IR_LP_MAMBA2_HEAD_DIM);
     if (KNOWN2(h, hd) && !isnan(inner) && h * hd != inner)
       problem(&c, "heads x head_dim = %g x %g must equal expand x hidden = %g", h, hd, inner);
     break;

@@ -19,21 +19,21 @@ const ir_unit_info ir_units[] = {
 const int ir_unit_count = (int)(sizeof ir_units / sizeof ir_units[0]);
 
 const ir_param_info ir_layer_params[IR_LP_COUNT] = {
-#define LAYER_PARAM(K, ID, NAME, T, FM, DEF, DOC) {IR_KIND_##K, NAME, IR_T_##T, FM, DEF, DOC},
+#define LAYER_PARAM(K, ID, NAME, T, FM, DEF, TP, DOC) {IR_KIND_##K, NAME, IR_T_##T, FM, DEF, TP, DOC},
 #include "layer_params.def"
 #undef LAYER_PARAM
 };
 
 static int kind_first(int k) {
   int n = 0;
-#define LAYER_PARAM(K, ID, NAME, T, FM, DEF, DOC) n += IR_KIND_##K < k;
+#define LAYER_PARAM(K, ID, NAME, T, FM, DEF, TP, DOC) n += IR_KIND_##K < k;
 #include "layer_params.def"
 #undef LAYER_PARAM
   return n;
 }
 static int kind_count(int k) {
   int n = 0;
-#define LAYER_PARAM(K, ID, NAME, T, FM, DEF, DOC) n += IR_KIND_##K == k;
+#define LAYER_PARAM(K, ID, NAME, T, FM, DEF, TP, DOC) n += IR_KIND_##K == k;
 #include "layer_params.def"
 #undef LAYER_PARAM
   return n;
@@ -125,14 +125,18 @@ int ir_model_dim_lookup(const char *name) {
 }
 
 void ir_record_fields(ir_record_kind r, int *first, int *count) {
-  int f = -1, n = 0;
-  for (int i = 0; i < ir_field_count; i++)
-    if (ir_fields[i].record == r) {
-      if (f < 0) f = i;
-      n++;
+  /* fields of one record are contiguous in records.def: find each record's range once */
+  static int firsts[IR_REC_COUNT], counts[IR_REC_COUNT];
+  static bool done;
+  if (!done) {
+    for (int i = ir_field_count - 1; i >= 0; i--) {
+      firsts[ir_fields[i].record] = i;
+      counts[ir_fields[i].record]++;
     }
-  *first = f < 0 ? 0 : f;
-  *count = n;
+    done = true;
+  }
+  *first = firsts[r];
+  *count = counts[r];
 }
 
 int ir_field_lookup(ir_record_kind r, const char *name) {

@@ -161,7 +161,8 @@ static int suggest_limit(const char *word) {
 
 void suggest_add(suggest *s, const char *candidate) {
   int lim = suggest_limit(s->word);
-  int d = lim ? str_edit_distance(s->word, candidate, lim) : lim + 1;
+  if (lim == 0) return;
+  int d = str_edit_distance(s->word, candidate, lim);
   if (d <= lim && d < s->best_dist && strcmp(s->word, candidate) != 0) {
     s->best = candidate;
     s->best_dist = d;

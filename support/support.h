@@ -86,8 +86,8 @@ const char *suggest_result(const suggest *s);
 double scale_apply(double m, double scale);
 
 /* Write the shortest decimal text of v (%g style, up to 17 digits) for which
- * scale_apply(strtod(text), scale) == v exactly, when one exists (scale 1 always has one). Returns false
- * when no text up to 17 digits gives v back. 'buf' needs 40 bytes. */
+ * scale_apply(strtod(text), scale) == v exactly, when one exists (scale 1 always has one).
+ * Returns false when no text up to 17 digits gives v back. 'buf' needs 40 bytes. */
 bool fmt_shortest_scaled(char *buf, double v, double scale);
 
 /* Read a whole file into a NUL-terminated buffer. Returns NULL and sets errno on failure. */

@@ -81,11 +81,12 @@ def tables(root):
         w(f"#### `{kname}`: {kdoc}\n")
         w("| parameter | type | default | meaning |")
         w("|---|---|---|---|")
-        for kind, _, name, typ, from_model, dflt, doc in params:
+        for kind, _, name, typ, from_model, dflt, tp, doc in params:
             if kind != kid:
                 continue
             d_text = default(dflt) + (", model" if from_model == "1" else "")
-            w(f"| `{name}` | {types[typ][1]} | {d_text} | {doc} |")
+            tp_text = "; split by tensor parallelism" if tp == "1" else ""
+            w(f"| `{name}` | {types[typ][1]} | {d_text} | {doc}{tp_text} |")
         w("")
     w("### Enumerations\n")
     w("| type | values |")
