@@ -951,11 +951,7 @@ ir_module *fe_compile(diag_engine *d, uint32_t file, const fe_options *o) {
       m->train_loc.line = (uint32_t)s.train->loc.first_line;
       m->train_loc.col = (uint32_t)s.train->loc.first_column;
     }
-    for (int i = 0; i < s.profiles.n; i++) {
-      const char *p = arena_strdup(&m->arena, s.profiles.v[i]->name);
-      int cap = m->nprofiles;
-      VEC_PUSH(m->profiles, m->nprofiles, cap, p);
-    }
+    for (int i = 0; i < s.profiles.n; i++) ir_module_add_profile(m, s.profiles.v[i]->name);
     model_dims(&s, model);
     fe_assign *cluster_ref = NULL;
     int before_train = diag_error_count(d);

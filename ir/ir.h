@@ -349,7 +349,7 @@ typedef struct ir_module {
   ir_loc loc;             /* where the module (model) was defined */
   ir_loc train_loc;       /* where the train settings were defined */
   const char **profiles;  /* profile files named by the spec */
-  int nprofiles;          /* count */
+  int nprofiles, profiles_cap; /* count, allocated */
   ir_train train;         /* training set-up */
   const char *cluster_name; /* name of the cluster, NULL if none */
   ir_cluster cluster;     /* its shape */
@@ -371,6 +371,8 @@ void ir_module_free(ir_module *m);
 /* Append a layer of kind k with all parameters unset; returns it (valid until the next add). */
 ir_layer *ir_module_add_layer(ir_module *m, const char *name, ir_layer_kind k);
 ir_device *ir_module_add_device(ir_module *m, const char *type);
+/* Record a profile file named by the spec (the path is copied into the module). */
+void ir_module_add_profile(ir_module *m, const char *path);
 ir_link *ir_module_add_link(ir_module *m, int from, int to);
 ir_stage *ir_module_add_stage(ir_module *m, int first, int end);
 /* Create empty schedules for every device (no-op if they exist). */

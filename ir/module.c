@@ -42,6 +42,11 @@ ir_device *ir_module_add_device(ir_module *m, const char *type) {
   return d;
 }
 
+void ir_module_add_profile(ir_module *m, const char *path) {
+  const char *copy = arena_strdup(&m->arena, path);
+  VEC_PUSH(m->profiles, m->nprofiles, m->profiles_cap, copy);
+}
+
 ir_link *ir_module_add_link(ir_module *m, int from, int to) {
   VEC_RESERVE(m->links, m->nlinks, m->links_cap);
   ir_link *l = &m->links[m->nlinks++];

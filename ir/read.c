@@ -1039,8 +1039,7 @@ static bool rd_profile(rd_parser *p) {
     return false;
   }
   ir_module *m = p->m;
-  m->profiles = xrealloc(m->profiles, (size_t)(m->nprofiles + 1) * sizeof *m->profiles);
-  m->profiles[m->nprofiles++] = arena_strdup(&m->arena, strbuf_cstr(&p->str));
+  ir_module_add_profile(m, strbuf_cstr(&p->str));
   rd_next(p);
   return true;
 }

@@ -81,8 +81,7 @@ static char *print_module(const ir_module *m, bool debuginfo) {
 /* A complete, valid module: every section, every layer kind, a BW schedule. */
 static ir_module *build_full_module(void) {
   ir_module *m = ir_module_new("unit_full");
-  m->profiles = xmalloc(sizeof *m->profiles);
-  m->profiles[m->nprofiles++] = arena_strdup(&m->arena, "profiles/h100 \"fast\".json");
+  ir_module_add_profile(m, "profiles/h100 \"fast\".json");
   set_field(&m->train, IR_REC_TRAIN, "pipeline", 2);
   set_field(&m->train, IR_REC_TRAIN, "tensor", 1);
   set_field(&m->train, IR_REC_TRAIN, "data", 1);
