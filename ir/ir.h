@@ -95,6 +95,14 @@ typedef enum ir_record_kind {
   IR_REC_DEVPREDICT, IR_REC_COUNT
 } ir_record_kind;
 
+/* Global index of each record field in ir_fields: IR_F_<RECORD>_<field>, in records.def order. */
+typedef enum ir_field_id {
+#define IR_FIELD(R, f, T, D, S, DOC) IR_F_##R##_##f,
+#include "records.def"
+#undef IR_FIELD
+  IR_F_COUNT_
+} ir_field_id;
+
 /* C storage of a record field of each type: whole-number types as int64_t, the rest double. */
 #define IR_CTYPE_COUNT int64_t
 #define IR_CTYPE_BOOL int64_t
@@ -276,6 +284,8 @@ const char *ir_dim_name(ir_dim d);
 double ir_field_get(const void *rec, int field);
 void ir_field_set(void *rec, int field, double v);
 bool ir_field_is_set(const void *rec, int field);
+/* The field's value when set, else its records.def default (NAN when it has none). */
+double ir_field_value(const void *rec, int field);
 /* Mask word of a record struct (every record struct ends with 'uint64_t set'). */
 uint64_t *ir_record_mask(void *rec, ir_record_kind r);
 

@@ -237,6 +237,10 @@ bool ir_field_is_set(const void *rec, int field) {
   return (m >> field_bit(field)) & 1;
 }
 
+double ir_field_value(const void *rec, int field) {
+  return ir_field_is_set(rec, field) ? ir_field_get(rec, field) : ir_fields[field].def;
+}
+
 void ir_format_value(strbuf *sb, ir_type t, double v) {
   char buf[48];
   if (t == IR_T_BOOL) {

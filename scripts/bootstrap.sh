@@ -22,6 +22,7 @@ for pair in $need; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing="$missing ${pair#*:}"
 done
 [ -x /usr/lib/llvm-14/bin/FileCheck ] || missing="$missing llvm-14-tools"
+[ -f /usr/include/cjson/cJSON.h ] || missing="$missing libcjson-dev"
 if [ -n "$missing" ]; then
   echo "bootstrap: installing$missing"
   sudo=""

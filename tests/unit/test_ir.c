@@ -155,6 +155,7 @@ static ir_module *build_full_module(void) {
   set_param(l, "groups", 8);
   set_param(l, "conv", 4);
   set_param(l, "expand", 2);
+  set_param(l, "chunk", 256);
   set_param(l, "seq", 4096);
   l = ir_module_add_layer(m, "vit", IR_KIND_VIT);
   set_param(l, "hidden", 1024);
