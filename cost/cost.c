@@ -1,0 +1,2 @@
+/* cost.c -- the analytic cost model (stub until written). */
+#include "cost.h"

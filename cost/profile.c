@@ -1,0 +1,2 @@
+/* profile.c -- profile files (stub until written). */
+#include "cost.h"

@@ -1,0 +1,2 @@
+/* report.c -- reports (stub until written). */
+#include "report.h"

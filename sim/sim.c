@@ -1,0 +1,2 @@
+/* sim.c -- the simulator (stub until written). */
+#include "sim.h"

@@ -1,0 +1,166 @@
+/* sim.h -- the pipeline simulator: the cost model every planning pass calls. Given a module with
+ * layer costs, stages, a placement and either a per-device order of operations (fixed mode) or a
+ * priority callback that picks among ready operations (priority mode), it computes the timeline
+ * of one training step: every operation and every transfer with start and end, transfers over
+ * links with latency and bandwidth overlapping compute and queued per link direction, memory per
+ * device over time, the data-parallel all-reduce and optimizer step at the end, makespan, busy and
+ * idle time, bubble ratio, peak memory against the limit, and the plan's lower bounds.
+ * Deterministic: the same input gives the same output bit for bit (event ties break by a
+ * sequence number, arithmetic is IEEE double without contraction). */
+#ifndef OCTO_SIM_H
+#define OCTO_SIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ir.h"
+#include "support.h"
+
+/* ---- Problem ------------------------------------------------------------------------------- */
+
+/* A compiled simulation problem: the per-stage and per-link numbers of one partition and
+ * placement. Build once, run many schedules on it. Opaque. */
+typedef struct sim_model sim_model;
+
+/* Compile the partition and placement of m into a problem. Pre: m passed ir_verify. Errors
+ * (reported through d, at the entity's location when known): no stages; a stage not placed or
+ * placed on a device that does not exist; a layer without a complete cost record (f, b, w, act,
+ * act_w, out, param); no link between two devices that exchange tensors; no microbatches.
+ * Returns NULL after reporting. */
+sim_model *sim_model_build(const ir_module *m, diag_engine *d);
+void sim_model_free(sim_model *p);
+
+/* Sizes of a problem. */
+int sim_model_devices(const sim_model *p);
+int sim_model_stages(const sim_model *p);
+int sim_model_microbatches(const sim_model *p);
+
+/* ---- Priority mode ------------------------------------------------------------------------- */
+
+/* An operation the simulator offers to a device in priority mode: its next F, B (or fused BW)
+ * and W of one of its stages, in microbatch order per stage and kind, whose inputs have arrived. */
+typedef struct sim_cand {
+  ir_op_kind kind; /* F, B, W, or BW when B and W are fused */
+  int stage;       /* stage index */
+  int mb;          /* microbatch */
+  double act;      /* bytes an F allocates (0 for the others) */
+} sim_cand;
+
+/* What a priority callback may look at. */
+typedef struct sim_view {
+  double now;         /* current time, seconds */
+  int device;         /* the device choosing */
+  double mem_used;    /* its memory in use now (static + live activations), bytes */
+  double mem_limit;   /* its memory limit, bytes */
+  int pending_f;      /* F operations not yet started on this device */
+  int pending_b;      /* B (or BW) operations not yet started on this device */
+  int pending_w;      /* W operations not yet started on this device */
+  int in_flight;      /* microbatches this device has run F for and not yet finished W (BW) */
+} sim_view;
+
+/* Pick one of the n >= 1 candidates (return its index) or none (-1: wait for the next event;
+ * the device is offered again when something finishes or arrives). Must be deterministic. */
+typedef int (*sim_choose_fn)(void *ctx, const sim_view *v, const sim_cand *c, int n);
+
+/* ---- Running ------------------------------------------------------------------------------- */
+
+/* How to run. Zero-initialize for the fixed mode without a timeline. */
+typedef struct sim_opts {
+  sim_choose_fn choose; /* NULL: fixed mode (the module's schedules); else priority mode */
+  void *ctx;            /* passed to choose */
+  bool fused_bw;        /* priority mode: offer fused BW instead of separate B and W */
+  bool record;          /* keep the timeline (operations, transfers) in the result */
+} sim_opts;
+
+/* One operation of the timeline (recorded runs only). */
+typedef struct sim_op_event {
+  ir_op_kind kind;  /* F, B, W, BW; the end-of-step operations use SIM_OP_ALLREDUCE / _OPTIM */
+  int device;       /* device that ran it */
+  int stage, mb;    /* stage and microbatch (-1 for the end-of-step operations) */
+  double start, end; /* seconds */
+  double mem;       /* memory of the device right after the operation's allocation (F) or
+                       after its end (others), bytes */
+} sim_op_event;
+
+/* Kinds of the end-of-step operations, after the ir_op_kind values. */
+enum { SIM_OP_ALLREDUCE = IR_OP_COUNT, SIM_OP_OPTIM };
+
+/* One point-to-point transfer (recorded runs only). */
+typedef struct sim_transfer {
+  ir_op_kind kind;    /* F: activation to the next stage; B: input gradient to the previous */
+  int from, to;       /* devices */
+  int src_stage, dst_stage, mb; /* producing and consuming stage, microbatch */
+  double bytes;       /* size */
+  double ready;       /* when the producer finished (the transfer was posted) */
+  double start, end;  /* on the link, after queueing behind earlier transfers */
+} sim_transfer;
+
+/* Per-device figures. */
+typedef struct sim_device_stats {
+  double busy;       /* compute time: F, B, W and the optimizer step */
+  double comm;       /* data-parallel all-reduce time at the end of the step */
+  double idle;       /* makespan - busy */
+  double end;        /* when its last operation ends */
+  double static_mem; /* parameters, gradients and optimizer state of its stages */
+  double peak_mem;   /* static + largest live activations */
+  double mem_limit;  /* its limit */
+  int peak_op;       /* index in its order of the operation at which the peak was reached (-1: none) */
+  ir_op peak_at;     /* that operation */
+  double peak_time;  /* when */
+} sim_device_stats;
+
+/* Outcome of sim_run. */
+typedef enum sim_status {
+  SIM_OK = 0,       /* every operation ran */
+  SIM_DEADLOCK = 1, /* some operation can never run: see 'stuck' */
+} sim_status;
+
+/* What a device was waiting for when the simulation could not go on. */
+typedef struct sim_stuck {
+  int device;   /* the waiting device */
+  int index;    /* position of its next operation in its order (fixed mode), or -1 */
+  ir_op op;     /* that operation (fixed mode) */
+  ir_op waits;  /* the operation it waits for (kind, stage, mb) */
+  int waits_on; /* device of that operation */
+} sim_stuck;
+
+/* Result of a run; reusable across runs (sim_result_free releases it). */
+typedef struct sim_result {
+  sim_status status;
+  double makespan;      /* end of the step, seconds */
+  double bubble;        /* sum of idle / (devices x makespan) */
+  double peak_mem;      /* largest peak over devices */
+  bool fits;            /* every device within its limit */
+  int oom_device;       /* first device over its limit, -1 if none */
+  double lb_work;       /* work bound: the busiest device's compute */
+  double lb_critical;   /* critical path of one microbatch through all stages and links */
+  int ndevices;
+  sim_device_stats *dev;   /* per device */
+  sim_op_event *ops;       /* timeline in start order (record only) */
+  int nops, ops_cap;
+  sim_transfer *xfers;     /* transfers in posting order (record only) */
+  int nxfers, xfers_cap;
+  ir_schedule *order;      /* priority mode: the order each device chose (ndevices entries) */
+  sim_stuck *stuck;        /* status DEADLOCK: one entry per device that still had work */
+  int nstuck, stuck_cap;
+} sim_result;
+
+/* Simulate one step. Fixed mode: m's schedules give each device's order (the module must be the
+ * one p was built from, with schedules for every device). Priority mode: opts->choose picks.
+ * Post: on SIM_OK every field is filled; on SIM_DEADLOCK 'stuck' says who waits for what, and
+ * the times are those reached. Never hangs: every call finishes in time linear in the number of
+ * operations (times a logarithm). */
+sim_status sim_run(const sim_model *p, const ir_module *m, const sim_opts *opts, sim_result *r);
+void sim_result_free(sim_result *r);
+
+/* Report a deadlock of r as an error through d at 'where', with one note per waiting device
+ * ("$d1 waits at #5 B @s2 3 for B @s3 3 on $d2"), following the cycle when there is one. */
+void sim_report_deadlock(const sim_result *r, diag_engine *d, diag_loc where);
+
+/* Write the figures of r into m: predict record and per-device predict records. */
+void sim_store_prediction(const sim_result *r, ir_module *m);
+
+/* Replace m's schedules with the order r chose (priority mode). */
+void sim_store_order(const sim_result *r, ir_module *m);
+
+#endif
