@@ -1,2 +1,922 @@
-/* sim.c -- the simulator (stub until written). */
+/* sim.c -- the pipeline simulator: a discrete-event engine over the operations of one training
+ * step. Events are operation completions and transfer arrivals, kept in a binary heap ordered by
+ * (time, sequence number) so ties break the same way everywhere. A device starts its next
+ * operation when it is idle and the operation's inputs have arrived; in fixed mode "next" is the
+ * module's order, in priority mode a callback picks among the ready operations. Transfers are
+ * posted when their producer ends and queue FIFO per link direction. */
+#include <float.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "sim.h"
+
+/* Operation slots: op id = (stage * microbatches + mb) * 3 + slot. A fused BW uses the B slot. */
+enum { SL_F, SL_B, SL_W, SL_N };
+
+/* Time inside the engine: whole picoseconds, so sums are exact and every platform computes the
+ * same timeline (a duration is rounded to the picosecond once, when the problem is built). */
+typedef int64_t tick;
+#define TICKS_PER_S 1e12
+
+/* Seconds to ticks (nearest) and back (correctly rounded, so 33 ms of ticks prints as 33ms). */
+static tick to_tick(double s) { return (tick)llround(s * TICKS_PER_S); }
+static double to_s(tick t) { return (double)t / TICKS_PER_S; }
+
+/* Per-stage numbers of a problem. */
+typedef struct sim_stage {
+  int dev;              /* device the stage runs on */
+  tick t[SL_N];         /* F, B, W time of one microbatch */
+  double act, act_w;    /* activation bytes allocated at F; part kept after B until W */
+  tick x_next;          /* time to send its output to the next stage (0 when on the same device) */
+  tick x_prev;          /* time to send its input gradient to the previous stage (0: same device) */
+  double out_bytes;     /* bytes of its output tensor (the next stage's input) */
+  double in_bytes;      /* bytes of its input gradient (the previous stage's output) */
+  int link_next;        /* link id towards the next stage's device, -1 when local or last */
+  int link_prev;        /* link id towards the previous stage's device, -1 when local or first */
+} sim_stage;
+
+/* Per-device numbers of a problem. */
+typedef struct sim_dev {
+  double static_mem; /* parameter, gradient and optimizer-state bytes of its stages */
+  double mem_limit;  /* its limit (INFINITY when unknown) */
+  tick allreduce;    /* data-parallel gradient all-reduce time at the end of the step */
+  tick optim;        /* optimizer step time */
+  tick work;         /* total compute of the step: its stages' F+B+W for every microbatch + optim */
+  int first_stage;   /* its stages are dev_stages[first_stage .. first_stage + nstages) */
+  int nstages;
+} sim_dev;
+
+struct sim_model {
+  int ndev, nstages, nmb; /* sizes */
+  sim_stage *st;          /* per stage */
+  sim_dev *dev;           /* per device */
+  int *dev_stages;        /* stage indices grouped by device (CSR, see sim_dev) */
+  int nlinks;             /* distinct ordered device pairs that carry transfers */
+  tick lb_critical;       /* one microbatch's critical path */
+};
+
+int sim_model_devices(const sim_model *p) { return p->ndev; }
+int sim_model_stages(const sim_model *p) { return p->nstages; }
+int sim_model_microbatches(const sim_model *p) { return p->nmb; }
+
+void sim_model_free(sim_model *p) {
+  if (!p) return;
+  free(p->st);
+  free(p->dev);
+  free(p->dev_stages);
+  free(p);
+}
+
+/* Location of a stage for messages: where it was defined, else 'where'. */
+static diag_loc stage_loc(const ir_module *m, int s, diag_loc where) {
+  return m->stages[s].loc.line ? ir_diag_loc(m->stages[s].loc) : where;
+}
+
+/* Whether every field of a layer's cost record that the simulator reads is set. */
+static const int cost_fields[] = {IR_F_COST_f,   IR_F_COST_b,   IR_F_COST_w,     IR_F_COST_act,
+                                  IR_F_COST_act_w, IR_F_COST_out, IR_F_COST_param, IR_F_COST_grad};
+
+/* Time of a message of 'bytes' over link l. */
+static tick link_time(const ir_link_rec *l, double bytes) {
+  double lat = ir_field_value(l, IR_F_LINK_lat);
+  return to_tick(lat + bytes / l->bw);
+}
+
+/* Ring all-reduce of 'bytes' over n ranks on link l (Patarasuk & Yuan; NCCL's ring): every rank
+ * sends and receives 2(n-1)/n of the data in 2(n-1) steps. */
+static tick ring_allreduce(const ir_link_rec *l, double bytes, int n) {
+  if (n <= 1 || bytes <= 0) return 0;
+  double lat = ir_field_value(l, IR_F_LINK_lat);
+  return to_tick(2.0 * (n - 1) / n * bytes / l->bw + 2.0 * (n - 1) * lat);
+}
+
+/* Link id of the ordered device pair (a, b) in the table 'ids' (ndev x ndev, -1 = none yet). */
+static int link_id(int *ids, int ndev, int a, int b, int *nlinks) {
+  int *slot = &ids[(size_t)a * ndev + b];
+  if (*slot < 0) *slot = (*nlinks)++;
+  return *slot;
+}
+
+sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
+  diag_loc where = ir_diag_loc(m->loc);
+  int errors = 0;
+  if (m->nstages == 0) {
+    diag_error(d, where, "the module has no stages: run a partition pass first");
+    return NULL;
+  }
+  int64_t nmb = (int64_t)ir_field_value(&m->train, IR_F_TRAIN_microbatches);
+  if (!ir_field_is_set(&m->train, IR_F_TRAIN_microbatches) || nmb < 1) {
+    diag_error(d, ir_diag_loc(m->train_loc), "the simulator needs 'microbatches' in the train "
+               "record");
+    return NULL;
+  }
+  if ((double)nmb * m->nstages * SL_N > 1e9) {
+    diag_error(d, ir_diag_loc(m->train_loc), "%d stages x %lld microbatches is too many "
+               "operations to simulate", m->nstages, (long long)nmb);
+    return NULL;
+  }
+  for (int s = 0; s < m->nstages; s++) {
+    int dv = m->stages[s].device;
+    if (dv < 0 || dv >= m->ndevices) {
+      if (dv < 0)
+        diag_error(d, stage_loc(m, s, where), "stage @s%d is not placed on a device", s);
+      else
+        diag_error(d, stage_loc(m, s, where), "stage @s%d is placed on $d%d, which does not exist "
+                   "(the module has %d device%s)", s, dv, m->ndevices, m->ndevices == 1 ? "" : "s");
+      errors++;
+    }
+  }
+  for (int i = 0; i < m->nlayers && errors < 20; i++) {
+    const ir_layer *l = &m->layers[i];
+    for (size_t k = 0; k < sizeof cost_fields / sizeof cost_fields[0]; k++)
+      if (!ir_field_is_set(&l->cost, cost_fields[k])) {
+        diag_error(d, l->loc.line ? ir_diag_loc(l->loc) : where,
+                   "layer %%%d \"%s\" has no '%s' cost: run the cost pass first", i, l->name,
+                   ir_fields[cost_fields[k]].name);
+        errors++;
+        break;
+      }
+  }
+  if (errors) return NULL;
+
+  sim_model *p = xcalloc(1, sizeof *p);
+  p->ndev = m->ndevices;
+  p->nstages = m->nstages;
+  p->nmb = (int)nmb;
+  p->st = xcalloc((size_t)m->nstages, sizeof *p->st);
+  p->dev = xcalloc((size_t)(m->ndevices ? m->ndevices : 1), sizeof *p->dev);
+  p->dev_stages = xcalloc((size_t)m->nstages, sizeof *p->dev_stages);
+  int *ids = xmalloc((size_t)m->ndevices * m->ndevices * sizeof *ids);
+  for (size_t i = 0; i < (size_t)m->ndevices * m->ndevices; i++) ids[i] = -1;
+
+  /* The train limit when given, else the device's memory, else none. */
+  double mem_limit = ir_field_value(&m->train, IR_F_TRAIN_mem_limit);
+  for (int dv = 0; dv < m->ndevices; dv++) {
+    double mem = ir_field_value(&m->devices[dv].rec, IR_F_DEVICE_mem);
+    p->dev[dv].mem_limit = mem_limit > 0 ? mem_limit : mem > 0 ? mem : INFINITY;
+  }
+
+  /* Stage sums. */
+  double *grad = xcalloc((size_t)(m->ndevices ? m->ndevices : 1), sizeof *grad);
+  for (int s = 0; s < m->nstages; s++) {
+    sim_stage *st = &p->st[s];
+    const ir_stage *is = &m->stages[s];
+    st->dev = is->device;
+    for (int i = is->first; i < is->end; i++) {
+      const ir_cost *c = &m->layers[i].cost;
+      st->t[SL_F] += to_tick(c->f);
+      st->t[SL_B] += to_tick(c->b);
+      st->t[SL_W] += to_tick(c->w);
+      st->act += c->act;
+      st->act_w += c->act_w;
+      p->dev[st->dev].static_mem += c->param;
+      grad[st->dev] += c->grad;
+    }
+    st->out_bytes = m->layers[is->end - 1].cost.out;
+    st->link_next = st->link_prev = -1;
+  }
+  /* Transfers between consecutive stages on different devices. */
+  int nlinks = 0;
+  for (int s = 0; s + 1 < m->nstages && !errors; s++) {
+    sim_stage *a = &p->st[s], *b = &p->st[s + 1];
+    b->in_bytes = a->out_bytes;
+    if (a->dev == b->dev) continue;
+    const ir_link_rec *fw = ir_module_link(m, a->dev, b->dev);
+    const ir_link_rec *bw = ir_module_link(m, b->dev, a->dev);
+    if (!fw || !bw || !(fw->bw > 0) || !(bw->bw > 0)) {
+      int x = fw && fw->bw > 0 ? b->dev : a->dev, y = fw && fw->bw > 0 ? a->dev : b->dev;
+      diag_error(d, stage_loc(m, s + 1, where), "no link from $d%d to $d%d, which exchange "
+                 "tensors between @s%d and @s%d: give the cluster an %s link or an explicit "
+                 "'link $d%d -> $d%d'", x, y, s, s + 1,
+                 m->devices[x].rec.node == m->devices[y].rec.node ? "intra" : "inter", x, y);
+      errors++;
+      break;
+    }
+    a->x_next = link_time(fw, a->out_bytes);
+    b->x_prev = link_time(bw, b->in_bytes);
+    a->link_next = link_id(ids, m->ndevices, a->dev, b->dev, &nlinks);
+    b->link_prev = link_id(ids, m->ndevices, b->dev, a->dev, &nlinks);
+  }
+  free(ids);
+  p->nlinks = nlinks;
+
+  /* End of step: data-parallel all-reduce over the replicas of each pipeline device (Megatron's
+   * rank order puts them in one block of tensor x data GPUs), then the optimizer step, which
+   * reads and writes every parameter, gradient and optimizer-state byte once. */
+  int64_t data = (int64_t)ir_field_value(&m->train, IR_F_TRAIN_data);
+  int64_t tensor = (int64_t)ir_field_value(&m->train, IR_F_TRAIN_tensor);
+  int64_t gpn = (int64_t)ir_field_value(&m->cluster, IR_F_CLUSTER_gpus_per_node);
+  const ir_link_rec *dp_link = tensor * data <= gpn ? &m->intra : &m->inter;
+  if (!dp_link->set) dp_link = m->intra.set ? &m->intra : &m->inter;
+  for (int dv = 0; dv < m->ndevices && !errors; dv++) {
+    sim_dev *x = &p->dev[dv];
+    if (data > 1 && grad[dv] > 0) {
+      if (!dp_link->set || !(dp_link->bw > 0)) {
+        diag_error(d, where, "data = %lld needs a link for the gradient all-reduce: the cluster "
+                   "has no intra or inter link", (long long)data);
+        errors++;
+        break;
+      }
+      x->allreduce = ring_allreduce(dp_link, grad[dv], (int)data);
+    }
+    double hbm = m->devices[dv].rec.hbm;
+    x->optim = x->static_mem > 0 && hbm > 0 ? to_tick(2 * x->static_mem / hbm) : 0;
+  }
+  free(grad);
+  if (errors) {
+    sim_model_free(p);
+    return NULL;
+  }
+
+  /* Stages grouped by device, and the lower bounds. */
+  for (int s = 0; s < m->nstages; s++) p->dev[p->st[s].dev].nstages++;
+  for (int dv = 0, at = 0; dv < m->ndevices; dv++) {
+    p->dev[dv].first_stage = at;
+    at += p->dev[dv].nstages;
+    p->dev[dv].nstages = 0;
+  }
+  for (int s = 0; s < m->nstages; s++) {
+    sim_dev *x = &p->dev[p->st[s].dev];
+    p->dev_stages[x->first_stage + x->nstages++] = s;
+    x->work += nmb * (p->st[s].t[SL_F] + p->st[s].t[SL_B] + p->st[s].t[SL_W]);
+  }
+  tick cp = 0;
+  for (int s = 0; s < m->nstages; s++)
+    cp += p->st[s].t[SL_F] + p->st[s].x_next + p->st[s].t[SL_B] + p->st[s].x_prev;
+  const sim_dev *d0 = &p->dev[p->st[0].dev];
+  p->lb_critical = cp + p->st[0].t[SL_W] + d0->allreduce + d0->optim;
+  for (int dv = 0; dv < m->ndevices; dv++) p->dev[dv].work += p->dev[dv].optim;
+  return p;
+}
+
+/* ---- Engine ---------------------------------------------------------------------------------*/
+
+/* A pending event: an operation ending (op >= 0, kind EV_DONE) or a tensor arriving for op. */
+typedef struct sim_event {
+  tick time;    /* when */
+  uint32_t seq; /* posting order: breaks ties deterministically */
+  int32_t code; /* op id * 2 + (0: operation done, 1: input arrived) */
+} sim_event;
+
+/* Scratch of a run, kept in sim_result.work between runs. */
+typedef struct sim_work {
+  size_t nops_cap;    /* capacity of the per-op arrays */
+  uint8_t *deps;      /* per op: inputs not yet arrived */
+  uint8_t *state;     /* per op: low bits 0 not started, 1 running, 2 done; 0x10: in the schedule,
+                         0x20: scheduled as a fused BW (fixed mode) */
+  int dev_cap;        /* capacity of the per-device arrays */
+  int *pos;           /* fixed mode: next index in the device's order; priority: ops started */
+  int *running;       /* op running on the device, -1 when idle */
+  uint8_t *fused;     /* per device's current op: it is a fused BW */
+  double *mem;        /* memory in use per device */
+  int *remaining;     /* operations not yet started per device */
+  int *inflight;      /* F started and W (or BW) not finished, per device */
+  tick *busy, *comm;  /* per device: compute and all-reduce time so far */
+  tick *end;          /* per device: when its step ends (after finishing) */
+  uint8_t *declined;  /* priority mode: the device declined every candidate and waits */
+  int ndeclined;      /* devices with 'declined' set */
+  int stage_cap;      /* capacity of the per-stage arrays */
+  int *next_mb;       /* priority mode: per stage and slot, next microbatch to offer */
+  int link_cap;       /* capacity of link_free */
+  tick *link_free;    /* per link: when it finishes its queued transfers */
+  sim_event *heap;    /* pending events */
+  int nheap, heap_cap;
+  uint32_t seq;       /* next event sequence number */
+  sim_cand *cands;    /* priority mode: candidates offered */
+  int cands_cap;
+} sim_work;
+
+static bool ev_less(const sim_event *a, const sim_event *b) {
+  return a->time < b->time || (a->time == b->time && a->seq < b->seq);
+}
+
+static void heap_push(sim_work *w, tick time, int32_t code) {
+  VEC_RESERVE(w->heap, w->nheap, w->heap_cap);
+  int i = w->nheap++;
+  sim_event e = {time, w->seq++, code};
+  while (i > 0) {
+    int parent = (i - 1) / 2;
+    if (!ev_less(&e, &w->heap[parent])) break;
+    w->heap[i] = w->heap[parent];
+    i = parent;
+  }
+  w->heap[i] = e;
+}
+
+static sim_event heap_pop(sim_work *w) {
+  sim_event top = w->heap[0], last = w->heap[--w->nheap];
+  int i = 0, n = w->nheap;
+  for (;;) {
+    int c = 2 * i + 1;
+    if (c >= n) break;
+    if (c + 1 < n && ev_less(&w->heap[c + 1], &w->heap[c])) c++;
+    if (!ev_less(&w->heap[c], &last)) break;
+    w->heap[i] = w->heap[c];
+    i = c;
+  }
+  if (n > 0) w->heap[i] = last;
+  return top;
+}
+
+/* Everything one run works with. */
+typedef struct sim_ctx {
+  const sim_model *p;
+  const ir_module *m;
+  const sim_opts *o;
+  sim_result *r;
+  sim_work *w;
+  tick now;      /* current time */
+  int done_devs; /* devices that finished their step */
+} sim_ctx;
+
+static inline int op_id(const sim_model *p, int s, int mb, int slot) {
+  return (s * p->nmb + mb) * SL_N + slot;
+}
+
+/* Grow scratch array 'a' of element size 'sz' from *cap to n elements. */
+static void *grow(void *a, size_t sz, size_t n) { return xrealloc(a, (n ? n : 1) * sz); }
+
+/* Make the scratch fit p and reset it for a run. */
+static void work_reset(sim_work *w, const sim_model *p) {
+  size_t nops = (size_t)p->nstages * p->nmb * SL_N;
+  if (nops > w->nops_cap) {
+    w->deps = grow(w->deps, 1, nops);
+    w->state = grow(w->state, 1, nops);
+    w->nops_cap = nops;
+  }
+  if (p->ndev > w->dev_cap) {
+    w->pos = grow(w->pos, sizeof(int), p->ndev);
+    w->running = grow(w->running, sizeof(int), p->ndev);
+    w->fused = grow(w->fused, 1, p->ndev);
+    w->mem = grow(w->mem, sizeof(double), p->ndev);
+    w->remaining = grow(w->remaining, sizeof(int), p->ndev);
+    w->inflight = grow(w->inflight, sizeof(int), p->ndev);
+    w->declined = grow(w->declined, 1, p->ndev);
+    w->busy = grow(w->busy, sizeof(tick), p->ndev);
+    w->comm = grow(w->comm, sizeof(tick), p->ndev);
+    w->end = grow(w->end, sizeof(tick), p->ndev);
+    w->dev_cap = p->ndev;
+  }
+  if (p->nstages * SL_N > w->stage_cap) {
+    w->next_mb = grow(w->next_mb, sizeof(int), (size_t)p->nstages * SL_N);
+    w->stage_cap = p->nstages * SL_N;
+  }
+  if (p->nlinks > w->link_cap) {
+    w->link_free = grow(w->link_free, sizeof(tick), p->nlinks);
+    w->link_cap = p->nlinks;
+  }
+  memset(w->state, 0, nops);
+  for (int s = 0; s < p->nstages; s++) {
+    uint8_t df = s > 0, db = 1 + (s + 1 < p->nstages), dw = 1;
+    for (int mb = 0; mb < p->nmb; mb++) {
+      int base = op_id(p, s, mb, 0);
+      w->deps[base + SL_F] = df;
+      w->deps[base + SL_B] = db;
+      w->deps[base + SL_W] = dw;
+    }
+  }
+  for (int dv = 0; dv < p->ndev; dv++) {
+    w->pos[dv] = 0;
+    w->running[dv] = -1;
+    w->fused[dv] = 0;
+    w->mem[dv] = p->dev[dv].static_mem;
+    w->remaining[dv] = 0;
+    w->inflight[dv] = 0;
+    w->declined[dv] = 0;
+    w->busy[dv] = w->comm[dv] = w->end[dv] = 0;
+  }
+  w->ndeclined = 0;
+  for (int i = 0; i < p->nstages * SL_N; i++) w->next_mb[i] = 0;
+  for (int i = 0; i < p->nlinks; i++) w->link_free[i] = 0;
+  w->nheap = 0;
+  w->seq = 0;
+}
+
+/* Record an operation of the timeline. */
+static void record_op(sim_ctx *c, int kind, int dev, int s, int mb, tick start, tick end,
+                      double mem) {
+  sim_result *r = c->r;
+  sim_op_event e = {(ir_op_kind)kind, dev, s, mb, to_s(start), to_s(end), mem};
+  VEC_PUSH(r->ops, r->nops, r->ops_cap, e);
+}
+
+/* One input of 'op' has arrived (operations start at the current time, so only the count of
+ * missing inputs matters). */
+static inline void satisfy(sim_work *w, int op) { w->deps[op]--; }
+
+/* Send a tensor to 'op' (input of stage s2) over link 'link' taking 'dur', posted at now. */
+static void transfer(sim_ctx *c, int link, tick dur, int op, ir_op_kind kind, int s1, int s2,
+                     int mb, double bytes) {
+  sim_work *w = c->w;
+  tick start = w->link_free[link] > c->now ? w->link_free[link] : c->now;
+  tick end = start + dur;
+  w->link_free[link] = end;
+  heap_push(w, end, op * 2 + 1);
+  if (c->o->record) {
+    sim_transfer x = {kind,  c->p->st[s1].dev, c->p->st[s2].dev, s1,        s2,
+                      mb,    bytes,            to_s(c->now),     to_s(start), to_s(end)};
+    VEC_PUSH(c->r->xfers, c->r->nxfers, c->r->xfers_cap, x);
+  }
+}
+
+/* Start op (slot 'slot' of stage s, microbatch mb; fused: a BW) on device dv at now. */
+static void start_op(sim_ctx *c, int dv, int s, int mb, int slot, bool fused) {
+  const sim_model *p = c->p;
+  sim_work *w = c->w;
+  const sim_stage *st = &p->st[s];
+  int op = op_id(p, s, mb, slot);
+  tick dur = st->t[slot] + (fused ? st->t[SL_W] : 0);
+  w->state[op] = (uint8_t)((w->state[op] & 0xf0) | 1);
+  w->running[dv] = op;
+  w->fused[dv] = fused;
+  w->remaining[dv]--;
+  sim_device_stats *ds = &c->r->dev[dv];
+  w->busy[dv] += dur;
+  if (slot == SL_F) {
+    w->mem[dv] += st->act;
+    w->inflight[dv]++;
+    if (w->mem[dv] > ds->peak_mem) {
+      ds->peak_mem = w->mem[dv];
+      ds->peak_op = w->pos[dv];
+      ds->peak_at = (ir_op){IR_OP_F, s, mb};
+      ds->peak_time = to_s(c->now);
+    }
+  }
+  if (c->r->order) ir_schedule_push(&c->r->order[dv], fused ? IR_OP_BW : (ir_op_kind)slot, s, mb);
+  w->pos[dv]++;
+  if (c->o->record) {
+    /* Memory after the op: F's allocation now; a backward's release at its end. */
+    double mem = w->mem[dv];
+    if (slot == SL_B) mem -= fused ? st->act : st->act - st->act_w;
+    if (slot == SL_W) mem -= st->act_w;
+    record_op(c, fused ? IR_OP_BW : slot, dv, s, mb, c->now, c->now + dur, mem);
+  }
+  heap_push(w, c->now + dur, op * 2);
+}
+
+/* Device dv has no operation left: run its end-of-step work and mark it finished. */
+static void finish_device(sim_ctx *c, int dv) {
+  const sim_dev *x = &c->p->dev[dv];
+  sim_work *w = c->w;
+  tick t = c->now;
+  if (x->allreduce > 0) {
+    if (c->o->record) record_op(c, SIM_OP_ALLREDUCE, dv, -1, -1, t, t + x->allreduce, c->w->mem[dv]);
+    w->comm[dv] += x->allreduce;
+    t += x->allreduce;
+  }
+  if (x->optim > 0) {
+    if (c->o->record) record_op(c, SIM_OP_OPTIM, dv, -1, -1, t, t + x->optim, c->w->mem[dv]);
+    w->busy[dv] += x->optim;
+    t += x->optim;
+  }
+  w->end[dv] = t;
+  c->w->pos[dv] = -1 - c->w->pos[dv]; /* finished: keep the count, negative */
+  c->done_devs++;
+}
+
+/* Priority mode: offer dv its ready operations and start the one the callback picks. */
+static void offer(sim_ctx *c, int dv) {
+  const sim_model *p = c->p;
+  sim_work *w = c->w;
+  const sim_dev *x = &p->dev[dv];
+  int n = 0;
+  int pf = 0, pb = 0, pw = 0;
+  for (int i = 0; i < x->nstages; i++) {
+    int s = p->dev_stages[x->first_stage + i];
+    int *nx = &w->next_mb[s * SL_N];
+    pf += p->nmb - nx[SL_F];
+    pb += p->nmb - nx[SL_B];
+    if (!c->o->fused_bw) pw += p->nmb - nx[SL_W];
+    for (int slot = 0; slot < SL_N; slot++) {
+      if (slot == SL_W && c->o->fused_bw) continue;
+      int mb = nx[slot];
+      if (mb >= p->nmb || w->deps[op_id(p, s, mb, slot)] != 0) continue;
+      VEC_RESERVE(w->cands, n, w->cands_cap);
+      bool fb = slot == SL_B && c->o->fused_bw;
+      w->cands[n++] = (sim_cand){fb ? IR_OP_BW : (ir_op_kind)slot, s, mb,
+                                 slot == SL_F ? p->st[s].act : 0};
+    }
+  }
+  if (n == 0) return;
+  if (w->declined[dv]) {
+    w->declined[dv] = 0;
+    w->ndeclined--;
+  }
+  sim_view v = {c->now, dv, w->mem[dv], p->dev[dv].mem_limit, pf, pb, pw, w->inflight[dv]};
+  int k = c->o->choose(c->o->ctx, &v, w->cands, n);
+  if (k < 0 || k >= n) {
+    w->declined[dv] = 1;
+    w->ndeclined++;
+    return;
+  }
+  const sim_cand *cd = &w->cands[k];
+  int slot = cd->kind == IR_OP_F ? SL_F : cd->kind == IR_OP_W ? SL_W : SL_B;
+  w->next_mb[cd->stage * SL_N + slot]++;
+  start_op(c, dv, cd->stage, cd->mb, slot, cd->kind == IR_OP_BW);
+}
+
+/* Device dv is idle at now: start what it can. */
+static void try_start(sim_ctx *c, int dv) {
+  sim_work *w = c->w;
+  if (w->running[dv] >= 0 || w->pos[dv] < 0) return;
+  if (w->remaining[dv] == 0) {
+    finish_device(c, dv);
+    return;
+  }
+  if (c->o->choose) {
+    offer(c, dv);
+    return;
+  }
+  const ir_op *o = &c->m->schedules[dv].ops[w->pos[dv]];
+  int slot = o->kind == IR_OP_F ? SL_F : o->kind == IR_OP_W ? SL_W : SL_B;
+  if (w->deps[op_id(c->p, o->stage, o->mb, slot)] != 0) return;
+  start_op(c, dv, o->stage, o->mb, slot, o->kind == IR_OP_BW);
+}
+
+/* Operation op (on device dv) ended at now: free memory, hand its output on, free the device. */
+static void op_done(sim_ctx *c, int op) {
+  const sim_model *p = c->p;
+  sim_work *w = c->w;
+  int slot = op % SL_N, smb = op / SL_N, s = smb / p->nmb, mb = smb % p->nmb;
+  const sim_stage *st = &p->st[s];
+  int dv = st->dev;
+  bool fused = w->fused[dv];
+  w->running[dv] = -1;
+  w->state[op] = (uint8_t)((w->state[op] & 0xf0) | 2);
+  if (slot == SL_F) {
+    satisfy(w, op + SL_B);
+    if (s + 1 < p->nstages) {
+      int nxt = op_id(p, s + 1, mb, SL_F);
+      if (st->link_next < 0) {
+        satisfy(w, nxt);
+      } else {
+        transfer(c, st->link_next, st->x_next, nxt, IR_OP_F, s, s + 1, mb, st->out_bytes);
+      }
+    }
+  } else if (slot == SL_B) {
+    if (fused) {
+      w->state[op + 1] = (uint8_t)((w->state[op + 1] & 0xf0) | 2);
+      w->mem[dv] -= st->act;
+      w->inflight[dv]--;
+    } else {
+      w->mem[dv] -= st->act - st->act_w;
+      satisfy(w, op + 1);
+    }
+    if (s > 0) {
+      int prv = op_id(p, s - 1, mb, SL_B);
+      if (st->link_prev < 0)
+        satisfy(w, prv);
+      else
+        transfer(c, st->link_prev, st->x_prev, prv, IR_OP_B, s, s - 1, mb, st->in_bytes);
+    }
+  } else {
+    w->mem[dv] -= st->act_w;
+    w->inflight[dv]--;
+  }
+  try_start(c, dv);
+}
+
+/* Fixed mode: check that the module's schedules hold every operation of the problem exactly once,
+ * on the right device, and count each device's operations. Returns false with r->why set. */
+static bool check_schedule(sim_ctx *c) {
+  const sim_model *p = c->p;
+  const ir_module *m = c->m;
+  sim_work *w = c->w;
+  if (!m->schedules) {
+    snprintf(c->r->why, sizeof c->r->why, "the module has no schedule: run a schedule pass first");
+    return false;
+  }
+  for (int dv = 0; dv < p->ndev; dv++) {
+    const ir_schedule *sc = &m->schedules[dv];
+    for (int i = 0; i < sc->nops; i++) {
+      const ir_op *o = &sc->ops[i];
+      const char *kn = o->kind < IR_OP_COUNT ? ir_op_names[o->kind] : "?";
+      if (o->stage < 0 || o->stage >= p->nstages || o->mb < 0 || o->mb >= p->nmb ||
+          o->kind >= IR_OP_COUNT) {
+        snprintf(c->r->why, sizeof c->r->why, "$d%d #%d: %s @s%d %d is out of range", dv, i, kn,
+                 o->stage, o->mb);
+        return false;
+      }
+      if (p->st[o->stage].dev != dv) {
+        snprintf(c->r->why, sizeof c->r->why, "$d%d #%d: %s @s%d %d belongs to $d%d", dv, i, kn,
+                 o->stage, o->mb, p->st[o->stage].dev);
+        return false;
+      }
+      int base = op_id(p, o->stage, o->mb, 0);
+      int slots[2] = {o->kind == IR_OP_F ? SL_F : o->kind == IR_OP_W ? SL_W : SL_B,
+                      o->kind == IR_OP_BW ? SL_W : -1};
+      for (int k = 0; k < 2 && slots[k] >= 0; k++) {
+        if (w->state[base + slots[k]] & 0x10) {
+          snprintf(c->r->why, sizeof c->r->why, "$d%d #%d: %s @s%d %d repeats an operation "
+                   "scheduled before", dv, i, kn, o->stage, o->mb);
+          return false;
+        }
+        w->state[base + slots[k]] |= 0x10;
+      }
+      if (o->kind == IR_OP_BW) w->state[base + SL_B] |= 0x20;
+    }
+    w->remaining[dv] = sc->nops;
+  }
+  for (int s = 0; s < p->nstages; s++)
+    for (int mb = 0; mb < p->nmb; mb++)
+      for (int slot = 0; slot < SL_N; slot++)
+        if (!(w->state[op_id(p, s, mb, slot)] & 0x10)) {
+          snprintf(c->r->why, sizeof c->r->why, "%s @s%d %d is missing from the schedule of $d%d",
+                   slot == SL_B ? "B (or BW)" : ir_op_names[slot], s, mb, p->st[s].dev);
+          return false;
+        }
+  return true;
+}
+
+/* The op that blocks op (not yet done), and its device; returns false when none does. */
+static bool blocker(const sim_ctx *c, int s, int mb, int slot, ir_op *waits, int *dev) {
+  const sim_model *p = c->p;
+  const uint8_t *state = c->w->state;
+  int cand[2][2] = {{-1, -1}, {-1, -1}}; /* (stage, slot) of its inputs */
+  if (slot == SL_F) {
+    if (s > 0) cand[0][0] = s - 1, cand[0][1] = SL_F;
+  } else if (slot == SL_B) {
+    cand[0][0] = s, cand[0][1] = SL_F;
+    if (s + 1 < p->nstages) cand[1][0] = s + 1, cand[1][1] = SL_B;
+  } else {
+    cand[0][0] = s, cand[0][1] = SL_B;
+  }
+  for (int k = 0; k < 2; k++) {
+    if (cand[k][0] < 0) continue;
+    if ((state[op_id(p, cand[k][0], mb, cand[k][1])] & 0xf) != 2) {
+      int op = op_id(p, cand[k][0], mb, cand[k][1]);
+      bool fused = (state[op] & 0x20) || (c->o->choose && c->o->fused_bw && cand[k][1] == SL_B);
+      *waits = (ir_op){fused ? IR_OP_BW : (ir_op_kind)cand[k][1], cand[k][0], mb};
+      *dev = p->st[cand[k][0]].dev;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* No event is left but some device has work: record who waits for what. */
+static void collect_stuck(sim_ctx *c) {
+  const sim_model *p = c->p;
+  sim_work *w = c->w;
+  sim_result *r = c->r;
+  for (int dv = 0; dv < p->ndev; dv++) {
+    if (w->pos[dv] < 0) continue;
+    sim_stuck st = {dv, -1, {IR_OP_F, -1, -1}, {IR_OP_F, -1, -1}, -1};
+    if (!c->o->choose) {
+      const ir_op *o = &c->m->schedules[dv].ops[w->pos[dv]];
+      int slot = o->kind == IR_OP_F ? SL_F : o->kind == IR_OP_W ? SL_W : SL_B;
+      st.index = w->pos[dv];
+      st.op = *o;
+      blocker(c, o->stage, o->mb, slot, &st.waits, &st.waits_on);
+    } else {
+      /* Priority mode: the first stage's next operation that is not ready, or a declined one. */
+      const sim_dev *x = &p->dev[dv];
+      for (int i = 0; i < x->nstages && st.op.stage < 0; i++) {
+        int s = p->dev_stages[x->first_stage + i];
+        for (int slot = 0; slot < SL_N && st.op.stage < 0; slot++) {
+          if (slot == SL_W && c->o->fused_bw) continue;
+          int mb = w->next_mb[s * SL_N + slot];
+          if (mb >= p->nmb) continue;
+          bool fb = slot == SL_B && c->o->fused_bw;
+          st.op = (ir_op){fb ? IR_OP_BW : (ir_op_kind)slot, s, mb};
+          blocker(c, s, mb, slot, &st.waits, &st.waits_on);
+        }
+      }
+    }
+    VEC_PUSH(r->stuck, r->nstuck, r->stuck_cap, st);
+  }
+}
+
+sim_status sim_run(const sim_model *p, const ir_module *m, const sim_opts *opts, sim_result *r) {
+  static const sim_opts none = {0};
+  if (!opts) opts = &none;
+  if (!r->work) r->work = xcalloc(1, sizeof(sim_work));
+  sim_work *w = r->work;
+  work_reset(w, p);
+  r->status = SIM_OK;
+  r->nops = r->nxfers = r->nstuck = 0;
+  r->why[0] = 0;
+  if (r->ndevices != p->ndev || !r->dev) {
+    free(r->dev);
+    r->dev = xcalloc((size_t)(p->ndev ? p->ndev : 1), sizeof *r->dev);
+    if (r->order) {
+      for (int i = 0; i < r->ndevices; i++) free(r->order[i].ops);
+      free(r->order);
+      r->order = NULL;
+    }
+    r->ndevices = p->ndev;
+  }
+  for (int dv = 0; dv < p->ndev; dv++) {
+    r->dev[dv] = (sim_device_stats){0};
+    r->dev[dv].static_mem = r->dev[dv].peak_mem = p->dev[dv].static_mem;
+    r->dev[dv].mem_limit = p->dev[dv].mem_limit;
+    r->dev[dv].peak_op = -1;
+    r->dev[dv].peak_at = (ir_op){IR_OP_F, -1, -1};
+  }
+  if (opts->choose) {
+    if (!r->order) r->order = xcalloc((size_t)(p->ndev ? p->ndev : 1), sizeof *r->order);
+    for (int dv = 0; dv < p->ndev; dv++) {
+      r->order[dv].nops = 0;
+      const sim_dev *x = &p->dev[dv];
+      w->remaining[dv] = x->nstages * p->nmb * (opts->fused_bw ? 2 : 3);
+    }
+  } else if (r->order) {
+    for (int i = 0; i < r->ndevices; i++) free(r->order[i].ops);
+    free(r->order);
+    r->order = NULL;
+  }
+  sim_ctx c = {p, m, opts, r, w, 0, 0};
+  if (!opts->choose && !check_schedule(&c)) {
+    r->status = SIM_INVALID;
+    return r->status;
+  }
+  for (int dv = 0; dv < p->ndev; dv++) try_start(&c, dv);
+  while (w->nheap > 0) {
+    sim_event e = heap_pop(w);
+    c.now = e.time;
+    int op = e.code >> 1;
+    if (e.code & 1) {
+      satisfy(w, op);
+      int dv = p->st[op / SL_N / p->nmb].dev;
+      if (w->running[dv] < 0) try_start(&c, dv);
+    } else {
+      op_done(&c, op);
+    }
+    /* A device that declined is offered again after every event: what it waits for (memory,
+     * another device's progress) may have changed. */
+    for (int dv = 0; w->ndeclined > 0 && dv < p->ndev; dv++)
+      if (w->declined[dv] && w->running[dv] < 0) try_start(&c, dv);
+  }
+  /* Devices whose last operation ended and that never got another chance (priority mode may
+   * decline until the end). */
+  if (c.done_devs < p->ndev) {
+    r->status = SIM_DEADLOCK;
+    collect_stuck(&c);
+  }
+  tick makespan = 0, idle = 0, lb_work = 0;
+  for (int dv = 0; dv < p->ndev; dv++)
+    if (w->end[dv] > makespan) makespan = w->end[dv];
+  r->makespan = to_s(makespan);
+  r->peak_mem = 0;
+  r->fits = true;
+  r->oom_device = -1;
+  r->lb_work = 0;
+  for (int dv = 0; dv < p->ndev; dv++) {
+    sim_device_stats *ds = &r->dev[dv];
+    tick di = makespan > w->busy[dv] ? makespan - w->busy[dv] : 0;
+    idle += di;
+    ds->busy = to_s(w->busy[dv]);
+    ds->comm = to_s(w->comm[dv]);
+    ds->end = to_s(w->end[dv]);
+    ds->idle = to_s(di);
+    if (ds->peak_mem > r->peak_mem) r->peak_mem = ds->peak_mem;
+    if (ds->peak_mem > ds->mem_limit && r->fits) {
+      r->fits = false;
+      r->oom_device = dv;
+    }
+    if (p->dev[dv].work > lb_work) lb_work = p->dev[dv].work;
+  }
+  r->bubble = makespan > 0 && p->ndev > 0 ? (double)idle / ((double)p->ndev * makespan) : 0;
+  r->lb_work = to_s(lb_work);
+  r->lb_critical = to_s(p->lb_critical);
+  return r->status;
+}
+
+void sim_result_free(sim_result *r) {
+  if (!r) return;
+  free(r->dev);
+  free(r->ops);
+  free(r->xfers);
+  free(r->stuck);
+  if (r->order) {
+    for (int i = 0; i < r->ndevices; i++) free(r->order[i].ops);
+    free(r->order);
+  }
+  sim_work *w = r->work;
+  if (w) {
+    free(w->deps);
+    free(w->state);
+    free(w->pos);
+    free(w->running);
+    free(w->fused);
+    free(w->mem);
+    free(w->remaining);
+    free(w->inflight);
+    free(w->declined);
+    free(w->busy);
+    free(w->comm);
+    free(w->end);
+    free(w->next_mb);
+    free(w->link_free);
+    free(w->heap);
+    free(w->cands);
+    free(w);
+  }
+  memset(r, 0, sizeof *r);
+}
+
+/* ---- Reporting ------------------------------------------------------------------------------*/
+
+/* Append "F @s2 3" for op o. */
+static void put_op(strbuf *sb, ir_op o) {
+  strbuf_printf(sb, "%s @s%d %d", ir_op_names[o.kind], o.stage, o.mb);
+}
+
+void sim_report_failure(const sim_result *r, diag_engine *d, diag_loc where) {
+  if (r->status == SIM_INVALID) {
+    diag_error(d, where, "the schedule does not fit the plan: %s", r->why);
+    return;
+  }
+  if (r->status != SIM_DEADLOCK) return;
+  /* Follow the waits from the first stuck device to find a cycle. */
+  int n = r->nstuck, at = 0, cyc = -1;
+  int *seen = xcalloc((size_t)(r->ndevices ? r->ndevices : 1), sizeof *seen);
+  int *idx = xmalloc((size_t)(r->ndevices ? r->ndevices : 1) * sizeof *idx);
+  for (int i = 0; i < r->ndevices; i++) idx[i] = -1;
+  for (int i = 0; i < n; i++) idx[r->stuck[i].device] = i;
+  for (int step = 1; n > 0 && step <= n + 1; step++) {
+    const sim_stuck *s = &r->stuck[at];
+    if (seen[s->device]) {
+      cyc = s->device;
+      break;
+    }
+    seen[s->device] = step;
+    if (s->waits_on < 0 || idx[s->waits_on] < 0) break;
+    at = idx[s->waits_on];
+  }
+  if (cyc >= 0)
+    diag_error(d, where, "the schedule deadlocks: the devices wait for each other in a cycle");
+  else
+    diag_error(d, where, "the schedule deadlocks: %d device%s can never go on", n,
+               n == 1 ? "" : "s");
+  /* Notes: the cycle first (in order), then the other waiting devices. */
+  strbuf sb = {0};
+  for (int pass = 0; pass < 2; pass++) {
+    int start = pass == 0 ? cyc : -1;
+    if (pass == 0 && start < 0) continue;
+    for (int i = 0; i < n; i++) {
+      const sim_stuck *s;
+      if (pass == 0) {
+        s = &r->stuck[idx[start]];
+        start = s->waits_on;
+        if (i > 0 && s->device == cyc) break;
+      } else {
+        s = &r->stuck[i];
+        if (cyc >= 0 && seen[s->device] && seen[s->device] >= seen[cyc]) continue;
+      }
+      sb.len = 0;
+      if (sb.data) sb.data[0] = 0;
+      strbuf_printf(&sb, "$d%d waits ", s->device);
+      if (s->index >= 0) {
+        strbuf_printf(&sb, "at #%d ", s->index);
+        put_op(&sb, s->op);
+      } else if (s->op.stage >= 0) {
+        strbuf_puts(&sb, "to run ");
+        put_op(&sb, s->op);
+      }
+      if (s->waits_on >= 0) {
+        strbuf_puts(&sb, " for ");
+        put_op(&sb, s->waits);
+        strbuf_printf(&sb, " on $d%d", s->waits_on);
+      } else {
+        strbuf_puts(&sb, ", which is ready: the priority rule declined it");
+      }
+      diag_note(d, where, "%s", strbuf_cstr(&sb));
+      if (pass == 0 && s->waits_on < 0) break;
+    }
+  }
+  strbuf_free(&sb);
+  free(seen);
+  free(idx);
+}
+
+void sim_store_prediction(const sim_result *r, ir_module *m) {
+  memset(&m->predict, 0, sizeof m->predict);
+  ir_field_set(&m->predict, IR_F_PREDICT_makespan, r->makespan);
+  ir_field_set(&m->predict, IR_F_PREDICT_bubble, r->bubble);
+  ir_field_set(&m->predict, IR_F_PREDICT_peak_mem, r->peak_mem);
+  ir_field_set(&m->predict, IR_F_PREDICT_fits, r->fits);
+  ir_field_set(&m->predict, IR_F_PREDICT_bound,
+               r->lb_work > r->lb_critical ? r->lb_work : r->lb_critical);
+  for (int dv = 0; dv < m->ndevices && dv < r->ndevices; dv++) {
+    ir_devpredict *dp = &m->devices[dv].predict;
+    memset(dp, 0, sizeof *dp);
+    ir_field_set(dp, IR_F_DEVPREDICT_busy, r->dev[dv].busy);
+    ir_field_set(dp, IR_F_DEVPREDICT_idle, r->dev[dv].idle);
+    ir_field_set(dp, IR_F_DEVPREDICT_peak_mem, r->dev[dv].peak_mem);
+  }
+}
+
+void sim_store_order(const sim_result *r, ir_module *m) {
+  if (!r->order) return;
+  ir_module_init_schedules(m);
+  for (int dv = 0; dv < m->ndevices && dv < r->ndevices; dv++) {
+    ir_schedule *s = &m->schedules[dv];
+    s->nops = 0;
+    for (int i = 0; i < r->order[dv].nops; i++) {
+      const ir_op *o = &r->order[dv].ops[i];
+      ir_schedule_push(s, o->kind, o->stage, o->mb);
+    }
+  }
+}

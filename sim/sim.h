@@ -113,6 +113,8 @@ typedef struct sim_device_stats {
 typedef enum sim_status {
   SIM_OK = 0,       /* every operation ran */
   SIM_DEADLOCK = 1, /* some operation can never run: see 'stuck' */
+  SIM_INVALID = 2,  /* the schedule does not fit the model (an operation missing, repeated, on
+                       the wrong device or out of range): see 'why' */
 } sim_status;
 
 /* What a device was waiting for when the simulation could not go on. */
@@ -143,6 +145,8 @@ typedef struct sim_result {
   ir_schedule *order;      /* priority mode: the order each device chose (ndevices entries) */
   sim_stuck *stuck;        /* status DEADLOCK: one entry per device that still had work */
   int nstuck, stuck_cap;
+  char why[200];           /* status INVALID: what is wrong with the schedule */
+  void *work;              /* scratch kept between runs (private to sim.c) */
 } sim_result;
 
 /* Simulate one step. Fixed mode: m's schedules give each device's order (the module must be the
@@ -153,9 +157,10 @@ typedef struct sim_result {
 sim_status sim_run(const sim_model *p, const ir_module *m, const sim_opts *opts, sim_result *r);
 void sim_result_free(sim_result *r);
 
-/* Report a deadlock of r as an error through d at 'where', with one note per waiting device
+/* Report a failed run (status DEADLOCK or INVALID) as an error through d at 'where'. For a
+ * deadlock: one note per waiting device through d at 'where', with one note per waiting device
  * ("$d1 waits at #5 B @s2 3 for B @s3 3 on $d2"), following the cycle when there is one. */
-void sim_report_deadlock(const sim_result *r, diag_engine *d, diag_loc where);
+void sim_report_failure(const sim_result *r, diag_engine *d, diag_loc where);
 
 /* Write the figures of r into m: predict record and per-device predict records. */
 void sim_store_prediction(const sim_result *r, ir_module *m);
