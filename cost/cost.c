@@ -1,2 +1,608 @@
-/* cost.c -- the analytic cost model (stub until written). */
+/* cost.c -- the analytic cost model: for each layer kind a list of parts (weight GEMMs,
+ * weight-less cores, memory-bound element-wise work) with their FLOPs and HBM bytes per pass,
+ * the activation terms it keeps (Korthikanti et al. 2022), its parameters and its
+ * tensor-parallel all-reduces; a roofline time per part on the device; recomputation; bytes per
+ * parameter; and the cost pass driver (cost_run). docs/cost-model.md gives every formula with
+ * its source and names the same parts. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cost.h"
+
+/* ---- Precision and optimizer tables (keyed off ir/enums.def) ---- */
+
+/* Byte sizes of one training precision. */
+typedef struct cost_dtype_info {
+  double act;    /* bytes of an activation element */
+  double weight; /* bytes of a weight element as the GEMMs read it */
+  double grad;   /* bytes of a gradient element (without fp32_grads) */
+  double master; /* bytes of the fp32 master copy the optimizer keeps (0: weights are fp32) */
+} cost_dtype_info;
+
+/* One row per data type of enums.def: a new data type without a row here does not compile. */
+#define COST_DTYPE_FP32 {4, 4, 4, 0}
+#define COST_DTYPE_TF32 {4, 4, 4, 0}
+#define COST_DTYPE_BF16 {2, 2, 2, 4}
+#define COST_DTYPE_FP16 {2, 2, 2, 4}
+#define COST_DTYPE_FP8 {2, 2, 2, 4} /* fp8 GEMMs, bf16 weights and activations elsewhere */
+#define COST_ENUM_ACT(ID)
+#define COST_ENUM_DTYPE(ID) [IR_DTYPE_##ID] = COST_DTYPE_##ID,
+#define COST_ENUM_OPTIMIZER(ID)
+#define COST_ENUM_RECOMPUTE(ID)
+#define IR_ENUM(T, ID, S, DOC) COST_ENUM_##T(ID)
+static const cost_dtype_info cost_dtypes[] = {
+#include "enums.def"
+};
+#undef COST_ENUM_DTYPE
+#define COST_ENUM_DTYPE(ID)
+
+/* Optimizer state bytes per parameter besides the fp32 master copy. */
+#define COST_OPTIMIZER_ADAM 8 /* two fp32 moments */
+#define COST_OPTIMIZER_SGD 4  /* one fp32 momentum buffer */
+#undef COST_ENUM_OPTIMIZER
+#define COST_ENUM_OPTIMIZER(ID) [IR_OPTIMIZER_##ID] = COST_OPTIMIZER_##ID,
+static const double cost_optimizer_state[] = {
+#include "enums.def"
+};
+#undef COST_ENUM_OPTIMIZER
+#undef IR_ENUM
+
+#define COST_NDTYPES (int)(sizeof cost_dtypes / sizeof cost_dtypes[0])
+#define COST_NOPTIMIZERS (int)(sizeof cost_optimizer_state / sizeof cost_optimizer_state[0])
+
+/* ---- Training set-up as the formulas see it ---- */
+
+/* The numbers of m->train the formulas use (unset fields at their records.def defaults). */
+typedef struct cost_setup {
+  double b;     /* sequences per microbatch */
+  double t;     /* tensor-parallel degree */
+  double e;     /* bytes of an activation element */
+  double we;    /* bytes of a weight element */
+  bool flash;   /* fused attention: no score matrix is stored */
+  bool dropout; /* dropout masks are kept */
+} cost_setup;
+
+/* Value of train field f, at its default when unset. */
+static double train_value(const ir_module *m, int f) { return ir_field_value(&m->train, f); }
+
+/* Row of the training dtype (bf16 when out of range, which a verified module never is). */
+static const cost_dtype_info *setup_dtype(const ir_module *m) {
+  int dt = (int)train_value(m, IR_F_TRAIN_dtype);
+  return &cost_dtypes[dt >= 0 && dt < COST_NDTYPES ? dt : IR_DTYPE_BF16];
+}
+
+/* Set-up of m. Pre: micro_batch, tensor >= 1 (cost_run checks). */
+static cost_setup setup_of(const ir_module *m) {
+  const cost_dtype_info *dt = setup_dtype(m);
+  cost_setup su = {train_value(m, IR_F_TRAIN_micro_batch), train_value(m, IR_F_TRAIN_tensor),
+                   dt->act, dt->weight, train_value(m, IR_F_TRAIN_flash) != 0,
+                   train_value(m, IR_F_TRAIN_dropout) != 0};
+  if (!(su.b >= 1)) su.b = 1;
+  if (!(su.t >= 1)) su.t = 1;
+  return su;
+}
+
+double cost_bytes_per_param(const ir_module *m, double *grad) {
+  const cost_dtype_info *dt = setup_dtype(m);
+  double g = train_value(m, IR_F_TRAIN_fp32_grads) != 0 ? 4 : dt->grad;
+  int opt = (int)train_value(m, IR_F_TRAIN_optimizer);
+  double state = dt->master + cost_optimizer_state[opt >= 0 && opt < COST_NOPTIMIZERS ? opt : 0];
+  double data = train_value(m, IR_F_TRAIN_data);
+  if (train_value(m, IR_F_TRAIN_zero) >= 1 && data > 1) state /= data;
+  if (grad) *grad = g;
+  return dt->weight + g + state;
+}
+
+/* ---- Building a breakdown ---- */
+
+/* Append a part; divides its numbers by t when split. */
+static void add_part(cost_breakdown *bd, const cost_setup *su, const char *name,
+                     cost_part_kind kind, bool split, bool attn_core, const double flops[3],
+                     const double bytes[3]) {
+  if (bd->nparts >= COST_MAX_PARTS) return; /* cannot happen: the kinds below add fewer */
+  cost_part *p = &bd->parts[bd->nparts++];
+  double div = split ? su->t : 1;
+  p->name = name;
+  p->kind = kind;
+  p->tp_split = split;
+  p->attn_core = attn_core;
+  for (int i = 0; i < COST_NPASS; i++) {
+    p->flops[i] = flops[i] / div;
+    p->bytes[i] = bytes[i] / div;
+  }
+}
+
+/* A weight GEMM [M x K] x [K x N] reading 'nweights' weight matrices of K x N (more than one
+ * for routed experts): forward FLOPs G = 2MKN in each of F, B, W; bytes = input + weights +
+ * output in every pass (B reads dY and W, writes dX; W reads X and dY, writes dW). */
+static void gemm(cost_breakdown *bd, const cost_setup *su, const char *name, double M, double K,
+                 double N, double nweights, bool split) {
+  double g = 2 * M * K * N;
+  double by = (M * K + M * N) * su->e + nweights * K * N * su->we;
+  const double flops[3] = {g, g, g}, bytes[3] = {by, by, by};
+  add_part(bd, su, name, COST_PART_GEMM, split, false, flops, bytes);
+}
+
+/* A weight-less core of forward FLOPs C and forward bytes 'by': C in F, 2C in B (gradients of
+ * both operands), none in W; B moves twice the bytes. Always split by tensor parallelism. */
+static void core(cost_breakdown *bd, const cost_setup *su, const char *name, double c, double by,
+                 bool attn_core) {
+  const double flops[3] = {c, 2 * c, 0}, bytes[3] = {by, 2 * by, 0};
+  add_part(bd, su, name, COST_PART_CORE, true, attn_core, flops, bytes);
+}
+
+/* Memory-bound element-wise work: no FLOPs counted, bytes of F, B and W. */
+static void elem(cost_breakdown *bd, const cost_setup *su, const char *name, double bf,
+                 double bb, double bw, bool split, bool attn_core) {
+  const double flops[3] = {0, 0, 0}, bytes[3] = {bf, bb, bw};
+  add_part(bd, su, name, COST_PART_ELEM, split, attn_core, flops, bytes);
+}
+
+/* Append an activation term of 'bytes' (before tensor parallelism). */
+static void act(cost_breakdown *bd, const cost_setup *su, const char *name, double bytes,
+                unsigned flags) {
+  if (bd->nact >= COST_MAX_ACT) return; /* cannot happen: the kinds below add fewer */
+  cost_act_term *a = &bd->act[bd->nact++];
+  a->name = name;
+  a->bytes = flags & COST_ACT_SPLIT ? bytes / su->t : bytes;
+  a->flags = flags;
+}
+
+/* Count 'n' parameters, divided by t when split. */
+static void weights(cost_breakdown *bd, const cost_setup *su, double n, bool split) {
+  bd->params += split ? n / su->t : n;
+}
+
+/* One all-reduce of the b x s x hidden activation in F and one in B (Megatron's f and g
+ * operators around a tensor-parallel block). */
+static void allreduce_fb(cost_breakdown *bd, const cost_setup *su, double tokens, double h) {
+  if (su->t <= 1) return;
+  bd->allreduces[COST_F]++;
+  bd->allreduces[COST_B]++;
+  bd->allreduce_bytes = tokens * h * su->e;
+}
+
+/* Attended (query, key) pairs of one sequence of s tokens: s^2 without a mask, s^2 / 2 when
+ * causal (the usual halving: exactly s(s+1)/2); a window w < s keeps s w - w^2 / 2 causal pairs
+ * (exactly s w - w(w-1)/2) or s(2w - 1) - w(w - 1) pairs within distance w when not causal. */
+static double attn_pairs(double s, bool causal, double window) {
+  if (window > 0 && window < s)
+    return causal ? s * window - window * window / 2 : s * (2 * window - 1) - window * (window - 1);
+  return causal ? s * s / 2 : s * s;
+}
+
+/* Self-attention with its norm over s tokens per sequence: a query heads, k key/value heads of
+ * width d, hidden h. Parts attn_norm, qkv, core_qk, [softmax], core_pv, out_proj. */
+static void attention_block(cost_breakdown *bd, const cost_setup *su, double h, double a,
+                            double k, double d, double s, bool causal, double window) {
+  double tok = su->b * s, e = su->e, sq = su->b * a * s * s; /* score-matrix elements */
+  double c = 2 * su->b * attn_pairs(s, causal, window) * a * d; /* FLOPs of QK^T, and of PV */
+  elem(bd, su, "attn_norm", 2 * tok * h * e, 3 * tok * h * e, 0, false, false);
+  gemm(bd, su, "qkv", tok, h, (a + 2 * k) * d, 1, true);
+  core(bd, su, "core_qk", c, tok * (a + k) * d * e + (su->flash ? 0 : sq * e), true);
+  if (!su->flash) elem(bd, su, "softmax", 2 * sq * e, 3 * sq * e, 0, true, true);
+  core(bd, su, "core_pv", c, tok * (k + a) * d * e + (su->flash ? 0 : sq * e), true);
+  gemm(bd, su, "out_proj", tok, a * d, h, 1, true);
+  weights(bd, su, h * (a + 2 * k) * d + a * d * h, true);
+  weights(bd, su, h, false);
+  allreduce_fb(bd, su, tok, h);
+
+  act(bd, su, "attn_norm_in", tok * h * e, COST_ACT_INPUT);
+  act(bd, su, "qkv_in", tok * h * e, COST_ACT_W);
+  act(bd, su, "q", tok * a * d * e, COST_ACT_SPLIT);
+  act(bd, su, "kv", 2 * tok * k * d * e, COST_ACT_SPLIT);
+  if (!su->flash) {
+    act(bd, su, "softmax_out", sq * e, COST_ACT_SPLIT | COST_ACT_SCORE);
+    if (su->dropout) {
+      act(bd, su, "softmax_dropout_mask", sq, COST_ACT_SPLIT | COST_ACT_SCORE);
+      act(bd, su, "softmax_dropout_out", sq * e, COST_ACT_SPLIT | COST_ACT_SCORE);
+    }
+  }
+  act(bd, su, "out_proj_in", tok * a * d * e, COST_ACT_SPLIT | COST_ACT_W);
+  if (su->dropout) act(bd, su, "attn_dropout_mask", tok * h, 0);
+}
+
+/* Names of the parts and terms of one feed-forward network, per use. */
+typedef struct ffn_names {
+  const char *gate, *up, *down, *fc1, *fc2, *act;              /* parts */
+  const char *gate_out, *up_out, *down_in, *act_in, *fc2_in;   /* activation terms */
+} ffn_names;
+static const ffn_names ffn_dense = {"gate", "up", "down", "fc1", "fc2", "act",
+                                    "gate_out", "up_out", "down_in", "act_in", "fc2_in"};
+static const ffn_names ffn_expert = {"expert_gate", "expert_up", "expert_down", "expert_fc1",
+                                     "expert_fc2", "expert_act", "expert_gate_out",
+                                     "expert_up_out", "expert_down_in", "expert_act_in",
+                                     "expert_fc2_in"};
+static const ffn_names ffn_shared = {"shared_gate", "shared_up", "shared_down", "shared_fc1",
+                                     "shared_fc2", "shared_act", "shared_gate_out",
+                                     "shared_up_out", "shared_down_in", "shared_act_in",
+                                     "shared_fc2_in"};
+
+/* A feed-forward network h -> f -> h over 'rows' token rows, reading 'nw' copies of each weight
+ * matrix (experts that receive tokens), without its norm and input term (callers add them).
+ * Gated: gate, up (h x f), act (silu(gate) * up), down (f x h); plain: fc1, act, fc2. */
+static void ffn(cost_breakdown *bd, const cost_setup *su, const ffn_names *nm, double rows,
+                double h, double f, bool gated, double nw) {
+  double e = su->e;
+  if (gated) {
+    gemm(bd, su, nm->gate, rows, h, f, nw, true);
+    gemm(bd, su, nm->up, rows, h, f, nw, true);
+    elem(bd, su, nm->act, 3 * rows * f * e, 5 * rows * f * e, 0, true, false);
+    gemm(bd, su, nm->down, rows, f, h, nw, true);
+    act(bd, su, nm->gate_out, rows * f * e, COST_ACT_SPLIT);
+    act(bd, su, nm->up_out, rows * f * e, COST_ACT_SPLIT);
+    act(bd, su, nm->down_in, rows * f * e, COST_ACT_SPLIT | COST_ACT_W);
+  } else {
+    gemm(bd, su, nm->fc1, rows, h, f, nw, true);
+    elem(bd, su, nm->act, 2 * rows * f * e, 3 * rows * f * e, 0, true, false);
+    gemm(bd, su, nm->fc2, rows, f, h, nw, true);
+    act(bd, su, nm->act_in, rows * f * e, COST_ACT_SPLIT);
+    act(bd, su, nm->fc2_in, rows * f * e, COST_ACT_SPLIT | COST_ACT_W);
+  }
+}
+
+/* Dense MLP with its norm: mlp_norm + ffn; input terms mlp_norm_in and mlp_in. */
+static void mlp_block(cost_breakdown *bd, const cost_setup *su, double h, double f, bool gated,
+                      double s, unsigned norm_flags) {
+  double tok = su->b * s, e = su->e;
+  elem(bd, su, "mlp_norm", 2 * tok * h * e, 3 * tok * h * e, 0, false, false);
+  act(bd, su, "mlp_norm_in", tok * h * e, norm_flags);
+  act(bd, su, "mlp_in", tok * h * e, COST_ACT_W);
+  ffn(bd, su, &ffn_dense, tok, h, f, gated, 1);
+  weights(bd, su, (gated ? 3 : 2) * h * f, true);
+  weights(bd, su, h, false);
+  allreduce_fb(bd, su, tok, h);
+  if (su->dropout) act(bd, su, "mlp_dropout_mask", tok * h, 0);
+}
+
+/* Parameter value of l as a double. */
+#define P(ID) (l->p[IR_LP_##ID])
+
+/* attention: the attention block over the layer's seq; outputs b s h e. */
+static void kind_attention(cost_breakdown *bd, const cost_setup *su, const ir_layer *l) {
+  attention_block(bd, su, P(ATTENTION_HIDDEN), P(ATTENTION_HEADS), P(ATTENTION_KV_HEADS),
+                  P(ATTENTION_HEAD_DIM), P(ATTENTION_SEQ), P(ATTENTION_CAUSAL) != 0,
+                  P(ATTENTION_WINDOW));
+  bd->out = su->b * P(ATTENTION_SEQ) * P(ATTENTION_HIDDEN) * su->e;
+}
+
+/* mlp: the MLP block with its norm; outputs b s h e. */
+static void kind_mlp(cost_breakdown *bd, const cost_setup *su, const ir_layer *l) {
+  mlp_block(bd, su, P(MLP_HIDDEN), P(MLP_FFN), P(MLP_GATED) != 0, P(MLP_SEQ), COST_ACT_INPUT);
+  bd->out = su->b * P(MLP_SEQ) * P(MLP_HIDDEN) * su->e;
+}
+
+/* Mixture of experts: moe_norm, router (h x E, replicated), dispatch of top_k copies of each
+ * token, the routed experts' FFNs over tokens x top_k rows, combine, and shared experts' FFNs
+ * over every token. */
+static void kind_moe(cost_breakdown *bd, const cost_setup *su, const ir_layer *l) {
+  double h = P(MOE_HIDDEN), E = P(MOE_EXPERTS), k = P(MOE_TOP_K), f = P(MOE_EXPERT_FFN);
+  double sh = P(MOE_SHARED), s = P(MOE_SEQ), tok = su->b * s, e = su->e;
+  bool gated = P(MOE_GATED) != 0;
+  double active = fmin(E, tok * k); /* experts that receive tokens: their weights are read */
+  elem(bd, su, "moe_norm", 2 * tok * h * e, 3 * tok * h * e, 0, false, false);
+  gemm(bd, su, "router", tok, h, E, 1, false);
+  elem(bd, su, "dispatch", 2 * tok * k * h * e, 2 * tok * k * h * e, 0, false, false);
+  act(bd, su, "moe_norm_in", tok * h * e, COST_ACT_INPUT);
+  act(bd, su, "router_in", tok * h * e, COST_ACT_W);
+  act(bd, su, "dispatched", tok * k * h * e, COST_ACT_W);
+  ffn(bd, su, &ffn_expert, tok * k, h, f, gated, active);
+  elem(bd, su, "combine", (k + 1) * tok * h * e, (k + 1) * tok * h * e, 0, false, false);
+  if (sh > 0) ffn(bd, su, &ffn_shared, tok * sh, h, f, gated, sh);
+  weights(bd, su, (E + sh) * (gated ? 3 : 2) * h * f, true);
+  weights(bd, su, h * E + h, false);
+  allreduce_fb(bd, su, tok, h);
+  if (su->dropout) act(bd, su, "moe_dropout_mask", tok * h, 0);
+  bd->out = tok * h * e;
+}
+
+/* Mamba-2 mixer (SSD): di = expand x hidden = heads x head_dim. Parts mamba_norm, in_proj
+ * (z, x, B, C, dt), conv (causal depthwise), ssd (chunked scan), gate_norm (gated RMSNorm),
+ * out_proj. */
+static void kind_mamba2(cost_breakdown *bd, const cost_setup *su, const ir_layer *l) {
+  double h = P(MAMBA2_HIDDEN), H = P(MAMBA2_HEADS), Pd = P(MAMBA2_HEAD_DIM);
+  double N = P(MAMBA2_STATE), g = P(MAMBA2_GROUPS), cw = P(MAMBA2_CONV);
+  double s = P(MAMBA2_SEQ), Q = fmin(P(MAMBA2_CHUNK), s), di = H * Pd;
+  double tok = su->b * s, e = su->e;
+  double proj = 2 * di + 2 * g * N + H; /* in_proj outputs: z, x, B, C, dt */
+  double xbc = di + 2 * g * N;          /* channels of the convolution */
+  /* per token: causal-halved C B^T within a chunk (Q N g) and its product with X (Q P H),
+   * chunk states B^T X (2 N P H), state-to-output C h (2 N P H) */
+  double ssd = Q * N * g + Q * Pd * H + 4 * N * Pd * H;
+  elem(bd, su, "mamba_norm", 2 * tok * h * e, 3 * tok * h * e, 0, false, false);
+  gemm(bd, su, "in_proj", tok, h, proj, 1, true);
+  core(bd, su, "conv", 2 * tok * cw * xbc, 2 * tok * xbc * e, false);
+  core(bd, su, "ssd", tok * ssd, tok * (2 * di + 2 * g * N + H) * e, false);
+  elem(bd, su, "gate_norm", 3 * tok * di * e, 5 * tok * di * e, 0, true, false);
+  gemm(bd, su, "out_proj", tok, di, h, 1, true);
+  weights(bd, su, h * proj + xbc * (cw + 1) + 3 * H + di + di * h, true);
+  weights(bd, su, h, false);
+  allreduce_fb(bd, su, tok, h);
+
+  act(bd, su, "mamba_norm_in", tok * h * e, COST_ACT_INPUT);
+  act(bd, su, "in_proj_in", tok * h * e, COST_ACT_W);
+  act(bd, su, "in_proj_out", tok * proj * e, COST_ACT_SPLIT);
+  act(bd, su, "conv_out", tok * xbc * e, COST_ACT_SPLIT);
+  act(bd, su, "ssd_out", tok * di * e, COST_ACT_SPLIT);
+  act(bd, su, "out_proj_in", tok * di * e, COST_ACT_SPLIT | COST_ACT_W);
+  bd->out = tok * h * e;
+}
+
+/* LM head: logits GEMM (vocabulary split by tensor parallelism) and, with the loss, softmax
+ * cross-entropy over fp32 logits. One all-reduce in B (the input gradient). */
+static void kind_lm_head(cost_breakdown *bd, const cost_setup *su, const ir_layer *l) {
+  double h = P(LM_HEAD_HIDDEN), V = P(LM_HEAD_VOCAB), s = P(LM_HEAD_SEQ);
+  double tok = su->b * s, e = su->e;
+  bool loss = P(LM_HEAD_LOSS) != 0;
+  gemm(bd, su, "logits", tok, h, V, 1, true);
+  if (loss) elem(bd, su, "cross_entropy", tok * V * (e + 4), tok * V * (4 + e), 0, true, false);
+  weights(bd, su, V * h, true);
+  if (su->t > 1) {
+    bd->allreduces[COST_B]++;
+    bd->allreduce_bytes = tok * h * e;
+  }
+  act(bd, su, "head_in", tok * h * e, COST_ACT_INPUT | COST_ACT_W);
+  if (loss) act(bd, su, "logits_fp32", tok * V * 4, COST_ACT_SPLIT);
+  bd->out = loss ? 0 : tok * V * e;
+}
+
+/* Embedding: F gathers b x s rows (read and write), B does nothing (the input is token ids), W
+ * scatters the output gradient into the table (read it, read and write the rows). One
+ * all-reduce in F (vocabulary-parallel table). Nothing is kept but the ids (counted as 0). */
+static void kind_embedding(cost_breakdown *bd, const cost_setup *su, const ir_layer *l) {
+  double h = P(EMBEDDING_HIDDEN), V = P(EMBEDDING_VOCAB), s = P(EMBEDDING_SEQ);
+  double tok = su->b * s, e = su->e;
+  elem(bd, su, "gather", 2 * tok * h * e, 0, 3 * tok * h * e, false, false);
+  weights(bd, su, V * h, true);
+  if (su->t > 1) {
+    bd->allreduces[COST_F]++;
+    bd->allreduce_bytes = tok * h * e;
+  }
+  bd->out = tok * h * e;
+}
+
+/* ViT encoder layer: non-causal multi-head attention and an MLP over the tokens of b images. */
+static void kind_vit(cost_breakdown *bd, const cost_setup *su, const ir_layer *l) {
+  double h = P(VIT_HIDDEN), a = P(VIT_HEADS), s = P(VIT_TOKENS);
+  attention_block(bd, su, h, a, a, P(VIT_HEAD_DIM), s, false, 0);
+  mlp_block(bd, su, h, P(VIT_FFN), P(VIT_GATED) != 0, s, 0);
+  bd->out = su->b * s * h * su->e;
+}
+
+#undef P
+
+/* Breakdown of l under set-up su (the public functions choose su). Post: *bd is filled. */
+static void breakdown(const ir_layer *l, const cost_setup *su, cost_breakdown *bd) {
+  memset(bd, 0, sizeof *bd);
+  switch (l->kind) {
+  case IR_KIND_EMBEDDING: kind_embedding(bd, su, l); break;
+  case IR_KIND_ATTENTION: kind_attention(bd, su, l); break;
+  case IR_KIND_MLP: kind_mlp(bd, su, l); break;
+  case IR_KIND_MOE: kind_moe(bd, su, l); break;
+  case IR_KIND_MAMBA2: kind_mamba2(bd, su, l); break;
+  case IR_KIND_LM_HEAD: kind_lm_head(bd, su, l); break;
+  case IR_KIND_VIT: kind_vit(bd, su, l); break;
+  case IR_KIND_CUSTOM:
+    bd->out = l->p[IR_LP_CUSTOM_OUT];
+    bd->params = l->p[IR_LP_CUSTOM_PARAMS];
+    break;
+  case IR_KIND_COUNT: break;
+  }
+}
+
+void cost_layer_breakdown(const ir_module *m, const ir_layer *l, cost_breakdown *bd) {
+  cost_setup su = setup_of(m);
+  breakdown(l, &su, bd);
+}
+
+double cost_forward_flops_per_sequence(const ir_module *m, const ir_layer *l) {
+  cost_setup su = setup_of(m);
+  su.b = 1;
+  su.t = 1;
+  cost_breakdown bd;
+  breakdown(l, &su, &bd);
+  double f = 0;
+  for (int i = 0; i < bd.nparts; i++) f += bd.parts[i].flops[COST_F];
+  return f;
+}
+
+/* ---- Estimate on a device ---- */
+
+/* Layer kinds to which recomputation applies (Megatron recomputes transformer layers, not the
+ * embedding or the LM head). */
+static bool recomputable(ir_layer_kind k) {
+  return k == IR_KIND_ATTENTION || k == IR_KIND_MLP || k == IR_KIND_MOE ||
+         k == IR_KIND_MAMBA2 || k == IR_KIND_VIT;
+}
+
+/* Ring all-reduce of 'bytes' over t GPUs on a link: 2(t-1)/t x bytes / bw + 2(t-1) x lat. */
+static double ring_allreduce(double t, double bytes, const ir_link_rec *link) {
+  if (t <= 1) return 0;
+  return 2 * (t - 1) / t * bytes / link->bw + 2 * (t - 1) * ir_field_value(link, IR_F_LINK_lat);
+}
+
+int cost_estimate_layer(const ir_module *m, const ir_layer *l, const ir_device_rec *dev,
+                        cost_estimate *e, const char **why) {
+  memset(e, 0, sizeof *e);
+  cost_setup su = setup_of(m);
+  double bpp_grad, bpp = cost_bytes_per_param(m, &bpp_grad);
+  cost_breakdown bd;
+  breakdown(l, &su, &bd);
+  e->out = bd.out;
+  e->params = bd.params;
+  e->param_bytes = bd.params * bpp;
+  e->grad_bytes = bd.params * bpp_grad;
+  if (l->kind == IR_KIND_CUSTOM) {
+    e->time[COST_F] = l->p[IR_LP_CUSTOM_F];
+    e->time[COST_B] = l->p[IR_LP_CUSTOM_B];
+    e->time[COST_W] = l->p[IR_LP_CUSTOM_W];
+    e->act = l->p[IR_LP_CUSTOM_ACT_MEM];
+    return 0;
+  }
+  if (!ir_field_is_set(dev, IR_F_DEVICE_peak) || !(dev->peak > 0)) {
+    *why = "peak";
+    return -1;
+  }
+  if (!ir_field_is_set(dev, IR_F_DEVICE_hbm) || !(dev->hbm > 0)) {
+    *why = "hbm";
+    return -1;
+  }
+  if (su.t > 1 && (!ir_field_is_set(&m->intra, IR_F_LINK_bw) || !(m->intra.bw > 0))) {
+    *why = "intra link";
+    return -1;
+  }
+  double rate = dev->peak * ir_field_value(dev, IR_F_DEVICE_efficiency);
+  double core_time = 0, core_flops = 0, core_bytes = 0; /* forward of the attention core */
+  for (int i = 0; i < bd.nparts; i++) {
+    const cost_part *p = &bd.parts[i];
+    for (int k = 0; k < COST_NPASS; k++) {
+      double t = fmax(p->flops[k] / rate, p->bytes[k] / dev->hbm);
+      e->flops[k] += p->flops[k];
+      e->bytes[k] += p->bytes[k];
+      e->time[k] += t;
+      if (k == COST_F && p->attn_core) {
+        core_time += t;
+        core_flops += p->flops[k];
+        core_bytes += p->bytes[k];
+      }
+    }
+  }
+  for (int k = 0; k < COST_NPASS; k++) {
+    e->comm[k] = bd.allreduces[k] * ring_allreduce(su.t, bd.allreduce_bytes, &m->intra);
+    e->time[k] += e->comm[k];
+  }
+  double all = 0, w = 0, kept = 0, input = 0;
+  for (int i = 0; i < bd.nact; i++) {
+    const cost_act_term *a = &bd.act[i];
+    all += a->bytes;
+    if (a->flags & COST_ACT_W) w += a->bytes;
+    if (!(a->flags & COST_ACT_SCORE)) kept += a->bytes;
+    if (a->flags & COST_ACT_INPUT) input += a->bytes;
+  }
+  e->act = all;
+  e->act_w = w;
+  int rc = (int)train_value(m, IR_F_TRAIN_recompute);
+  if (recomputable(l->kind) && rc == IR_RECOMPUTE_SELECTIVE) {
+    e->act = kept; /* W inputs are never score terms */
+    e->flops[COST_B] += core_flops;
+    e->bytes[COST_B] += core_bytes;
+    e->time[COST_B] += core_time;
+  } else if (recomputable(l->kind) && rc == IR_RECOMPUTE_FULL) {
+    e->act = input;
+    e->act_w = input;
+    e->flops[COST_B] += e->flops[COST_F];
+    e->bytes[COST_B] += e->bytes[COST_F];
+    e->comm[COST_B] += e->comm[COST_F];
+    e->time[COST_B] += e->time[COST_F];
+  }
+  return 0;
+}
+
+/* ---- The pass ---- */
+
+/* Whether all eight fields of a cost record are set. */
+static bool cost_complete(const ir_cost *c) {
+  int first, n;
+  ir_record_fields(IR_REC_COST, &first, &n);
+  for (int i = first; i < first + n; i++)
+    if (!ir_field_is_set(c, i)) return false;
+  return true;
+}
+
+/* A time rounded to the nanosecond and made exactly the value the IR reader gives for its text
+ * in the unit of its size ("2.819417ms", "40.065us", "12ns"), so the IR prints it short. The
+ * model is nowhere near that precise. */
+static double whole_ns(double t) {
+  double scale = t >= 1e-3 ? 1e-3 : t >= 1e-6 ? 1e-6 : 1e-9;
+  double per_ns = scale == 1e-3 ? 1e6 : scale == 1e-6 ? 1e3 : 1;
+  return scale_apply(round(t / scale * per_ns) / per_ns, scale);
+}
+
+/* Store an estimate in a layer's cost record (every field set; times to the nanosecond, bytes
+ * whole). */
+static void store(ir_layer *l, const cost_estimate *e) {
+  memset(&l->cost, 0, sizeof l->cost);
+  ir_field_set(&l->cost, IR_F_COST_f, whole_ns(e->time[COST_F]));
+  ir_field_set(&l->cost, IR_F_COST_b, whole_ns(e->time[COST_B]));
+  ir_field_set(&l->cost, IR_F_COST_w, whole_ns(e->time[COST_W]));
+  ir_field_set(&l->cost, IR_F_COST_act, round(e->act));
+  ir_field_set(&l->cost, IR_F_COST_act_w, round(e->act_w));
+  ir_field_set(&l->cost, IR_F_COST_out, round(e->out));
+  ir_field_set(&l->cost, IR_F_COST_param, round(e->param_bytes));
+  ir_field_set(&l->cost, IR_F_COST_grad, round(e->grad_bytes));
+}
+
+/* Location of the train block, else of the module. */
+static diag_loc train_loc(const ir_module *m) {
+  return m->train_loc.src ? ir_diag_loc(m->train_loc) : ir_diag_loc(m->loc);
+}
+
+/* Check the train fields the formulas divide by or index with; returns the problems found. */
+static int check_train(const ir_module *m, diag_engine *d) {
+  static const int whole[] = {IR_F_TRAIN_micro_batch, IR_F_TRAIN_tensor, IR_F_TRAIN_data};
+  int bad = 0;
+  for (size_t i = 0; i < sizeof whole / sizeof whole[0]; i++) {
+    double v = train_value(m, whole[i]);
+    if (!(v >= 1)) {
+      diag_error(d, train_loc(m), "the cost model needs train %s >= 1, found %g",
+                 ir_fields[whole[i]].name, v);
+      bad++;
+    }
+  }
+  return bad;
+}
+
+int cost_run(ir_module *m, bool overwrite, diag_engine *d) {
+  int errors = diag_error_count(d);
+  bool *todo = xcalloc((size_t)(m->nlayers > 0 ? m->nlayers : 1), sizeof *todo);
+  const ir_layer *needs_device = NULL; /* first layer to estimate that is not custom */
+  for (int i = 0; i < m->nlayers; i++) {
+    ir_layer *l = &m->layers[i];
+    todo[i] = overwrite || !cost_complete(&l->cost);
+    if (todo[i] && ir_layer_check(l, d, ir_diag_loc(l->loc)) > 0) todo[i] = false;
+    if (todo[i] && l->kind != IR_KIND_CUSTOM && !needs_device) needs_device = l;
+  }
+  bool any = false;
+  for (int i = 0; i < m->nlayers; i++) any = any || todo[i];
+  if (any && check_train(m, d) > 0) {
+    free(todo);
+    return diag_error_count(d) - errors;
+  }
+  if (needs_device && m->ndevices == 0) {
+    diag_error(d, ir_diag_loc(m->loc),
+               "the cost model needs a device: module '%s' has no devices to estimate layer "
+               "'%s' (%s) on",
+               m->name, needs_device->name, ir_kinds[needs_device->kind].name);
+  } else {
+    const ir_device *dev = m->ndevices ? &m->devices[0] : NULL;
+    ir_device_rec none = {0};
+    bool reported_missing[3] = {false, false, false}; /* peak, hbm, intra link */
+    for (int i = 0; i < m->nlayers; i++) {
+      if (!todo[i]) continue;
+      ir_layer *l = &m->layers[i];
+      cost_estimate e;
+      const char *why = NULL;
+      if (cost_estimate_layer(m, l, dev ? &dev->rec : &none, &e, &why) == 0) {
+        store(l, &e);
+        continue;
+      }
+      int which = strcmp(why, "peak") == 0 ? 0 : strcmp(why, "hbm") == 0 ? 1 : 2;
+      if (reported_missing[which]) continue;
+      reported_missing[which] = true;
+      if (which < 2)
+        diag_error(d, ir_diag_loc(dev->loc),
+                   "device $d0 (%s) has no '%s': the cost model needs it for layer '%s' (%s)",
+                   dev->type, why, l->name, ir_kinds[l->kind].name);
+      else
+        diag_error(d, train_loc(m),
+                   "tensor = %g needs the intra-node link for tensor-parallel all-reduces: the "
+                   "module has no 'link intra'",
+                   train_value(m, IR_F_TRAIN_tensor));
+    }
+  }
+  for (int i = 0; i < m->nprofiles; i++)
+    cost_profile_apply(m, m->profiles[i], todo, ir_diag_loc(m->loc), d);
+  free(todo);
+  return diag_error_count(d) - errors;
+}

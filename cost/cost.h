@@ -27,25 +27,106 @@ typedef struct cost_estimate {
   double grad_bytes;        /* gradient bytes per GPU reduced over data parallel */
 } cost_estimate;
 
+/* ---- Breakdown: the parts of a layer (docs/cost-model.md names the same parts) ---- */
+
+/* How a part's forward FLOPs G split over the passes (the F/B/W rule). */
+typedef enum cost_part_kind {
+  COST_PART_GEMM, /* weight GEMM: G in F, G in B (input gradient), G in W (weight gradient) */
+  COST_PART_CORE, /* weight-less compute (attention scores and values, SSD scan, conv): C in F,
+                     2C in B, nothing in W */
+  COST_PART_ELEM, /* memory-bound element-wise work (norms, activations, softmax, loss,
+                     gathers): bytes only */
+} cost_part_kind;
+
+/* One piece of work of a layer, per microbatch on one GPU (after tensor parallelism). */
+typedef struct cost_part {
+  const char *name;         /* short name used in docs/cost-model.md ("qkv", "core_qk", ...) */
+  cost_part_kind kind;      /* how its FLOPs split over F, B, W */
+  bool tp_split;            /* tensor parallelism divides it (false: replicated, e.g. norms) */
+  bool attn_core;           /* part of the attention core (recomputed by selective recompute) */
+  double flops[COST_NPASS]; /* FLOPs of F, B, W (recomputation not included) */
+  double bytes[COST_NPASS]; /* HBM bytes of F, B, W */
+} cost_part;
+
+/* Flags of an activation term. */
+enum {
+  COST_ACT_INPUT = 1, /* the layer's input: the only term full recomputation keeps */
+  COST_ACT_W = 2,     /* input of a weight GEMM: W needs it, so it lives until W */
+  COST_ACT_SCORE = 4, /* attention score-matrix term (softmax, dropout): dropped by selective
+                         recomputation */
+  COST_ACT_SPLIT = 8, /* divided by the tensor-parallel degree */
+};
+
+/* One tensor kept from F for the backward passes (Korthikanti et al. 2022, section 4). */
+typedef struct cost_act_term {
+  const char *name; /* short name used in docs/cost-model.md */
+  double bytes;     /* bytes per GPU (after tensor parallelism) */
+  unsigned flags;   /* COST_ACT_* */
+} cost_act_term;
+
+#define COST_MAX_PARTS 24 /* parts of one layer, at most (vit with a materialized softmax: 12) */
+#define COST_MAX_ACT 24   /* activation terms of one layer, at most */
+
+/* The analytic model of one layer before the device is applied: its parts, activation terms,
+ * parameters and tensor-parallel collectives, per microbatch on one GPU. */
+typedef struct cost_breakdown {
+  cost_part parts[COST_MAX_PARTS]; /* compute and memory work, in execution order */
+  int nparts;                      /* number of parts */
+  cost_act_term act[COST_MAX_ACT]; /* activation terms, recomputation not applied */
+  int nact;                        /* number of terms */
+  double params;                   /* parameters per GPU (TP-split matrices divided by t) */
+  int allreduces[COST_NPASS];      /* tensor-parallel all-reduces in F, B, W (0 when t == 1) */
+  double allreduce_bytes;          /* bytes of each of them (b x s x hidden x element bytes) */
+  double out;                      /* bytes of the output sent to the next layer */
+} cost_breakdown;
+
+/* Parts, activation terms, parameters and collectives of layer l under m's training set-up.
+ * Pre: as cost_estimate_layer, except that no device is needed. Custom layers have no parts
+ * and no terms (their numbers are given). Post: *bd is filled; every number is finite and
+ * non-negative. */
+void cost_layer_breakdown(const ir_module *m, const ir_layer *l, cost_breakdown *bd);
+
+/* Bytes per parameter under m's set-up: weights + gradients + optimizer state (the optimizer
+ * part divided by data when zero >= 1); *grad (may be NULL) receives the gradient bytes alone.
+ * Pre: m->train's dtype, optimizer, zero, data, fp32_grads are valid or unset. */
+double cost_bytes_per_param(const ir_module *m, double *grad);
+
+/* ---- Estimates ---- */
+
 /* Estimate layer l of module m on a device with properties 'dev' (peak, hbm, efficiency).
  * Pre: l's parameters are complete (as after ir_layer_check); m->train holds the set-up (unset
  * fields take their records.def defaults); m->intra is the link used by tensor-parallel
  * collectives when tensor > 1. Custom layers take their given numbers. Post: every field of *e
  * is finite and non-negative. Returns 0, or -1 when the device lacks a property the layer needs
- * (peak or hbm), with *why set to a static description. */
+ * (peak or hbm), or tensor > 1 and m has no intra-node link, with *why set to a static
+ * description ("peak", "hbm", "intra link"). */
 int cost_estimate_layer(const ir_module *m, const ir_layer *l, const ir_device_rec *dev,
                         cost_estimate *e, const char **why);
 
 /* Forward FLOPs of layer l for one sequence of the module's length on one GPU without tensor
- * parallelism (the figure papers quote; for the unit tests and --explain). */
+ * parallelism (the figure papers quote; for the unit tests and --explain). A vit layer's
+ * sequence is one image (its tokens); custom layers give 0. */
 double cost_forward_flops_per_sequence(const ir_module *m, const ir_layer *l);
+
+/* Apply the profile file at 'path' (JSON, docs/cost-model.md) to the layers i of m with
+ * apply[i] (every layer when apply is NULL): first its "kinds" entries, then its "layers"
+ * entries, each setting the cost fields it names. Pre: m's layers are valid; 'from' locates a
+ * failure to read the file. Reports each problem (syntax error at file:line:col; unknown key,
+ * wrong type, negative number, unknown layer or kind name with a suggestion, a set-up field
+ * that disagrees with m, act_w above act) at its place in the file, prefixed with its JSON
+ * path. Post: entries without problems are applied. Returns the number of errors reported. */
+int cost_profile_apply(ir_module *m, const char *path, const bool *apply, diag_loc from,
+                       diag_engine *d);
 
 /* The cost pass: fill the cost record of every layer of m from the analytic model on the
  * pipeline's device type (device 0), then apply the profile files m names (in order, later files
  * winning; paths relative to the working directory), per layer kind and then per layer name.
- * Layers whose cost record is already complete keep it unless 'overwrite'. Reports problems
- * (unreadable or malformed profile: file and JSON path; unknown layer or kind name, with a
- * suggestion; a device without peak or hbm) through d. Returns the number of errors. */
+ * Layers whose cost record is already complete keep it unless 'overwrite' (profiles do not touch
+ * them either). Custom layers need no device; any other layer to estimate needs one. Reports
+ * problems (unreadable or malformed profile: file and JSON path; unknown layer or kind name,
+ * with a suggestion; no device, or a device without peak or hbm; tensor > 1 without an intra
+ * link) through d. Post: every layer estimated without error has a complete cost record.
+ * Returns the number of errors. */
 int cost_run(ir_module *m, bool overwrite, diag_engine *d);
 
 #endif

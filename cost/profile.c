@@ -1,2 +1,752 @@
-/* profile.c -- profile files (stub until written). */
+/* profile.c -- profile files: measured per-layer costs in JSON (format "octopipe-profile",
+ * version 1, docs/cost-model.md) that replace analytic estimates per layer kind and per layer
+ * name. A strict syntax check finds the exact byte of a syntax error, cJSON builds the tree,
+ * and every other problem is reported at its key in the file (line and column found by a small
+ * scanner over the raw text) with its JSON path. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
 #include "cost.h"
+
+#define PROF_FORMAT "octopipe-profile"
+#define PROF_VERSION 1
+#define PROF_MAX_DEPTH 4 /* top level, kinds|layers, name, field */
+
+/* A cost field of a profile entry: its JSON key, the cost record field it sets, and the scale
+ * of the JSON number in base units (seconds, bytes). */
+typedef struct prof_field {
+  const char *key; /* JSON key */
+  int field;       /* IR_F_COST_* */
+  double scale;    /* value of 1 in base units */
+} prof_field;
+
+static const prof_field prof_fields[] = {
+    {"f_ms", IR_F_COST_f, 1e-3},          {"b_ms", IR_F_COST_b, 1e-3},
+    {"w_ms", IR_F_COST_w, 1e-3},          {"act_bytes", IR_F_COST_act, 1},
+    {"act_w_bytes", IR_F_COST_act_w, 1},  {"out_bytes", IR_F_COST_out, 1},
+    {"param_bytes", IR_F_COST_param, 1},  {"grad_bytes", IR_F_COST_grad, 1},
+};
+#define PROF_NFIELDS (int)(sizeof prof_fields / sizeof prof_fields[0])
+
+/* Top-level keys of a profile. */
+typedef enum prof_key {
+  PK_FORMAT, PK_VERSION, PK_DEVICE, PK_MICRO_BATCH, PK_SEQ, PK_TENSOR, PK_DTYPE, PK_KINDS,
+  PK_LAYERS, PK_COUNT
+} prof_key;
+static const char *const prof_keys[PK_COUNT] = {"format", "version", "device", "micro_batch",
+                                                "seq", "tensor", "dtype", "kinds", "layers"};
+
+/* A path from the top-level object down to one member: member indices (for locating the key in
+ * the text) and keys (for messages). */
+typedef struct prof_path {
+  int depth;                         /* members below the top level (0: the top level) */
+  int index[PROF_MAX_DEPTH];         /* position of each member in its object */
+  const char *key[PROF_MAX_DEPTH];   /* its key */
+} prof_path;
+
+/* A layer's name and index, for sorting and binary search. */
+typedef struct prof_named {
+  const char *name; /* layer name */
+  int index;        /* layer index in the module */
+} prof_named;
+
+/* State of reading one profile file. */
+typedef struct prof_ctx {
+  ir_module *m;        /* module the profile applies to */
+  const bool *apply;   /* layers it may change (NULL: all) */
+  diag_engine *d;      /* where problems go */
+  uint32_t src;        /* source id of the file */
+  const char *text;    /* its text */
+  size_t len;          /* its length */
+  prof_named *order;   /* the layers sorted by name, then index (for lookups) */
+} prof_ctx;
+
+/* ---- Locating a JSON path in the raw text (the text is valid JSON: cJSON parsed it) ---- */
+
+/* Index of the first non-blank byte of t[0, n) at or after i (n when none). */
+static size_t js_ws(const char *t, size_t n, size_t i) {
+  while (i < n && (t[i] == ' ' || t[i] == '\t' || t[i] == '\n' || t[i] == '\r')) i++;
+  return i;
+}
+
+/* Index after the string starting at t[i] == '"'. */
+static size_t js_string_end(const char *t, size_t n, size_t i) {
+  for (i++; i < n && t[i] != '"'; i++)
+    if (t[i] == '\\') i++;
+  return i < n ? i + 1 : n;
+}
+
+/* Index after the value starting at t[i]. */
+static size_t js_value_end(const char *t, size_t n, size_t i) {
+  if (i >= n) return n;
+  if (t[i] == '"') return js_string_end(t, n, i);
+  if (t[i] == '{' || t[i] == '[') {
+    int level = 0;
+    while (i < n) {
+      char c = t[i];
+      if (c == '"') {
+        i = js_string_end(t, n, i);
+        continue;
+      }
+      if (c == '{' || c == '[') level++;
+      if (c == '}' || c == ']') {
+        if (--level == 0) return i + 1;
+      }
+      i++;
+    }
+    return n;
+  }
+  while (i < n && !strchr(",}] \t\r\n", t[i])) i++;
+  return i;
+}
+
+/* Offset and length of the key of path p (of the top-level value when p->depth == 0). Returns
+ * false when the text does not have that shape. */
+static bool js_locate(const prof_ctx *c, const prof_path *p, size_t *off, size_t *len) {
+  const char *t = c->text;
+  size_t n = c->len, i = 0;
+  if (n >= 3 && memcmp(t, "\xEF\xBB\xBF", 3) == 0) i = 3; /* UTF-8 byte order mark */
+  i = js_ws(t, n, i);
+  if (p->depth == 0) {
+    *off = i;
+    *len = 1;
+    return i < n;
+  }
+  for (int k = 0; k < p->depth; k++) {
+    if (i >= n || t[i] != '{') return false;
+    i = js_ws(t, n, i + 1);
+    for (int member = 0;; member++) {
+      if (i >= n || t[i] != '"') return false;
+      size_t key = i;
+      i = js_string_end(t, n, i);
+      size_t key_end = i;
+      i = js_ws(t, n, i);
+      if (i >= n || t[i] != ':') return false;
+      i = js_ws(t, n, i + 1);
+      if (member == p->index[k]) {
+        if (k == p->depth - 1) {
+          *off = key;
+          *len = key_end - key;
+          return true;
+        }
+        break; /* descend into the value at i */
+      }
+      i = js_ws(t, n, js_value_end(t, n, i));
+      if (i < n && t[i] == ',') i = js_ws(t, n, i + 1);
+    }
+  }
+  return false;
+}
+
+/* Diagnostic location of byte 'off' of the file, spanning 'len' bytes. */
+static diag_loc prof_loc(const prof_ctx *c, size_t off, size_t len) {
+  uint32_t line = 1;
+  size_t bol = 0;
+  for (size_t i = 0; i < off && i < c->len; i++)
+    if (c->text[i] == '\n') {
+      line++;
+      bol = i + 1;
+    }
+  return diag_mkloc(c->src, line, (uint32_t)(off - bol + 1), (uint32_t)len);
+}
+
+/* Whether a key can be written bare in a path (an identifier). */
+static bool path_bare(const char *k) {
+  if (!(k[0] == '_' || (k[0] >= 'a' && k[0] <= 'z') || (k[0] >= 'A' && k[0] <= 'Z'))) return false;
+  for (const char *q = k; *q; q++)
+    if (!(*q == '_' || (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') ||
+          (*q >= '0' && *q <= '9')))
+      return false;
+  return true;
+}
+
+/* Append path p as text: keys joined with '.', quoted (JSON escapes) unless identifiers. */
+static void path_text(strbuf *sb, const prof_path *p) {
+  for (int k = 0; k < p->depth; k++) {
+    if (k) strbuf_putc(sb, '.');
+    const char *key = p->key[k];
+    if (path_bare(key)) {
+      strbuf_puts(sb, key);
+      continue;
+    }
+    strbuf_putc(sb, '"');
+    for (const unsigned char *q = (const unsigned char *)key; *q; q++) {
+      if (*q == '"' || *q == '\\') strbuf_printf(sb, "\\%c", *q);
+      else if (*q < 32) strbuf_printf(sb, "\\u%04x", *q);
+      else strbuf_putc(sb, (char)*q);
+    }
+    strbuf_putc(sb, '"');
+  }
+}
+
+/* Report an error at path p: "PATH: message" at the path's key (the file's start when the
+ * path cannot be located; the top level's message has no prefix). */
+static void perr(prof_ctx *c, const prof_path *p, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void perr(prof_ctx *c, const prof_path *p, const char *fmt, ...) {
+  strbuf sb = {0};
+  path_text(&sb, p);
+  if (p->depth) strbuf_puts(&sb, ": ");
+  va_list ap;
+  va_start(ap, fmt);
+  strbuf_vprintf(&sb, fmt, ap);
+  va_end(ap);
+  size_t off = 0, len = 1;
+  diag_loc at = js_locate(c, p, &off, &len) ? prof_loc(c, off, len) : diag_mkloc(c->src, 1, 1, 0);
+  diag_error(c->d, at, "%s", strbuf_cstr(&sb));
+  strbuf_free(&sb);
+}
+
+/* Path p extended by member 'index' with key 'key'. */
+static prof_path path_child(const prof_path *p, int index, const char *key) {
+  prof_path q = *p;
+  if (q.depth < PROF_MAX_DEPTH) {
+    q.index[q.depth] = index;
+    q.key[q.depth] = key;
+    q.depth++;
+  }
+  return q;
+}
+
+/* What a JSON value is called in messages. */
+static const char *json_type(const cJSON *v) {
+  if (cJSON_IsObject(v)) return "an object";
+  if (cJSON_IsArray(v)) return "an array";
+  if (cJSON_IsString(v)) return "a string";
+  if (cJSON_IsNumber(v)) return "a number";
+  if (cJSON_IsBool(v)) return "a boolean";
+  return "null";
+}
+
+/* ---- Checking values ---- */
+
+/* One member of an object with its position. */
+typedef struct prof_member {
+  const cJSON *item; /* the member */
+  int index;         /* its position in the object */
+} prof_member;
+
+/* qsort order of members: by key, then by position. */
+static int cmp_prof_member(const void *a, const void *b) {
+  const prof_member *x = a, *y = b;
+  int r = strcmp(x->item->string, y->item->string);
+  return r ? r : (x->index > y->index) - (x->index < y->index);
+}
+
+/* Members of object 'obj' whose key occurred earlier in it: returns a malloc'd array of *count
+ * flags, true for each such member (callers report it as a duplicate and skip it). */
+static bool *find_duplicates(const cJSON *obj, int *count) {
+  int n = cJSON_GetArraySize(obj);
+  *count = n;
+  bool *dup = xcalloc((size_t)(n > 0 ? n : 1), sizeof *dup);
+  prof_member *ms = xcalloc((size_t)(n > 0 ? n : 1), sizeof *ms);
+  int i = 0;
+  for (const cJSON *it = obj->child; it && i < n; it = it->next, i++) ms[i] = (prof_member){it, i};
+  qsort(ms, (size_t)n, sizeof *ms, cmp_prof_member);
+  for (i = 1; i < n; i++)
+    if (strcmp(ms[i].item->string, ms[i - 1].item->string) == 0) dup[ms[i].index] = true;
+  free(ms);
+  return dup;
+}
+
+/* A number >= 0 (finite) at path p, or an error. */
+static bool get_nonneg(prof_ctx *c, const prof_path *p, const cJSON *v, double *out) {
+  if (!cJSON_IsNumber(v)) {
+    perr(c, p, "expected a number, found %s", json_type(v));
+    return false;
+  }
+  if (!isfinite(v->valuedouble)) {
+    perr(c, p, "the number is out of range");
+    return false;
+  }
+  if (v->valuedouble < 0) {
+    perr(c, p, "must be >= 0, found %.17g", v->valuedouble);
+    return false;
+  }
+  *out = v->valuedouble;
+  return true;
+}
+
+/* A whole number >= 1 at path p, or an error. */
+static bool get_count(prof_ctx *c, const prof_path *p, const cJSON *v, double *out) {
+  if (!cJSON_IsNumber(v)) {
+    perr(c, p, "expected a whole number, found %s", json_type(v));
+    return false;
+  }
+  double x = v->valuedouble;
+  if (!isfinite(x) || x < 1 || x != floor(x)) {
+    perr(c, p, "expected a whole number >= 1, found %.17g", x);
+    return false;
+  }
+  *out = x;
+  return true;
+}
+
+/* Report a name that matches none of 'n' candidates, with the closest one. */
+static void unknown_name(prof_ctx *c, const prof_path *p, const char *what,
+                         const char *const *cands, int n, const char *name) {
+  suggest sg;
+  suggest_init(&sg, name);
+  for (int i = 0; i < n; i++) suggest_add(&sg, cands[i]);
+  if (suggest_result(&sg))
+    perr(c, p, "%s (did you mean '%s'?)", what, suggest_result(&sg));
+  else
+    perr(c, p, "%s", what);
+}
+
+/* ---- Set-up fields ---- */
+
+/* Check a whole-number set-up key against train field f. */
+static void check_count_field(prof_ctx *c, const prof_path *p, const cJSON *v, int f) {
+  double x;
+  if (!get_count(c, p, v, &x)) return;
+  double want = ir_field_value(&c->m->train, f);
+  if (isnan(want) || x == want) return;
+  perr(c, p, "profile measured with %s = %g, but the module trains with %s = %g",
+       ir_fields[f].name, x, ir_fields[f].name, want);
+}
+
+/* Check the "dtype" key: a data type name equal to the module's. */
+static void check_dtype(prof_ctx *c, const prof_path *p, const cJSON *v) {
+  if (!cJSON_IsString(v)) {
+    perr(c, p, "expected a string, found %s", json_type(v));
+    return;
+  }
+  int dt = ir_enum_lookup(IR_T_DTYPE, v->valuestring);
+  if (dt < 0) {
+    const char *names[16];
+    int n = 0;
+    for (int i = 0; i < ir_enum_value_count && n < 16; i++)
+      if (ir_enum_values[i].type == IR_T_DTYPE) names[n++] = ir_enum_values[i].name;
+    strbuf sb = {0};
+    strbuf_printf(&sb, "unknown data type '%s'", v->valuestring);
+    unknown_name(c, p, strbuf_cstr(&sb), names, n, v->valuestring);
+    strbuf_free(&sb);
+    return;
+  }
+  int want = (int)ir_field_value(&c->m->train, IR_F_TRAIN_dtype);
+  if (dt != want)
+    perr(c, p, "profile measured in %s, but the module trains in %s", v->valuestring,
+         ir_enum_name(IR_T_DTYPE, want));
+}
+
+/* Check the "device" key: a string equal to device 0's type (when the module has devices). */
+static void check_device(prof_ctx *c, const prof_path *p, const cJSON *v) {
+  if (!cJSON_IsString(v)) {
+    perr(c, p, "expected a string, found %s", json_type(v));
+    return;
+  }
+  if (c->m->ndevices == 0) return; /* nothing to compare with */
+  if (strcmp(v->valuestring, c->m->devices[0].type) != 0)
+    perr(c, p, "profile measured on '%s', but the pipeline's device is '%s'", v->valuestring,
+         c->m->devices[0].type);
+}
+
+/* ---- Entries ---- */
+
+/* Read a cost entry (object of prof_fields keys) at path p into *out (only given fields set).
+ * Returns false after reporting a problem. */
+static bool read_entry(prof_ctx *c, const prof_path *p, const cJSON *v, ir_cost *out) {
+  memset(out, 0, sizeof *out);
+  if (!cJSON_IsObject(v)) {
+    perr(c, p, "expected an object of costs, found %s", json_type(v));
+    return false;
+  }
+  int n;
+  bool *dup = find_duplicates(v, &n);
+  bool ok = true;
+  int i = 0;
+  for (const cJSON *it = v->child; it; it = it->next, i++) {
+    prof_path q = path_child(p, i, it->string);
+    if (dup[i]) {
+      perr(c, &q, "duplicate key");
+      ok = false;
+      continue;
+    }
+    int f;
+    for (f = 0; f < PROF_NFIELDS; f++)
+      if (strcmp(it->string, prof_fields[f].key) == 0) break;
+    if (f == PROF_NFIELDS) {
+      const char *keys[PROF_NFIELDS];
+      for (int k = 0; k < PROF_NFIELDS; k++) keys[k] = prof_fields[k].key;
+      unknown_name(c, &q, "unknown cost key", keys, PROF_NFIELDS, it->string);
+      ok = false;
+      continue;
+    }
+    double x;
+    if (!get_nonneg(c, &q, it, &x)) {
+      ok = false;
+      continue;
+    }
+    ir_field_set(out, prof_fields[f].field, scale_apply(x, prof_fields[f].scale));
+  }
+  free(dup);
+  return ok;
+}
+
+/* Apply entry e to layer l; false (nothing changed) when the result would keep more after B
+ * than until B (act_w > act). */
+static bool apply_entry(ir_layer *l, const ir_cost *e) {
+  ir_cost r = l->cost;
+  int first, n;
+  ir_record_fields(IR_REC_COST, &first, &n);
+  for (int f = first; f < first + n; f++)
+    if (ir_field_is_set(e, f)) ir_field_set(&r, f, ir_field_get(e, f));
+  if (ir_field_is_set(&r, IR_F_COST_act) && ir_field_is_set(&r, IR_F_COST_act_w) &&
+      r.act_w > r.act)
+    return false;
+  l->cost = r;
+  return true;
+}
+
+/* Apply entry e to layer i when allowed; reports act_w > act once per entry via *bad. */
+static void apply_to(prof_ctx *c, const prof_path *p, int i, const ir_cost *e, bool *bad) {
+  if (c->apply && !c->apply[i]) return;
+  ir_layer *l = &c->m->layers[i];
+  if (apply_entry(l, e) || *bad) return;
+  *bad = true;
+  ir_cost r = l->cost;
+  int first, n;
+  ir_record_fields(IR_REC_COST, &first, &n);
+  for (int f = first; f < first + n; f++)
+    if (ir_field_is_set(e, f)) ir_field_set(&r, f, ir_field_get(e, f));
+  perr(c, p, "act_w = %.17g bytes would exceed act = %.17g bytes of layer '%s'", r.act_w, r.act,
+       l->name);
+}
+
+/* The "kinds" object at path p: each valid entry applied to every layer of its kind. */
+static void kinds_section(prof_ctx *c, const prof_path *p, const cJSON *v) {
+  if (!cJSON_IsObject(v)) {
+    perr(c, p, "expected an object of layer kinds, found %s", json_type(v));
+    return;
+  }
+  int n;
+  bool *dup = find_duplicates(v, &n);
+  int i = 0;
+  for (const cJSON *it = v->child; it; it = it->next, i++) {
+    prof_path q = path_child(p, i, it->string);
+    if (dup[i]) {
+      perr(c, &q, "duplicate key");
+      continue;
+    }
+    int k = ir_kind_lookup(it->string);
+    if (k < 0) {
+      const char *names[IR_KIND_COUNT];
+      for (int j = 0; j < IR_KIND_COUNT; j++) names[j] = ir_kinds[j].name;
+      unknown_name(c, &q, "unknown layer kind", names, IR_KIND_COUNT, it->string);
+      continue;
+    }
+    ir_cost e;
+    if (!read_entry(c, &q, it, &e)) continue;
+    bool bad = false;
+    for (int l = 0; l < c->m->nlayers; l++)
+      if ((int)c->m->layers[l].kind == k) apply_to(c, &q, l, &e, &bad);
+  }
+  free(dup);
+}
+
+/* qsort order of layers: by name, then by index. */
+static int cmp_named(const void *a, const void *b) {
+  const prof_named *x = a, *y = b;
+  int r = strcmp(x->name, y->name);
+  return r ? r : (x->index > y->index) - (x->index < y->index);
+}
+
+/* First position in c->order of a layer named 'name', or -1. */
+static int find_layer(const prof_ctx *c, const char *name) {
+  int lo = 0, hi = c->m->nlayers;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (strcmp(c->order[mid].name, name) < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < c->m->nlayers && strcmp(c->order[lo].name, name) == 0 ? lo : -1;
+}
+
+/* The "layers" object at path p: each valid entry applied to the layers of its name. */
+static void layers_section(prof_ctx *c, const prof_path *p, const cJSON *v) {
+  if (!cJSON_IsObject(v)) {
+    perr(c, p, "expected an object of layer names, found %s", json_type(v));
+    return;
+  }
+  int n;
+  bool *dup = find_duplicates(v, &n);
+  int i = 0;
+  for (const cJSON *it = v->child; it; it = it->next, i++) {
+    prof_path q = path_child(p, i, it->string);
+    if (dup[i]) {
+      perr(c, &q, "duplicate key");
+      continue;
+    }
+    int at = find_layer(c, it->string);
+    if (at < 0) {
+      suggest sg;
+      suggest_init(&sg, it->string);
+      for (int l = 0; l < c->m->nlayers; l++) suggest_add(&sg, c->m->layers[l].name);
+      if (suggest_result(&sg))
+        perr(c, &q, "no layer of that name (did you mean '%s'?)", suggest_result(&sg));
+      else
+        perr(c, &q, "no layer of that name");
+      continue;
+    }
+    ir_cost e;
+    if (!read_entry(c, &q, it, &e)) continue;
+    bool bad = false;
+    for (int k = at; k < c->m->nlayers && strcmp(c->order[k].name, it->string) == 0; k++)
+      apply_to(c, &q, c->order[k].index, &e, &bad);
+  }
+  free(dup);
+}
+
+/* ---- Strict syntax check (RFC 8259), for exact error positions: cJSON is lenient and its
+ * error pointer is approximate ---- */
+
+#define JC_MAX_DEPTH 512 /* nesting limit (cJSON's is 1000) */
+
+/* State of the syntax check. */
+typedef struct js_check {
+  const char *t;   /* text */
+  size_t n;        /* its length */
+  size_t i;        /* position */
+  const char *msg; /* what was expected where it failed */
+  int depth;       /* nesting of objects and arrays */
+} js_check;
+
+/* Record what was expected at the current position; returns false. */
+static bool jc_fail(js_check *c, const char *msg) {
+  c->msg = msg;
+  return false;
+}
+
+/* Skip blanks. */
+static void jc_ws(js_check *c) { c->i = js_ws(c->t, c->n, c->i); }
+
+/* Skip digits; whether there was at least one. */
+static bool jc_digits(js_check *c) {
+  size_t from = c->i;
+  while (c->i < c->n && c->t[c->i] >= '0' && c->t[c->i] <= '9') c->i++;
+  return c->i > from;
+}
+
+/* A string at c->i ('"'): escapes valid, no raw control characters. Post: c->i after it. */
+static bool jc_string(js_check *c) {
+  c->i++; /* the opening quote */
+  while (c->i < c->n) {
+    unsigned char ch = (unsigned char)c->t[c->i];
+    if (ch == '"') {
+      c->i++;
+      return true;
+    }
+    if (ch < 0x20) return jc_fail(c, "a control character must be escaped in a string");
+    if (ch == '\\') {
+      c->i++;
+      if (c->i >= c->n) break;
+      char e = c->t[c->i];
+      if (e == 'u') {
+        for (int k = 1; k <= 4; k++)
+          if (c->i + k >= c->n || !strchr("0123456789abcdefABCDEF", c->t[c->i + k]) ||
+              !c->t[c->i + k]) {
+            c->i += (size_t)k;
+            return jc_fail(c, "expected four hexadecimal digits after \\u");
+          }
+        c->i += 4;
+      } else if (!e || !strchr("\"\\/bfnrt", e)) {
+        return jc_fail(c, "invalid escape in a string");
+      }
+    }
+    c->i++;
+  }
+  return jc_fail(c, "unterminated string");
+}
+
+/* A number at c->i ('-' or a digit) in RFC 8259 form. Post: c->i after it. */
+static bool jc_number(js_check *c) {
+  if (c->t[c->i] == '-') c->i++;
+  if (c->i < c->n && c->t[c->i] == '0') c->i++;
+  else if (!jc_digits(c)) return jc_fail(c, "expected a digit");
+  if (c->i < c->n && c->t[c->i] == '.') {
+    c->i++;
+    if (!jc_digits(c)) return jc_fail(c, "expected a digit after '.'");
+  }
+  if (c->i < c->n && (c->t[c->i] == 'e' || c->t[c->i] == 'E')) {
+    c->i++;
+    if (c->i < c->n && (c->t[c->i] == '+' || c->t[c->i] == '-')) c->i++;
+    if (!jc_digits(c)) return jc_fail(c, "expected a digit in the exponent");
+  }
+  if (c->i < c->n && c->t[c->i] >= '0' && c->t[c->i] <= '9')
+    return jc_fail(c, "a number may not start with 0");
+  return true;
+}
+
+static bool jc_value(js_check *c);
+
+/* An object or array at c->i ('{' or '['). */
+static bool jc_container(js_check *c) {
+  bool object = c->t[c->i] == '{';
+  char close = object ? '}' : ']';
+  if (++c->depth > JC_MAX_DEPTH) return jc_fail(c, "objects and arrays nested too deeply");
+  c->i++;
+  jc_ws(c);
+  if (c->i < c->n && c->t[c->i] == close) {
+    c->i++;
+    c->depth--;
+    return true;
+  }
+  for (;;) {
+    jc_ws(c);
+    if (object) {
+      if (c->i >= c->n || c->t[c->i] != '"') return jc_fail(c, "expected a string key");
+      if (!jc_string(c)) return false;
+      jc_ws(c);
+      if (c->i >= c->n || c->t[c->i] != ':') return jc_fail(c, "expected ':' after the key");
+      c->i++;
+    }
+    if (!jc_value(c)) return false;
+    jc_ws(c);
+    if (c->i < c->n && c->t[c->i] == ',') {
+      c->i++;
+      continue;
+    }
+    if (c->i < c->n && c->t[c->i] == close) {
+      c->i++;
+      c->depth--;
+      return true;
+    }
+    return jc_fail(c, object ? "expected ',' or '}' in an object" : "expected ',' or ']' in an array");
+  }
+}
+
+/* Any value after blanks. Post: c->i after it, or c->msg says what was expected there. */
+static bool jc_value(js_check *c) {
+  jc_ws(c);
+  if (c->i >= c->n) return jc_fail(c, "expected a value");
+  char ch = c->t[c->i];
+  if (ch == '{' || ch == '[') return jc_container(c);
+  if (ch == '"') return jc_string(c);
+  if (ch == '-' || (ch >= '0' && ch <= '9')) return jc_number(c);
+  static const char *const words[] = {"true", "false", "null"};
+  for (int k = 0; k < 3; k++) {
+    size_t len = strlen(words[k]);
+    if (c->n - c->i >= len && memcmp(c->t + c->i, words[k], len) == 0) {
+      c->i += len;
+      return true;
+    }
+  }
+  return jc_fail(c, "expected a value");
+}
+
+/* Check that the file is one JSON value; on failure report the first error at its byte. */
+static bool syntax_ok(prof_ctx *c) {
+  js_check jc = {c->text, c->len, 0, NULL, 0};
+  if (jc.n >= 3 && memcmp(jc.t, "\xEF\xBB\xBF", 3) == 0) jc.i = 3; /* UTF-8 byte order mark */
+  bool ok = jc_value(&jc);
+  if (ok) {
+    jc_ws(&jc);
+    if (jc.i < jc.n) ok = jc_fail(&jc, "expected the end of the file after the JSON value");
+  }
+  if (ok) return true;
+  if (jc.i >= jc.n) {
+    diag_error(c->d, prof_loc(c, c->len, 1), "malformed JSON: %s, found the end of the file",
+               jc.msg);
+    return false;
+  }
+  unsigned char ch = (unsigned char)c->text[jc.i];
+  if (ch >= 32 && ch < 127)
+    diag_error(c->d, prof_loc(c, jc.i, 1), "malformed JSON: %s, found '%c'", jc.msg, ch);
+  else
+    diag_error(c->d, prof_loc(c, jc.i, 1), "malformed JSON: %s, found byte 0x%02x", jc.msg, ch);
+  return false;
+}
+
+/* ---- The file ---- */
+
+/* Check the header and set-up keys, then apply kinds and layers. */
+static void read_profile(prof_ctx *c, const cJSON *root) {
+  prof_path top = {0};
+  if (!cJSON_IsObject(root)) {
+    perr(c, &top, "a profile is a JSON object, found %s", json_type(root));
+    return;
+  }
+  int n;
+  bool *dup = find_duplicates(root, &n);
+  const cJSON *val[PK_COUNT] = {0};
+  int idx[PK_COUNT] = {0};
+  int i = 0;
+  for (const cJSON *it = root->child; it; it = it->next, i++) {
+    if (dup[i]) {
+      prof_path q = path_child(&top, i, it->string);
+      perr(c, &q, "duplicate key");
+      continue;
+    }
+    int k;
+    for (k = 0; k < PK_COUNT; k++)
+      if (strcmp(it->string, prof_keys[k]) == 0) break;
+    if (k == PK_COUNT) {
+      prof_path q = path_child(&top, i, it->string);
+      unknown_name(c, &q, "unknown key", prof_keys, PK_COUNT, it->string);
+      continue;
+    }
+    val[k] = it;
+    idx[k] = i;
+  }
+  free(dup);
+  prof_path pk[PK_COUNT];
+  for (int k = 0; k < PK_COUNT; k++) pk[k] = path_child(&top, idx[k], prof_keys[k]);
+  /* format and version first: without them the file is not a profile */
+  if (!val[PK_FORMAT]) {
+    perr(c, &top, "not an OctoPipe profile: missing key \"format\": \"" PROF_FORMAT "\"");
+    return;
+  }
+  if (!cJSON_IsString(val[PK_FORMAT]) || strcmp(val[PK_FORMAT]->valuestring, PROF_FORMAT) != 0) {
+    perr(c, &pk[PK_FORMAT], "expected \"" PROF_FORMAT "\"");
+    return;
+  }
+  if (!val[PK_VERSION]) {
+    perr(c, &top, "missing key \"version\" (this compiler reads version %d)", PROF_VERSION);
+    return;
+  }
+  if (!cJSON_IsNumber(val[PK_VERSION]) || val[PK_VERSION]->valuedouble != PROF_VERSION) {
+    if (cJSON_IsNumber(val[PK_VERSION]))
+      perr(c, &pk[PK_VERSION], "unsupported profile version %.17g (this compiler reads version %d)",
+           val[PK_VERSION]->valuedouble, PROF_VERSION);
+    else
+      perr(c, &pk[PK_VERSION], "expected a number, found %s", json_type(val[PK_VERSION]));
+    return;
+  }
+  if (val[PK_DEVICE]) check_device(c, &pk[PK_DEVICE], val[PK_DEVICE]);
+  if (val[PK_MICRO_BATCH])
+    check_count_field(c, &pk[PK_MICRO_BATCH], val[PK_MICRO_BATCH], IR_F_TRAIN_micro_batch);
+  if (val[PK_SEQ]) check_count_field(c, &pk[PK_SEQ], val[PK_SEQ], IR_F_TRAIN_seq);
+  if (val[PK_TENSOR]) check_count_field(c, &pk[PK_TENSOR], val[PK_TENSOR], IR_F_TRAIN_tensor);
+  if (val[PK_DTYPE]) check_dtype(c, &pk[PK_DTYPE], val[PK_DTYPE]);
+  if (val[PK_KINDS]) kinds_section(c, &pk[PK_KINDS], val[PK_KINDS]);
+  if (val[PK_LAYERS]) layers_section(c, &pk[PK_LAYERS], val[PK_LAYERS]);
+}
+
+int cost_profile_apply(ir_module *m, const char *path, const bool *apply, diag_loc from,
+                       diag_engine *d) {
+  int errors = diag_error_count(d);
+  uint32_t src = diag_load_file(d, path, from);
+  if (!src) return diag_error_count(d) - errors;
+  const diag_source *s = diag_get_source(d, src);
+  prof_ctx c = {m, apply, d, src, s->text, s->len, NULL};
+  if (!syntax_ok(&c)) return diag_error_count(d) - errors;
+  /* the length includes the terminating NUL: cJSON wants to see it after the value */
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(s->text, s->len + 1, &end, true);
+  if (!root) { /* valid JSON that cJSON rejects (a NUL byte inside a string) */
+    size_t off = end && end >= s->text ? (size_t)(end - s->text) : 0;
+    diag_error(d, prof_loc(&c, off, 1), "malformed JSON: cannot read the value here");
+    return diag_error_count(d) - errors;
+  }
+  c.order = xmalloc((size_t)(m->nlayers > 0 ? m->nlayers : 1) * sizeof *c.order);
+  for (int i = 0; i < m->nlayers; i++) c.order[i] = (prof_named){m->layers[i].name, i};
+  qsort(c.order, (size_t)m->nlayers, sizeof *c.order, cmp_named);
+  read_profile(&c, root);
+  cJSON_Delete(root);
+  free(c.order);
+  return diag_error_count(d) - errors;
+}

@@ -378,6 +378,8 @@ typedef struct ir_module {
 
 ir_module *ir_module_new(const char *name);
 void ir_module_free(ir_module *m);
+/* A deep copy of src (strings, arrays, plan and locations); independent of src afterwards. */
+ir_module *ir_module_clone(const ir_module *src);
 /* Append a layer of kind k with all parameters unset; returns it (valid until the next add). */
 ir_layer *ir_module_add_layer(ir_module *m, const char *name, ir_layer_kind k);
 ir_device *ir_module_add_device(ir_module *m, const char *type);

@@ -93,3 +93,63 @@ const ir_link_rec *ir_module_link(const ir_module *m, int a, int b) {
   const ir_link_rec *r = same ? &m->intra : &m->inter;
   return r->set ? r : NULL;
 }
+
+/* Copy of string s in m's arena; consecutive requests for the same pointer share one copy. */
+static const char *clone_str(ir_module *m, const char *s, const char **last_in, const char **last_out) {
+  if (!s) return NULL;
+  if (s == *last_in) return *last_out;
+  *last_in = s;
+  *last_out = arena_strdup(&m->arena, s);
+  return *last_out;
+}
+
+/* Copy n elements of array a (NULL when n == 0). */
+static void *clone_array(const void *a, int n, size_t size) {
+  if (n <= 0 || !a) return NULL;
+  void *c = xmalloc((size_t)n * size);
+  memcpy(c, a, (size_t)n * size);
+  return c;
+}
+
+ir_module *ir_module_clone(const ir_module *src) {
+  ir_module *m = xcalloc(1, sizeof *m);
+  *m = *src;
+  m->arena = (arena){0};
+  const char *li = NULL, *lo = NULL, *fi = NULL, *fo = NULL;
+  m->name = clone_str(m, src->name, &li, &lo);
+  m->cluster_name = clone_str(m, src->cluster_name, &li, &lo);
+  m->loc.file = clone_str(m, src->loc.file, &fi, &fo);
+  m->train_loc.file = clone_str(m, src->train_loc.file, &fi, &fo);
+  m->profiles = clone_array(src->profiles, src->nprofiles, sizeof *src->profiles);
+  m->profiles_cap = src->nprofiles;
+  for (int i = 0; i < m->nprofiles; i++) m->profiles[i] = clone_str(m, src->profiles[i], &li, &lo);
+  m->devices = clone_array(src->devices, src->ndevices, sizeof *src->devices);
+  m->devices_cap = src->ndevices;
+  for (int i = 0; i < m->ndevices; i++) {
+    m->devices[i].type = clone_str(m, src->devices[i].type, &li, &lo);
+    m->devices[i].loc.file = clone_str(m, src->devices[i].loc.file, &fi, &fo);
+  }
+  m->links = clone_array(src->links, src->nlinks, sizeof *src->links);
+  m->links_cap = src->nlinks;
+  m->layers = clone_array(src->layers, src->nlayers, sizeof *src->layers);
+  m->layers_cap = src->nlayers;
+  for (int i = 0; i < m->nlayers; i++) {
+    m->layers[i].name = arena_strdup(&m->arena, src->layers[i].name);
+    m->layers[i].loc.file = clone_str(m, src->layers[i].loc.file, &fi, &fo);
+  }
+  m->stages = clone_array(src->stages, src->nstages, sizeof *src->stages);
+  m->stages_cap = src->nstages;
+  for (int i = 0; i < m->nstages; i++)
+    m->stages[i].loc.file = clone_str(m, src->stages[i].loc.file, &fi, &fo);
+  if (src->schedules) {
+    m->schedules = xcalloc((size_t)(src->ndevices ? src->ndevices : 1), sizeof *m->schedules);
+    for (int i = 0; i < src->ndevices; i++) {
+      const ir_schedule *s = &src->schedules[i];
+      m->schedules[i] = *s;
+      m->schedules[i].ops = clone_array(s->ops, s->nops, sizeof *s->ops);
+      m->schedules[i].cap = s->nops;
+      m->schedules[i].loc.file = clone_str(m, s->loc.file, &fi, &fo);
+    }
+  }
+  return m;
+}

@@ -263,8 +263,9 @@ void ir_format_value(strbuf *sb, ir_type t, double v) {
     return;
   }
   /* The printable unit whose exact text is shortest, counting two extra characters when the
-   * number would be below 1 in that unit (0.37TB/s loses to 370GB/s, 0.1ms beats 100000ns);
-   * ties go to the unit listed first. Zero prints in the base unit. */
+   * number would be below 1 in that unit (0.37TB/s loses to 370GB/s, 0.1ms beats 100000ns) and
+   * one for each integer digit beyond four (2.819417ms beats 2819417ns); ties go to the unit
+   * listed first. Zero prints in the base unit. */
   const char *best_unit = NULL;
   char best[48] = "";
   size_t best_score = (size_t)-1;
@@ -272,7 +273,8 @@ void ir_format_value(strbuf *sb, ir_type t, double v) {
     const ir_unit_info *u = &ir_units[i];
     if (u->dim != dim || !u->printable || !fmt_shortest_scaled(buf, v, u->scale)) continue;
     bool big_enough = v == 0 ? u->scale == 1.0 : fabs(v) >= u->scale;
-    size_t score = strlen(buf) + (big_enough ? 0 : 2);
+    size_t digits = strspn(buf + (buf[0] == '-'), "0123456789");
+    size_t score = strlen(buf) + (big_enough ? 0 : 2) + (digits > 4 ? digits - 4 : 0);
     if (score < best_score) {
       best_score = score;
       best_unit = u->name;

@@ -105,6 +105,41 @@ int pass_opt_quantity(const pass_options *opts, const char *key, ir_dim dim, dou
 int pass_opt_choice(const pass_options *opts, const char *key, const char *const *choices,
                     int nchoices, int def, int *out, diag_engine *d);
 
+/* ---- Planning algorithms (for the passes and their unit tests) ----------------------------- */
+
+/* Exact min-max contiguous partition: cut n layers of integer costs cost[] into k non-empty
+ * stages minimizing the largest stage cost. With cap > 0, stage i (0-based) must also keep its
+ * static memory plus activations times min(k - i, mb) within cap (mem_static, mem_act: bytes
+ * per layer). Among optimal cuts it gives later stages as many layers as possible. Writes the
+ * exclusive end of each stage into ends[0..k) (ends[k-1] == n) and the optimum into
+ * *bottleneck (when non-NULL). Returns 0; -1 when k < 1 or n < k; -2 when the cap cannot be met.
+ * O(n log(sum of costs)). */
+int pass_partition_balanced(const int64_t *cost, const double *mem_static, const double *mem_act,
+                            int n, int k, double cap, int mb, int *ends, int64_t *bottleneck);
+
+/* ---- Comparison with the classic plans --------------------------------------------------- */
+
+/* One classic plan evaluated on a model. */
+typedef struct pass_baseline {
+  char name[32];       /* "S-1F1B", "ZB-V", ... */
+  char pipeline[256];  /* the passes that made it */
+  bool ok;             /* the passes accepted the model and the plan simulated */
+  char why[240];       /* when !ok: the first error the passes reported */
+  double makespan;     /* predicted step time, s */
+  double bubble;       /* idle / (devices x makespan) */
+  double bound;        /* the simulator's lower bound for its partition and placement, s */
+  bool fits;           /* every device within its memory limit */
+  int ndevices;        /* entries of peak_mem */
+  double *peak_mem;    /* per device, bytes (owned) */
+} pass_baseline;
+
+/* Run every classic combination of compare.def (and interleaved 1F1B with the best v > 2 that
+ * divides the layers) on a copy of m, which must have layer costs, and simulate each. m is not
+ * changed. *out receives the rows (free with pass_baseline_free(rows, n, true)); returns n. */
+int pass_compare(const ir_module *m, pass_baseline **out);
+/* Free the peak_mem arrays of n rows, and the array itself when 'array'. */
+void pass_baseline_free(pass_baseline *rows, int n, bool array);
+
 /* ---- Pipelines ------------------------------------------------------------------------------*/
 
 /* One pass invocation of a pipeline. */

@@ -1,2 +1,576 @@
-/* report.c -- reports (stub until written). */
-#include "report.h"
+/* report.c -- the plan report: the model, cluster and training set-up, per-layer-kind costs, the
+ * stages of the plan and the simulated step (per-device busy/idle/memory, makespan, bubble,
+ * lower bound, memory verdict), as aligned text tables (report_text) or as one JSON object
+ * (report_json, schema in docs/report.md). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report_impl.h"
+
+/* ---- Aligned tables ------------------------------------------------------------------------ */
+
+enum { TABLE_MAX_COLS = 16 };
+
+/* A text table: a header row and body rows of cells, printed with aligned columns. */
+typedef struct text_table {
+  int ncols;                        /* number of columns */
+  const char *head[TABLE_MAX_COLS]; /* header cells (static strings) */
+  bool right[TABLE_MAX_COLS];       /* right-align the column (numbers) */
+  char **cells;                     /* body cells, row-major, owned */
+  int ncells, cells_cap;            /* cells used, allocated */
+} text_table;
+
+/* Start a table whose columns are described by "name" (left-aligned) or ">name"
+ * (right-aligned) strings; pre: 1 <= n <= TABLE_MAX_COLS. */
+static void table_init(text_table *t, int n, const char *const *cols) {
+  memset(t, 0, sizeof *t);
+  t->ncols = n;
+  for (int i = 0; i < n; i++) {
+    t->right[i] = cols[i][0] == '>';
+    t->head[i] = cols[i] + t->right[i];
+  }
+}
+
+/* Append the next cell (rows fill left to right); takes a copy of s. */
+static void table_cell(text_table *t, const char *s) {
+  VEC_PUSH(t->cells, t->ncells, t->cells_cap, xstrdup(s));
+}
+
+/* Append the next cell formatted with printf. */
+static void table_cellf(text_table *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void table_cellf(text_table *t, const char *fmt, ...) {
+  strbuf sb = {0};
+  va_list ap;
+  va_start(ap, fmt);
+  strbuf_vprintf(&sb, fmt, ap);
+  va_end(ap);
+  table_cell(t, strbuf_cstr(&sb));
+  strbuf_free(&sb);
+}
+
+/* Append a byte count cell (rep_bytes). */
+static void table_bytes(text_table *t, double v) {
+  strbuf sb = {0};
+  rep_bytes(&sb, v);
+  table_cell(t, strbuf_cstr(&sb));
+  strbuf_free(&sb);
+}
+
+/* Append a time cell in ms with 3 decimals, "-" for NaN. */
+static void table_ms(text_table *t, double seconds) {
+  if (isnan(seconds))
+    table_cell(t, "-");
+  else
+    table_cellf(t, "%.3f", seconds * 1e3);
+}
+
+/* Print the table to out, each line indented by two spaces, columns two spaces apart, without
+ * trailing blanks; then free it. Pre: the cells fill whole rows. */
+static void table_flush(text_table *t, strbuf *out) {
+  size_t width[TABLE_MAX_COLS];
+  for (int c = 0; c < t->ncols; c++) width[c] = strlen(t->head[c]);
+  for (int i = 0; i < t->ncells; i++) {
+    size_t n = strlen(t->cells[i]);
+    if (n > width[i % t->ncols]) width[i % t->ncols] = n;
+  }
+  int nrows = t->ncells / t->ncols;
+  for (int r = -1; r < nrows; r++) {
+    strbuf line = {0};
+    strbuf_puts(&line, "  ");
+    for (int c = 0; c < t->ncols; c++) {
+      const char *s = r < 0 ? t->head[c] : t->cells[r * t->ncols + c];
+      int pad = (int)(width[c] - strlen(s));
+      if (c) strbuf_puts(&line, "  ");
+      if (t->right[c]) strbuf_printf(&line, "%*s", pad, "");
+      strbuf_puts(&line, s);
+      if (!t->right[c]) strbuf_printf(&line, "%*s", pad, "");
+    }
+    while (line.len && line.data[line.len - 1] == ' ') line.data[--line.len] = 0;
+    strbuf_puts(out, strbuf_cstr(&line));
+    strbuf_putc(out, '\n');
+    strbuf_free(&line);
+  }
+  for (int i = 0; i < t->ncells; i++) free(t->cells[i]);
+  free(t->cells);
+  memset(t, 0, sizeof *t);
+}
+
+/* ---- Shared figures ------------------------------------------------------------------------- */
+
+/* Mean per-layer costs of one layer kind (over the layers of the kind that have each field). */
+typedef struct kind_costs {
+  int count;                      /* layers of the kind */
+  double sum[5];                  /* sums of f, b, w, act, param over layers that have them */
+  int have[5];                    /* how many layers have each */
+} kind_costs;
+
+/* Cost record fields summarised per kind, in kind_costs order. */
+static const int kind_cost_fields[5] = {IR_F_COST_f, IR_F_COST_b, IR_F_COST_w, IR_F_COST_act,
+                                        IR_F_COST_param};
+
+/* Fill k[IR_KIND_COUNT] from m's layers; returns whether any layer has a cost record. */
+static bool collect_kind_costs(const ir_module *m, kind_costs *k) {
+  bool any = false;
+  memset(k, 0, sizeof *k * IR_KIND_COUNT);
+  for (int i = 0; i < m->nlayers; i++) {
+    const ir_layer *l = &m->layers[i];
+    kind_costs *kc = &k[l->kind];
+    kc->count++;
+    if (l->cost.set) any = true;
+    for (int f = 0; f < 5; f++)
+      if (ir_field_is_set(&l->cost, kind_cost_fields[f])) {
+        kc->sum[f] += ir_field_get(&l->cost, kind_cost_fields[f]);
+        kc->have[f]++;
+      }
+  }
+  return any;
+}
+
+/* Mean of field f of kind costs kc, NAN when no layer has it. */
+static double kind_mean(const kind_costs *kc, int f) {
+  return kc->have[f] ? kc->sum[f] / kc->have[f] : NAN;
+}
+
+/* Whether m has a plan that can be simulated: stages and schedules. */
+static bool has_schedule(const ir_module *m) { return m->schedules && m->nstages > 0; }
+
+/* Append the stages of device 'dev' as "@s0 @s2" (or "-"). */
+static void device_stages(const ir_module *m, int dev, strbuf *sb) {
+  size_t start = sb->len;
+  for (int s = 0; s < m->nstages; s++)
+    if (m->stages[s].device == dev) strbuf_printf(sb, "%s@s%d", sb->len > start ? " " : "", s);
+  if (sb->len == start) strbuf_puts(sb, "-");
+}
+
+/* Append a timeline operation in IR notation: "F @s2 1", "allreduce". */
+static void op_text(const sim_op_event *e, strbuf *sb) {
+  if (e->kind < IR_OP_COUNT)
+    strbuf_printf(sb, "%s @s%d %d", rep_op_kind_name(e->kind), e->stage, e->mb);
+  else
+    strbuf_puts(sb, rep_op_kind_name(e->kind));
+}
+
+/* ---- Text report ---------------------------------------------------------------------------- */
+
+/* Append an integer field of the train record, "?" when unset. */
+static void train_count(strbuf *sb, const ir_train *t, int field) {
+  if (ir_field_is_set(t, field))
+    strbuf_printf(sb, "%lld", (long long)ir_field_get(t, field));
+  else
+    strbuf_putc(sb, '?');
+}
+
+/* Model, cluster, train and devices lines (the summary octoc always printed). */
+static void text_header(const ir_module *m, strbuf *sb) {
+  int per_kind[IR_KIND_COUNT] = {0};
+  for (int i = 0; i < m->nlayers; i++) per_kind[m->layers[i].kind]++;
+  strbuf_printf(sb, "model %s: %d layer%s (", m->name, m->nlayers, m->nlayers == 1 ? "" : "s");
+  bool first = true;
+  for (int k = 0; k < IR_KIND_COUNT; k++)
+    if (per_kind[k]) {
+      strbuf_printf(sb, "%s%d %s", first ? "" : ", ", per_kind[k], ir_kinds[k].name);
+      first = false;
+    }
+  strbuf_puts(sb, ")\n");
+  if (m->cluster_name && m->ndevices > 0) {
+    const ir_device *d = &m->devices[0];
+    strbuf_printf(sb, "cluster %s: %lld node(s) x %lld GPUs of %s (", m->cluster_name,
+                  (long long)m->cluster.nodes, (long long)m->cluster.gpus_per_node, d->type);
+    ir_format_value(sb, IR_T_FLOPS, d->rec.peak);
+    strbuf_puts(sb, ", ");
+    ir_format_value(sb, IR_T_BYTES, d->rec.mem);
+    strbuf_puts(sb, ", ");
+    ir_format_value(sb, IR_T_BW, d->rec.hbm);
+    strbuf_printf(sb, ", efficiency %g)\n", d->rec.efficiency);
+  }
+  const ir_train *t = &m->train;
+  strbuf_puts(sb, "train: pipeline ");
+  train_count(sb, t, IR_F_TRAIN_pipeline);
+  strbuf_puts(sb, " x tensor ");
+  train_count(sb, t, IR_F_TRAIN_tensor);
+  strbuf_puts(sb, " x data ");
+  train_count(sb, t, IR_F_TRAIN_data);
+  strbuf_puts(sb, "; micro_batch ");
+  train_count(sb, t, IR_F_TRAIN_micro_batch);
+  strbuf_puts(sb, ", ");
+  train_count(sb, t, IR_F_TRAIN_microbatches);
+  strbuf_puts(sb, " microbatches, global batch ");
+  train_count(sb, t, IR_F_TRAIN_global_batch);
+  strbuf_puts(sb, ", seq ");
+  train_count(sb, t, IR_F_TRAIN_seq);
+  const char *dtype = ir_enum_name(IR_T_DTYPE, (int)ir_field_value(t, IR_F_TRAIN_dtype));
+  const char *opt = ir_enum_name(IR_T_OPTIMIZER, (int)ir_field_value(t, IR_F_TRAIN_optimizer));
+  strbuf_printf(sb, ", %s, %s", dtype ? dtype : "?", opt ? opt : "?");
+  if (ir_field_is_set(t, IR_F_TRAIN_mem_limit) && t->mem_limit > 0) {
+    strbuf_puts(sb, ", mem_limit ");
+    ir_format_value(sb, IR_T_BYTES, t->mem_limit);
+  }
+  strbuf_putc(sb, '\n');
+  if (m->ndevices > 0)
+    strbuf_printf(sb, "devices: %d pipeline devices ($d0..$d%d) on node(s) %lld..%lld\n",
+                  m->ndevices, m->ndevices - 1, (long long)m->devices[0].rec.node,
+                  (long long)m->devices[m->ndevices - 1].rec.node);
+}
+
+/* The per-layer-kind cost table (when any layer has costs). */
+static void text_costs(const ir_module *m, strbuf *sb) {
+  kind_costs k[IR_KIND_COUNT];
+  if (!collect_kind_costs(m, k)) {
+    strbuf_puts(sb, m->ndevices ? "costs: none (no layer has a cost record: run the cost pass)\n"
+                                : "costs: none (no devices to estimate them on)\n");
+    return;
+  }
+  strbuf_puts(sb, "\ncosts per layer kind (mean per layer, one microbatch):\n");
+  static const char *const cols[] = {"kind", ">layers", ">F ms", ">B ms", ">W ms", ">act",
+                                     ">param"};
+  text_table t;
+  table_init(&t, 7, cols);
+  for (int i = 0; i < IR_KIND_COUNT; i++) {
+    if (!k[i].count) continue;
+    table_cell(&t, ir_kinds[i].name);
+    table_cellf(&t, "%d", k[i].count);
+    for (int f = 0; f < 3; f++) table_ms(&t, kind_mean(&k[i], f));
+    table_bytes(&t, kind_mean(&k[i], 3));
+    table_bytes(&t, kind_mean(&k[i], 4));
+  }
+  table_flush(&t, sb);
+  rep_cost_sum all = rep_cost_range(m, 0, m->nlayers);
+  strbuf_printf(sb, "  all %d layers: F %.3f ms, B %.3f ms, W %.3f ms, act ", m->nlayers,
+                all.f * 1e3, all.b * 1e3, all.w * 1e3);
+  rep_bytes(sb, all.act);
+  strbuf_puts(sb, ", param ");
+  rep_bytes(sb, all.param);
+  strbuf_putc(sb, '\n');
+}
+
+/* The stage table. */
+static void text_stages(const ir_module *m, strbuf *sb) {
+  strbuf_printf(sb, "\nstages (%d):\n", m->nstages);
+  static const char *const cols[] = {"stage", "layers", "first", "last", "device", ">F ms",
+                                     ">B ms", ">W ms", ">act", ">param"};
+  text_table t;
+  table_init(&t, 10, cols);
+  for (int s = 0; s < m->nstages; s++) {
+    const ir_stage *st = &m->stages[s];
+    char b1[24], b2[24];
+    rep_cost_sum c = rep_cost_range(m, st->first, st->end);
+    table_cellf(&t, "@s%d", s);
+    table_cellf(&t, "[%%%d, %%%d)", st->first, st->end);
+    table_cell(&t, rep_layer_name(m, st->first, b1));
+    table_cell(&t, rep_layer_name(m, st->end - 1, b2));
+    if (st->device >= 0)
+      table_cellf(&t, "$d%d", st->device);
+    else
+      table_cell(&t, "-");
+    table_ms(&t, c.any ? c.f : NAN);
+    table_ms(&t, c.any ? c.b : NAN);
+    table_ms(&t, c.any ? c.w : NAN);
+    table_bytes(&t, c.any ? c.act : NAN);
+    table_bytes(&t, c.any ? c.param : NAN);
+  }
+  table_flush(&t, sb);
+}
+
+/* The per-device table and the step figures of a simulated plan. */
+static void text_simulation(const ir_module *m, const sim_result *r, strbuf *sb) {
+  bool any_comm = false;
+  for (int i = 0; i < r->ndevices; i++)
+    if (r->dev[i].comm > 0) any_comm = true;
+  strbuf_puts(sb, "\ndevices:\n");
+  static const char *const cols[] = {"device",  "stages",        ">busy ms", ">idle ms",
+                                     ">bubble", ">allreduce ms", ">static",  ">peak memory",
+                                     ">limit",  "memory"};
+  const char *pick[10];
+  int n = 0;
+  for (int c = 0; c < 10; c++)
+    if (c != 5 || any_comm) pick[n++] = cols[c];
+  text_table t;
+  table_init(&t, n, pick);
+  for (int i = 0; i < r->ndevices && i < m->ndevices; i++) {
+    const sim_device_stats *ds = &r->dev[i];
+    strbuf stages = {0};
+    device_stages(m, i, &stages);
+    double lim = rep_mem_limit(m, r, i);
+    table_cellf(&t, "$d%d", i);
+    table_cell(&t, strbuf_cstr(&stages));
+    strbuf_free(&stages);
+    table_ms(&t, ds->busy);
+    table_ms(&t, ds->idle);
+    table_cellf(&t, "%.1f%%", r->makespan > 0 ? 100 * ds->idle / r->makespan : 0.0);
+    if (any_comm) table_ms(&t, ds->comm);
+    table_bytes(&t, ds->static_mem);
+    table_bytes(&t, ds->peak_mem);
+    table_bytes(&t, lim > 0 ? lim : NAN);
+    table_cell(&t, lim > 0 && ds->peak_mem > lim ? "OOM" : "fits");
+  }
+  table_flush(&t, sb);
+
+  strbuf_printf(sb,
+                "\nstep: makespan %.3f ms, bubble ratio %.1f%% (%d device%s, %lld microbatch%s, "
+                "schedule given)\n",
+                r->makespan * 1e3, r->bubble * 100, r->ndevices, r->ndevices == 1 ? "" : "s",
+                (long long)m->train.microbatches, m->train.microbatches == 1 ? "" : "es");
+  double lb = rep_lower_bound(r);
+  strbuf_printf(sb, "lower bound %.3f ms (work %.3f ms, critical path %.3f ms)", lb * 1e3,
+                r->lb_work * 1e3, r->lb_critical * 1e3);
+  if (lb > 0 && r->makespan > 0)
+    strbuf_printf(sb, ": %.1f%% of the makespan (makespan is %.2fx the bound)",
+                  100 * lb / r->makespan, r->makespan / lb);
+  strbuf_putc(sb, '\n');
+
+  rep_oom o;
+  if (rep_first_oom(m, r, &o)) {
+    strbuf_printf(sb, "memory: OOM: $d%d first exceeds its limit ", o.device);
+    rep_bytes(sb, o.limit);
+    strbuf_puts(sb, " with ");
+    rep_bytes(sb, o.mem);
+    if (o.op >= 0) {
+      strbuf_puts(sb, " at ");
+      op_text(&r->ops[o.op], sb);
+    } else {
+      strbuf_puts(sb, " at its peak");
+    }
+    strbuf_printf(sb, ", t = %.3f ms (peak ", o.time * 1e3);
+    rep_bytes(sb, r->dev[o.device].peak_mem);
+    strbuf_puts(sb, ")\n");
+  } else {
+    int worst = 0;
+    double worst_frac = -1;
+    for (int i = 0; i < r->ndevices && i < m->ndevices; i++) {
+      double lim = rep_mem_limit(m, r, i);
+      double frac = lim > 0 ? r->dev[i].peak_mem / lim : 0;
+      if (frac > worst_frac) {
+        worst_frac = frac;
+        worst = i;
+      }
+    }
+    strbuf_puts(sb, "memory: fits; highest use ");
+    rep_bytes(sb, r->ndevices ? r->dev[worst].peak_mem : 0);
+    strbuf_printf(sb, " on $d%d", worst);
+    double lim = r->ndevices && m->ndevices ? rep_mem_limit(m, r, worst) : 0;
+    if (lim > 0) {
+      strbuf_puts(sb, " of ");
+      rep_bytes(sb, lim);
+      strbuf_printf(sb, " (%.1f%%)", 100 * worst_frac);
+    }
+    strbuf_putc(sb, '\n');
+  }
+}
+
+void report_text(const ir_module *m, const sim_result *r, strbuf *out) {
+  text_header(m, out);
+  text_costs(m, out);
+  if (m->nstages == 0) {
+    strbuf_puts(out, "plan: none yet (no planning passes were run)\n");
+    return;
+  }
+  text_stages(m, out);
+  if (!has_schedule(m)) {
+    strbuf_puts(out, "plan: stages only, no schedule yet (nothing to simulate)\n");
+    return;
+  }
+  if (!r || r->status != SIM_OK || !r->dev) {
+    strbuf_puts(out, "plan: scheduled, not simulated\n");
+    return;
+  }
+  text_simulation(m, r, out);
+}
+
+/* ---- JSON report ---------------------------------------------------------------------------- */
+
+/* Start a top-level key: separator, newline, indentation. */
+static void top_key(strbuf *sb, const char *key, bool *first) {
+  strbuf_puts(sb, *first ? "\n  " : ",\n  ");
+  *first = false;
+  rep_json_key(sb, key);
+}
+
+/* Append a member "key": value inside a one-line object; *first tracks the separator. */
+static void inner_key(strbuf *sb, const char *key, bool *first) {
+  if (!*first) strbuf_puts(sb, ", ");
+  *first = false;
+  rep_json_key(sb, key);
+}
+
+/* Append seconds as milliseconds (JSON number). */
+static void json_ms(strbuf *sb, double seconds) { rep_json_num(sb, seconds * 1e3); }
+
+void report_json(const ir_module *m, const sim_result *r, strbuf *out) {
+  bool sim = r && r->status == SIM_OK && r->dev && has_schedule(m);
+  bool first = true;
+  strbuf_putc(out, '{');
+  top_key(out, "model", &first);
+  rep_json_str(out, m->name);
+  top_key(out, "layers", &first);
+  strbuf_printf(out, "%d", m->nlayers);
+  top_key(out, "devices", &first);
+  strbuf_printf(out, "%d", m->ndevices);
+  top_key(out, "microbatches", &first);
+  if (ir_field_is_set(&m->train, IR_F_TRAIN_microbatches))
+    strbuf_printf(out, "%lld", (long long)m->train.microbatches);
+  else
+    strbuf_puts(out, "null");
+  top_key(out, "mem_limit_bytes", &first);
+  rep_json_num(out, rep_module_mem_limit(m));
+
+  top_key(out, "layer_kinds", &first);
+  kind_costs k[IR_KIND_COUNT];
+  bool costs = collect_kind_costs(m, k);
+  strbuf_putc(out, '[');
+  bool first_kind = true;
+  for (int i = 0; costs && i < IR_KIND_COUNT; i++) {
+    if (!k[i].count) continue;
+    strbuf_puts(out, first_kind ? "\n    {" : ",\n    {");
+    first_kind = false;
+    bool f1 = true;
+    inner_key(out, "kind", &f1);
+    rep_json_str(out, ir_kinds[i].name);
+    inner_key(out, "count", &f1);
+    strbuf_printf(out, "%d", k[i].count);
+    inner_key(out, "f_ms", &f1);
+    json_ms(out, kind_mean(&k[i], 0));
+    inner_key(out, "b_ms", &f1);
+    json_ms(out, kind_mean(&k[i], 1));
+    inner_key(out, "w_ms", &f1);
+    json_ms(out, kind_mean(&k[i], 2));
+    inner_key(out, "act_bytes", &f1);
+    rep_json_num(out, kind_mean(&k[i], 3));
+    inner_key(out, "param_bytes", &f1);
+    rep_json_num(out, kind_mean(&k[i], 4));
+    strbuf_putc(out, '}');
+  }
+  strbuf_puts(out, first_kind ? "]" : "\n  ]");
+
+  top_key(out, "schedule_method", &first);
+  strbuf_puts(out, has_schedule(m) ? "\"given\"" : "null");
+
+  top_key(out, "stages", &first);
+  strbuf_putc(out, '[');
+  for (int s = 0; s < m->nstages; s++) {
+    const ir_stage *st = &m->stages[s];
+    char b1[24], b2[24];
+    rep_cost_sum c = rep_cost_range(m, st->first, st->end);
+    strbuf_puts(out, s ? ",\n    {" : "\n    {");
+    bool f1 = true;
+    inner_key(out, "stage", &f1);
+    strbuf_printf(out, "%d", s);
+    inner_key(out, "first", &f1);
+    strbuf_printf(out, "%d", st->first);
+    inner_key(out, "end", &f1);
+    strbuf_printf(out, "%d", st->end);
+    inner_key(out, "first_layer", &f1);
+    rep_json_str(out, rep_layer_name(m, st->first, b1));
+    inner_key(out, "last_layer", &f1);
+    rep_json_str(out, rep_layer_name(m, st->end - 1, b2));
+    inner_key(out, "device", &f1);
+    if (st->device >= 0)
+      strbuf_printf(out, "%d", st->device);
+    else
+      strbuf_puts(out, "null");
+    inner_key(out, "f_ms", &f1);
+    json_ms(out, c.any ? c.f : NAN);
+    inner_key(out, "b_ms", &f1);
+    json_ms(out, c.any ? c.b : NAN);
+    inner_key(out, "w_ms", &f1);
+    json_ms(out, c.any ? c.w : NAN);
+    inner_key(out, "act_bytes", &f1);
+    rep_json_num(out, c.any ? c.act : NAN);
+    inner_key(out, "param_bytes", &f1);
+    rep_json_num(out, c.any ? c.param : NAN);
+    strbuf_putc(out, '}');
+  }
+  strbuf_puts(out, m->nstages ? "\n  ]" : "]");
+
+  top_key(out, "makespan_ms", &first);
+  json_ms(out, sim ? r->makespan : NAN);
+  top_key(out, "bubble_ratio", &first);
+  rep_json_num(out, sim ? r->bubble : NAN);
+  top_key(out, "lower_bound_ms", &first);
+  json_ms(out, sim ? rep_lower_bound(r) : NAN);
+  top_key(out, "lower_bound_work_ms", &first);
+  json_ms(out, sim ? r->lb_work : NAN);
+  top_key(out, "lower_bound_critical_ms", &first);
+  json_ms(out, sim ? r->lb_critical : NAN);
+  top_key(out, "peak_mem_bytes", &first);
+  rep_json_num(out, sim ? r->peak_mem : NAN);
+  top_key(out, "oom", &first);
+  rep_oom o;
+  bool oom = sim && rep_first_oom(m, r, &o);
+  strbuf_puts(out, !sim ? "null" : oom ? "true" : "false");
+  top_key(out, "oom_at", &first);
+  if (oom) {
+    bool f1 = true;
+    strbuf_putc(out, '{');
+    inner_key(out, "device", &f1);
+    strbuf_printf(out, "%d", o.device);
+    inner_key(out, "op", &f1);
+    if (o.op >= 0) {
+      const sim_op_event *e = &r->ops[o.op];
+      rep_json_str(out, rep_op_kind_name(e->kind));
+      inner_key(out, "stage", &f1);
+      strbuf_printf(out, "%d", e->stage);
+      inner_key(out, "mb", &f1);
+      strbuf_printf(out, "%d", e->mb);
+    } else {
+      strbuf_puts(out, "null");
+    }
+    inner_key(out, "time_ms", &f1);
+    json_ms(out, o.time);
+    inner_key(out, "mem_bytes", &f1);
+    rep_json_num(out, o.mem);
+    inner_key(out, "mem_limit_bytes", &f1);
+    rep_json_num(out, o.limit);
+    strbuf_putc(out, '}');
+  } else {
+    strbuf_puts(out, "null");
+  }
+
+  top_key(out, "per_device", &first);
+  strbuf_putc(out, '[');
+  int ndev = sim ? (r->ndevices < m->ndevices ? r->ndevices : m->ndevices) : 0;
+  for (int i = 0; i < ndev; i++) {
+    const sim_device_stats *ds = &r->dev[i];
+    double lim = rep_mem_limit(m, r, i);
+    strbuf_puts(out, i ? ",\n    {" : "\n    {");
+    bool f1 = true;
+    inner_key(out, "device", &f1);
+    strbuf_printf(out, "%d", i);
+    inner_key(out, "type", &f1);
+    rep_json_str(out, m->devices[i].type);
+    inner_key(out, "node", &f1);
+    strbuf_printf(out, "%lld", (long long)m->devices[i].rec.node);
+    inner_key(out, "stages", &f1);
+    strbuf_putc(out, '[');
+    bool fs = true;
+    for (int s = 0; s < m->nstages; s++)
+      if (m->stages[s].device == i) {
+        strbuf_printf(out, "%s%d", fs ? "" : ", ", s);
+        fs = false;
+      }
+    strbuf_putc(out, ']');
+    inner_key(out, "busy_ms", &f1);
+    json_ms(out, ds->busy);
+    inner_key(out, "idle_ms", &f1);
+    json_ms(out, ds->idle);
+    inner_key(out, "comm_ms", &f1);
+    json_ms(out, ds->comm);
+    inner_key(out, "end_ms", &f1);
+    json_ms(out, ds->end);
+    inner_key(out, "bubble_ratio", &f1);
+    rep_json_num(out, r->makespan > 0 ? ds->idle / r->makespan : 0.0);
+    inner_key(out, "static_mem_bytes", &f1);
+    rep_json_num(out, ds->static_mem);
+    inner_key(out, "peak_mem_bytes", &f1);
+    rep_json_num(out, ds->peak_mem);
+    inner_key(out, "peak_time_ms", &f1);
+    json_ms(out, ds->peak_time);
+    inner_key(out, "mem_limit_bytes", &f1);
+    rep_json_num(out, lim > 0 ? lim : NAN);
+    inner_key(out, "oom", &f1);
+    strbuf_puts(out, lim > 0 && ds->peak_mem > lim ? "true" : "false");
+    strbuf_putc(out, '}');
+  }
+  strbuf_puts(out, ndev ? "\n  ]" : "]");
+  strbuf_puts(out, "\n}\n");
+}

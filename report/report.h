@@ -29,9 +29,12 @@ void report_trace(const ir_module *m, const sim_result *r, strbuf *out);
 /* SVG timeline of r (pre: r is a recorded SIM_OK run of m). */
 void report_svg(const ir_module *m, const sim_result *r, strbuf *out);
 
-/* Simulate m's plan when it has one (recorded, fixed mode) and write artifact k to 'out'.
- * Trace and SVG need a scheduled module: without one, an error through d at 'where'. A plan that
- * does not simulate (deadlock) is reported through d. Returns 0, or -1 after reporting. */
+/* Simulate m's plan when it has one (stages and schedules; recorded, fixed mode) and write
+ * artifact k to 'out'. Pre: m passed ir_verify. Trace and SVG need a scheduled module: without
+ * one, an error through d at 'where'. A plan that does not simulate (sim_model_build's errors such
+ * as missing costs or links, a deadlocking or invalid order) is reported through d (at 'where'
+ * or the entity concerned). Returns 0 (out holds the artifact), or -1 after reporting (out is
+ * unchanged). */
 int report_emit(const ir_module *m, report_kind k, strbuf *out, diag_engine *d, diag_loc where);
 
 #endif

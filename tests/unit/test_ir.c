@@ -530,3 +530,23 @@ void test_ir_read_mutations(void) {
   strbuf_free(&base);
   ir_module_free(m);
 }
+
+/* A clone prints like the original, with and without debug info, and outlives it; changing the
+ * clone's plan leaves the original alone. */
+void test_ir_clone(void) {
+  ir_module *m = build_full_module();
+  m->layers[0].loc = (ir_loc){"spec.octo", 1, 3, 5};
+  char *a = print_module(m, true);
+  ir_module *c = ir_module_clone(m);
+  ir_module_clear_plan(c);
+  UNIT_CHECK(m->nstages > 0 && m->schedules != NULL);
+  ir_module_free(c);
+  c = ir_module_clone(m);
+  ir_module_free(m);
+  char *b = print_module(c, true);
+  UNIT_CHECK_STREQ(a, b);
+  UNIT_CHECK(strstr(b, "spec.octo") != NULL);
+  free(a);
+  free(b);
+  ir_module_free(c);
+}

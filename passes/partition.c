@@ -1,0 +1,457 @@
+/* partition.c -- the partition pass: cut the model's layers into contiguous stages.
+ *   uniform   equal layer counts per stage, the leading embedding and trailing LM head riding
+ *             with the first and last stage (Megatron's default split);
+ *   balanced  the exact min-max split of per-layer cost (F + B + W) into k contiguous stages, by
+ *             bisection over the bottleneck with a greedy feasibility test, optionally under a
+ *             per-stage memory cap;
+ *   explicit  layer counts given as an option, as a Megatron pipeline layout string or hybrid
+ *             pattern with '|' cuts, or the stages the module already has (a spec's
+ *             `stages = [...]`).
+ * The stage count is devices x chunks unless stages=N says otherwise; any other count given
+ * explicitly is an error that says what would fit. The pass replaces the plan (stages,
+ * placement, schedule, prediction). */
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+
+/* What the pass works with. */
+typedef struct part_ctx {
+  ir_module *m;
+  const pass_options *opts;
+  diag_engine *d;
+  int k;       /* number of stages to make */
+  int chunks;  /* stages per device */
+  bool k_given; /* stages=N was given */
+} part_ctx;
+
+/* Where a pass error points: the option when given, else the pass name. */
+static diag_loc opt_loc(const part_ctx *c, const char *key) {
+  const pass_option *o = pass_opt_find(c->opts, key);
+  return o ? o->value_loc : c->opts->loc;
+}
+
+/* Replace the module's plan with stages cut after the layer ends in cuts[0..k), cuts[k-1] ==
+ * nlayers. */
+static void apply_cuts(ir_module *m, const int *ends, int k) {
+  ir_module_clear_plan(m);
+  int first = 0;
+  for (int i = 0; i < k; i++) {
+    ir_module_add_stage(m, first, ends[i]);
+    first = ends[i];
+  }
+}
+
+/* ---- Balanced: exact min-max by bisection -------------------------------------------------- */
+
+/* Greedy feasibility for bottleneck t, filling stages from the last layer backwards (so the
+ * early stages, which hold the most microbatches in flight, get the lighter share among optimal
+ * splits): each stage takes layers while its cost stays <= t and, with cap > 0, its static memory
+ * plus activations times the microbatches 1F1B keeps in flight at its index, min(k - i, mb), stay
+ * <= cap. Writes the ends of the stages it fills into ends[k - used .. k) when ends != NULL.
+ * Returns the number of stages used (<= k), or -1 when k stages do not suffice. */
+static int greedy_fits(const int64_t *cost, const double *mem_static, const double *mem_act,
+                       int n, int k, int64_t t, double cap, int mb, int *ends) {
+  int end = n, stage = k - 1;
+  while (end > 0) {
+    if (stage < 0) return -1;
+    int64_t sum = 0;
+    double ms = 0, ma = 0;
+    int inflight = k - stage < mb ? k - stage : mb;
+    int first = end;
+    while (first > 0) {
+      int64_t c = sum + cost[first - 1];
+      double s2 = ms + mem_static[first - 1], a2 = ma + mem_act[first - 1];
+      if (c > t || (cap > 0 && s2 + a2 * inflight > cap)) break;
+      sum = c, ms = s2, ma = a2;
+      first--;
+    }
+    if (first == end) return -1; /* the next layer alone does not fit here */
+    if (ends) ends[stage] = end;
+    end = first;
+    stage--;
+  }
+  return k - 1 - stage;
+}
+
+int pass_partition_balanced(const int64_t *cost, const double *mem_static, const double *mem_act,
+                            int n, int k, double cap, int mb, int *ends, int64_t *bottleneck) {
+  if (k < 1 || n < k) return -1;
+  int64_t lo = 0, hi = 0;
+  for (int i = 0; i < n; i++) {
+    if (cost[i] > lo) lo = cost[i];
+    hi += cost[i];
+  }
+  if (greedy_fits(cost, mem_static, mem_act, n, k, hi, cap, mb, NULL) < 0) return -2;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (greedy_fits(cost, mem_static, mem_act, n, k, mid, cap, mb, NULL) >= 0)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  int used = greedy_fits(cost, mem_static, mem_act, n, k, lo, cap, mb, ends);
+  /* Fewer than k stages were needed: the empty leading stages take one layer each from the
+   * front (splitting a stage never raises the bottleneck). Ends stay strictly increasing since
+   * n >= k. */
+  for (int i = 0; i < k - used; i++) ends[i] = i + 1;
+  for (int i = 1; i < k; i++)
+    if (ends[i] <= ends[i - 1]) ends[i] = ends[i - 1] + 1;
+  /* The carved single-layer stages sit at earlier indices (more microbatches in flight): check
+   * the cap once more. */
+  for (int i = 0, first = 0; cap > 0 && i < k; first = ends[i++]) {
+    double ms = 0, ma = 0;
+    int inflight = k - i < mb ? k - i : mb;
+    for (int j = first; j < ends[i]; j++) ms += mem_static[j], ma += mem_act[j];
+    if (ms + ma * inflight > cap) return -2;
+  }
+  if (bottleneck) *bottleneck = lo;
+  return 0;
+}
+
+/* ---- Methods ------------------------------------------------------------------------------- */
+
+/* uniform: the body (layers after the leading embeddings and before the trailing LM heads) in
+ * equal counts; when k does not divide it, the last (body mod k) stages get one layer more. */
+static int part_uniform(part_ctx *c) {
+  ir_module *m = c->m;
+  int lead = 0, trail = 0, n = m->nlayers;
+  while (lead < n && m->layers[lead].kind == IR_KIND_EMBEDDING) lead++;
+  while (trail < n - lead && m->layers[n - 1 - trail].kind == IR_KIND_LM_HEAD) trail++;
+  int body = n - lead - trail;
+  if (body < c->k) {
+    diag_error(c->d, c->opts->loc, "partition{method=uniform} cannot cut %d layer%s (without the "
+               "embedding and LM head) into %d stages", body, body == 1 ? "" : "s", c->k);
+    return 1;
+  }
+  int *ends = xmalloc((size_t)c->k * sizeof *ends);
+  int q = body / c->k, r = body % c->k, at = lead;
+  for (int i = 0; i < c->k; i++) {
+    at += q + (i >= c->k - r);
+    ends[i] = at;
+  }
+  ends[c->k - 1] = n;
+  apply_cuts(m, ends, c->k);
+  free(ends);
+  return 0;
+}
+
+/* Whether every layer has a complete cost record. */
+static int need_costs(part_ctx *c, const char *method) {
+  for (int i = 0; i < c->m->nlayers; i++) {
+    const ir_cost *k = &c->m->layers[i].cost;
+    if (!ir_field_is_set(k, IR_F_COST_f) || !ir_field_is_set(k, IR_F_COST_b) ||
+        !ir_field_is_set(k, IR_F_COST_w) || !ir_field_is_set(k, IR_F_COST_param) ||
+        !ir_field_is_set(k, IR_F_COST_act)) {
+      diag_error(c->d, c->opts->loc, "partition{method=%s} needs layer costs (layer %%%d \"%s\" "
+                 "has none): run the cost pass first", method, i, c->m->layers[i].name);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static int part_balanced(part_ctx *c) {
+  ir_module *m = c->m;
+  if (need_costs(c, "balanced")) return 1;
+  double cap;
+  if (pass_opt_quantity(c->opts, "mem_cap", IR_DIM_BYTES, 0, &cap, c->d)) return 1;
+  int n = m->nlayers;
+  if (n < c->k) {
+    diag_error(c->d, c->opts->loc, "partition{method=balanced} cannot cut %d layers into %d "
+               "stages", n, c->k);
+    return 1;
+  }
+  int64_t *cost = xmalloc((size_t)n * sizeof *cost);
+  double *ms = xmalloc((size_t)n * sizeof *ms), *ma = xmalloc((size_t)n * sizeof *ma);
+  for (int i = 0; i < n; i++) {
+    const ir_cost *k = &m->layers[i].cost;
+    cost[i] = llround((k->f + k->b + k->w) * 1e12); /* picoseconds, as the simulator */
+    ms[i] = k->param;
+    ma[i] = k->act;
+  }
+  int mb = (int)ir_field_value(&m->train, IR_F_TRAIN_microbatches);
+  if (mb < 1) mb = 1;
+  int *ends = xmalloc((size_t)c->k * sizeof *ends);
+  int rc = pass_partition_balanced(cost, ms, ma, n, c->k, cap, mb, ends, NULL);
+  if (rc == 0) {
+    apply_cuts(m, ends, c->k);
+  } else {
+    strbuf sb = {0};
+    ir_format_value(&sb, IR_T_BYTES, cap);
+    diag_error(c->d, opt_loc(c, "mem_cap"), "no partition into %d stages keeps every stage "
+               "under mem_cap = %s (static memory plus activations of the microbatches 1F1B "
+               "keeps in flight)", c->k, strbuf_cstr(&sb));
+    strbuf_free(&sb);
+  }
+  free(cost);
+  free(ms);
+  free(ma);
+  free(ends);
+  return rc != 0;
+}
+
+/* Check an explicit stage count against devices x chunks; report what would fit. */
+static int check_count(part_ctx *c, int given, diag_loc at, const char *what) {
+  int dev = c->m->ndevices;
+  if (c->k_given || dev == 0) {
+    if (c->k_given && given != c->k) {
+      diag_error(c->d, at, "%s has %d stages but stages=%d was asked for", what, given, c->k);
+      return 1;
+    }
+    return 0;
+  }
+  if (given == c->k) return 0;
+  if (given % dev == 0)
+    diag_error(c->d, at, "%s has %d stages; the pipeline has %d device%s x %d chunk%s = %d "
+               "(with chunks=%d the %d stages would fit)", what, given, dev, dev == 1 ? "" : "s",
+               c->chunks, c->chunks == 1 ? "" : "s", c->k, given / dev, given);
+  else
+    diag_error(c->d, at, "%s has %d stages; the pipeline has %d device%s x %d chunk%s = %d "
+               "(a multiple of %d would fit with chunks=N)", what, given, dev,
+               dev == 1 ? "" : "s", c->chunks, c->chunks == 1 ? "" : "s", c->k, dev);
+  return 1;
+}
+
+/* explicit counts="a,b,c". */
+static int part_counts(part_ctx *c, const pass_option *o) {
+  int n = 0, cap = 0, *ends = NULL, sum = 0;
+  const char *p = o->value;
+  while (*p) {
+    char *e;
+    long v = strtol(p, &e, 10);
+    if (e == p || v < 1 || v > 100000000) {
+      diag_error(c->d, o->value_loc, "counts: expected positive layer counts separated by commas, "
+                 "got '%s'", o->value);
+      free(ends);
+      return 1;
+    }
+    sum += (int)v;
+    VEC_PUSH(ends, n, cap, sum);
+    p = e;
+    while (*p == ' ') p++;
+    if (*p == ',') p++;
+    while (*p == ' ') p++;
+  }
+  int rc = 1;
+  if (n == 0) {
+    diag_error(c->d, o->value_loc, "counts: no layer counts given");
+  } else if (sum != c->m->nlayers) {
+    diag_error(c->d, o->value_loc, "counts add up to %d layers but the module has %d", sum,
+               c->m->nlayers);
+  } else if (!check_count(c, n, o->value_loc, "the explicit partition")) {
+    apply_cuts(c->m, ends, n);
+    rc = 0;
+  }
+  free(ends);
+  return rc;
+}
+
+/* Expand a layout string: drop spaces and commas, repeat "(...)*N" groups and "x*N" symbols.
+ * Returns the expanded text in 'out', or false with *err set (position in the input). */
+static bool layout_expand(const char *s, size_t *i, strbuf *out, int depth, const char **err) {
+  if (depth > 16) {
+    *err = "parentheses nested too deeply";
+    return false;
+  }
+  while (s[*i] && s[*i] != ')') {
+    char ch = s[*i];
+    if (ch == ' ' || ch == ',') {
+      (*i)++;
+      continue;
+    }
+    strbuf item = {0};
+    if (ch == '(') {
+      (*i)++;
+      if (!layout_expand(s, i, &item, depth + 1, err)) {
+        strbuf_free(&item);
+        return false;
+      }
+      if (s[*i] != ')') {
+        *err = "missing ')'";
+        strbuf_free(&item);
+        return false;
+      }
+      (*i)++;
+    } else {
+      strbuf_putc(&item, ch);
+      (*i)++;
+    }
+    long rep = 1;
+    if (s[*i] == '*' && isdigit((unsigned char)s[*i + 1])) {
+      char *e;
+      rep = strtol(s + *i + 1, &e, 10);
+      *i = (size_t)(e - s);
+      if (rep < 1 || rep > 1000000) {
+        *err = "repeat count out of range";
+        strbuf_free(&item);
+        return false;
+      }
+    }
+    for (long r = 0; r < rep && out->len < 10000000; r++) strbuf_append(out, item.data ? item.data : "", item.len);
+    strbuf_free(&item);
+  }
+  return true;
+}
+
+/* explicit layout="...": Megatron's --pipeline-model-parallel-layout (E embedding, t transformer
+ * layer = attention + its MLP or MoE, L LM head; '|' between stages) or, when it has no 't' or
+ * 'L', a hybrid pattern with '|' cuts (M Mamba-2, * attention, - MLP, E MoE; leading embeddings
+ * and trailing LM heads join the first and last stage). */
+static int part_layout(part_ctx *c, const pass_option *o) {
+  ir_module *m = c->m;
+  strbuf ex = {0};
+  size_t i = 0;
+  const char *err = NULL;
+  if (!layout_expand(o->value, &i, &ex, 0, &err) || o->value[i]) {
+    diag_error(c->d, o->value_loc, "layout: %s at offset %zu of '%s'", err ? err : "unmatched ')'",
+               i, o->value);
+    strbuf_free(&ex);
+    return 1;
+  }
+  const char *s = strbuf_cstr(&ex);
+  bool megatron = strchr(s, 't') || strchr(s, 'L');
+  int n = m->nlayers, at = 0, stage = 0, sym = 0, nends = 0, cap = 0, *ends = NULL;
+  if (!megatron)
+    while (at < n && m->layers[at].kind == IR_KIND_EMBEDDING) at++;
+  int rc = 0;
+  for (const char *p = s;; p++) {
+    if (*p == '|' || *p == 0) {
+      if (!megatron && *p == 0)
+        while (at < n && m->layers[at].kind == IR_KIND_LM_HEAD) at++;
+      if (at == (nends ? ends[nends - 1] : 0)) {
+        diag_error(c->d, o->value_loc, "layout: stage %d is empty", stage);
+        rc = 1;
+        break;
+      }
+      VEC_PUSH(ends, nends, cap, at);
+      if (*p == 0) break;
+      stage++;
+      sym = 0;
+      continue;
+    }
+    sym++;
+    /* What the symbol consumes: one or two layers of the expected kinds. */
+    ir_layer_kind want = IR_KIND_COUNT;
+    switch (*p) {
+    case 'E': want = megatron ? IR_KIND_EMBEDDING : IR_KIND_MOE; break;
+    case 't': want = IR_KIND_ATTENTION; break;
+    case 'L': want = IR_KIND_LM_HEAD; break;
+    case 'M': want = megatron ? IR_KIND_COUNT : IR_KIND_MAMBA2; break;
+    case '*': want = megatron ? IR_KIND_COUNT : IR_KIND_ATTENTION; break;
+    case '-': want = megatron ? IR_KIND_COUNT : IR_KIND_MLP; break;
+    default: break;
+    }
+    if (want == IR_KIND_COUNT) {
+      diag_error(c->d, o->value_loc, "layout: unknown symbol '%c' in stage %d (a %s uses %s)", *p,
+                 stage, megatron ? "Megatron layout" : "hybrid pattern",
+                 megatron ? "E, t and L" : "M, *, - and E");
+      rc = 1;
+      break;
+    }
+    if (at >= n) {
+      diag_error(c->d, o->value_loc, "layout: symbol %d ('%c') of stage %d is past the last layer "
+                 "(the module has %d layers)", sym, *p, stage, n);
+      rc = 1;
+      break;
+    }
+    if (m->layers[at].kind != want) {
+      diag_error(c->d, o->value_loc, "layout: symbol %d ('%c') of stage %d needs a layer of kind %s; "
+                 "layer %%%d \"%s\" is %s", sym, *p, stage, ir_kinds[want].name, at,
+                 m->layers[at].name, ir_kinds[m->layers[at].kind].name);
+      rc = 1;
+      break;
+    }
+    at++;
+    if (*p == 't' && at < n &&
+        (m->layers[at].kind == IR_KIND_MLP || m->layers[at].kind == IR_KIND_MOE))
+      at++;
+  }
+  if (!rc && at != n) {
+    diag_error(c->d, o->value_loc, "layout covers %d of the module's %d layers (layer %%%d \"%s\" "
+               "is in no stage)", at, n, at, m->layers[at].name);
+    rc = 1;
+  }
+  if (!rc && !check_count(c, nends, o->value_loc, "the layout")) apply_cuts(m, ends, nends);
+  else rc = 1;
+  free(ends);
+  strbuf_free(&ex);
+  return rc;
+}
+
+static int part_explicit(part_ctx *c) {
+  const pass_option *counts = pass_opt_find(c->opts, "counts");
+  const pass_option *layout = pass_opt_find(c->opts, "layout");
+  if (counts && layout) {
+    diag_error(c->d, layout->key_loc, "give either counts or layout, not both");
+    return 1;
+  }
+  if (counts) return part_counts(c, counts);
+  if (layout) return part_layout(c, layout);
+  if (c->m->nstages == 0) {
+    diag_error(c->d, c->opts->loc, "partition{method=explicit} needs counts=\"...\" or "
+               "layout=\"...\", or a module with stages (a spec's 'stages = [...]')");
+    return 1;
+  }
+  /* Keep the module's stages; drop the rest of the plan. */
+  ir_module *m = c->m;
+  int k = m->nstages;
+  if (check_count(c, k, c->opts->loc, "the module's partition")) return 1;
+  int *ends = xmalloc((size_t)k * sizeof *ends);
+  for (int i = 0; i < k; i++) ends[i] = m->stages[i].end;
+  apply_cuts(m, ends, k);
+  free(ends);
+  return 0;
+}
+
+int pass_run_partition(ir_module *m, const pass_options *opts, diag_engine *d) {
+  static const char *const methods[] = {"uniform", "balanced", "explicit"};
+  int method;
+  int64_t stages, chunks;
+  if (pass_opt_choice(opts, "method", methods, 3, 1, &method, d) ||
+      pass_opt_int(opts, "stages", 0, &stages, d) || pass_opt_int(opts, "chunks", 1, &chunks, d))
+    return 1;
+  part_ctx c = {m, opts, d, 0, (int)chunks, stages > 0};
+  if (chunks < 1 || chunks > 1024) {
+    diag_error(d, opt_loc(&c, "chunks"), "chunks must be between 1 and 1024");
+    return 1;
+  }
+  if (pass_opt_find(opts, "stages") && (stages < 1 || stages > 1000000)) {
+    diag_error(d, opt_loc(&c, "stages"), "stages must be between 1 and 1000000");
+    return 1;
+  }
+  if (pass_opt_find(opts, "stages") && pass_opt_find(opts, "chunks")) {
+    diag_error(d, opt_loc(&c, "chunks"), "give either stages or chunks, not both");
+    return 1;
+  }
+  if ((pass_opt_find(opts, "counts") || pass_opt_find(opts, "layout")) && method != 2) {
+    const pass_option *o = pass_opt_find(opts, "counts");
+    if (!o) o = pass_opt_find(opts, "layout");
+    diag_error(d, o->key_loc, "'%s' is for method=explicit", o->key);
+    return 1;
+  }
+  if (pass_opt_find(opts, "mem_cap") && method != 1) {
+    diag_error(d, pass_opt_find(opts, "mem_cap")->key_loc, "'mem_cap' is for method=balanced");
+    return 1;
+  }
+  if (stages > 0) {
+    c.k = (int)stages;
+  } else if (m->ndevices > 0) {
+    c.k = m->ndevices * (int)chunks;
+  } else if (method != 2) {
+    diag_error(d, opts->loc, "the module has no devices: give the number of stages (stages=N)");
+    return 1;
+  }
+  if (method != 2 && c.k > m->nlayers) {
+    diag_error(d, opts->loc, "cannot cut %d layer%s into %d stages", m->nlayers,
+               m->nlayers == 1 ? "" : "s", c.k);
+    return 1;
+  }
+  switch (method) {
+  case 0: return part_uniform(&c);
+  case 1: return part_balanced(&c);
+  default: return part_explicit(&c);
+  }
+}

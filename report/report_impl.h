@@ -1,0 +1,79 @@
+/* report_impl.h -- helpers shared by the writers of the report library (text and JSON report,
+ * trace, SVG): JSON value output, human-readable units, names of timeline operations, the
+ * memory limit of a device and the first memory overflow of a recorded run. Internal: not
+ * installed, not used outside report/. */
+#ifndef OCTO_REPORT_IMPL_H
+#define OCTO_REPORT_IMPL_H
+
+#include <stdbool.h>
+
+#include "report.h"
+
+/* ---- JSON values ---------------------------------------------------------------------------- */
+
+/* Append s as a JSON string: quotes, escapes for '"', '\\' and control characters (\n, \t,
+ * \u00XX); other bytes as they are. s == NULL appends null. */
+void rep_json_str(strbuf *sb, const char *s);
+/* Append v as a JSON number: the shortest decimal text that reads back as exactly v (%g style,
+ * up to 17 digits); null when v is NaN or infinite. Deterministic. */
+void rep_json_num(strbuf *sb, double v);
+/* Append a JSON key with its colon: "key": */
+void rep_json_key(strbuf *sb, const char *key);
+
+/* ---- Units for people ----------------------------------------------------------------------- */
+
+/* Append a byte count as "512 B", "1.50 KiB", "3.00 MiB", "72.25 GiB", "1.00 TiB" (binary units,
+ * two decimals, the largest unit the value reaches); "-" for NaN. */
+void rep_bytes(strbuf *sb, double bytes);
+
+/* ---- Timeline -------------------------------------------------------------------------------- */
+
+/* Name of a timeline operation kind: "F", "B", "W", "BW", "allreduce", "optimizer" ("?" when out
+ * of range). */
+const char *rep_op_kind_name(int kind);
+
+/* Lower bound of a run: the larger of the work bound and the critical path (seconds). */
+double rep_lower_bound(const sim_result *r);
+
+/* Memory limit of device 'dev' (pre: 0 <= dev < m->ndevices): the run's figure when r is given
+ * and has it (> 0), else train.mem_limit when set, else the device's memory; 0 when none known. */
+double rep_mem_limit(const ir_module *m, const sim_result *r, int dev);
+
+/* The module-wide memory limit: train.mem_limit when set, else the smallest device memory; NAN
+ * when the module has neither. */
+double rep_module_mem_limit(const ir_module *m);
+
+/* Where memory first went over a device's limit in a recorded run. */
+typedef struct rep_oom {
+  int device;  /* the device */
+  int op;      /* index in r->ops of the operation after whose allocation (F) or end (others)
+                  the memory was over the limit; -1 when only the end-of-run figures show it */
+  double time; /* when (seconds): the start of an F, the end of the others */
+  double mem;  /* memory at that point (bytes) */
+  double limit; /* the device's limit (bytes) */
+} rep_oom;
+
+/* Find the earliest point of r's timeline at which a device's memory exceeds its limit (ties:
+ * the lower device, then the earlier operation). Pre: r is a SIM_OK run of m. Returns false when
+ * every device fits; when r->fits is false but no recorded point is over (no timeline), *o names
+ * r->oom_device at its peak operation with op = -1. */
+bool rep_first_oom(const ir_module *m, const sim_result *r, rep_oom *o);
+
+/* The time at which the memory figure of operation e holds: its start for F (memory is
+ * allocated when F starts), its end for the others. */
+double rep_op_mem_time(const sim_op_event *e);
+
+/* Name of a layer for the reports: its name, or "%I" when it has none. */
+const char *rep_layer_name(const ir_module *m, int layer, char buf[24]);
+
+/* Sums of the cost records of layers [first, end): F, B, W times (seconds), activation and
+ * parameter bytes. Unset fields count as 0; *complete says whether every layer had f, b, w. */
+typedef struct rep_cost_sum {
+  double f, b, w;     /* seconds */
+  double act, param;  /* bytes */
+  bool any;           /* some layer of the range has a cost record */
+  bool complete;      /* every layer of the range has f, b and w */
+} rep_cost_sum;
+rep_cost_sum rep_cost_range(const ir_module *m, int first, int end);
+
+#endif

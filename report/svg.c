@@ -1,0 +1,243 @@
+/* svg.c -- the SVG timeline of a simulated step (report_svg): a caption with the model, makespan
+ * and bubble ratio; one row per device with its operations as coloured boxes (microbatch number
+ * inside when it fits, idle time left white), its sends as a thin band under the row and every
+ * transfer as an arrow from the sender's row to the receiver's; the peak memory at the row end;
+ * a time axis in ms and a legend. Self-contained, fixed width. Legend in docs/report.md. */
+#include <math.h>
+#include <string.h>
+
+#include "report_impl.h"
+
+/* Geometry of the picture (pixels). */
+enum {
+  SVG_WIDTH = 1600,   /* whole picture */
+  SVG_LEFT = 70,      /* row labels */
+  SVG_RIGHT = 200,    /* peak memory text after the rows */
+  SVG_TOP = 64,       /* caption */
+  SVG_ROW = 30,       /* height of a device row */
+  SVG_GAP = 24,       /* space between rows (send band and transfer arrows) */
+  SVG_BAND = 4,       /* height of the send band under a row */
+};
+
+/* Colours and legend texts of the timeline operation kinds (F, B, W, BW, allreduce, optimizer). */
+static const char *const op_fill[] = {"#4e79a7", "#59a14f", "#f28e2b", "#17807a", "#8c8c8c",
+                                      "#9c5fa0"};
+static const char *const op_legend[] = {"F forward", "B input gradient", "W weight gradient",
+                                        "BW fused backward", "allreduce", "optimizer step"};
+/* Colours of activation (F) and gradient (B) transfers. */
+static const char *const xfer_color[] = {"#1f3b73", "#2f6b2a"};
+
+/* Append s escaped for XML text and attribute values. */
+static void svg_escape(strbuf *sb, const char *s) {
+  for (const unsigned char *p = (const unsigned char *)s; p && *p; p++) {
+    switch (*p) {
+    case '&': strbuf_puts(sb, "&amp;"); break;
+    case '<': strbuf_puts(sb, "&lt;"); break;
+    case '>': strbuf_puts(sb, "&gt;"); break;
+    case '"': strbuf_puts(sb, "&quot;"); break;
+    case '\'': strbuf_puts(sb, "&apos;"); break;
+    default:
+      /* XML 1.0 forbids most control characters even as references */
+      if (*p < 0x20 && *p != '\t' && *p != '\n')
+        strbuf_putc(sb, '?');
+      else
+        strbuf_putc(sb, (char)*p);
+    }
+  }
+}
+
+/* Index of an operation kind in op_fill / op_legend. */
+static int op_style(int kind) {
+  if (kind >= 0 && kind < IR_OP_COUNT) return kind;
+  return kind == SIM_OP_ALLREDUCE ? 4 : 5;
+}
+
+/* A "nice" tick step (1, 2 or 5 times a power of ten) giving about 'want' ticks over 'span'. */
+static double nice_step(double span, int want) {
+  if (!(span > 0)) return 1;
+  double raw = span / want, p = pow(10, floor(log10(raw)));
+  double f = raw / p;
+  return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * p;
+}
+
+/* Drawing context: scale and row positions. */
+typedef struct svg_ctx {
+  double t0;     /* time at the left edge of the plot (seconds) */
+  double scale;  /* pixels per second */
+  int ndev;      /* rows */
+} svg_ctx;
+
+/* x of time t (seconds). */
+static double svg_x(const svg_ctx *c, double t) { return SVG_LEFT + (t - c->t0) * c->scale; }
+/* y of the top of device row d. */
+static double svg_row_y(int d) { return SVG_TOP + d * (SVG_ROW + SVG_GAP); }
+
+/* The arrowhead markers and the shared style. */
+static void svg_defs(strbuf *sb) {
+  strbuf_puts(sb, "<defs>\n");
+  for (int k = 0; k < 2; k++)
+    strbuf_printf(sb,
+                  "  <marker id=\"arrow-%s\" viewBox=\"0 0 6 6\" refX=\"6\" refY=\"3\" "
+                  "markerWidth=\"5\" markerHeight=\"5\" orient=\"auto\"><path d=\"M0,0 L6,3 "
+                  "L0,6 z\" fill=\"%s\"/></marker>\n",
+                  k ? "grad" : "act", xfer_color[k]);
+  strbuf_puts(sb, "</defs>\n<style>text { font-family: sans-serif; } "
+                  ".mb { font-size: 11px; fill: #fff; text-anchor: middle; } "
+                  ".op { stroke: #fff; stroke-width: 0.5; }</style>\n");
+}
+
+void report_svg(const ir_module *m, const sim_result *r, strbuf *out) {
+  svg_ctx c;
+  c.ndev = r->ndevices < m->ndevices ? r->ndevices : m->ndevices;
+  c.t0 = 0;
+  double span = r->makespan > 0 ? r->makespan : 1e-3;
+  double plot_w = SVG_WIDTH - SVG_LEFT - SVG_RIGHT;
+  c.scale = plot_w / span;
+  double rows_end = svg_row_y(c.ndev);
+  double axis_y = rows_end - SVG_GAP + 14;
+  double legend_y = axis_y + 36;
+  int height = (int)legend_y + 30;
+
+  strbuf_printf(out,
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+                "viewBox=\"0 0 %d %d\">\n",
+                SVG_WIDTH, height, SVG_WIDTH, height);
+  svg_defs(out);
+  strbuf_printf(out, "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#fff\"/>\n",
+                SVG_WIDTH, height);
+
+  /* caption */
+  strbuf_puts(out, "<g id=\"caption\">\n<text x=\"10\" y=\"24\" font-size=\"16\" "
+                   "font-weight=\"bold\">");
+  svg_escape(out, m->name);
+  strbuf_printf(out, ": makespan %.3f ms, bubble ratio %.1f%%</text>\n", r->makespan * 1e3,
+                r->bubble * 100);
+  double lb = rep_lower_bound(r);
+  strbuf_printf(out,
+                "<text x=\"10\" y=\"44\" font-size=\"12\" fill=\"#444\">%d device%s, %lld "
+                "microbatch%s, schedule given; lower bound %.3f ms",
+                c.ndev, c.ndev == 1 ? "" : "s", (long long)m->train.microbatches,
+                m->train.microbatches == 1 ? "" : "es", lb * 1e3);
+  if (lb > 0 && r->makespan > 0) strbuf_printf(out, " (makespan %.2fx)", r->makespan / lb);
+  strbuf_puts(out, r->fits ? "; memory fits" : "; OUT OF MEMORY");
+  strbuf_puts(out, "</text>\n</g>\n");
+
+  /* rows: label, empty (idle) background, peak memory */
+  strbuf_puts(out, "<g id=\"rows\">\n");
+  for (int d = 0; d < c.ndev; d++) {
+    double y = svg_row_y(d), lim = rep_mem_limit(m, r, d);
+    bool oom = lim > 0 && r->dev[d].peak_mem > lim;
+    strbuf_printf(out,
+                  "<text x=\"10\" y=\"%.2f\" font-size=\"13\" font-weight=\"bold\">$d%d</text>\n"
+                  "<rect x=\"%d\" y=\"%.2f\" width=\"%.2f\" height=\"%d\" fill=\"#fff\" "
+                  "stroke=\"#bbb\"/>\n",
+                  y + SVG_ROW / 2.0 + 5, d, SVG_LEFT, y, plot_w, SVG_ROW);
+    strbuf_printf(out, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\"%s>peak ",
+                  SVG_LEFT + plot_w + 8, y + SVG_ROW / 2.0 + 4, oom ? " fill=\"#c00\"" : "");
+    rep_bytes(out, r->dev[d].peak_mem);
+    if (lim > 0) {
+      strbuf_puts(out, " / ");
+      rep_bytes(out, lim);
+    }
+    strbuf_puts(out, oom ? " OOM</text>\n" : "</text>\n");
+  }
+  strbuf_puts(out, "</g>\n");
+
+  /* grid and axis */
+  double step = nice_step(span, 12);
+  strbuf_puts(out, "<g id=\"axis\" font-size=\"11\" fill=\"#444\">\n");
+  for (int i = 0;; i++) {
+    double t = i * step;
+    if (t > span * (1 + 1e-9)) break;
+    double x = svg_x(&c, t);
+    strbuf_printf(out,
+                  "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#e4e4e4\"/>\n"
+                  "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#444\"/>\n"
+                  "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">%g</text>\n",
+                  x, SVG_TOP - 6, x, axis_y, x, axis_y, x, axis_y + 5, x, axis_y + 17,
+                  t * 1e3);
+  }
+  strbuf_printf(out,
+                "<line x1=\"%d\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#444\"/>\n"
+                "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"start\">ms</text>\n</g>\n",
+                SVG_LEFT, axis_y, svg_x(&c, span), axis_y, svg_x(&c, span) + 20, axis_y + 17);
+
+  /* operations */
+  strbuf_puts(out, "<g id=\"ops\">\n");
+  for (int i = 0; i < r->nops; i++) {
+    const sim_op_event *e = &r->ops[i];
+    if (e->device < 0 || e->device >= c.ndev) continue;
+    int s = op_style(e->kind);
+    double x = svg_x(&c, e->start), w = (e->end - e->start) * c.scale;
+    if (w < 0.5) w = 0.5;
+    double y = svg_row_y(e->device);
+    strbuf_printf(out, "<rect class=\"op\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%d\" "
+                       "fill=\"%s\"><title>",
+                  x, y, w, SVG_ROW, op_fill[s]);
+    if (e->kind < IR_OP_COUNT)
+      strbuf_printf(out, "%s s%d mb%d", rep_op_kind_name(e->kind), e->stage, e->mb);
+    else
+      strbuf_puts(out, rep_op_kind_name(e->kind));
+    strbuf_printf(out, ": %.3f to %.3f ms</title></rect>\n", e->start * 1e3, e->end * 1e3);
+    char label[24];
+    if (e->kind < IR_OP_COUNT)
+      snprintf(label, sizeof label, "%d", e->mb);
+    else
+      snprintf(label, sizeof label, "%s", (int)e->kind == SIM_OP_ALLREDUCE ? "AR" : "opt");
+    if (w >= 7.0 * (double)strlen(label) + 4)
+      strbuf_printf(out, "<text class=\"mb\" x=\"%.2f\" y=\"%.2f\">%s</text>\n", x + w / 2,
+                    y + SVG_ROW / 2.0 + 4, label);
+  }
+  strbuf_puts(out, "</g>\n");
+
+  /* transfers: the sender's send band, then an arrow from sender to receiver */
+  strbuf_puts(out, "<g id=\"transfers\">\n");
+  for (int i = 0; i < r->nxfers; i++) {
+    const sim_transfer *x = &r->xfers[i];
+    if (x->from < 0 || x->from >= c.ndev || x->to < 0 || x->to >= c.ndev) continue;
+    int k = x->kind == IR_OP_F ? 0 : 1;
+    double x1 = svg_x(&c, x->start), x2 = svg_x(&c, x->end);
+    double w = x2 - x1 < 0.5 ? 0.5 : x2 - x1;
+    strbuf_printf(out,
+                  "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%d\" fill=\"%s\" "
+                  "opacity=\"0.8\"/>\n",
+                  x1, svg_row_y(x->from) + SVG_ROW + 2, w, SVG_BAND, xfer_color[k]);
+    bool down = x->to > x->from;
+    double y1 = down ? svg_row_y(x->from) + SVG_ROW + 2 + SVG_BAND : svg_row_y(x->from);
+    double y2 = down ? svg_row_y(x->to) : svg_row_y(x->to) + SVG_ROW;
+    strbuf_printf(out,
+                  "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"%s\" "
+                  "stroke-width=\"1\" opacity=\"0.75\" marker-end=\"url(#arrow-%s)\">"
+                  "<title>%s s%d-&gt;s%d mb%d: %.3f to %.3f ms</title></line>\n",
+                  x1, y1, x2, y2, xfer_color[k], k ? "grad" : "act", k ? "grad" : "act",
+                  x->src_stage, x->dst_stage, x->mb, x->start * 1e3, x->end * 1e3);
+  }
+  strbuf_puts(out, "</g>\n");
+
+  /* legend */
+  strbuf_puts(out, "<g id=\"legend\" font-size=\"12\">\n");
+  double lx = SVG_LEFT;
+  for (int s = 0; s < 6; s++) {
+    strbuf_printf(out,
+                  "<rect x=\"%.2f\" y=\"%.2f\" width=\"14\" height=\"14\" fill=\"%s\"/>"
+                  "<text x=\"%.2f\" y=\"%.2f\">%s</text>\n",
+                  lx, legend_y - 11, op_fill[s], lx + 19, legend_y, op_legend[s]);
+    lx += 26 + 7.0 * (double)strlen(op_legend[s]);
+  }
+  static const char *const xfer_legend[] = {"activation transfer", "gradient transfer"};
+  for (int k = 0; k < 2; k++) {
+    strbuf_printf(out,
+                  "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"%s\" "
+                  "stroke-width=\"2\" marker-end=\"url(#arrow-%s)\"/>"
+                  "<text x=\"%.2f\" y=\"%.2f\">%s</text>\n",
+                  lx, legend_y - 4, lx + 16, legend_y - 4, xfer_color[k], k ? "grad" : "act",
+                  lx + 21, legend_y, xfer_legend[k]);
+    lx += 28 + 7.0 * (double)strlen(xfer_legend[k]);
+  }
+  strbuf_printf(out,
+                "<rect x=\"%.2f\" y=\"%.2f\" width=\"14\" height=\"14\" fill=\"#fff\" "
+                "stroke=\"#bbb\"/><text x=\"%.2f\" y=\"%.2f\">idle</text>\n",
+                lx, legend_y - 11, lx + 19, legend_y);
+  strbuf_puts(out, "</g>\n</svg>\n");
+}

@@ -1,0 +1,256 @@
+/* trace.c -- the Chrome / Perfetto trace of a simulated step (report_trace): one process per
+ * device with a compute, a send and a receive thread, a complete event per operation and per
+ * transfer (on both ends), flow arrows from each send to its receive, and a memory counter per
+ * device. Layout documented in docs/report.md. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report_impl.h"
+
+/* Thread of a device's operations (its transfers use lane_tid). */
+enum { TID_COMPUTE = 0 };
+
+/* A time in whole nanoseconds (the trace's resolution): t seconds rounded to the nearest ns. */
+static long long trace_ns(double seconds) { return llround(seconds * 1e9); }
+
+/* Append a time in nanoseconds as trace microseconds with at most 3 decimals, trailing zeros
+ * and a trailing dot removed ("1500", "12.25"). Durations are differences of rounded times, so
+ * ts + dur of one slice equals the ts of a slice that starts where it ends. */
+static void trace_us_ns(strbuf *sb, long long ns) {
+  char buf[48];
+  const char *sign = ns < 0 ? "-" : "";
+  unsigned long long a = ns < 0 ? 0ULL - (unsigned long long)ns : (unsigned long long)ns;
+  snprintf(buf, sizeof buf, "%s%llu.%03llu", sign, a / 1000, a % 1000);
+  size_t n = strlen(buf);
+  while (buf[n - 1] == '0') buf[--n] = 0;
+  if (buf[n - 1] == '.') buf[--n] = 0;
+  strbuf_puts(sb, strcmp(buf, "-0") == 0 ? "0" : buf);
+}
+
+/* Append a time in seconds as trace microseconds (trace_us_ns of its rounded value). */
+static void trace_us(strbuf *sb, double seconds) { trace_us_ns(sb, trace_ns(seconds)); }
+
+/* Append the duration of [start, end] (seconds) as the difference of the rounded ends. */
+static void trace_dur(strbuf *sb, double start, double end) {
+  trace_us_ns(sb, trace_ns(end) - trace_ns(start));
+}
+
+/* Start the next event of the traceEvents array. */
+static void trace_event_start(strbuf *sb, bool *first) {
+  strbuf_puts(sb, *first ? "\n  {" : ",\n  {");
+  *first = false;
+}
+
+/* A metadata event: name is "process_name", "thread_name", "process_sort_index", ...; exactly
+ * one of value (a string argument "name") or sort (an integer argument "sort_index") is used. */
+static void trace_meta(strbuf *sb, bool *first, const char *name, int pid, int tid,
+                       const char *value, int sort) {
+  trace_event_start(sb, first);
+  strbuf_puts(sb, "\"name\": ");
+  rep_json_str(sb, name);
+  strbuf_printf(sb, ", \"ph\": \"M\", \"pid\": %d", pid);
+  if (tid >= 0) strbuf_printf(sb, ", \"tid\": %d", tid);
+  if (value) {
+    strbuf_puts(sb, ", \"args\": {\"name\": ");
+    rep_json_str(sb, value);
+    strbuf_puts(sb, "}}");
+  } else {
+    strbuf_printf(sb, ", \"args\": {\"sort_index\": %d}}", sort);
+  }
+}
+
+/* The common head of an event: name, category, phase, process, thread and timestamp. */
+static void trace_head(strbuf *sb, bool *first, const char *name, const char *cat, const char *ph,
+                       int pid, int tid, double ts) {
+  trace_event_start(sb, first);
+  strbuf_puts(sb, "\"name\": ");
+  rep_json_str(sb, name);
+  strbuf_puts(sb, ", \"cat\": ");
+  rep_json_str(sb, cat);
+  strbuf_printf(sb, ", \"ph\": \"%s\", \"pid\": %d", ph, pid);
+  if (tid >= 0) strbuf_printf(sb, ", \"tid\": %d", tid);
+  strbuf_puts(sb, ", \"ts\": ");
+  trace_us(sb, ts);
+}
+
+/* One point of a memory counter track. */
+typedef struct mem_point {
+  double t;   /* seconds */
+  double mem; /* bytes */
+  int seq;    /* position in the timeline (tie break) */
+} mem_point;
+
+/* Order memory points by time, then timeline position. */
+static int mem_point_cmp(const void *a, const void *b) {
+  const mem_point *x = a, *y = b;
+  if (x->t != y->t) return x->t < y->t ? -1 : 1;
+  return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+/* The memory counter events of device dev: static memory at 0, then a point wherever the
+ * memory changes. */
+static void trace_memory(const sim_result *r, int dev, strbuf *sb, bool *first) {
+  mem_point *pts = xmalloc(sizeof *pts * (size_t)(r->nops + 1));
+  int n = 0;
+  pts[n++] = (mem_point){0, r->dev[dev].static_mem, -1};
+  for (int i = 0; i < r->nops; i++)
+    if (r->ops[i].device == dev)
+      pts[n++] = (mem_point){rep_op_mem_time(&r->ops[i]), r->ops[i].mem, i};
+  qsort(pts, (size_t)n, sizeof *pts, mem_point_cmp);
+  double last = -1;
+  for (int i = 0; i < n; i++) {
+    if (i > 0 && pts[i].mem == last) continue;
+    last = pts[i].mem;
+    trace_head(sb, first, "memory", "memory", "C", dev, -1, pts[i].t);
+    strbuf_puts(sb, ", \"args\": {\"GiB\": ");
+    rep_json_num(sb, pts[i].mem / 1073741824.0);
+    strbuf_puts(sb, "}}");
+  }
+  free(pts);
+}
+
+/* Thread lanes of the transfers: a device's sends (or receives) that overlap in time go to
+ * separate threads, so that every thread's slices nest (Perfetto requires it). Lane 0 is the
+ * "send" (tid 1) or "recv" (tid 2) thread; lane k > 0 is "send k+1" / "recv k+1". */
+typedef struct xfer_lanes {
+  int *send, *recv;       /* per transfer: its lane on the sender, on the receiver */
+  int *nsend, *nrecv;     /* per device: lanes used */
+} xfer_lanes;
+
+/* A transfer to place in a lane: its start and index. */
+typedef struct lane_item {
+  double start; /* seconds */
+  int idx;      /* index in r->xfers */
+} lane_item;
+
+/* Order lane items by start time, then index. */
+static int lane_cmp(const void *a, const void *b) {
+  const lane_item *x = a, *y = b;
+  if (x->start != y->start) return x->start < y->start ? -1 : 1;
+  return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+/* Assign lanes: for each device and direction, greedily in start order, the first lane whose
+ * last transfer has ended. */
+static void assign_lanes(const sim_result *r, int ndev, xfer_lanes *l) {
+  l->send = xcalloc((size_t)r->nxfers + 1, sizeof *l->send);
+  l->recv = xcalloc((size_t)r->nxfers + 1, sizeof *l->recv);
+  l->nsend = xcalloc((size_t)ndev + 1, sizeof *l->nsend);
+  l->nrecv = xcalloc((size_t)ndev + 1, sizeof *l->nrecv);
+  lane_item *items = xmalloc(sizeof *items * ((size_t)r->nxfers + 1));
+  double *lane_end = xmalloc(sizeof *lane_end * ((size_t)r->nxfers + 1));
+  for (int dir = 0; dir < 2; dir++) {
+    for (int d = 0; d < ndev; d++) {
+      int n = 0;
+      for (int i = 0; i < r->nxfers; i++)
+        if ((dir ? r->xfers[i].to : r->xfers[i].from) == d)
+          items[n++] = (lane_item){r->xfers[i].start, i};
+      qsort(items, (size_t)n, sizeof *items, lane_cmp);
+      int lanes = 0;
+      for (int k = 0; k < n; k++) {
+        const sim_transfer *x = &r->xfers[items[k].idx];
+        int lane = 0;
+        while (lane < lanes && lane_end[lane] > x->start) lane++;
+        if (lane == lanes) lanes++;
+        lane_end[lane] = x->end;
+        (dir ? l->recv : l->send)[items[k].idx] = lane;
+      }
+      (dir ? l->nrecv : l->nsend)[d] = lanes;
+    }
+  }
+  free(items);
+  free(lane_end);
+}
+
+/* Thread id of lane 'lane' of the send (dir 0) or receive (dir 1) threads. */
+static int lane_tid(int dir, int lane) { return lane == 0 ? 1 + dir : 1 + 2 * lane + dir; }
+
+void report_trace(const ir_module *m, const sim_result *r, strbuf *out) {
+  bool first = true;
+  int ndev = r->ndevices < m->ndevices ? r->ndevices : m->ndevices;
+  xfer_lanes lanes;
+  assign_lanes(r, ndev, &lanes);
+  strbuf_puts(out, "{\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"model\": ");
+  rep_json_str(out, m->name);
+  strbuf_puts(out, ", \"makespan_ms\": ");
+  rep_json_num(out, r->makespan * 1e3);
+  strbuf_puts(out, ", \"bubble_ratio\": ");
+  rep_json_num(out, r->bubble);
+  strbuf_puts(out, "},\n\"traceEvents\": [");
+
+  for (int d = 0; d < ndev; d++) {
+    strbuf name = {0};
+    strbuf_printf(&name, "$d%d %s (node %lld)", d, m->devices[d].type,
+                  (long long)m->devices[d].rec.node);
+    trace_meta(out, &first, "process_name", d, -1, strbuf_cstr(&name), 0);
+    trace_meta(out, &first, "process_sort_index", d, -1, NULL, d);
+    trace_meta(out, &first, "thread_name", d, TID_COMPUTE, "compute", 0);
+    trace_meta(out, &first, "thread_sort_index", d, TID_COMPUTE, NULL, 0);
+    int nsend = lanes.nsend[d] > 1 ? lanes.nsend[d] : 1;
+    int nrecv = lanes.nrecv[d] > 1 ? lanes.nrecv[d] : 1;
+    for (int dir = 0; dir < 2; dir++)
+      for (int k = 0; k < (dir ? nrecv : nsend); k++) {
+        char tname[32];
+        snprintf(tname, sizeof tname, k ? "%s %d" : "%s", dir ? "recv" : "send", k + 1);
+        trace_meta(out, &first, "thread_name", d, lane_tid(dir, k), tname, 0);
+        trace_meta(out, &first, "thread_sort_index", d, lane_tid(dir, k), NULL,
+                   1 + k + (dir ? nsend : 0));
+      }
+    strbuf_free(&name);
+  }
+
+  for (int i = 0; i < r->nops; i++) {
+    const sim_op_event *e = &r->ops[i];
+    if (e->device < 0 || e->device >= ndev) continue;
+    const char *kind = rep_op_kind_name(e->kind);
+    char name[64];
+    if (e->kind < IR_OP_COUNT)
+      snprintf(name, sizeof name, "%s s%d mb%d", kind, e->stage, e->mb);
+    else
+      snprintf(name, sizeof name, "%s", kind);
+    trace_head(out, &first, name, kind, "X", e->device, TID_COMPUTE, e->start);
+    strbuf_puts(out, ", \"dur\": ");
+    trace_dur(out, e->start, e->end);
+    strbuf_puts(out, ", \"args\": {");
+    if (e->kind < IR_OP_COUNT && e->stage >= 0 && e->stage < m->nstages) {
+      const ir_stage *st = &m->stages[e->stage];
+      strbuf_printf(out, "\"stage\": %d, \"mb\": %d, \"layers\": \"[%%%d, %%%d)\", ", e->stage,
+                    e->mb, st->first, st->end);
+    }
+    strbuf_puts(out, "\"mem_GiB\": ");
+    rep_json_num(out, e->mem / 1073741824.0);
+    strbuf_puts(out, "}}");
+  }
+
+  for (int i = 0; i < r->nxfers; i++) {
+    const sim_transfer *x = &r->xfers[i];
+    if (x->from < 0 || x->from >= ndev || x->to < 0 || x->to >= ndev) continue;
+    const char *cat = x->kind == IR_OP_F ? "act" : "grad";
+    char name[80];
+    snprintf(name, sizeof name, "%s s%d->s%d mb%d", cat, x->src_stage, x->dst_stage, x->mb);
+    double mid = x->start + (x->end - x->start) / 2;
+    for (int end = 0; end < 2; end++) {
+      int pid = end ? x->to : x->from;
+      int tid = lane_tid(end, end ? lanes.recv[i] : lanes.send[i]);
+      trace_head(out, &first, name, cat, "X", pid, tid, x->start);
+      strbuf_puts(out, ", \"dur\": ");
+      trace_dur(out, x->start, x->end);
+      strbuf_printf(out, ", \"args\": {\"from\": \"$d%d\", \"to\": \"$d%d\", \"bytes\": ", x->from,
+                    x->to);
+      rep_json_num(out, x->bytes);
+      strbuf_puts(out, ", \"queued_us\": ");
+      trace_dur(out, x->ready, x->start);
+      strbuf_puts(out, "}}");
+      trace_head(out, &first, name, cat, end ? "f" : "s", pid, tid, mid);
+      strbuf_printf(out, ", \"id\": %d%s}", i + 1, end ? ", \"bp\": \"e\"" : "");
+    }
+  }
+
+  for (int d = 0; d < ndev; d++) trace_memory(r, d, out, &first);
+  strbuf_puts(out, "\n]}\n");
+  free(lanes.send);
+  free(lanes.recv);
+  free(lanes.nsend);
+  free(lanes.nrecv);
+}

@@ -1,0 +1,150 @@
+/* util.c -- helpers shared by the report writers: JSON values, human-readable sizes, names of
+ * timeline operations, memory limits, the first memory overflow of a run, and cost sums over a
+ * layer range (see report_impl.h). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "report_impl.h"
+
+void rep_json_str(strbuf *sb, const char *s) {
+  if (!s) {
+    strbuf_puts(sb, "null");
+    return;
+  }
+  strbuf_putc(sb, '"');
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    switch (*p) {
+    case '"': strbuf_puts(sb, "\\\""); break;
+    case '\\': strbuf_puts(sb, "\\\\"); break;
+    case '\n': strbuf_puts(sb, "\\n"); break;
+    case '\t': strbuf_puts(sb, "\\t"); break;
+    case '\r': strbuf_puts(sb, "\\r"); break;
+    default:
+      if (*p < 0x20 || *p == 0x7f)
+        strbuf_printf(sb, "\\u%04x", *p);
+      else
+        strbuf_putc(sb, (char)*p);
+    }
+  }
+  strbuf_putc(sb, '"');
+}
+
+void rep_json_num(strbuf *sb, double v) {
+  if (!isfinite(v)) {
+    strbuf_puts(sb, "null");
+    return;
+  }
+  char buf[48];
+  fmt_shortest_scaled(buf, v, 1.0);
+  strbuf_puts(sb, buf);
+}
+
+void rep_json_key(strbuf *sb, const char *key) {
+  rep_json_str(sb, key);
+  strbuf_puts(sb, ": ");
+}
+
+void rep_bytes(strbuf *sb, double bytes) {
+  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (isnan(bytes)) {
+    strbuf_puts(sb, "-");
+    return;
+  }
+  double a = fabs(bytes);
+  if (a < 1024) {
+    strbuf_printf(sb, "%.0f B", bytes);
+    return;
+  }
+  int u = 0;
+  double v = bytes / 1024;
+  while (u < 4 && fabs(v) >= 1024) {
+    v /= 1024;
+    u++;
+  }
+  strbuf_printf(sb, "%.2f %s", v, units[u]);
+}
+
+const char *rep_op_kind_name(int kind) {
+  if (kind >= 0 && kind < IR_OP_COUNT) return ir_op_names[kind];
+  if (kind == SIM_OP_ALLREDUCE) return "allreduce";
+  if (kind == SIM_OP_OPTIM) return "optimizer";
+  return "?";
+}
+
+double rep_lower_bound(const sim_result *r) {
+  return r->lb_work > r->lb_critical ? r->lb_work : r->lb_critical;
+}
+
+double rep_mem_limit(const ir_module *m, const sim_result *r, int dev) {
+  if (r && r->dev && dev < r->ndevices && r->dev[dev].mem_limit > 0) return r->dev[dev].mem_limit;
+  if (ir_field_is_set(&m->train, IR_F_TRAIN_mem_limit) && m->train.mem_limit > 0)
+    return m->train.mem_limit;
+  if (ir_field_is_set(&m->devices[dev].rec, IR_F_DEVICE_mem)) return m->devices[dev].rec.mem;
+  return 0;
+}
+
+double rep_module_mem_limit(const ir_module *m) {
+  if (ir_field_is_set(&m->train, IR_F_TRAIN_mem_limit) && m->train.mem_limit > 0)
+    return m->train.mem_limit;
+  double lim = NAN;
+  for (int i = 0; i < m->ndevices; i++)
+    if (ir_field_is_set(&m->devices[i].rec, IR_F_DEVICE_mem) &&
+        (isnan(lim) || m->devices[i].rec.mem < lim))
+      lim = m->devices[i].rec.mem;
+  return lim;
+}
+
+double rep_op_mem_time(const sim_op_event *e) { return e->kind == IR_OP_F ? e->start : e->end; }
+
+bool rep_first_oom(const ir_module *m, const sim_result *r, rep_oom *o) {
+  bool found = false;
+  for (int i = 0; i < r->nops; i++) {
+    const sim_op_event *e = &r->ops[i];
+    if (e->device < 0 || e->device >= m->ndevices) continue;
+    double lim = rep_mem_limit(m, r, e->device);
+    if (!(lim > 0) || !(e->mem > lim)) continue;
+    double t = rep_op_mem_time(e);
+    if (!found || t < o->time || (t == o->time && e->device < o->device)) {
+      o->device = e->device;
+      o->op = i;
+      o->time = t;
+      o->mem = e->mem;
+      o->limit = lim;
+      found = true;
+    }
+  }
+  if (found || r->fits) return found;
+  int dv = r->oom_device;
+  if (dv < 0 || dv >= r->ndevices || dv >= m->ndevices) return false;
+  o->device = dv;
+  o->op = -1;
+  o->time = r->dev[dv].peak_time;
+  o->mem = r->dev[dv].peak_mem;
+  o->limit = rep_mem_limit(m, r, dv);
+  return true;
+}
+
+const char *rep_layer_name(const ir_module *m, int layer, char buf[24]) {
+  if (layer >= 0 && layer < m->nlayers && m->layers[layer].name && m->layers[layer].name[0])
+    return m->layers[layer].name;
+  snprintf(buf, 24, "%%%d", layer);
+  return buf;
+}
+
+rep_cost_sum rep_cost_range(const ir_module *m, int first, int end) {
+  rep_cost_sum s = {0, 0, 0, 0, 0, false, true};
+  for (int i = first; i < end && i < m->nlayers; i++) {
+    const ir_cost *c = &m->layers[i].cost;
+    if (c->set) s.any = true;
+    bool has_f = ir_field_is_set(c, IR_F_COST_f), has_b = ir_field_is_set(c, IR_F_COST_b),
+         has_w = ir_field_is_set(c, IR_F_COST_w);
+    if (!has_f || !has_b || !has_w) s.complete = false;
+    if (has_f) s.f += c->f;
+    if (has_b) s.b += c->b;
+    if (has_w) s.w += c->w;
+    if (ir_field_is_set(c, IR_F_COST_act)) s.act += c->act;
+    if (ir_field_is_set(c, IR_F_COST_param)) s.param += c->param;
+  }
+  return s;
+}

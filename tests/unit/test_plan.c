@@ -1,0 +1,94 @@
+/* test_plan.c -- unit tests of the planning algorithms of passes/: the balanced partition is the
+ * exact min-max split (checked against brute force on many small random cases, with and without
+ * a memory cap). */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "passes.h"
+#include "unit.h"
+
+/* Deterministic pseudo-random numbers (xorshift64*). */
+static uint64_t rng_next(uint64_t *s) {
+  *s ^= *s >> 12;
+  *s ^= *s << 25;
+  *s ^= *s >> 27;
+  return *s * 2685821657736338717ull;
+}
+
+/* Best bottleneck over all ways to cut n layers into k non-empty stages (every stage i within
+ * cap with min(k - i, mb) microbatches of activations), by enumerating the cut positions;
+ * INT64_MAX when none fits. */
+static int64_t brute(const int64_t *cost, const double *ms, const double *ma, int n, int k,
+                     double cap, int mb, int stage, int first) {
+  if (stage == k - 1) {
+    int64_t c = 0;
+    double s = 0, a = 0;
+    for (int j = first; j < n; j++) c += cost[j], s += ms[j], a += ma[j];
+    int inflight = k - stage < mb ? k - stage : mb;
+    return cap > 0 && s + a * inflight > cap ? INT64_MAX : c;
+  }
+  int64_t best = INT64_MAX;
+  for (int end = first + 1; end <= n - (k - 1 - stage); end++) {
+    int64_t c = 0;
+    double s = 0, a = 0;
+    for (int j = first; j < end; j++) c += cost[j], s += ms[j], a += ma[j];
+    int inflight = k - stage < mb ? k - stage : mb;
+    if (cap > 0 && s + a * inflight > cap) continue;
+    int64_t rest = brute(cost, ms, ma, n, k, cap, mb, stage + 1, end);
+    int64_t worst = rest > c ? rest : c;
+    if (worst < best) best = worst;
+  }
+  return best;
+}
+
+void test_plan_balanced_brute_force(void) {
+  uint64_t seed = 0x9e3779b97f4a7c15ull;
+  for (int trial = 0; trial < 600; trial++) {
+    int n = 1 + (int)(rng_next(&seed) % 11);
+    int k = 1 + (int)(rng_next(&seed) % (uint64_t)n);
+    int mb = 1 + (int)(rng_next(&seed) % 6);
+    int64_t cost[12];
+    double ms[12], ma[12];
+    for (int i = 0; i < n; i++) {
+      cost[i] = 1 + (int64_t)(rng_next(&seed) % (trial % 3 == 0 ? 5 : 1000));
+      ms[i] = (double)(rng_next(&seed) % 50);
+      ma[i] = (double)(rng_next(&seed) % 20);
+    }
+    double cap = trial % 2 ? 60.0 + (double)(rng_next(&seed) % 200) : 0;
+    int ends[12];
+    int64_t got = -1;
+    int rc = pass_partition_balanced(cost, ms, ma, n, k, cap, mb, ends, &got);
+    int64_t want = brute(cost, ms, ma, n, k, cap, mb, 0, 0);
+    if (want == INT64_MAX) {
+      UNIT_CHECK(rc == -2);
+      continue;
+    }
+    UNIT_CHECK(rc == 0);
+    if (rc != 0) continue;
+    UNIT_CHECK(got == want);
+    /* The cuts themselves: k non-empty stages covering the layers, none above the optimum and
+     * each within the cap. */
+    int first = 0;
+    for (int i = 0; i < k; i++) {
+      UNIT_CHECK(ends[i] > first);
+      int64_t c = 0;
+      double s = 0, a = 0;
+      for (int j = first; j < ends[i] && j < n; j++) c += cost[j], s += ms[j], a += ma[j];
+      UNIT_CHECK(c <= want);
+      int inflight = k - i < mb ? k - i : mb;
+      UNIT_CHECK(cap <= 0 || s + a * inflight <= cap);
+      first = ends[i];
+    }
+    UNIT_CHECK(ends[k - 1] == n);
+  }
+}
+
+void test_plan_balanced_bad_args(void) {
+  int64_t cost[3] = {1, 2, 3};
+  double z[3] = {0, 0, 0};
+  int ends[4];
+  UNIT_CHECK(pass_partition_balanced(cost, z, z, 3, 4, 0, 1, ends, NULL) == -1);
+  UNIT_CHECK(pass_partition_balanced(cost, z, z, 3, 0, 0, 1, ends, NULL) == -1);
+  double big[3] = {10, 10, 10};
+  UNIT_CHECK(pass_partition_balanced(cost, big, z, 3, 3, 5, 1, ends, NULL) == -2);
+}
