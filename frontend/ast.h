@@ -23,7 +23,8 @@ typedef enum fe_value_kind {
   FE_V_IDENT,  /* bare name: enum value or reference */
   FE_V_STRING, /* quoted string */
   FE_V_BOOL,   /* true / false */
-  FE_V_LINK    /* link { ... } */
+  FE_V_LINK,   /* link { ... } */
+  FE_V_LIST    /* [ value, ... ] */
 } fe_value_kind;
 
 typedef struct fe_assign fe_assign;
@@ -46,7 +47,14 @@ typedef struct fe_value {
   const char *str;          /* FE_V_IDENT / FE_V_STRING: text */
   bool boolean;             /* FE_V_BOOL */
   fe_assign *fields;        /* FE_V_LINK: its assignments */
+  struct fe_elem *elems;    /* FE_V_LIST: its elements, in order */
 } fe_value;
+
+/* One element of a list value. */
+typedef struct fe_elem {
+  fe_value val;          /* the element */
+  struct fe_elem *next;  /* next element */
+} fe_elem;
 
 /* key = value */
 struct fe_assign {

@@ -72,6 +72,7 @@ static void fe_yyerror(FE_YYLTYPE *loc, yyscan_t scanner, fe_parser *p, const ch
   struct { fe_item *head, *tail; } ilist;
   struct { fe_stmt *head, *tail; } slist;
   struct { fe_letter *head, *tail; } llist;
+  struct { fe_elem *head, *tail; } elist;
   char ch;
 }
 
@@ -91,6 +92,7 @@ static void fe_yyerror(FE_YYLTYPE *loc, yyscan_t scanner, fe_parser *p, const ch
 %type <value> value
 %type <str> key
 %type <llist> letters
+%type <elist> elems elem_seq
 %type <letter> letter_def
 %type <ch> letter
 
@@ -211,6 +213,20 @@ value
                                 $$.boolean = $1; }
   | KW_LINK '{' assign_list '}' { memset(&$$, 0, sizeof $$); $$.kind = FE_V_LINK; $$.loc = @1;
                                 $$.fields = $3.head; }
+  | '[' elems ']'             { memset(&$$, 0, sizeof $$); $$.kind = FE_V_LIST; $$.loc = @$;
+                                $$.elems = $2.head; }
+  ;
+
+elems
+  : %empty                    { $$.head = $$.tail = NULL; }
+  | elem_seq                  { $$ = $1; }
+  | elem_seq ','              { $$ = $1; }
+  ;
+
+elem_seq
+  : value                     { fe_elem *e = NEW(fe_elem); e->val = $1;
+                                $$.head = $$.tail = NULL; APPEND($$, e); }
+  | elem_seq ',' value        { fe_elem *e = NEW(fe_elem); e->val = $3; $$ = $1; APPEND($$, e); }
   ;
 
 %%

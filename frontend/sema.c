@@ -45,6 +45,10 @@ typedef struct sema {
   int syntax_errors;     /* syntax errors in any file read: the trees are incomplete */
   bool dims_bad;         /* a model dimension was rejected: layer checks would only cascade */
   bool train_bad;        /* the train block had errors: checks against the cluster would cascade */
+  fe_assign *stages;     /* the train block's 'stages = [...]', or NULL */
+  int *cuts;             /* layer count at each '|' of the patterns expanded, in order */
+  int ncuts, cuts_cap;
+  fe_loc cut_loc;        /* the first '|' */
 } sema;
 
 /* ---- Helpers ---- */
@@ -93,6 +97,7 @@ static const char *value_kind_name(const fe_value *v) {
   case FE_V_STRING: return "string";
   case FE_V_BOOL: return "boolean";
   case FE_V_LINK: return "link";
+  case FE_V_LIST: return "list";
   }
   return "value";
 }
@@ -497,9 +502,8 @@ static void expand_pattern(sema *s, fe_item *it) {
     at.last_column = at.first_column;
     at.last_line = at.first_line;
     if (ch == '|') {
-      if (!it->seen)
-        diag_error(s->d, L(at), "stage cuts '|' in patterns are not supported yet; "
-                                "remove them (partitioning is chosen by the planner)");
+      if (s->ncuts == 0) s->cut_loc = at;
+      VEC_PUSH(s->cuts, s->ncuts, s->cuts_cap, s->m->nlayers);
       continue;
     }
     fe_letter *lt = defs[ch];
@@ -682,13 +686,14 @@ static void model_dims(sema *s, fe_stmt *model) {
 /* Apply the train statement (or defaults) to m->train. */
 static void train_settings(sema *s, fe_assign **cluster_ref) {
   ir_train *t = &s->m->train;
-  static const char *const extra_names[] = {"cluster", "model", NULL};
-  fe_assign *found[2] = {NULL, NULL};
+  static const char *const extra_names[] = {"cluster", "model", "stages", NULL};
+  fe_assign *found[3] = {NULL, NULL, NULL};
   extra_keys ex = {extra_names, found};
   fe_loc at = s->train ? s->train->loc : s->models.n ? s->models.v[0]->loc : (fe_loc){0};
   uint64_t failed = 0;
   if (s->train) failed = fill_record(s, s->train->assigns, IR_REC_TRAIN, t, &ex, "train");
   *cluster_ref = found[0];
+  s->stages = found[2];
   int f_seq = ir_field_lookup(IR_REC_TRAIN, "seq");
   if (ir_field_is_set(t, f_seq)) {
     s->dims[IR_MD_SEQ] = (double)t->seq; /* the train block's seq overrides the model's */
@@ -874,6 +879,82 @@ static void cluster_devices(sema *s, fe_assign *cluster_ref) {
   }
 }
 
+/* The partition the spec gives, as 'stages = [n, ...]' in train or '|' cuts in patterns: the
+ * module's stages (not placed). A cut's stage boundary is the layer count at the cut; layers
+ * before the first and after the last cut (embedding, LM head) join the first and last stage. */
+static void spec_stages(sema *s) {
+  ir_module *m = s->m;
+  int *ends = NULL, n = 0, cap = 0;
+  fe_loc at;
+  if (s->stages && s->ncuts) {
+    diag_error(s->d, L(s->stages->key_loc), "the partition is given twice: by 'stages' and by "
+               "'|' cuts in a pattern");
+    diag_note(s->d, L(s->cut_loc), "first cut here");
+    return;
+  }
+  if (s->stages) {
+    at = s->stages->val.loc;
+    if (s->stages->val.kind != FE_V_LIST) {
+      diag_error(s->d, L(at), "'stages' expects a list of layer counts like [9, 9, 8, 6], got %s "
+                 "%s", an(value_kind_name(&s->stages->val)), value_kind_name(&s->stages->val));
+      return;
+    }
+    int sum = 0;
+    bool bad = false;
+    for (fe_elem *e = s->stages->val.elems; e; e = e->next) {
+      double v;
+      if (!convert(s, &e->val, IR_T_COUNT, "stages", &v)) {
+        bad = true;
+        continue;
+      }
+      if (v < 1) {
+        diag_error(s->d, L(e->val.loc), "a stage needs at least one layer");
+        bad = true;
+        continue;
+      }
+      sum += (int)v;
+      VEC_PUSH(ends, n, cap, sum);
+    }
+    if (!bad && n == 0) diag_error(s->d, L(at), "'stages' is empty");
+    else if (!bad && sum != m->nlayers)
+      diag_error(s->d, L(at), "stages add up to %d layers but model '%s' has %d", sum, m->name,
+                 m->nlayers);
+    if (bad || n == 0 || sum != m->nlayers) {
+      free(ends);
+      return;
+    }
+  } else if (s->ncuts) {
+    at = s->cut_loc;
+    for (int i = 0; i < s->ncuts; i++) {
+      int c = s->cuts[i];
+      if (c == (n ? ends[n - 1] : 0) || c == m->nlayers) {
+        diag_error(s->d, L(at), "the '|' cuts of the patterns leave stage %d without layers",
+                   c == m->nlayers ? n + 1 : n);
+        free(ends);
+        return;
+      }
+      VEC_PUSH(ends, n, cap, c);
+    }
+    VEC_PUSH(ends, n, cap, m->nlayers);
+  } else {
+    return;
+  }
+  int64_t p = m->train.pipeline;
+  if (p > 0 && n % p != 0) {
+    diag_error(s->d, L(at), "%d stages do not fit pipeline = %lld: give a multiple of %lld (one "
+               "or more stages per device)", n, (long long)p, (long long)p);
+    free(ends);
+    return;
+  }
+  for (int i = 0, first = 0; i < n; first = ends[i++]) {
+    ir_stage *st = ir_module_add_stage(m, first, ends[i]);
+    st->loc.src = at.file;
+    st->loc.line = (uint32_t)at.first_line;
+    st->loc.col = (uint32_t)at.first_column;
+  }
+  free(ends);
+}
+
 /* Checks that need both the layers and the training set-up. */
 static void cross_checks(sema *s) {
   ir_module *m = s->m;
@@ -917,6 +998,11 @@ static void own_locations(sema *s) {
   for (int i = 0; i < m->ndevices; i++) {
     const diag_source *src = diag_get_source(s->d, m->devices[i].loc.src);
     if (src) m->devices[i].loc.file = arena_strdup(&m->arena, src->name);
+  }
+  for (int i = 0; i < m->nstages; i++) {
+    const diag_source *src = diag_get_source(s->d, m->stages[i].loc.src);
+    if (src) m->stages[i].loc.file = i > 0 ? m->stages[0].loc.file
+                                           : arena_strdup(&m->arena, src->name);
   }
 }
 
@@ -963,6 +1049,7 @@ ir_module *fe_compile(diag_engine *d, uint32_t file, const fe_options *o) {
     number_names(&s);
     cluster_devices(&s, cluster_ref);
     cross_checks(&s);
+    if (!s.too_many && diag_error_count(d) == errors_before) spec_stages(&s);
     own_locations(&s);
   }
   for (int i = 0; i < s.nloaded; i++) free(s.loaded[i]);
@@ -973,6 +1060,7 @@ ir_module *fe_compile(diag_engine *d, uint32_t file, const fe_options *o) {
   free(s.clusters.v);
   free(s.profiles.v);
   free(s.block_stack);
+  free(s.cuts);
   arena_free(&s.a);
   if (m && diag_error_count(d) != errors_before) {
     ir_module_free(m);

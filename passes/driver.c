@@ -10,8 +10,9 @@
 /* Worse of two statuses (OK < FAILED < INTERNAL). */
 static pass_status worst(pass_status a, pass_status b) { return a > b ? a : b; }
 
-/* Read, verify, transform and print the module of source 'src'. Pre: pl parsed without error.
- * Appends the printed IR to 'out' on success (unless verify-diagnostics mode). */
+/* Read, verify, transform and print the module of source 'src' (or hand it to cfg->emit). Pre:
+ * pl parsed without error. Appends the output to 'out' on success (unless verify-diagnostics
+ * mode). */
 static pass_status process_module(const pass_opt_config *cfg, const pass_pipeline *pl,
                                   uint32_t src, diag_engine *d, strbuf *out) {
   int errors = diag_error_count(d);
@@ -27,7 +28,15 @@ static pass_status process_module(const pass_opt_config *cfg, const pass_pipelin
     return PASS_FAILED;
   }
   pass_status st = pass_pipeline_run(pl, m, &cfg->pm, d);
-  if (st == PASS_OK && !cfg->verify_diagnostics) {
+  if (st == PASS_OK && cfg->emit) {
+    strbuf text = {0};
+    diag_loc where = m->loc.src == src ? ir_diag_loc(m->loc) : start;
+    if (cfg->emit(cfg->emit_ctx, m, d, where, &text) != 0)
+      st = PASS_FAILED;
+    else if (!cfg->verify_diagnostics)
+      strbuf_append(out, strbuf_cstr(&text), text.len);
+    strbuf_free(&text);
+  } else if (st == PASS_OK && !cfg->verify_diagnostics) {
     ir_print_opts po = {cfg->pm.print_debuginfo};
     ir_print(m, out, &po);
   }

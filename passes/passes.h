@@ -220,6 +220,11 @@ typedef struct pass_opt_config {
   bool split_input_file;      /* process each "# -----" chunk as its own module */
   pass_manager_opts pm;       /* instrumentation of the pipeline run */
   FILE *dump_pipeline;        /* when non-NULL, the parsed pipeline is printed there */
+  /* When non-NULL, called with each module after its passes instead of printing the IR: appends
+   * the output to 'out' and returns 0, or returns -1 after reporting through d ('where' is the
+   * module's location). */
+  int (*emit)(void *ctx, const ir_module *m, diag_engine *d, diag_loc where, strbuf *out);
+  void *emit_ctx;             /* passed to emit */
 } pass_opt_config;
 
 /* Result of pass_opt_process. */

@@ -5,7 +5,6 @@
  * error that says what would fit, the plans it was not designed for; adaptive (schedule_adaptive.c)
  * accepts any partition and placement. Every order is checked for completeness and freedom from
  * deadlock before the pass returns. See docs/schedules.md. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -202,57 +201,54 @@ static int sched_build_zbh1(const sched_shape *sh, const sched_params *prm, diag
   return 0;
 }
 
+/* sched_put for ZB-V's padded order: operations of microbatches >= m (the padding up to 2p - 1
+ * microbatches) are dropped, as PyTorch does. */
+static void sched_put_zbv(const sched_shape *sh, int dv, ir_op_kind k, int s, int mb) {
+  if (mb < sh->mb) sched_put(sh, dv, k, s, mb);
+}
+
 /* ZB-V (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory"), exactly as PyTorch's
  * ScheduleZBVZeroBubble._calculate_single_rank_operations: rank r holds chunk 0 = stage r and
  * chunk 1 = stage 2p - 1 - r; the order is computed for n = max(2p - 1, m) microbatches and the
  * operations of microbatches >= m are dropped. Warm-up: 2(p - r) - 1 F0, r times (F1, F0), p - r
  * times (F1, B1, W1); steady: (F0 while any is left, B0, W0, F1, B1, W1) until every F1 is done;
- * cool-down: r times (B0, B1), p - r times (B0, W0 of the oldest), then the remaining W1, then W0. */
+ * cool-down: r times (B0, B1), p - r times (B0, W0 of the oldest), then the remaining W1, then
+ * the remaining W0. */
 static int sched_build_zbv(const sched_shape *sh, const sched_params *prm, diag_engine *d) {
   (void)prm, (void)d;
-  int p = sh->p, m = sh->mb, n = m > 2 * p - 1 ? m : 2 * p - 1;
+  int p = sh->p, n = sh->mb > 2 * p - 1 ? sh->mb : 2 * p - 1;
   for (int r = 0; r < p; r++) {
     int c0 = r, c1 = 2 * p - 1 - r;
     int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
-#define ZBV_PUT(k, s, mb)                              \
-  do {                                                 \
-    if ((mb) < m) sched_put(sh, r, (k), (s), (mb));    \
-  } while (0)
-    for (int k = 0; k < 2 * (p - r) - 1; k++, f0++) ZBV_PUT(IR_OP_F, c0, f0);
-    for (int k = 0; k < r; k++, f1++, f0++) {
-      ZBV_PUT(IR_OP_F, c1, f1);
-      ZBV_PUT(IR_OP_F, c0, f0);
+    for (int k = 0; k < 2 * (p - r) - 1; k++) sched_put_zbv(sh, r, IR_OP_F, c0, f0++);
+    for (int k = 0; k < r; k++) {
+      sched_put_zbv(sh, r, IR_OP_F, c1, f1++);
+      sched_put_zbv(sh, r, IR_OP_F, c0, f0++);
     }
-    for (int k = 0; k < p - r; k++, f1++, b1++) {
-      ZBV_PUT(IR_OP_F, c1, f1);
-      ZBV_PUT(IR_OP_B, c1, b1);
-      ZBV_PUT(IR_OP_W, c1, b1);
+    for (int k = 0; k < p - r; k++, b1++) {
+      sched_put_zbv(sh, r, IR_OP_F, c1, f1++);
+      sched_put_zbv(sh, r, IR_OP_B, c1, b1);
+      sched_put_zbv(sh, r, IR_OP_W, c1, b1);
     }
     while (f1 < f0 || f0 < n) {
-      if (f0 < n) {
-        ZBV_PUT(IR_OP_F, c0, f0);
-        f0++;
-      }
-      ZBV_PUT(IR_OP_B, c0, b0);
-      ZBV_PUT(IR_OP_W, c0, b0);
-      b0++;
-      ZBV_PUT(IR_OP_F, c1, f1);
-      ZBV_PUT(IR_OP_B, c1, b1);
-      ZBV_PUT(IR_OP_W, c1, b1);
-      f1++, b1++;
+      if (f0 < n) sched_put_zbv(sh, r, IR_OP_F, c0, f0++);
+      sched_put_zbv(sh, r, IR_OP_B, c0, b0);
+      sched_put_zbv(sh, r, IR_OP_W, c0, b0++);
+      sched_put_zbv(sh, r, IR_OP_F, c1, f1++);
+      sched_put_zbv(sh, r, IR_OP_B, c1, b1);
+      sched_put_zbv(sh, r, IR_OP_W, c1, b1++);
     }
     int w0 = b0, w1 = b1;
-    for (int k = 0; k < r; k++, b0++, b1++) {
-      ZBV_PUT(IR_OP_B, c0, b0);
-      ZBV_PUT(IR_OP_B, c1, b1);
+    for (int k = 0; k < r; k++) {
+      sched_put_zbv(sh, r, IR_OP_B, c0, b0++);
+      sched_put_zbv(sh, r, IR_OP_B, c1, b1++);
     }
-    for (int k = 0; k < p - r; k++, b0++, w0++) {
-      ZBV_PUT(IR_OP_B, c0, b0);
-      ZBV_PUT(IR_OP_W, c0, w0);
+    for (int k = 0; k < p - r; k++) {
+      sched_put_zbv(sh, r, IR_OP_B, c0, b0++);
+      sched_put_zbv(sh, r, IR_OP_W, c0, w0++);
     }
-    for (; w1 < b1; w1++) ZBV_PUT(IR_OP_W, c1, w1);
-    for (; w0 < b0; w0++) ZBV_PUT(IR_OP_W, c0, w0);
-#undef ZBV_PUT
+    while (w1 < b1) sched_put_zbv(sh, r, IR_OP_W, c1, w1++);
+    while (w0 < b0) sched_put_zbv(sh, r, IR_OP_W, c0, w0++);
   }
   return 0;
 }
@@ -274,6 +270,7 @@ static const sched_method sched_methods[] = {
     {"zbv", sched_check_zbv, sched_build_zbv},
     {"adaptive", sched_check_any, sched_build_adaptive},
 };
+/* Indices into sched_methods: how many, the default (1f1b), and adaptive (the last entry). */
 enum { SCHED_NMETHODS = sizeof sched_methods / sizeof sched_methods[0], SCHED_DEFAULT = 1 };
 enum { SCHED_ADAPTIVE = SCHED_NMETHODS - 1 };
 
@@ -297,64 +294,72 @@ static void sched_suggest(const sched_shape *sh, int refused, sched_verdict why_
 
 /* ---- Checking an order ---------------------------------------------------------------------- */
 
+/* Slots of one (stage, microbatch): its F, its B (or the B half of a BW), its W (or W half). */
+enum { SCHED_SLOT_F, SCHED_SLOT_B, SCHED_SLOT_W, SCHED_NSLOTS };
+
+/* Index of slot 'slot' of (stage s, microbatch mb) in arrays of S x m x SCHED_NSLOTS entries. */
+static size_t sched_slot(const sched_shape *sh, int s, int mb, int slot) {
+  return ((size_t)s * (size_t)sh->mb + (size_t)mb) * SCHED_NSLOTS + (size_t)slot;
+}
+
+/* Whether op o (of a valid stage and microbatch) has its inputs, given the slots done: F(s-1)
+ * for F(s); F(s) and B(s+1) for B(s) and BW(s); B(s) for W(s). */
+static bool sched_ready(const sched_shape *sh, const unsigned char *done, const ir_op *o) {
+  int s = o->stage, mb = o->mb;
+  if (o->kind == IR_OP_F) return s == 0 || done[sched_slot(sh, s - 1, mb, SCHED_SLOT_F)];
+  if (o->kind == IR_OP_W) return done[sched_slot(sh, s, mb, SCHED_SLOT_B)];
+  return done[sched_slot(sh, s, mb, SCHED_SLOT_F)] &&
+         (s == sh->S - 1 || done[sched_slot(sh, s + 1, mb, SCHED_SLOT_B)]);
+}
+
 /* Check that the schedules of sh->m hold every operation of the step exactly once, each on its
- * stage's device, and that running them in order cannot deadlock (each device runs its order;
- * an operation waits for its inputs: F(s-1) for F(s), F(s) and B(s+1) for B(s), B(s) for W(s)).
- * Durations do not matter for a fixed order, so this needs no costs. Returns 0, or reports an
- * internal error at 'where' and returns 1. */
+ * stage's device, and that running them in order cannot deadlock (each device runs its order; an
+ * operation waits for its inputs, see sched_ready). Durations do not matter for a fixed order, so
+ * this needs no costs. Pre: sh->m->schedules exist. Returns 0, or reports an internal error at
+ * 'where' and returns 1. */
 static int sched_check_order(const sched_shape *sh, const char *method, diag_loc where,
                              diag_engine *d) {
-  enum { OF, OB, OW };
-  size_t nops = (size_t)sh->S * (size_t)sh->mb * 3;
-  unsigned char *seen = xcalloc(nops ? nops : 1, 1), *done = xcalloc(nops ? nops : 1, 1);
+  size_t nslots = (size_t)sh->S * (size_t)sh->mb * SCHED_NSLOTS;
+  unsigned char *seen = xcalloc(nslots ? nslots : 1, 1), *done = xcalloc(nslots ? nslots : 1, 1);
   int *pos = xcalloc((size_t)sh->p, sizeof *pos);
   const char *bad = NULL;
-#define SCHED_OP(st_, mb_, slot_) (((size_t)(st_) * (size_t)sh->mb + (size_t)(mb_)) * 3 + (slot_))
   for (int dv = 0; dv < sh->p && !bad; dv++) {
     const ir_schedule *sc = &sh->m->schedules[dv];
     for (int i = 0; i < sc->nops && !bad; i++) {
       const ir_op *o = &sc->ops[i];
       if (o->stage < 0 || o->stage >= sh->S || o->mb < 0 || o->mb >= sh->mb ||
-          sched_dev(sh, o->stage) != dv)
+          sched_dev(sh, o->stage) != dv) {
         bad = "puts an operation on the wrong device or out of range";
-      else if (o->kind == IR_OP_BW) {
-        if (seen[SCHED_OP(o->stage, o->mb, OB)]++ || seen[SCHED_OP(o->stage, o->mb, OW)]++)
-          bad = "repeats an operation";
-      } else if (seen[SCHED_OP(o->stage, o->mb, o->kind == IR_OP_F ? OF
-                                                : o->kind == IR_OP_B ? OB : OW)]++) {
-        bad = "repeats an operation";
+        break;
       }
+      bool f = o->kind == IR_OP_F, b = o->kind == IR_OP_B || o->kind == IR_OP_BW,
+           w = o->kind == IR_OP_W || o->kind == IR_OP_BW;
+      if ((f && seen[sched_slot(sh, o->stage, o->mb, SCHED_SLOT_F)]++) ||
+          (b && seen[sched_slot(sh, o->stage, o->mb, SCHED_SLOT_B)]++) ||
+          (w && seen[sched_slot(sh, o->stage, o->mb, SCHED_SLOT_W)]++))
+        bad = "repeats an operation";
     }
   }
-  for (size_t k = 0; k < nops && !bad; k++)
+  for (size_t k = 0; k < nslots && !bad; k++)
     if (!seen[k]) bad = "misses an operation";
   /* Run the orders: advance every device as far as its inputs allow until none can move. */
-  size_t left = nops;
+  size_t left = nslots;
   for (bool moved = true; moved && !bad && left > 0;) {
     moved = false;
     for (int dv = 0; dv < sh->p; dv++) {
       const ir_schedule *sc = &sh->m->schedules[dv];
-      while (pos[dv] < sc->nops) {
+      for (; pos[dv] < sc->nops && sched_ready(sh, done, &sc->ops[pos[dv]]); pos[dv]++) {
         const ir_op *o = &sc->ops[pos[dv]];
-        int s = o->stage, mb = o->mb;
-        bool ready;
-        if (o->kind == IR_OP_F)
-          ready = s == 0 || done[SCHED_OP(s - 1, mb, OF)];
-        else if (o->kind == IR_OP_W)
-          ready = done[SCHED_OP(s, mb, OB)];
-        else
-          ready = done[SCHED_OP(s, mb, OF)] && (s == sh->S - 1 || done[SCHED_OP(s + 1, mb, OB)]);
-        if (!ready) break;
-        if (o->kind == IR_OP_F) done[SCHED_OP(s, mb, OF)] = 1, left--;
-        if (o->kind == IR_OP_B || o->kind == IR_OP_BW) done[SCHED_OP(s, mb, OB)] = 1, left--;
-        if (o->kind == IR_OP_W || o->kind == IR_OP_BW) done[SCHED_OP(s, mb, OW)] = 1, left--;
-        pos[dv]++;
+        if (o->kind == IR_OP_F) done[sched_slot(sh, o->stage, o->mb, SCHED_SLOT_F)] = 1, left--;
+        if (o->kind != IR_OP_F && o->kind != IR_OP_W)
+          done[sched_slot(sh, o->stage, o->mb, SCHED_SLOT_B)] = 1, left--;
+        if (o->kind == IR_OP_W || o->kind == IR_OP_BW)
+          done[sched_slot(sh, o->stage, o->mb, SCHED_SLOT_W)] = 1, left--;
         moved = true;
       }
     }
   }
   if (!bad && left > 0) bad = "deadlocks";
-#undef SCHED_OP
   free(seen);
   free(done);
   free(pos);
@@ -459,7 +464,8 @@ int pass_run_schedule(ir_module *m, const pass_options *opts, diag_engine *d) {
 
   /* The old plan's order and predictions go; the new order is written from scratch. */
   memset(&m->predict, 0, sizeof m->predict);
-  for (int i = 0; i < m->ndevices; i++) memset(&m->devices[i].predict, 0, sizeof m->devices[i].predict);
+  for (int i = 0; i < m->ndevices; i++)
+    memset(&m->devices[i].predict, 0, sizeof m->devices[i].predict);
   if (m->schedules)
     for (int i = 0; i < m->ndevices; i++) {
       free(m->schedules[i].ops);
