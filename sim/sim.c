@@ -43,6 +43,8 @@ typedef struct sim_dev {
   tick allreduce;    /* data-parallel gradient all-reduce time at the end of the step */
   tick optim;        /* optimizer step time */
   tick work;         /* total compute of the step: its stages' F+B+W for every microbatch + optim */
+  tick head;         /* earliest start of its first operation: the forwards and transfers of one
+                        microbatch before its first stage (-1 while unknown: no stage) */
   int first_stage;   /* its stages are dev_stages[first_stage .. first_stage + nstages) */
   int nstages;
 } sim_dev;
@@ -236,10 +238,15 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
     at += p->dev[dv].nstages;
     p->dev[dv].nstages = 0;
   }
+  /* A device cannot start before the first microbatch's forwards reach its earliest stage. */
+  tick head = 0;
+  for (int dv = 0; dv < m->ndevices; dv++) p->dev[dv].head = -1;
   for (int s = 0; s < m->nstages; s++) {
     sim_dev *x = &p->dev[p->st[s].dev];
     p->dev_stages[x->first_stage + x->nstages++] = s;
     x->work += nmb * (p->st[s].t[SL_F] + p->st[s].t[SL_B] + p->st[s].t[SL_W]);
+    if (x->head < 0) x->head = head;
+    head += p->st[s].t[SL_F] + p->st[s].x_next;
   }
   tick cp = 0;
   for (int s = 0; s < m->nstages; s++)
@@ -775,7 +782,8 @@ sim_status sim_run(const sim_model *p, const ir_module *m, const sim_opts *opts,
       r->fits = false;
       r->oom_device = dv;
     }
-    if (p->dev[dv].work > lb_work) lb_work = p->dev[dv].work;
+    tick w = p->dev[dv].work + (p->dev[dv].head > 0 ? p->dev[dv].head : 0);
+    if (w > lb_work) lb_work = w;
   }
   r->bubble = makespan > 0 && p->ndev > 0 ? (double)idle / ((double)p->ndev * makespan) : 0;
   r->lb_work = to_s(lb_work);

@@ -134,7 +134,9 @@ typedef struct sim_result {
   double peak_mem;      /* largest peak over devices */
   bool fits;            /* every device within its limit */
   int oom_device;       /* first device over its limit, -1 if none */
-  double lb_work;       /* work bound: the busiest device's compute */
+  double lb_work;       /* work bound: over devices, the earliest start of its first operation
+                           (one microbatch's forwards and transfers before its first stage) plus
+                           its compute */
   double lb_critical;   /* critical path of one microbatch through all stages and links */
   int ndevices;
   sim_device_stats *dev;   /* per device */
