@@ -374,6 +374,8 @@ typedef struct ir_module {
   int nstages, stages_cap;
   ir_schedule *schedules; /* per device; NULL before scheduling, else ndevices entries */
   ir_predict predict;     /* whole-plan prediction (set == 0 when absent) */
+  const char *schedule_method; /* what made the schedules ("1f1b", ...; module arena), NULL when
+                                  unknown (written by hand) */
 } ir_module;
 
 ir_module *ir_module_new(const char *name);

@@ -80,6 +80,7 @@ void ir_module_clear_plan(ir_module *m) {
     for (int i = 0; i < m->ndevices; i++) free(m->schedules[i].ops);
   free(m->schedules);
   m->schedules = NULL;
+  m->schedule_method = NULL;
   m->nstages = 0;
   memset(&m->predict, 0, sizeof m->predict);
   for (int i = 0; i < m->ndevices; i++) memset(&m->devices[i].predict, 0, sizeof m->devices[i].predict);
@@ -118,6 +119,7 @@ ir_module *ir_module_clone(const ir_module *src) {
   const char *li = NULL, *lo = NULL, *fi = NULL, *fo = NULL;
   m->name = clone_str(m, src->name, &li, &lo);
   m->cluster_name = clone_str(m, src->cluster_name, &li, &lo);
+  m->schedule_method = clone_str(m, src->schedule_method, &li, &lo);
   m->loc.file = clone_str(m, src->loc.file, &fi, &fo);
   m->train_loc.file = clone_str(m, src->train_loc.file, &fi, &fo);
   m->profiles = clone_array(src->profiles, src->nprofiles, sizeof *src->profiles);

@@ -203,6 +203,11 @@ void ir_print(const ir_module *m, strbuf *out, const ir_print_opts *o) {
       strbuf_printf(out, "  place @s%d on $d%d\n", i, m->stages[i].device);
 
   if (m->schedules) {
+    if (m->schedule_method) {
+      strbuf_puts(out, "  schedule method ");
+      print_string(out, m->schedule_method);
+      strbuf_putc(out, '\n');
+    }
     for (int i = 0; i < m->ndevices; i++) {
       const ir_schedule *s = &m->schedules[i];
       strbuf_printf(out, "  schedule $d%d {", i);

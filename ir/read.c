@@ -1261,12 +1261,25 @@ static bool rd_place(rd_parser *p) {
   return true;
 }
 
-/* schedule $dI { [op @sJ mb (, op @sJ mb)*] } [loc(...)] */
+/* schedule method "NAME" | schedule $dI { [op @sJ mb (, op @sJ mb)*] } [loc(...)] */
 static bool rd_schedule(rd_parser *p) {
   rd_token kw = p->tok;
   rd_next(p);
   if (!rd_order(p, &kw, RK_SCHEDULE)) return false;
   ir_module *m = p->m;
+  if (p->tok.kind == RD_IDENT && rd_is(p, &p->tok, "method")) {
+    rd_next(p);
+    if (p->tok.kind != RD_STRING) {
+      rd_expected(p, "the schedule method's name in double quotes");
+      return false;
+    }
+    if (m->schedule_method)
+      rd_error(p, rd_loc(p, &kw), "duplicate 'schedule method'");
+    else
+      m->schedule_method = arena_strdup(&m->arena, strbuf_cstr(&p->str));
+    rd_next(p);
+    return true;
+  }
   rd_token dt = p->tok;
   int dv = rd_ref(p, RD_DOLLAR, "d", "device");
   if (dv < 0) return false;

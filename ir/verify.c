@@ -446,6 +446,9 @@ int ir_verify(const ir_module *m, diag_engine *d, diag_loc where) {
   vf_stages(&v);
   if (m->nstages > 0) vf_placement(&v);
   if (m->schedules) vf_schedules(&v);
+  if (m->schedule_method && !m->schedules)
+    vf_error(&v, m->loc, "'schedule method \"%s\"' names the method of schedules the module does "
+             "not have", m->schedule_method);
   vf_predict(&v);
   return v.errors;
 }

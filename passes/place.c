@@ -19,6 +19,7 @@ static void drop_schedule(ir_module *m) {
     for (int i = 0; i < m->ndevices; i++) free(m->schedules[i].ops);
   free(m->schedules);
   m->schedules = NULL;
+  m->schedule_method = NULL;
   memset(&m->predict, 0, sizeof m->predict);
   for (int i = 0; i < m->ndevices; i++) memset(&m->devices[i].predict, 0, sizeof m->devices[i].predict);
 }

@@ -472,6 +472,7 @@ int pass_run_schedule(ir_module *m, const pass_options *opts, diag_engine *d) {
       memset(&m->schedules[i], 0, sizeof m->schedules[i]);
     }
   ir_module_init_schedules(m);
+  m->schedule_method = arena_strdup(&m->arena, me->name);
   if (me->build(&sh, &prm, d)) return 1;
   return sched_check_order(&sh, me->name, opts->loc, d);
 }

@@ -308,9 +308,10 @@ static void text_simulation(const ir_module *m, const sim_result *r, strbuf *sb)
 
   strbuf_printf(sb,
                 "\nstep: makespan %.3f ms, bubble ratio %.1f%% (%d device%s, %lld microbatch%s, "
-                "schedule given)\n",
+                "schedule %s)\n",
                 r->makespan * 1e3, r->bubble * 100, r->ndevices, r->ndevices == 1 ? "" : "s",
-                (long long)m->train.microbatches, m->train.microbatches == 1 ? "" : "es");
+                (long long)m->train.microbatches, m->train.microbatches == 1 ? "" : "es",
+                rep_schedule_method(m));
   double lb = rep_lower_bound(r);
   strbuf_printf(sb, "lower bound %.3f ms (work %.3f ms, critical path %.3f ms)", lb * 1e3,
                 r->lb_work * 1e3, r->lb_critical * 1e3);
@@ -443,7 +444,10 @@ void report_json(const ir_module *m, const sim_result *r, strbuf *out) {
   strbuf_puts(out, first_kind ? "]" : "\n  ]");
 
   top_key(out, "schedule_method", &first);
-  strbuf_puts(out, has_schedule(m) ? "\"given\"" : "null");
+  if (has_schedule(m))
+    rep_json_str(out, rep_schedule_method(m));
+  else
+    strbuf_puts(out, "null");
 
   top_key(out, "stages", &first);
   strbuf_putc(out, '[');

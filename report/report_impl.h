@@ -32,6 +32,10 @@ void rep_bytes(strbuf *sb, double bytes);
  * of range). */
 const char *rep_op_kind_name(int kind);
 
+/* Name of the method that made m's schedules, "given" when the module does not say (written by
+ * hand). */
+const char *rep_schedule_method(const ir_module *m);
+
 /* Lower bound of a run: the larger of the work bound and the critical path (seconds). */
 double rep_lower_bound(const sim_result *r);
 

@@ -116,9 +116,11 @@ void report_svg(const ir_module *m, const sim_result *r, strbuf *out) {
   double lb = rep_lower_bound(r);
   strbuf_printf(out,
                 "<text x=\"10\" y=\"44\" font-size=\"12\" fill=\"#444\">%d device%s, %lld "
-                "microbatch%s, schedule given; lower bound %.3f ms",
+                "microbatch%s, schedule ",
                 c.ndev, c.ndev == 1 ? "" : "s", (long long)m->train.microbatches,
-                m->train.microbatches == 1 ? "" : "es", lb * 1e3);
+                m->train.microbatches == 1 ? "" : "es");
+  svg_escape(out, rep_schedule_method(m));
+  strbuf_printf(out, "; lower bound %.3f ms", lb * 1e3);
   if (lb > 0 && r->makespan > 0) strbuf_printf(out, " (makespan %.2fx)", r->makespan / lb);
   strbuf_puts(out, r->fits ? "; memory fits" : "; OUT OF MEMORY");
   strbuf_puts(out, "</text>\n</g>\n");

@@ -148,3 +148,7 @@ rep_cost_sum rep_cost_range(const ir_module *m, int first, int end) {
   }
   return s;
 }
+
+const char *rep_schedule_method(const ir_module *m) {
+  return m->schedule_method ? m->schedule_method : "given";
+}
