@@ -409,9 +409,10 @@ static void vf_predict(vf_ctx *v) {
     if (vf_get(v, &m->predict, IR_REC_PREDICT, "peak_mem", &x) && !(x >= 0 && isfinite(x)))
       vf_error(v, m->loc, "predict: peak_mem = %s must be finite and non-negative",
                vf_fmt(b1, IR_T_BYTES, x));
-    if (vf_get(v, &m->predict, IR_REC_PREDICT, "fits", &x) && x == 0)
-      vf_error(v, m->loc, "plan exceeds the memory limit");
   }
+  /* A plan over its memory limit is a valid plan that does not fit (the simulate pass warns);
+   * a prediction that says it fits while a device is over the limit contradicts itself. */
+  bool fits = vf_get(v, &m->predict, IR_REC_PREDICT, "fits", &x) && x != 0;
   double lim = 0;
   bool has_lim = vf_get(v, &m->train, IR_REC_TRAIN, "mem_limit", &lim);
   for (int i = 0; i < m->ndevices; i++) {
@@ -428,9 +429,9 @@ static void vf_predict(vf_ctx *v) {
       if (!(x >= 0 && isfinite(x)))
         vf_error(v, at, "predict $d%d: peak_mem = %s must be finite and non-negative", i,
                  vf_fmt(b1, IR_T_BYTES, x));
-      else if (has_lim && x > lim)
-        vf_error(v, at, "device $d%d: predicted peak memory %s exceeds the memory limit %s", i,
-                 vf_fmt(b1, IR_T_BYTES, x), vf_fmt(b2, IR_T_BYTES, lim));
+      else if (fits && has_lim && x > lim)
+        vf_error(v, at, "predict says the plan fits, but the peak memory of $d%d, %s, exceeds "
+                 "the memory limit %s", i, vf_fmt(b1, IR_T_BYTES, x), vf_fmt(b2, IR_T_BYTES, lim));
     }
   }
 }

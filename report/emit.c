@@ -1,52 +1,86 @@
-/* emit.c -- report_emit: what the tools call to write an artifact. Simulates the module's plan
- * when it has one (recorded, fixed mode), reports a plan that does not simulate, and hands the
- * timeline to the writer asked for. */
+/* emit.c -- report_emit: what the tools call to write an artifact. Checks that the module has
+ * what the artifact needs (artifacts.def), runs the classic plans when a comparison is asked
+ * for, simulates the module's plan when it has one (recorded, fixed mode), reports a plan that
+ * does not simulate, and hands the timeline to the writer asked for. */
+#include <string.h>
+
 #include "report_impl.h"
 
-/* What an artifact is called in messages. */
-static const char *kind_text(report_kind k) {
-  switch (k) {
-  case REPORT_TEXT: return "a report";
-  case REPORT_JSON: return "a JSON report";
-  case REPORT_TRACE: return "a trace";
-  case REPORT_SVG: return "an SVG timeline";
-  }
-  return "an artifact";
+const report_kind_info report_kinds[REPORT_KIND_COUNT] = {
+#define REPORT_ARTIFACT(ID, NAME, NEEDS, ONE, HELP) {NAME, NEEDS, ONE, HELP},
+#include "artifacts.def"
+#undef REPORT_ARTIFACT
+};
+
+int report_kind_lookup(const char *name) {
+  for (int k = 0; k < REPORT_KIND_COUNT; k++)
+    if (strcmp(report_kinds[k].name, name) == 0) return k;
+  return -1;
 }
 
-int report_emit(const ir_module *m, report_kind k, strbuf *out, diag_engine *d, diag_loc where) {
+void report_kind_names(strbuf *sb) {
+  for (int k = 0; k < REPORT_KIND_COUNT; k++)
+    strbuf_printf(sb, "%s%s", k == 0 ? "" : k + 1 == REPORT_KIND_COUNT ? " or " : ", ",
+                  report_kinds[k].name);
+}
+
+int report_emit(const ir_module *m, report_kind k, const report_opts *o, strbuf *out,
+                diag_engine *d, diag_loc where) {
+  static const report_opts none = {0};
+  if (!o) o = &none;
+  const report_kind_info *ki = &report_kinds[k];
   bool scheduled = m->schedules && m->nstages > 0;
-  if (!scheduled) {
-    if (k == REPORT_TRACE || k == REPORT_SVG) {
-      diag_error(d, where,
-                 "cannot write %s: module @%s has no schedule (a plan with stages, placement "
-                 "and a schedule per device is needed to simulate a step)",
-                 kind_text(k), m->name);
-      return -1;
-    }
-    if (k == REPORT_TEXT)
-      report_text(m, NULL, out);
-    else
-      report_json(m, NULL, out);
+  if (ki->needs == 2 && !scheduled) {
+    diag_error(d, where, "cannot write --emit=%s: module @%s has no schedule (a plan with "
+               "stages, placement and a schedule per device is needed)", ki->name, m->name);
+    return -1;
+  }
+  if (ki->needs == 1 && m->nstages == 0) {
+    diag_error(d, where, "cannot write --emit=%s: module @%s has no stages (run a partition "
+               "pass)", ki->name, m->name);
+    return -1;
+  }
+  switch (k) {
+  case REPORT_IR: {
+    ir_print_opts po = {o->debuginfo};
+    ir_print(m, out, &po);
     return 0;
   }
-  sim_model *p = sim_model_build(m, d);
-  if (!p) return -1;
-  sim_opts o = {0};
-  o.record = true;
+  case REPORT_TORCH_CSV: report_torch_csv(m, out); return 0;
+  case REPORT_MEGATRON_LAYOUT: return report_megatron_layout(m, out, d, where);
+  default: break;
+  }
+  pass_baseline *base = NULL;
+  int nbase = 0;
+  if (o->compare && (k == REPORT_TEXT || k == REPORT_JSON)) nbase = pass_compare(m, &base);
+  sim_model *p = NULL;
   sim_result r = {0};
   int rc = 0;
-  if (sim_run(p, m, &o, &r) != SIM_OK) {
-    sim_report_failure(&r, d, where);
-    rc = -1;
-  } else {
-    switch (k) {
-    case REPORT_TEXT: report_text(m, &r, out); break;
-    case REPORT_JSON: report_json(m, &r, out); break;
-    case REPORT_TRACE: report_trace(m, &r, out); break;
-    case REPORT_SVG: report_svg(m, &r, out); break;
+  if (scheduled) {
+    p = sim_model_build(m, d);
+    sim_opts so = {0};
+    so.record = true;
+    if (!p) {
+      rc = -1;
+    } else if (sim_run(p, m, &so, &r) != SIM_OK) {
+      sim_report_failure(&r, d, where);
+      rc = -1;
     }
   }
+  if (rc == 0) {
+    const sim_result *rr = scheduled ? &r : NULL;
+    switch (k) {
+    case REPORT_TEXT:
+      report_text(m, rr, out);
+      if (o->compare) report_compare(m, rr, base, nbase, out);
+      break;
+    case REPORT_JSON: report_json(m, rr, o->compare ? base : NULL, nbase, out); break;
+    case REPORT_TRACE: report_trace(m, rr, out); break;
+    case REPORT_SVG: report_svg(m, rr, out); break;
+    default: break;
+    }
+  }
+  pass_baseline_free(base, nbase, true);
   sim_result_free(&r);
   sim_model_free(p);
   return rc;

@@ -378,6 +378,52 @@ void report_text(const ir_module *m, const sim_result *r, strbuf *out) {
   text_simulation(m, r, out);
 }
 
+/* ---- Comparison with the classic plans ------------------------------------------------------ */
+
+void report_compare(const ir_module *m, const sim_result *r, const pass_baseline *b, int nb,
+                    strbuf *out) {
+  /* The reference is S-1F1B (the first baseline) when it ran, else the plan itself. */
+  double ref = nb > 0 && b[0].ok ? b[0].makespan : r && r->status == SIM_OK ? r->makespan : 0;
+  static const char *const cols[] = {"plan", ">step ms", ">speedup", ">bubble", ">peak memory",
+                                     "memory"};
+  text_table t;
+  table_init(&t, 6, cols);
+  int best = -1;
+  for (int i = 0; i < nb; i++)
+    if (b[i].ok && b[i].fits && (best < 0 || b[i].makespan < b[best].makespan)) best = i;
+  if (r && r->status == SIM_OK) {
+    strbuf name = {0};
+    strbuf_printf(&name, "this plan (%s)", rep_schedule_method(m));
+    table_cell(&t, strbuf_cstr(&name));
+    strbuf_free(&name);
+    table_ms(&t, r->makespan);
+    table_cellf(&t, "%.2fx", ref > 0 && r->makespan > 0 ? ref / r->makespan : 0.0);
+    table_cellf(&t, "%.1f%%", 100 * r->bubble);
+    table_bytes(&t, r->peak_mem);
+    table_cell(&t, r->fits ? "fits" : "OOM");
+  }
+  for (int i = 0; i < nb; i++) {
+    table_cellf(&t, "%s%s", b[i].name, i == best ? " *" : "");
+    if (!b[i].ok) {
+      for (int c = 0; c < 4; c++) table_cell(&t, "-");
+      table_cell(&t, "n/a");
+      continue;
+    }
+    table_ms(&t, b[i].makespan);
+    table_cellf(&t, "%.2fx", ref > 0 ? ref / b[i].makespan : 0.0);
+    table_cellf(&t, "%.1f%%", 100 * b[i].bubble);
+    double peak = 0;
+    for (int d = 0; d < b[i].ndevices; d++)
+      if (b[i].peak_mem[d] > peak) peak = b[i].peak_mem[d];
+    table_bytes(&t, peak);
+    table_cell(&t, b[i].fits ? "fits" : "OOM");
+  }
+  strbuf_puts(out, "\nclassic plans (speedup over S-1F1B; * the fastest that fits):\n");
+  table_flush(&t, out);
+  for (int i = 0; i < nb; i++)
+    if (!b[i].ok) strbuf_printf(out, "  %s: n/a: %s\n", b[i].name, b[i].why);
+}
+
 /* ---- JSON report ---------------------------------------------------------------------------- */
 
 /* Start a top-level key: separator, newline, indentation. */
@@ -397,7 +443,46 @@ static void inner_key(strbuf *sb, const char *key, bool *first) {
 /* Append seconds as milliseconds (JSON number). */
 static void json_ms(strbuf *sb, double seconds) { rep_json_num(sb, seconds * 1e3); }
 
-void report_json(const ir_module *m, const sim_result *r, strbuf *out) {
+/* The "baselines" list: one object per classic plan. */
+static void json_baselines(const pass_baseline *b, int nb, strbuf *out) {
+  strbuf_putc(out, '[');
+  for (int i = 0; i < nb; i++) {
+    strbuf_puts(out, i ? ",\n    {" : "\n    {");
+    bool f1 = true;
+    inner_key(out, "name", &f1);
+    rep_json_str(out, b[i].name);
+    inner_key(out, "pipeline", &f1);
+    rep_json_str(out, b[i].pipeline);
+    inner_key(out, "ok", &f1);
+    strbuf_puts(out, b[i].ok ? "true" : "false");
+    if (!b[i].ok) {
+      inner_key(out, "why", &f1);
+      rep_json_str(out, b[i].why);
+      strbuf_putc(out, '}');
+      continue;
+    }
+    inner_key(out, "makespan_ms", &f1);
+    json_ms(out, b[i].makespan);
+    inner_key(out, "bubble_ratio", &f1);
+    rep_json_num(out, b[i].bubble);
+    inner_key(out, "lower_bound_ms", &f1);
+    json_ms(out, b[i].bound);
+    inner_key(out, "peak_mem_bytes", &f1);
+    strbuf_putc(out, '[');
+    for (int d = 0; d < b[i].ndevices; d++) {
+      if (d) strbuf_puts(out, ", ");
+      rep_json_num(out, b[i].peak_mem[d]);
+    }
+    strbuf_putc(out, ']');
+    inner_key(out, "oom", &f1);
+    strbuf_puts(out, b[i].fits ? "false" : "true");
+    strbuf_putc(out, '}');
+  }
+  strbuf_puts(out, nb ? "\n  ]" : "]");
+}
+
+void report_json(const ir_module *m, const sim_result *r, const pass_baseline *base, int nbase,
+                 strbuf *out) {
   bool sim = r && r->status == SIM_OK && r->dev && has_schedule(m);
   bool first = true;
   strbuf_putc(out, '{');
@@ -576,5 +661,9 @@ void report_json(const ir_module *m, const sim_result *r, strbuf *out) {
     strbuf_putc(out, '}');
   }
   strbuf_puts(out, ndev ? "\n  ]" : "]");
+  if (base) {
+    top_key(out, "baselines", &first);
+    json_baselines(base, nbase, out);
+  }
   strbuf_puts(out, "\n}\n");
 }

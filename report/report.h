@@ -1,29 +1,68 @@
-/* report.h -- what people look at: the plan report as a table or one JSON object, the
- * Chrome/Perfetto trace of a simulated step, and an SVG timeline picture. Each writer takes the
- * module and, when the module has a plan, its recorded simulation; report_emit does the whole
- * job for the tools (simulate when needed, then write). docs/report.md documents the formats. */
+/* report.h -- what people look at: the plan report as a table or one JSON object (with the
+ * classic plans beside it), the Chrome/Perfetto trace of a simulated step, an SVG timeline
+ * picture, and the plan exported for PyTorch (schedule CSV) and Megatron (layout string). Each
+ * writer takes the module and, when the module has a plan, its recorded simulation; report_emit
+ * does the whole job for the tools (simulate when needed, then write). docs/report.md documents
+ * the formats. */
 #ifndef OCTO_REPORT_H
 #define OCTO_REPORT_H
 
 #include <stdio.h>
 
 #include "ir.h"
+#include "passes.h"
 #include "sim.h"
 #include "support.h"
 
-/* The artifacts, in the order --help lists them. */
+/* The artifacts of artifacts.def: REPORT_<ID>. */
 typedef enum report_kind {
-  REPORT_TEXT,  /* the plan and its prediction as tables (octoc's default output) */
-  REPORT_JSON,  /* one JSON object (schema in docs/report.md) */
-  REPORT_TRACE, /* Chrome / Perfetto trace JSON */
-  REPORT_SVG,   /* SVG timeline */
+#define REPORT_ARTIFACT(ID, NAME, NEEDS, ONE, HELP) REPORT_##ID,
+#include "artifacts.def"
+#undef REPORT_ARTIFACT
+  REPORT_KIND_COUNT
 } report_kind;
+
+/* Description of an artifact (artifacts.def). */
+typedef struct report_kind_info {
+  const char *name;  /* spelling after --emit= */
+  int needs;         /* 0 nothing, 1 stages and placement, 2 a schedule */
+  bool one_document; /* cannot be split into chunks */
+  const char *help;  /* one line for --help */
+} report_kind_info;
+extern const report_kind_info report_kinds[REPORT_KIND_COUNT];
+
+/* The artifact spelled 'name', or -1. */
+int report_kind_lookup(const char *name);
+/* Append the artifact names as "a, b or c" to sb (for messages). */
+void report_kind_names(strbuf *sb);
+
+/* What else goes into an artifact. Zero-initialize for the defaults. */
+typedef struct report_opts {
+  bool debuginfo;    /* IR: print loc(...) */
+  bool compare;      /* report and JSON: run the classic plans (pass_compare) and show them */
+} report_opts;
 
 /* Text report of m. r: a recorded SIM_OK run of m's plan, or NULL when m has no schedule (the
  * report then shows the model, cluster, set-up and per-layer costs, and says there is no plan). */
 void report_text(const ir_module *m, const sim_result *r, strbuf *out);
-/* JSON report of m (same pre as report_text); keys in docs/report.md. */
-void report_json(const ir_module *m, const sim_result *r, strbuf *out);
+/* JSON report of m (same pre as report_text); keys in docs/report.md. With b != NULL, a
+ * "baselines" list of the nb classic plans. */
+void report_json(const ir_module *m, const sim_result *r, const pass_baseline *b, int nb,
+                 strbuf *out);
+/* Table of the classic plans b[0..nb) beside m's own (r: its recorded run, or NULL). */
+void report_compare(const ir_module *m, const sim_result *r, const pass_baseline *b, int nb,
+                    strbuf *out);
+/* The schedule of m as PyTorch torch.distributed.pipelining CSV, compute only: one row per
+ * device, cells "<stage>F<mb>", "<stage>I<mb>" (B), "<stage>W<mb>", "<stage>B<mb>" (fused BW), as
+ * torch's _load_csv(format="compute_only") reads them. Pre: m has schedules. */
+void report_torch_csv(const ir_module *m, strbuf *out);
+/* The partition of m as Megatron's --pipeline-model-parallel-layout ("E,t*3|t*4|...,L": E
+ * embedding, t attention with its MLP or MoE, L LM head, '|' between stages in virtual-stage
+ * order) or, for hybrid models, the hybrid pattern with '|' cuts (M Mamba-2, * attention, - MLP,
+ * E MoE). Megatron places virtual stage s on rank s mod p, so a placement other than sequential
+ * or interleaved, or layers these notations cannot spell, are errors through d at 'where'.
+ * Returns 0, or -1 after reporting. */
+int report_megatron_layout(const ir_module *m, strbuf *out, diag_engine *d, diag_loc where);
 /* Trace of r (pre: r is a recorded SIM_OK run of m). */
 void report_trace(const ir_module *m, const sim_result *r, strbuf *out);
 /* SVG timeline of r (pre: r is a recorded SIM_OK run of m). */
@@ -35,6 +74,7 @@ void report_svg(const ir_module *m, const sim_result *r, strbuf *out);
  * as missing costs or links, a deadlocking or invalid order) is reported through d (at 'where'
  * or the entity concerned). Returns 0 (out holds the artifact), or -1 after reporting (out is
  * unchanged). */
-int report_emit(const ir_module *m, report_kind k, strbuf *out, diag_engine *d, diag_loc where);
+int report_emit(const ir_module *m, report_kind k, const report_opts *o, strbuf *out,
+                diag_engine *d, diag_loc where);
 
 #endif

@@ -1,8 +1,8 @@
 /* octo-opt.c -- runs chosen passes on textual IR: parses the command line, hands the work to
- * pass_opt_process (passes/driver.c) -- or, when a report, trace or SVG timeline is asked for
- * instead of the IR, to the same read/verify/run loop followed by report_emit -- writes the
- * output, and decides the exit code: 0 success, 1 user error (bad input, bad flags, failing pass
- * or a plan that does not simulate), 2 internal error. */
+ * pass_opt_process (passes/driver.c), with report_emit writing the artifact when one other than
+ * the IR is asked for (--report, --emit), writes the output, and decides the exit code:
+ * 0 success, 1 user error (bad input, bad flags, failing pass or a plan that does not simulate),
+ * 2 internal error. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -17,7 +17,7 @@ enum { EXIT_OK = 0, EXIT_USER = 1, EXIT_INTERNAL = 2 };
 
 /* Command-line flags. */
 typedef enum flag_id {
-  F_PASSES, F_EMIT, F_REPORT, F_OUTPUT, F_PRINT_AFTER_ALL, F_PRINT_BEFORE_ALL, F_PRINT_AFTER,
+  F_PASSES, F_EMIT, F_REPORT, F_COMPARE, F_OUTPUT, F_PRINT_AFTER_ALL, F_PRINT_BEFORE_ALL, F_PRINT_AFTER,
   F_PRINT_BEFORE, F_VERIFY_EACH, F_NO_VERIFY, F_LIST_PASSES, F_DEBUGINFO, F_VERIFY_DIAGS, F_SPLIT,
   F_ERROR_LIMIT, F_DUMP_PIPELINE, F_HELP, F_VERSION
 } flag_id;
@@ -34,10 +34,11 @@ typedef struct flag_info {
 static const flag_info flags[] = {
     {F_PASSES, "--passes", "PIPELINE",
      "passes to run, e.g. 'verify,strip-plan' (see --list-passes)", false},
-    {F_EMIT, "--emit", "KIND",
-     "what to write: ir (default), report, trace (Chrome/Perfetto JSON), svg (timeline)", false},
+    {F_EMIT, "--emit", "KIND", "what to write instead of the IR (see the list below)", false},
     {F_REPORT, "--report", "FORMAT",
      "write the plan report instead of the IR: text (default) or json", true},
+    {F_COMPARE, "--compare", NULL,
+     "add the classic plans (S-1F1B, I-1F1B, ZB-H1, ZB-V, ...) to the report", false},
     {F_OUTPUT, "-o", "FILE", "write the output to FILE instead of stdout", false},
     {F_PRINT_AFTER_ALL, "--print-ir-after-all", NULL, "dump the IR to stderr after every pass",
      false},
@@ -63,22 +64,11 @@ static const flag_info flags[] = {
 };
 #define NFLAGS (int)(sizeof flags / sizeof flags[0])
 
-/* What octo-opt writes. */
-typedef enum opt_emit {
-  OPT_EMIT_IR,     /* the IR after the passes (default) */
-  OPT_EMIT_REPORT, /* the plan report (text or JSON, see cmdline.json) */
-  OPT_EMIT_TRACE,  /* Chrome / Perfetto trace of the simulated step */
-  OPT_EMIT_SVG,    /* SVG timeline of the simulated step */
-} opt_emit;
-
-/* Spellings of --emit, in opt_emit order. */
-static const char *const emit_names[] = {"ir", "report", "trace", "svg"};
-
 /* Everything the command line asked for. */
 typedef struct cmdline {
   pass_opt_config cfg;   /* work for the driver */
-  opt_emit emit;         /* --emit / --report */
-  bool json;             /* --report=json */
+  report_kind emit;      /* --emit / --report (REPORT_IR: print the IR) */
+  report_opts ropts;     /* what goes into the artifact */
   const char *output;    /* -o FILE, NULL for stdout */
   int error_limit;       /* --error-limit, -1 when not given */
   bool list_passes;      /* --list-passes */
@@ -102,6 +92,9 @@ static void usage(FILE *out) {
       snprintf(left, sizeof left, "%s", f->name);
     fprintf(out, "  %-26s %s\n", left, f->help);
   }
+  fprintf(out, "\nartifacts (--emit=KIND):\n");
+  for (int k = 0; k < REPORT_KIND_COUNT; k++)
+    fprintf(out, "  %-26s %s\n", report_kinds[k].name, report_kinds[k].help);
   fprintf(out, "\nexit status: 0 success, 1 error in the input or the command line or a failing "
                "pass,\n2 internal error.\n");
 }
@@ -138,13 +131,15 @@ static bool apply_flag(cmdline *cl, const flag_info *f, const char *v) {
   switch (f->id) {
   case F_PASSES: cl->cfg.passes = v; break;
   case F_EMIT: {
-    int k = 0;
-    while (k < 4 && strcmp(emit_names[k], v) != 0) k++;
-    if (k == 4) {
-      cl_error("unknown --emit kind '%s' (expected ir, report, trace or svg)", v);
+    int k = report_kind_lookup(v);
+    if (k < 0) {
+      strbuf names = {0};
+      report_kind_names(&names);
+      cl_error("unknown --emit kind '%s' (expected %s)", v, strbuf_cstr(&names));
+      strbuf_free(&names);
       return false;
     }
-    cl->emit = (opt_emit)k;
+    cl->emit = (report_kind)k;
     break;
   }
   case F_REPORT:
@@ -152,9 +147,9 @@ static bool apply_flag(cmdline *cl, const flag_info *f, const char *v) {
       cl_error("unknown --report format '%s' (expected text or json)", v);
       return false;
     }
-    cl->emit = OPT_EMIT_REPORT;
-    cl->json = v && strcmp(v, "json") == 0;
+    cl->emit = v && strcmp(v, "json") == 0 ? REPORT_JSON : REPORT_TEXT;
     break;
+  case F_COMPARE: cl->ropts.compare = true; break;
   case F_OUTPUT: cl->output = v; break;
   case F_PRINT_AFTER_ALL: cl->cfg.pm.print_ir_after_all = true; break;
   case F_PRINT_BEFORE_ALL: cl->cfg.pm.print_ir_before_all = true; break;
@@ -257,96 +252,18 @@ static int write_output(const cmdline *cl, const strbuf *out) {
   return EXIT_OK;
 }
 
-/* ---- Reports instead of IR ---- */
-
-/* Read, verify and transform the module of source 'src' like the driver does, then write the
- * artifact asked for (report_emit) instead of the IR. Pre: pl parsed without error. Appends the
- * artifact to 'out' on success unless in verify-diagnostics mode. */
-static pass_status report_module(const cmdline *cl, report_kind k, const pass_pipeline *pl,
-                                 uint32_t src, diag_engine *d, strbuf *out) {
-  int errors = diag_error_count(d);
-  ir_module *m = ir_read(d, src);
-  if (!m || diag_error_count(d) > errors) {
-    ir_module_free(m);
-    return PASS_FAILED;
-  }
-  const diag_source *s = diag_get_source(d, src);
-  diag_loc start = diag_mkloc(src, s->line_base + 1, 1, 0);
-  if (!cl->cfg.no_verify && ir_verify(m, d, start) > 0) {
-    ir_module_free(m);
-    return PASS_FAILED;
-  }
-  pass_status st = pass_pipeline_run(pl, m, &cl->cfg.pm, d);
-  if (st == PASS_OK) {
-    diag_loc where = m->loc.src == src ? ir_diag_loc(m->loc) : start;
-    strbuf text = {0};
-    if (report_emit(m, k, &text, d, where) != 0)
-      st = PASS_FAILED;
-    else if (!cl->cfg.verify_diagnostics)
-      strbuf_append(out, strbuf_cstr(&text), text.len);
-    strbuf_free(&text);
-  }
-  ir_module_free(m);
-  return st;
-}
-
-/* pass_opt_process (passes/driver.c) with report_module in place of printing the IR: the same
- * pipeline parsing, --dump-pass-pipeline, --split-input-file chunks separated by "# -----" and
- * --verify-diagnostics handling. Never exits. */
-static pass_opt_result report_process(const cmdline *cl, diag_engine *d, strbuf *out) {
-  const pass_opt_config *cfg = &cl->cfg;
-  report_kind k = cl->emit == OPT_EMIT_TRACE ? REPORT_TRACE
-                  : cl->emit == OPT_EMIT_SVG ? REPORT_SVG
-                  : cl->json                 ? REPORT_JSON
-                                             : REPORT_TEXT;
-  pass_opt_result r = {PASS_OK, 0, 0};
-  pass_pipeline pl = {0};
-  uint32_t *ids = NULL;
-  if (cfg->verify_diagnostics) diag_set_verify(d, true);
-  if (cfg->passes && pass_pipeline_parse(&pl, cfg->passes, d) != 0) {
-    r.status = PASS_FAILED;
-    goto finish;
-  }
-  if (cfg->dump_pipeline) {
-    strbuf sb = {0};
-    pass_pipeline_print(&pl, &sb);
-    fprintf(cfg->dump_pipeline, "pipeline: %s\n", strbuf_cstr(&sb));
-    strbuf_free(&sb);
-  }
-  uint32_t file = diag_load_file(d, cfg->input, diag_mkloc(0, 0, 0, 0));
-  if (!file) {
-    r.status = PASS_FAILED;
-    goto finish;
-  }
-  int n = 1;
-  if (cfg->split_input_file) {
-    n = diag_split_source(d, file, &ids);
-  } else {
-    ids = xmalloc(sizeof *ids);
-    ids[0] = file;
-  }
-  for (int i = 0; i < n && !diag_limit_reached(d); i++) {
-    if (i && !cfg->verify_diagnostics) strbuf_puts(out, "# -----\n");
-    pass_status st = report_module(cl, k, &pl, ids[i], d, out);
-    r.chunks++;
-    r.chunks_ok += st == PASS_OK;
-    if (st > r.status) r.status = st;
-  }
-finish:
-  if (cfg->verify_diagnostics) {
-    int mismatches = diag_verify_finish(d);
-    diag_set_verify(d, false);
-    r.status = r.status == PASS_INTERNAL ? PASS_INTERNAL : mismatches ? PASS_FAILED : PASS_OK;
-  }
-  free(ids);
-  pass_pipeline_free(&pl);
-  return r;
+/* The driver's output hook: the artifact asked for in place of the IR. */
+static int emit_artifact(void *ctx, const ir_module *m, diag_engine *d, diag_loc where,
+                         strbuf *out) {
+  const cmdline *cl = ctx;
+  return report_emit(m, cl->emit, &cl->ropts, out, d, where);
 }
 
 int main(int argc, char **argv) {
   cmdline cl;
   memset(&cl, 0, sizeof cl);
   cl.error_limit = -1;
+  cl.emit = REPORT_IR;
   if (!parse_args(argc, argv, &cl)) return EXIT_USER;
   if (cl.help) {
     usage(stdout);
@@ -362,21 +279,26 @@ int main(int argc, char **argv) {
   }
   if (!cl.cfg.input) cl.cfg.input = "-";
 
-  bool one_document = cl.emit == OPT_EMIT_TRACE || cl.emit == OPT_EMIT_SVG ||
-                      (cl.emit == OPT_EMIT_REPORT && cl.json);
-  if (one_document && cl.cfg.split_input_file && !cl.cfg.verify_diagnostics) {
-    cl_error("--split-input-file cannot be combined with %s: the output is one document",
-             cl.emit == OPT_EMIT_REPORT ? "--report=json" : cl.emit == OPT_EMIT_TRACE
-                                                              ? "--emit=trace"
-                                                              : "--emit=svg");
+  if (report_kinds[cl.emit].one_document && cl.cfg.split_input_file &&
+      !cl.cfg.verify_diagnostics) {
+    cl_error("--split-input-file cannot be combined with --emit=%s: the output is one document",
+             report_kinds[cl.emit].name);
     return EXIT_USER;
+  }
+  if (cl.ropts.compare && cl.emit != REPORT_TEXT && cl.emit != REPORT_JSON) {
+    cl_error("--compare adds to the report: use it with --report (text or json)");
+    return EXIT_USER;
+  }
+  cl.ropts.debuginfo = cl.cfg.pm.print_debuginfo;
+  if (cl.emit != REPORT_IR) {
+    cl.cfg.emit = emit_artifact;
+    cl.cfg.emit_ctx = &cl;
   }
 
   diag_engine *d = diag_new(stderr);
   if (cl.error_limit >= 0) diag_set_error_limit(d, cl.error_limit);
   strbuf out = {0};
-  pass_opt_result r = cl.emit == OPT_EMIT_IR ? pass_opt_process(&cl.cfg, d, &out)
-                                              : report_process(&cl, d, &out);
+  pass_opt_result r = pass_opt_process(&cl.cfg, d, &out);
   int code = r.status == PASS_OK ? EXIT_OK : r.status == PASS_INTERNAL ? EXIT_INTERNAL : EXIT_USER;
   if (!cl.cfg.verify_diagnostics && (r.status == PASS_OK || r.chunks_ok > 0)) {
     int wcode = write_output(&cl, &out);

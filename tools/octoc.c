@@ -1,7 +1,8 @@
-/* octoc -- the OctoPipe compiler driver: compiles a .octo spec to the pipeline IR, runs the
- * cost pass (and the simulate pass when the module has a schedule), and writes the report (text
- * or JSON) or the artifact asked for with --emit (IR, trace, SVG timeline). Exit codes:
- * 0 success, 1 user error, 2 internal error. */
+/* octoc -- the OctoPipe compiler driver: compiles a .octo spec to the pipeline IR, plans it
+ * (the default pipeline below, or --passes), and writes the report (text or JSON, with the
+ * classic plans beside it with --compare) or the artifact asked for with --emit (IR, trace, SVG
+ * timeline, PyTorch schedule CSV, Megatron layout). Exit codes: 0 success, 1 user error,
+ * 2 internal error. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,20 +13,13 @@
 #include "report.h"
 #include "support.h"
 
-/* What octoc writes. */
-typedef enum octoc_emit {
-  EMIT_REPORT, /* the plan report (text or JSON, see octoc_opts.json) */
-  EMIT_IR,     /* the textual IR */
-  EMIT_TRACE,  /* Chrome / Perfetto trace of the simulated step */
-  EMIT_SVG,    /* SVG timeline of the simulated step */
-} octoc_emit;
-
 /* Command-line options of octoc. */
 typedef struct octoc_opts {
   const char *input;      /* spec file, "-" for stdin */
   const char *output;     /* -o FILE, NULL for stdout */
-  octoc_emit emit;        /* --emit=KIND (--report selects EMIT_REPORT) */
-  bool json;              /* --report=json: the report as one JSON object */
+  report_kind emit;       /* --emit=KIND (--report selects REPORT_TEXT or REPORT_JSON) */
+  const char *passes;     /* --passes: the pipeline after the front end, NULL for the default */
+  bool compare;           /* --compare: run the classic plans too */
   bool explain;           /* --explain */
   bool verify_diags;      /* --verify-diagnostics */
   bool split;             /* --split-input-file */
@@ -33,20 +27,21 @@ typedef struct octoc_opts {
   int error_limit;        /* --error-limit */
 } octoc_opts;
 
-/* Spellings of --emit, in octoc_emit order. */
-static const char *const emit_kinds[] = {"report", "ir", "trace", "svg", NULL};
-
 static void usage(FILE *f) {
   fputs("usage: octoc SPEC.octo [options]\n"
         "\n"
         "Compile an OctoPipe model/cluster/training spec to the pipeline IR, estimate every\n"
-        "layer's costs, and report the result.\n"
+        "layer's costs, plan the pipeline, simulate a step, and report the result.\n"
         "\n"
         "options:\n"
-        "  --emit=KIND            what to write: report (default), ir, trace (Chrome/Perfetto\n"
-        "                         JSON of the simulated step), svg (timeline picture); trace\n"
-        "                         and svg need a scheduled plan\n"
+        "  --emit=KIND            what to write (see below; default report)\n"
         "  --report[=FORMAT]      write the report as text (default) or json\n"
+        "  --compare              add the classic plans (S-1F1B, balanced 1F1B, I-1F1B, ZB-H1,\n"
+        "                         ZB-V, adaptive) to the report, with their speedup\n"
+        "  --passes=PIPELINE      the passes after the front end instead of the default plan\n"
+        "                         (costs, then the fastest classic plan that fits in memory);\n"
+        "                         e.g. 'cost,partition,place,schedule{method=zb-h1},simulate'\n"
+        "                         (see octo-opt --list-passes); --passes= runs none\n"
         "  -o FILE                write to FILE instead of stdout\n"
         "  --explain              report every default the compiler assumed\n"
         "  --print-debuginfo      print source locations in the IR\n"
@@ -56,20 +51,60 @@ static void usage(FILE *f) {
         "  --help                 show this help\n"
         "  --version              show the version\n"
         "\n"
+        "artifacts (--emit=KIND):\n",
+        f);
+  for (int k = 0; k < REPORT_KIND_COUNT; k++)
+    fprintf(f, "  %-22s %s\n", report_kinds[k].name, report_kinds[k].help);
+  fputs("\n"
         "exit status: 0 success, 1 error in the input or the command line, 2 internal error\n",
         f);
 }
 
-/* Run the passes octoc applies after the front end: 'cost' when the module has devices to cost
- * on (a model-only spec has none), then 'simulate' when it has a schedule. Returns the manager's
- * status. */
-static pass_status run_passes(ir_module *m, diag_engine *d) {
+/* Parse and run pipeline 'text' on m. Returns the manager's status. */
+static pass_status run_text(ir_module *m, const char *text, diag_engine *d) {
   pass_pipeline pl = {0};
-  if (m->ndevices > 0) pass_pipeline_add(&pl, &pass_registry[PASS_ID_COST]);
-  if (m->schedules && m->nstages > 0) pass_pipeline_add(&pl, &pass_registry[PASS_ID_SIMULATE]);
   pass_manager_opts po = {0};
-  pass_status st = pass_pipeline_run(&pl, m, &po, d);
+  pass_status st = pass_pipeline_parse(&pl, text, d) == 0 ? pass_pipeline_run(&pl, m, &po, d)
+                                                           : PASS_FAILED;
   pass_pipeline_free(&pl);
+  return st;
+}
+
+/* The plan octoc makes when --passes is not given: costs, then (with devices to plan for) the
+ * fastest classic plan of pass_compare that fits in memory (the fastest of all when none fits),
+ * simulated. A partition given in the spec is kept instead: one stage per device runs 1F1B,
+ * more are placed in Megatron's loop and scheduled by the adaptive scheduler. */
+static pass_status default_plan(ir_module *m, diag_engine *d) {
+  if (m->ndevices == 0) return PASS_OK; /* nothing to cost on, nothing to plan */
+  pass_status st = run_text(m, "cost", d);
+  if (st != PASS_OK) return st;
+  if (m->nstages > 0) {
+    int v = m->nstages / m->ndevices; /* the front end checked that it divides */
+    strbuf text = {0};
+    strbuf_printf(&text, "partition{method=explicit, chunks=%d},place{method=%s},"
+                  "schedule{method=%s},simulate", v, v > 1 ? "interleaved" : "sequential",
+                  v > 1 ? "adaptive" : "1f1b");
+    st = run_text(m, strbuf_cstr(&text), d);
+    strbuf_free(&text);
+    return st;
+  }
+  pass_baseline *b;
+  int n = pass_compare(m, &b), best = -1;
+  for (int i = 0; i < n; i++)
+    if (b[i].ok && (best < 0 || (b[i].fits && !b[best].fits) ||
+                    (b[i].fits == b[best].fits && b[i].makespan < b[best].makespan)))
+      best = i;
+  if (best < 0) {
+    diag_error(d, ir_diag_loc(m->loc), "no classic plan works for model '%s'", m->name);
+    for (int i = 0; i < n; i++) diag_note(d, ir_diag_loc(m->loc), "%s: %s", b[i].name, b[i].why);
+    st = PASS_FAILED;
+  } else {
+    strbuf text = {0};
+    strbuf_printf(&text, "%s,simulate", b[best].pipeline);
+    st = run_text(m, strbuf_cstr(&text), d);
+    strbuf_free(&text);
+  }
+  pass_baseline_free(b, n, true);
   return st;
 }
 
@@ -84,21 +119,13 @@ static int compile_one(diag_engine *d, uint32_t src, const octoc_opts *o, strbuf
   if (ir_verify(m, d, diag_mkloc(src, 0, 0, 0)) != 0) {
     rc = 1;
   } else {
-    pass_status st = run_passes(m, d);
+    pass_status st = o->passes ? run_text(m, o->passes, d) : default_plan(m, d);
     if (st != PASS_OK) {
       rc = st == PASS_INTERNAL ? 2 : 1;
-    } else if (o->emit == EMIT_IR) {
-      if (!o->verify_diags) {
-        ir_print_opts po = {o->debuginfo};
-        ir_print(m, out, &po);
-      }
     } else {
-      report_kind k = o->emit == EMIT_TRACE ? REPORT_TRACE
-                      : o->emit == EMIT_SVG ? REPORT_SVG
-                      : o->json             ? REPORT_JSON
-                                            : REPORT_TEXT;
+      report_opts ro = {o->debuginfo, o->compare};
       strbuf text = {0};
-      if (report_emit(m, k, &text, d, where) != 0)
+      if (report_emit(m, o->emit, &ro, &text, d, where) != 0)
         rc = 1;
       else if (!o->verify_diags)
         strbuf_append(out, strbuf_cstr(&text), text.len);
@@ -136,8 +163,9 @@ static int write_output(const char *path, const strbuf *text) {
 }
 
 int main(int argc, char **argv) {
-  octoc_opts o = {NULL, NULL, EMIT_REPORT, false, false, false, false, false, 20};
+  octoc_opts o = {NULL, NULL, REPORT_TEXT, NULL, false, false, false, false, false, 20};
   static const char *const flags[] = {"--emit=",         "--report",
+                                      "--compare",       "--passes=",
                                       "-o",              "--explain",
                                       "--print-debuginfo", "--verify-diagnostics",
                                       "--split-input-file", "--error-limit=",
@@ -152,20 +180,24 @@ int main(int argc, char **argv) {
       printf("octoc (OctoPipe) %s\n", OCTO_VERSION);
       return 0;
     } else if (starts(a, "--emit=", &v)) {
-      int k;
-      for (k = 0; emit_kinds[k] && strcmp(emit_kinds[k], v) != 0; k++) {}
-      if (!emit_kinds[k]) {
-        fprintf(stderr,
-                "octoc: error: unknown --emit kind '%s' (expected report, ir, trace or svg)\n", v);
+      int k = report_kind_lookup(v);
+      if (k < 0) {
+        strbuf names = {0};
+        report_kind_names(&names);
+        fprintf(stderr, "octoc: error: unknown --emit kind '%s' (expected %s)\n", v,
+                strbuf_cstr(&names));
+        strbuf_free(&names);
         return 1;
       }
-      o.emit = (octoc_emit)k;
+      o.emit = (report_kind)k;
     } else if (strcmp(a, "--report") == 0 || strcmp(a, "--report=text") == 0) {
-      o.emit = EMIT_REPORT;
-      o.json = false;
+      o.emit = REPORT_TEXT;
     } else if (strcmp(a, "--report=json") == 0) {
-      o.emit = EMIT_REPORT;
-      o.json = true;
+      o.emit = REPORT_JSON;
+    } else if (strcmp(a, "--compare") == 0) {
+      o.compare = true;
+    } else if (starts(a, "--passes=", &v)) {
+      o.passes = v;
     } else if (starts(a, "--report=", &v)) {
       fprintf(stderr, "octoc: error: unknown --report format '%s' (expected text or json)\n", v);
       return 1;
@@ -210,12 +242,15 @@ int main(int argc, char **argv) {
     fputs("octoc: error: no input file (try 'octoc --help')\n", stderr);
     return 1;
   }
-  bool one_document =
-      o.emit == EMIT_TRACE || o.emit == EMIT_SVG || (o.emit == EMIT_REPORT && o.json);
-  if (o.split && one_document && !o.verify_diags) {
-    fprintf(stderr, "octoc: error: --split-input-file cannot be combined with --emit=%s%s: the "
+  if (o.split && report_kinds[o.emit].one_document && !o.verify_diags) {
+    fprintf(stderr, "octoc: error: --split-input-file cannot be combined with --emit=%s: the "
                     "output is one document\n",
-            emit_kinds[o.emit], o.emit == EMIT_REPORT ? " --report=json" : "");
+            report_kinds[o.emit].name);
+    return 1;
+  }
+  if (o.compare && o.emit != REPORT_TEXT && o.emit != REPORT_JSON) {
+    fputs("octoc: error: --compare adds to the report: use it with --report (text or json)\n",
+          stderr);
     return 1;
   }
   diag_engine *d = diag_new(stderr);

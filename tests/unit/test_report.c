@@ -142,7 +142,7 @@ void test_report_json(void) {
   fixture_run f;
   fixture_timeline(&f, false);
   strbuf sb = {0};
-  report_json(m, &f.r, &sb);
+  report_json(m, &f.r, NULL, 0, &sb);
   cJSON *j = cJSON_Parse(strbuf_cstr(&sb));
   UNIT_CHECK(j != NULL);
   if (j) {
@@ -200,14 +200,14 @@ void test_report_json(void) {
 
   /* deterministic: the same input gives the same text */
   strbuf again = {0};
-  report_json(m, &f.r, &again);
+  report_json(m, &f.r, NULL, 0, &again);
   UNIT_CHECK_STREQ(strbuf_cstr(&sb), strbuf_cstr(&again));
   strbuf_free(&again);
   strbuf_free(&sb);
 
   /* out of memory: where it first happened */
   fixture_timeline(&f, true);
-  report_json(m, &f.r, &sb);
+  report_json(m, &f.r, NULL, 0, &sb);
   j = cJSON_Parse(strbuf_cstr(&sb));
   UNIT_CHECK(j != NULL);
   if (j) {
@@ -224,7 +224,7 @@ void test_report_json(void) {
 
   /* without a plan: the plan keys are null or empty */
   ir_module_clear_plan(m);
-  report_json(m, NULL, &sb);
+  report_json(m, NULL, NULL, 0, &sb);
   j = cJSON_Parse(strbuf_cstr(&sb));
   UNIT_CHECK(j != NULL);
   if (j) {
@@ -408,7 +408,7 @@ void test_report_emit(void) {
 
   /* every kind of output simulates the plan; the JSON figures are the simulator's */
   strbuf sb = {0};
-  UNIT_CHECK(report_emit(m, REPORT_JSON, &sb, d, diag_mkloc(0, 0, 0, 0)) == 0);
+  UNIT_CHECK(report_emit(m, REPORT_JSON, NULL, &sb, d, diag_mkloc(0, 0, 0, 0)) == 0);
   cJSON *j = cJSON_Parse(strbuf_cstr(&sb));
   UNIT_CHECK(j != NULL);
   if (j) {
@@ -420,7 +420,7 @@ void test_report_emit(void) {
   cJSON_Delete(j);
   for (int k = REPORT_TEXT; k <= REPORT_SVG; k++) {
     strbuf_free(&sb);
-    UNIT_CHECK(report_emit(m, (report_kind)k, &sb, d, diag_mkloc(0, 0, 0, 0)) == 0);
+    UNIT_CHECK(report_emit(m, (report_kind)k, NULL, &sb, d, diag_mkloc(0, 0, 0, 0)) == 0);
     UNIT_CHECK(sb.len > 0);
   }
   strbuf_free(&sb);
@@ -432,17 +432,17 @@ void test_report_emit(void) {
   ir_schedule_push(s1, IR_OP_F, 1, 0);
   ir_schedule_push(s1, IR_OP_W, 1, 0);
   ir_schedule_push(s1, IR_OP_B, 1, 0);
-  UNIT_CHECK(report_emit(m, REPORT_JSON, &sb, d, diag_mkloc(0, 0, 0, 0)) == -1);
+  UNIT_CHECK(report_emit(m, REPORT_JSON, NULL, &sb, d, diag_mkloc(0, 0, 0, 0)) == -1);
   UNIT_CHECK(sb.len == 0);
   UNIT_CHECK(diag_error_count(d) == 1);
 
   /* without a schedule: text and JSON work, trace and SVG are errors */
   ir_module_clear_plan(m);
-  UNIT_CHECK(report_emit(m, REPORT_TEXT, &sb, d, diag_mkloc(0, 0, 0, 0)) == 0);
+  UNIT_CHECK(report_emit(m, REPORT_TEXT, NULL, &sb, d, diag_mkloc(0, 0, 0, 0)) == 0);
   UNIT_CHECK(strstr(strbuf_cstr(&sb), "plan: none yet") != NULL);
   strbuf_free(&sb);
-  UNIT_CHECK(report_emit(m, REPORT_TRACE, &sb, d, diag_mkloc(0, 0, 0, 0)) == -1);
-  UNIT_CHECK(report_emit(m, REPORT_SVG, &sb, d, diag_mkloc(0, 0, 0, 0)) == -1);
+  UNIT_CHECK(report_emit(m, REPORT_TRACE, NULL, &sb, d, diag_mkloc(0, 0, 0, 0)) == -1);
+  UNIT_CHECK(report_emit(m, REPORT_SVG, NULL, &sb, d, diag_mkloc(0, 0, 0, 0)) == -1);
   UNIT_CHECK(sb.len == 0);
   UNIT_CHECK(diag_error_count(d) == 3);
   strbuf_free(&sb);
