@@ -101,6 +101,10 @@ int report_megatron_layout(const ir_module *m, strbuf *out, diag_engine *d, diag
         strbuf_free(&sb);
         return -1;
       }
+      if (hybrid) { /* one character per layer, as Megatron's hybrid_override_pattern */
+        strbuf_putc(&sb, c);
+        continue;
+      }
       if (c != run) {
         put_run(&sb, &first, run, count);
         run = c;
