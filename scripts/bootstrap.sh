@@ -3,8 +3,8 @@
 # dependencies that are missing (apt-get), configures and builds OctoPipe, then runs the
 # requested job.
 #
-#   scripts/bootstrap.sh example [SPEC]   build, then compile SPEC (default: the Nemotron-H
-#                                          example) and print its report
+#   scripts/bootstrap.sh example [SPEC]   build, then plan SPEC (default: the Nemotron-H
+#                                          example) and print its report and the classic plans
 #   scripts/bootstrap.sh test              build, run the whole test suite, then build again
 #                                          with AddressSanitizer + UBSan and run it once more
 #   scripts/bootstrap.sh build             only install and build
@@ -51,7 +51,7 @@ build)
 example)
   configure_and_build "$build"
   spec=${2:-"$root/examples/nemotron_h_8b.octo"}
-  "$build/tools/octoc" "$spec"
+  "$build/tools/octoc" "$spec" --compare
   ;;
 test)
   configure_and_build "$build"
