@@ -17,6 +17,7 @@ typedef struct bench_size {
   int devices, per_device, mb; /* pipeline devices, stages per device, microbatches */
 } bench_size;
 
+/* Monotonic wall time in seconds. */
 static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -41,15 +42,23 @@ static ir_module *make_module(const bench_size *b) {
   for (int s = 0; s < nst; s++) {
     ir_layer *l = ir_module_add_layer(m, "l", IR_KIND_CUSTOM);
     double k = 1.0 + (double)((s * 7919) % 97) / 97.0;
-    double v[] = {1e-3 * k, 1.1e-3 * k, 0.9e-3 * k, 4194304, 1048576, 16777216, 1e9, 2e8};
-    int f[] = {IR_F_COST_f,     IR_F_COST_b,   IR_F_COST_w,     IR_F_COST_act,
-               IR_F_COST_act_w, IR_F_COST_out, IR_F_COST_param, IR_F_COST_grad};
-    for (int i = 0; i < 8; i++) ir_field_set(&l->cost, f[i], v[i]);
+    const struct {
+      int field;    /* IR_F_COST_* */
+      double value; /* seconds or bytes */
+    } cost[] = {
+        {IR_F_COST_f, 1e-3 * k},       {IR_F_COST_b, 1.1e-3 * k},    {IR_F_COST_w, 0.9e-3 * k},
+        {IR_F_COST_act, 4194304},      {IR_F_COST_act_w, 1048576},   {IR_F_COST_out, 16777216},
+        {IR_F_COST_param, 1e9},        {IR_F_COST_grad, 2e8},
+    };
+    for (size_t i = 0; i < sizeof cost / sizeof cost[0]; i++)
+      ir_field_set(&l->cost, cost[i].field, cost[i].value);
     ir_module_add_stage(m, s, s + 1)->device = s % b->devices;
   }
   return m;
 }
 
+/* The priority rule of the benchmark (sim_choose_fn): a B first, else the F of the latest stage,
+ * else a W. */
 static int greedy(void *ctx, const sim_view *v, const sim_cand *c, int n) {
   (void)ctx, (void)v;
   int best = -1;

@@ -387,14 +387,16 @@ static bool read_entry(prof_ctx *c, const prof_path *p, const cJSON *v, ir_cost 
   return ok;
 }
 
-/* Apply entry e to layer l; false (nothing changed) when the result would keep more after B
- * than until B (act_w > act). */
-static bool apply_entry(ir_layer *l, const ir_cost *e) {
+/* Apply entry e to layer l: *merged receives l's cost record with e's fields set over it; l
+ * takes it unless it would keep more after B than until B (act_w > act: returns false, l is
+ * unchanged). */
+static bool apply_entry(ir_layer *l, const ir_cost *e, ir_cost *merged) {
   ir_cost r = l->cost;
   int first, n;
   ir_record_fields(IR_REC_COST, &first, &n);
   for (int f = first; f < first + n; f++)
     if (ir_field_is_set(e, f)) ir_field_set(&r, f, ir_field_get(e, f));
+  *merged = r;
   if (ir_field_is_set(&r, IR_F_COST_act) && ir_field_is_set(&r, IR_F_COST_act_w) &&
       r.act_w > r.act)
     return false;
@@ -406,46 +408,11 @@ static bool apply_entry(ir_layer *l, const ir_cost *e) {
 static void apply_to(prof_ctx *c, const prof_path *p, int i, const ir_cost *e, bool *bad) {
   if (c->apply && !c->apply[i]) return;
   ir_layer *l = &c->m->layers[i];
-  if (apply_entry(l, e) || *bad) return;
+  ir_cost r;
+  if (apply_entry(l, e, &r) || *bad) return;
   *bad = true;
-  ir_cost r = l->cost;
-  int first, n;
-  ir_record_fields(IR_REC_COST, &first, &n);
-  for (int f = first; f < first + n; f++)
-    if (ir_field_is_set(e, f)) ir_field_set(&r, f, ir_field_get(e, f));
   perr(c, p, "act_w = %.17g bytes would exceed act = %.17g bytes of layer '%s'", r.act_w, r.act,
        l->name);
-}
-
-/* The "kinds" object at path p: each valid entry applied to every layer of its kind. */
-static void kinds_section(prof_ctx *c, const prof_path *p, const cJSON *v) {
-  if (!cJSON_IsObject(v)) {
-    perr(c, p, "expected an object of layer kinds, found %s", json_type(v));
-    return;
-  }
-  int n;
-  bool *dup = find_duplicates(v, &n);
-  int i = 0;
-  for (const cJSON *it = v->child; it; it = it->next, i++) {
-    prof_path q = path_child(p, i, it->string);
-    if (dup[i]) {
-      perr(c, &q, "duplicate key");
-      continue;
-    }
-    int k = ir_kind_lookup(it->string);
-    if (k < 0) {
-      const char *names[IR_KIND_COUNT];
-      for (int j = 0; j < IR_KIND_COUNT; j++) names[j] = ir_kinds[j].name;
-      unknown_name(c, &q, "unknown layer kind", names, IR_KIND_COUNT, it->string);
-      continue;
-    }
-    ir_cost e;
-    if (!read_entry(c, &q, it, &e)) continue;
-    bool bad = false;
-    for (int l = 0; l < c->m->nlayers; l++)
-      if ((int)c->m->layers[l].kind == k) apply_to(c, &q, l, &e, &bad);
-  }
-  free(dup);
 }
 
 /* qsort order of layers: by name, then by index. */
@@ -466,10 +433,12 @@ static int find_layer(const prof_ctx *c, const char *name) {
   return lo < c->m->nlayers && strcmp(c->order[lo].name, name) == 0 ? lo : -1;
 }
 
-/* The "layers" object at path p: each valid entry applied to the layers of its name. */
-static void layers_section(prof_ctx *c, const prof_path *p, const cJSON *v) {
+/* The "kinds" object (by_kind) or the "layers" object at path p: each valid entry is applied to
+ * every layer of its kind, or to the layers of its name. */
+static void entries_section(prof_ctx *c, const prof_path *p, const cJSON *v, bool by_kind) {
   if (!cJSON_IsObject(v)) {
-    perr(c, p, "expected an object of layer names, found %s", json_type(v));
+    perr(c, p, "expected an object of layer %s, found %s", by_kind ? "kinds" : "names",
+         json_type(v));
     return;
   }
   int n;
@@ -481,8 +450,15 @@ static void layers_section(prof_ctx *c, const prof_path *p, const cJSON *v) {
       perr(c, &q, "duplicate key");
       continue;
     }
-    int at = find_layer(c, it->string);
-    if (at < 0) {
+    /* by kind: the kind's index; by name: the first position in c->order */
+    int key = by_kind ? ir_kind_lookup(it->string) : find_layer(c, it->string);
+    if (key < 0 && by_kind) {
+      const char *names[IR_KIND_COUNT];
+      for (int j = 0; j < IR_KIND_COUNT; j++) names[j] = ir_kinds[j].name;
+      unknown_name(c, &q, "unknown layer kind", names, IR_KIND_COUNT, it->string);
+      continue;
+    }
+    if (key < 0) {
       suggest sg;
       suggest_init(&sg, it->string);
       for (int l = 0; l < c->m->nlayers; l++) suggest_add(&sg, c->m->layers[l].name);
@@ -495,8 +471,13 @@ static void layers_section(prof_ctx *c, const prof_path *p, const cJSON *v) {
     ir_cost e;
     if (!read_entry(c, &q, it, &e)) continue;
     bool bad = false;
-    for (int k = at; k < c->m->nlayers && strcmp(c->order[k].name, it->string) == 0; k++)
-      apply_to(c, &q, c->order[k].index, &e, &bad);
+    if (by_kind) {
+      for (int l = 0; l < c->m->nlayers; l++)
+        if ((int)c->m->layers[l].kind == key) apply_to(c, &q, l, &e, &bad);
+    } else {
+      for (int k = key; k < c->m->nlayers && strcmp(c->order[k].name, it->string) == 0; k++)
+        apply_to(c, &q, c->order[k].index, &e, &bad);
+    }
   }
   free(dup);
 }
@@ -615,7 +596,8 @@ static bool jc_container(js_check *c) {
       c->depth--;
       return true;
     }
-    return jc_fail(c, object ? "expected ',' or '}' in an object" : "expected ',' or ']' in an array");
+    return jc_fail(c, object ? "expected ',' or '}' in an object"
+                             : "expected ',' or ']' in an array");
   }
 }
 
@@ -722,8 +704,8 @@ static void read_profile(prof_ctx *c, const cJSON *root) {
   if (val[PK_SEQ]) check_count_field(c, &pk[PK_SEQ], val[PK_SEQ], IR_F_TRAIN_seq);
   if (val[PK_TENSOR]) check_count_field(c, &pk[PK_TENSOR], val[PK_TENSOR], IR_F_TRAIN_tensor);
   if (val[PK_DTYPE]) check_dtype(c, &pk[PK_DTYPE], val[PK_DTYPE]);
-  if (val[PK_KINDS]) kinds_section(c, &pk[PK_KINDS], val[PK_KINDS]);
-  if (val[PK_LAYERS]) layers_section(c, &pk[PK_LAYERS], val[PK_LAYERS]);
+  if (val[PK_KINDS]) entries_section(c, &pk[PK_KINDS], val[PK_KINDS], true);
+  if (val[PK_LAYERS]) entries_section(c, &pk[PK_LAYERS], val[PK_LAYERS], false);
 }
 
 int cost_profile_apply(ir_module *m, const char *path, const bool *apply, diag_loc from,

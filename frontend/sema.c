@@ -112,10 +112,9 @@ static void unit_examples(strbuf *sb, ir_dim dim) {
     }
 }
 
-/* Convert value v to type t. Reports and returns false when it does not fit. 'what' names the
- * field in messages. Post: *out holds the value in base units (enums: their number). */
 /* Error of convert(), unless the compilation is in quiet mode. */
-static void conv_error(sema *s, diag_loc at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void conv_error(sema *s, diag_loc at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void conv_error(sema *s, diag_loc at, const char *fmt, ...) {
   if (s->quiet) return;
   va_list ap;
@@ -124,6 +123,8 @@ static void conv_error(sema *s, diag_loc at, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* Convert value v to type t. Reports and returns false when it does not fit. 'what' names the
+ * field in messages. Post: *out holds the value in base units (enums: their number). */
 static bool convert(sema *s, const fe_value *v, ir_type t, const char *what, double *out) {
   const ir_type_info *ti = &ir_types[t];
   if (t == IR_T_BOOL) {
@@ -899,7 +900,10 @@ static void spec_stages(sema *s) {
                  "%s", an(value_kind_name(&s->stages->val)), value_kind_name(&s->stages->val));
       return;
     }
-    int sum = 0;
+    /* Counts go up to 2^53 each: sum them as doubles (exact while the sum is small enough to
+     * matter) and keep the ends only while they are layer indices. */
+    double sum = 0;
+    int count = 0;
     bool bad = false;
     for (fe_elem *e = s->stages->val.elems; e; e = e->next) {
       double v;
@@ -912,14 +916,15 @@ static void spec_stages(sema *s) {
         bad = true;
         continue;
       }
-      sum += (int)v;
-      VEC_PUSH(ends, n, cap, sum);
+      sum += v;
+      count++;
+      if (sum <= m->nlayers) VEC_PUSH(ends, n, cap, (int)sum);
     }
-    if (!bad && n == 0) diag_error(s->d, L(at), "'stages' is empty");
+    if (!bad && count == 0) diag_error(s->d, L(at), "'stages' is empty");
     else if (!bad && sum != m->nlayers)
-      diag_error(s->d, L(at), "stages add up to %d layers but model '%s' has %d", sum, m->name,
+      diag_error(s->d, L(at), "stages add up to %.0f layers but model '%s' has %d", sum, m->name,
                  m->nlayers);
-    if (bad || n == 0 || sum != m->nlayers) {
+    if (bad || count == 0 || sum != m->nlayers) {
       free(ends);
       return;
     }

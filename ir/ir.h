@@ -392,8 +392,14 @@ ir_stage *ir_module_add_stage(ir_module *m, int first, int end);
 /* Create empty schedules for every device (no-op if they exist). */
 void ir_module_init_schedules(ir_module *m);
 void ir_schedule_push(ir_schedule *s, ir_op_kind k, int stage, int mb);
+/* Remove the schedules, the method that made them ('schedule method') and the predictions
+ * (which came from them), keeping stages and placement. Post: m->schedules == NULL. */
+void ir_module_clear_schedules(ir_module *m);
 /* Remove stages, placement, schedules and predictions (the plan), keeping costs. */
 void ir_module_clear_plan(ir_module *m);
+/* The body of m's layers: [*first, *end) without the leading embedding layers and the trailing
+ * LM head layers (what Megatron's uniform split divides). Post: 0 <= *first <= *end <= nlayers. */
+void ir_module_body(const ir_module *m, int *first, int *end);
 /* Effective link between devices a != b: an explicit link, else intra or inter by node.
  * Returns NULL when no link is known. */
 const ir_link_rec *ir_module_link(const ir_module *m, int a, int b);

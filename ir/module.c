@@ -10,11 +10,17 @@ ir_module *ir_module_new(const char *name) {
   return m;
 }
 
-void ir_module_free(ir_module *m) {
-  if (!m) return;
+/* Free the schedules' operation arrays and the array of schedules. */
+static void free_schedules(ir_module *m) {
   if (m->schedules)
     for (int i = 0; i < m->ndevices; i++) free(m->schedules[i].ops);
   free(m->schedules);
+  m->schedules = NULL;
+}
+
+void ir_module_free(ir_module *m) {
+  if (!m) return;
+  free_schedules(m);
   free(m->profiles);
   free(m->devices);
   free(m->links);
@@ -67,7 +73,8 @@ ir_stage *ir_module_add_stage(ir_module *m, int first, int end) {
 }
 
 void ir_module_init_schedules(ir_module *m) {
-  if (!m->schedules) m->schedules = xcalloc((size_t)(m->ndevices ? m->ndevices : 1), sizeof *m->schedules);
+  if (!m->schedules)
+    m->schedules = xcalloc((size_t)(m->ndevices ? m->ndevices : 1), sizeof *m->schedules);
 }
 
 void ir_schedule_push(ir_schedule *s, ir_op_kind k, int stage, int mb) {
@@ -75,15 +82,25 @@ void ir_schedule_push(ir_schedule *s, ir_op_kind k, int stage, int mb) {
   VEC_PUSH(s->ops, s->nops, s->cap, op);
 }
 
-void ir_module_clear_plan(ir_module *m) {
-  if (m->schedules)
-    for (int i = 0; i < m->ndevices; i++) free(m->schedules[i].ops);
-  free(m->schedules);
-  m->schedules = NULL;
+void ir_module_clear_schedules(ir_module *m) {
+  free_schedules(m);
   m->schedule_method = NULL;
-  m->nstages = 0;
   memset(&m->predict, 0, sizeof m->predict);
-  for (int i = 0; i < m->ndevices; i++) memset(&m->devices[i].predict, 0, sizeof m->devices[i].predict);
+  for (int i = 0; i < m->ndevices; i++)
+    memset(&m->devices[i].predict, 0, sizeof m->devices[i].predict);
+}
+
+void ir_module_clear_plan(ir_module *m) {
+  ir_module_clear_schedules(m);
+  m->nstages = 0;
+}
+
+void ir_module_body(const ir_module *m, int *first, int *end) {
+  int lead = 0, trail = 0, n = m->nlayers;
+  while (lead < n && m->layers[lead].kind == IR_KIND_EMBEDDING) lead++;
+  while (trail < n - lead && m->layers[n - 1 - trail].kind == IR_KIND_LM_HEAD) trail++;
+  *first = lead;
+  *end = n - trail;
 }
 
 const ir_link_rec *ir_module_link(const ir_module *m, int a, int b) {
@@ -96,7 +113,8 @@ const ir_link_rec *ir_module_link(const ir_module *m, int a, int b) {
 }
 
 /* Copy of string s in m's arena; consecutive requests for the same pointer share one copy. */
-static const char *clone_str(ir_module *m, const char *s, const char **last_in, const char **last_out) {
+static const char *clone_str(ir_module *m, const char *s, const char **last_in,
+                             const char **last_out) {
   if (!s) return NULL;
   if (s == *last_in) return *last_out;
   *last_in = s;

@@ -659,7 +659,8 @@ static double rd_number(const char *s, size_t n) {
 
 /* Check value v against type t of field 'what' and compute it: numbers are strtod(text) scaled
  * by scale_apply with the unit's scale (exactly the computation ir_format_value's text is
- * checked with, so printed values read back identically). Returns false after reporting why v is not a valid value. */
+ * checked with, so printed values read back identically). Returns false after reporting why v
+ * is not a valid value. */
 static bool rd_convert(rd_parser *p, const rd_value *v, ir_type t, const char *what,
                        double *out) {
   const char *tname = ir_types[t].name;

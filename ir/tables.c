@@ -19,7 +19,8 @@ const ir_unit_info ir_units[] = {
 const int ir_unit_count = (int)(sizeof ir_units / sizeof ir_units[0]);
 
 const ir_param_info ir_layer_params[IR_LP_COUNT] = {
-#define LAYER_PARAM(K, ID, NAME, T, FM, DEF, TP, DOC) {IR_KIND_##K, NAME, IR_T_##T, FM, DEF, TP, DOC},
+#define LAYER_PARAM(K, ID, NAME, T, FM, DEF, TP, DOC)                                             \
+  {IR_KIND_##K, NAME, IR_T_##T, FM, DEF, TP, DOC},
 #include "layer_params.def"
 #undef LAYER_PARAM
 };

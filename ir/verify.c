@@ -177,7 +177,7 @@ static void vf_layers(vf_ctx *v) {
   const ir_module *m = v->m;
   if (m->nlayers == 0) vf_error(v, m->loc, "module @%s has no layers", m->name);
   static const char *const times[] = {"f", "b", "w"};
-  static const char *const sizes[] = {"act", "act_w", "out", "param"};
+  static const char *const sizes[] = {"act", "act_w", "out", "param", "grad"};
   char b1[48];
   for (int i = 0; i < m->nlayers; i++) {
     const ir_layer *l = &m->layers[i];

@@ -29,6 +29,10 @@ static void run_baseline(const ir_module *m, const char *name, const char *pipel
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
+  if (!f) {
+    snprintf(row->why, sizeof row->why, "cannot collect the passes' messages: out of memory");
+    return;
+  }
   diag_engine *d = diag_new(f);
   ir_module *c = ir_module_clone(m);
   pass_pipeline pl = {0};
@@ -71,12 +75,10 @@ int pass_compare(const ir_module *m, pass_baseline **out) {
   int n = (int)(sizeof baselines / sizeof baselines[0]);
   /* Interleaved 1F1B with the best v: every v >= 3 that gives each stage the same number of
    * layers (v x devices divides the body), as Megatron requires. */
-  int lead = 0, trail = 0, body = m->nlayers, p = m->ndevices;
-  while (lead < m->nlayers && m->layers[lead].kind == IR_KIND_EMBEDDING) lead++;
-  while (trail < m->nlayers - lead && m->layers[m->nlayers - 1 - trail].kind == IR_KIND_LM_HEAD)
-    trail++;
-  body -= lead + trail;
-  pass_baseline *rows = xcalloc((size_t)n + 8, sizeof *rows);
+  int first, end, p = m->ndevices;
+  ir_module_body(m, &first, &end);
+  int body = end - first;
+  pass_baseline *rows = xcalloc((size_t)n + 1, sizeof *rows); /* + the best I-1F1B v >= 3 */
   for (int i = 0; i < n; i++) run_baseline(m, baselines[i].name, baselines[i].pipeline, &rows[i]);
   pass_baseline best = {0};
   bool have_best = false;

@@ -19,13 +19,16 @@
 
 /* What the pass works with. */
 typedef struct part_ctx {
-  ir_module *m;
-  const pass_options *opts;
-  diag_engine *d;
-  int k;       /* number of stages to make */
-  int chunks;  /* stages per device */
-  bool k_given; /* stages=N was given */
+  ir_module *m;             /* the module to partition */
+  const pass_options *opts; /* the pass's options */
+  diag_engine *d;           /* where errors go */
+  int k;                    /* number of stages to make */
+  int chunks;               /* stages per device */
+  bool k_given;             /* stages=N was given */
 } part_ctx;
+
+/* The methods, in the order of the 'method' option's spellings. */
+enum { PART_UNIFORM, PART_BALANCED, PART_EXPLICIT, PART_NMETHODS };
 
 /* Where a pass error points: the option when given, else the pass name. */
 static diag_loc opt_loc(const part_ctx *c, const char *key) {
@@ -33,8 +36,8 @@ static diag_loc opt_loc(const part_ctx *c, const char *key) {
   return o ? o->value_loc : c->opts->loc;
 }
 
-/* Replace the module's plan with stages cut after the layer ends in cuts[0..k), cuts[k-1] ==
- * nlayers. */
+/* Replace the module's plan with k stages ending at ends[0..k) (exclusive ends, strictly
+ * increasing, ends[k-1] == nlayers). */
 static void apply_cuts(ir_module *m, const int *ends, int k) {
   ir_module_clear_plan(m);
   int first = 0;
@@ -81,6 +84,7 @@ int pass_partition_balanced(const int64_t *cost, const double *mem_static, const
   if (k < 1 || n < k) return -1;
   int64_t lo = 0, hi = 0;
   for (int i = 0; i < n; i++) {
+    if (cost[i] < 0 || cost[i] > INT64_MAX - hi) return -1; /* negative, or the sum overflows */
     if (cost[i] > lo) lo = cost[i];
     hi += cost[i];
   }
@@ -117,10 +121,9 @@ int pass_partition_balanced(const int64_t *cost, const double *mem_static, const
  * equal counts; when k does not divide it, the last (body mod k) stages get one layer more. */
 static int part_uniform(part_ctx *c) {
   ir_module *m = c->m;
-  int lead = 0, trail = 0, n = m->nlayers;
-  while (lead < n && m->layers[lead].kind == IR_KIND_EMBEDDING) lead++;
-  while (trail < n - lead && m->layers[n - 1 - trail].kind == IR_KIND_LM_HEAD) trail++;
-  int body = n - lead - trail;
+  int lead, body_end, n = m->nlayers;
+  ir_module_body(m, &lead, &body_end);
+  int body = body_end - lead;
   if (body < c->k) {
     diag_error(c->d, c->opts->loc, "partition{method=uniform} cannot cut %d layer%s (without the "
                "embedding and LM head) into %d stages", body, body == 1 ? "" : "s", c->k);
@@ -153,27 +156,49 @@ static int need_costs(part_ctx *c, const char *method) {
   return 0;
 }
 
+/* Largest sum of the layers' F + B + W times (seconds) the balanced method takes: in picoseconds
+ * it stays below INT64_MAX with room for rounding. */
+#define PART_MAX_TOTAL_S 9e6
+
+/* balanced: the exact min-max split of F + B + W per layer (pass_partition_balanced), under
+ * mem_cap when given. Needs complete layer costs. */
 static int part_balanced(part_ctx *c) {
   ir_module *m = c->m;
   if (need_costs(c, "balanced")) return 1;
   double cap;
   if (pass_opt_quantity(c->opts, "mem_cap", IR_DIM_BYTES, 0, &cap, c->d)) return 1;
+  if (pass_opt_find(c->opts, "mem_cap") && !(cap > 0)) { /* 0 would mean "no cap" below */
+    diag_error(c->d, opt_loc(c, "mem_cap"), "mem_cap must be a positive size");
+    return 1;
+  }
   int n = m->nlayers;
   if (n < c->k) {
     diag_error(c->d, c->opts->loc, "partition{method=balanced} cannot cut %d layers into %d "
                "stages", n, c->k);
     return 1;
   }
+  /* Picoseconds, as the simulator: their sum must fit in int64_t (9.2e18 ps, about 106 days). */
+  double total = 0;
+  for (int i = 0; i < n; i++) {
+    const ir_cost *k = &m->layers[i].cost;
+    total += k->f + k->b + k->w;
+  }
+  if (!(total <= PART_MAX_TOTAL_S)) {
+    diag_error(c->d, c->opts->loc, "partition{method=balanced} cannot balance layers whose F + B "
+               "+ W times add up to %g s (at most %g s)", total, PART_MAX_TOTAL_S);
+    return 1;
+  }
   int64_t *cost = xmalloc((size_t)n * sizeof *cost);
   double *ms = xmalloc((size_t)n * sizeof *ms), *ma = xmalloc((size_t)n * sizeof *ma);
   for (int i = 0; i < n; i++) {
     const ir_cost *k = &m->layers[i].cost;
-    cost[i] = llround((k->f + k->b + k->w) * 1e12); /* picoseconds, as the simulator */
+    cost[i] = llround((k->f + k->b + k->w) * 1e12);
     ms[i] = k->param;
     ma[i] = k->act;
   }
-  int mb = (int)ir_field_value(&m->train, IR_F_TRAIN_microbatches);
-  if (mb < 1) mb = 1;
+  /* In flight at a stage: min(k - i, mb), so mb only matters up to k (NAN when unset: 1). */
+  double mbs = ir_field_value(&m->train, IR_F_TRAIN_microbatches);
+  int mb = !(mbs >= 1) ? 1 : mbs < c->k ? (int)mbs : c->k;
   int *ends = xmalloc((size_t)c->k * sizeof *ends);
   int rc = pass_partition_balanced(cost, ms, ma, n, c->k, cap, mb, ends, NULL);
   if (rc == 0) {
@@ -217,7 +242,8 @@ static int check_count(part_ctx *c, int given, diag_loc at, const char *what) {
 
 /* explicit counts="a,b,c". */
 static int part_counts(part_ctx *c, const pass_option *o) {
-  int n = 0, cap = 0, *ends = NULL, sum = 0;
+  int n = 0, cap = 0, *ends = NULL;
+  int64_t sum = 0; /* counts are at most 1e8 each: no overflow before the string ends */
   const char *p = o->value;
   while (*p) {
     char *e;
@@ -228,8 +254,9 @@ static int part_counts(part_ctx *c, const pass_option *o) {
       free(ends);
       return 1;
     }
-    sum += (int)v;
-    VEC_PUSH(ends, n, cap, sum);
+    sum += v;
+    int end = sum <= c->m->nlayers ? (int)sum : c->m->nlayers; /* too many: reported below */
+    VEC_PUSH(ends, n, cap, end);
     p = e;
     while (*p == ' ') p++;
     if (*p == ',') p++;
@@ -239,8 +266,8 @@ static int part_counts(part_ctx *c, const pass_option *o) {
   if (n == 0) {
     diag_error(c->d, o->value_loc, "counts: no layer counts given");
   } else if (sum != c->m->nlayers) {
-    diag_error(c->d, o->value_loc, "counts add up to %d layers but the module has %d", sum,
-               c->m->nlayers);
+    diag_error(c->d, o->value_loc, "counts add up to %lld layers but the module has %d",
+               (long long)sum, c->m->nlayers);
   } else if (!check_count(c, n, o->value_loc, "the explicit partition")) {
     apply_cuts(c->m, ends, n);
     rc = 0;
@@ -290,7 +317,8 @@ static bool layout_expand(const char *s, size_t *i, strbuf *out, int depth, cons
         return false;
       }
     }
-    for (long r = 0; r < rep && out->len < 10000000; r++) strbuf_append(out, item.data ? item.data : "", item.len);
+    for (long r = 0; r < rep && out->len < 10000000; r++)
+      strbuf_append(out, item.data ? item.data : "", item.len);
     strbuf_free(&item);
   }
   return true;
@@ -358,8 +386,8 @@ static int part_layout(part_ctx *c, const pass_option *o) {
       break;
     }
     if (m->layers[at].kind != want) {
-      diag_error(c->d, o->value_loc, "layout: symbol %d ('%c') of stage %d needs a layer of kind %s; "
-                 "layer %%%d \"%s\" is %s", sym, *p, stage, ir_kinds[want].name, at,
+      diag_error(c->d, o->value_loc, "layout: symbol %d ('%c') of stage %d needs a layer of kind "
+                 "%s; layer %%%d \"%s\" is %s", sym, *p, stage, ir_kinds[want].name, at,
                  m->layers[at].name, ir_kinds[m->layers[at].kind].name);
       rc = 1;
       break;
@@ -381,6 +409,8 @@ static int part_layout(part_ctx *c, const pass_option *o) {
   return rc;
 }
 
+/* explicit: counts, a layout, or the stages the module has (kept, with the rest of the plan
+ * dropped). */
 static int part_explicit(part_ctx *c) {
   const pass_option *counts = pass_opt_find(c->opts, "counts");
   const pass_option *layout = pass_opt_find(c->opts, "layout");
@@ -407,17 +437,18 @@ static int part_explicit(part_ctx *c) {
 }
 
 int pass_run_partition(ir_module *m, const pass_options *opts, diag_engine *d) {
-  static const char *const methods[] = {"uniform", "balanced", "explicit"};
+  static const char *const methods[PART_NMETHODS] = {"uniform", "balanced", "explicit"};
   int method;
   int64_t stages, chunks;
-  if (pass_opt_choice(opts, "method", methods, 3, 1, &method, d) ||
+  if (pass_opt_choice(opts, "method", methods, PART_NMETHODS, PART_BALANCED, &method, d) ||
       pass_opt_int(opts, "stages", 0, &stages, d) || pass_opt_int(opts, "chunks", 1, &chunks, d))
     return 1;
-  part_ctx c = {m, opts, d, 0, (int)chunks, stages > 0};
+  part_ctx c = {m, opts, d, 0, 1, stages > 0};
   if (chunks < 1 || chunks > 1024) {
     diag_error(d, opt_loc(&c, "chunks"), "chunks must be between 1 and 1024");
     return 1;
   }
+  c.chunks = (int)chunks;
   if (pass_opt_find(opts, "stages") && (stages < 1 || stages > 1000000)) {
     diag_error(d, opt_loc(&c, "stages"), "stages must be between 1 and 1000000");
     return 1;
@@ -426,13 +457,13 @@ int pass_run_partition(ir_module *m, const pass_options *opts, diag_engine *d) {
     diag_error(d, opt_loc(&c, "chunks"), "give either stages or chunks, not both");
     return 1;
   }
-  if ((pass_opt_find(opts, "counts") || pass_opt_find(opts, "layout")) && method != 2) {
+  if ((pass_opt_find(opts, "counts") || pass_opt_find(opts, "layout")) && method != PART_EXPLICIT) {
     const pass_option *o = pass_opt_find(opts, "counts");
     if (!o) o = pass_opt_find(opts, "layout");
     diag_error(d, o->key_loc, "'%s' is for method=explicit", o->key);
     return 1;
   }
-  if (pass_opt_find(opts, "mem_cap") && method != 1) {
+  if (pass_opt_find(opts, "mem_cap") && method != PART_BALANCED) {
     diag_error(d, pass_opt_find(opts, "mem_cap")->key_loc, "'mem_cap' is for method=balanced");
     return 1;
   }
@@ -440,18 +471,18 @@ int pass_run_partition(ir_module *m, const pass_options *opts, diag_engine *d) {
     c.k = (int)stages;
   } else if (m->ndevices > 0) {
     c.k = m->ndevices * (int)chunks;
-  } else if (method != 2) {
+  } else if (method != PART_EXPLICIT) {
     diag_error(d, opts->loc, "the module has no devices: give the number of stages (stages=N)");
     return 1;
   }
-  if (method != 2 && c.k > m->nlayers) {
+  if (method != PART_EXPLICIT && c.k > m->nlayers) {
     diag_error(d, opts->loc, "cannot cut %d layer%s into %d stages", m->nlayers,
                m->nlayers == 1 ? "" : "s", c.k);
     return 1;
   }
   switch (method) {
-  case 0: return part_uniform(&c);
-  case 1: return part_balanced(&c);
+  case PART_UNIFORM: return part_uniform(&c);
+  case PART_BALANCED: return part_balanced(&c);
   default: return part_explicit(&c);
   }
 }

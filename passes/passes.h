@@ -112,8 +112,8 @@ int pass_opt_choice(const pass_options *opts, const char *key, const char *const
  * static memory plus activations times min(k - i, mb) within cap (mem_static, mem_act: bytes
  * per layer). Among optimal cuts it gives later stages as many layers as possible. Writes the
  * exclusive end of each stage into ends[0..k) (ends[k-1] == n) and the optimum into
- * *bottleneck (when non-NULL). Returns 0; -1 when k < 1 or n < k; -2 when the cap cannot be met.
- * O(n log(sum of costs)). */
+ * *bottleneck (when non-NULL). Returns 0; -1 when k < 1, n < k, a cost is negative or the costs
+ * add up past INT64_MAX; -2 when the cap cannot be met. O(n log(sum of costs)). */
 int pass_partition_balanced(const int64_t *cost, const double *mem_static, const double *mem_act,
                             int n, int k, double cap, int mb, int *ends, int64_t *bottleneck);
 

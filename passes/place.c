@@ -9,20 +9,11 @@
  * Shapes a method does not support are errors that say what would fit. The pass drops schedules
  * and predictions (they belong to the old placement). */
 #include <stdlib.h>
-#include <string.h>
 
 #include "passes.h"
 
-/* Drop what depends on the placement. */
-static void drop_schedule(ir_module *m) {
-  if (m->schedules)
-    for (int i = 0; i < m->ndevices; i++) free(m->schedules[i].ops);
-  free(m->schedules);
-  m->schedules = NULL;
-  m->schedule_method = NULL;
-  memset(&m->predict, 0, sizeof m->predict);
-  for (int i = 0; i < m->ndevices; i++) memset(&m->devices[i].predict, 0, sizeof m->devices[i].predict);
-}
+/* The methods, in the order of the 'method' option's spellings. */
+enum { PLACE_SEQUENTIAL, PLACE_INTERLEAVED, PLACE_VSHAPE, PLACE_EXPLICIT, PLACE_NMETHODS };
 
 /* explicit: devices="a,b,...", one device index per stage (a '$d' prefix is allowed). */
 static int place_list(ir_module *m, const pass_option *o, diag_engine *d) {
@@ -64,19 +55,25 @@ static int place_list(ir_module *m, const pass_option *o, diag_engine *d) {
 }
 
 int pass_run_place(ir_module *m, const pass_options *opts, diag_engine *d) {
-  static const char *const methods[] = {"sequential", "interleaved", "vshape", "explicit"};
+  static const char *const methods[PLACE_NMETHODS] = {"sequential", "interleaved", "vshape",
+                                                      "explicit"};
   int method;
   int64_t v;
-  if (pass_opt_choice(opts, "method", methods, 4, 0, &method, d) ||
+  if (pass_opt_choice(opts, "method", methods, PLACE_NMETHODS, PLACE_SEQUENTIAL, &method, d) ||
       pass_opt_int(opts, "v", 0, &v, d))
     return 1;
   const pass_option *list = pass_opt_find(opts, "devices");
-  if (list && method != 3) {
+  const pass_option *vopt = pass_opt_find(opts, "v");
+  if (list && method != PLACE_EXPLICIT) {
     diag_error(d, list->key_loc, "'devices' is for method=explicit");
     return 1;
   }
-  if (pass_opt_find(opts, "v") && method != 1) {
-    diag_error(d, pass_opt_find(opts, "v")->key_loc, "'v' is for method=interleaved");
+  if (vopt && method != PLACE_INTERLEAVED) {
+    diag_error(d, vopt->key_loc, "'v' is for method=interleaved");
+    return 1;
+  }
+  if (vopt && (v < 1 || v > 1024)) {
+    diag_error(d, vopt->value_loc, "v must be between 1 and 1024");
     return 1;
   }
   int p = m->ndevices, n = m->nstages;
@@ -89,7 +86,7 @@ int pass_run_place(ir_module *m, const pass_options *opts, diag_engine *d) {
     return 1;
   }
   switch (method) {
-  case 0:
+  case PLACE_SEQUENTIAL:
     if (n != p) {
       diag_error(d, opts->loc, "place{method=sequential} puts stage i on device i: %d stage%s on "
                  "%d device%s %s", n, n == 1 ? "" : "s", p, p == 1 ? "" : "s",
@@ -100,12 +97,12 @@ int pass_run_place(ir_module *m, const pass_options *opts, diag_engine *d) {
     }
     for (int s = 0; s < n; s++) m->stages[s].device = s;
     break;
-  case 1: {
-    int vv = v > 0 ? (int)v : n / p;
+  case PLACE_INTERLEAVED: {
+    int vv = vopt ? (int)v : n / p;
     if ((int64_t)vv * p != n || vv < 1) {
-      if (pass_opt_find(opts, "v"))
-        diag_error(d, pass_opt_find(opts, "v")->value_loc, "place{method=interleaved, v=%d} needs "
-                   "v x devices = %lld stages; the module has %d (partition with chunks=%d)", vv,
+      if (vopt)
+        diag_error(d, vopt->value_loc, "place{method=interleaved, v=%d} needs v x devices = %lld "
+                   "stages; the module has %d (partition with chunks=%d)", vv,
                    (long long)vv * p, n, vv);
       else
         diag_error(d, opts->loc, "place{method=interleaved} needs a multiple of the %d devices as "
@@ -115,7 +112,7 @@ int pass_run_place(ir_module *m, const pass_options *opts, diag_engine *d) {
     for (int s = 0; s < n; s++) m->stages[s].device = s % p;
     break;
   }
-  case 2:
+  case PLACE_VSHAPE:
     if (n != 2 * p) {
       diag_error(d, opts->loc, "place{method=vshape} needs two stages per device (%d stages for "
                  "%d devices); the module has %d (partition with chunks=2)", 2 * p, p, n);
@@ -123,7 +120,7 @@ int pass_run_place(ir_module *m, const pass_options *opts, diag_engine *d) {
     }
     for (int s = 0; s < n; s++) m->stages[s].device = s < p ? s : 2 * p - 1 - s;
     break;
-  default:
+  default: /* PLACE_EXPLICIT */
     if (list) {
       if (place_list(m, list, d)) return 1;
     } else {
@@ -136,6 +133,6 @@ int pass_run_place(ir_module *m, const pass_options *opts, diag_engine *d) {
     }
     break;
   }
-  drop_schedule(m);
+  ir_module_clear_schedules(m); /* they belong to the old placement */
   return 0;
 }

@@ -6,7 +6,6 @@
  * accepts any partition and placement. Every order is checked for completeness and freedom from
  * deadlock before the pass returns. See docs/schedules.md. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "schedule_impl.h"
 
@@ -32,7 +31,9 @@ static int sched_misplaced(const sched_shape *sh, int (*want)(const sched_shape 
 /* Placements: stage s on device s (sequential), s mod p (Megatron's loop), or the V of ZB-V. */
 static int sched_want_seq(const sched_shape *sh, int s) { (void)sh; return s; }
 static int sched_want_loop(const sched_shape *sh, int s) { return s % sh->p; }
-static int sched_want_v(const sched_shape *sh, int s) { return s < sh->p ? s : 2 * sh->p - 1 - s; }
+static int sched_want_v(const sched_shape *sh, int s) {
+  return s < sh->p ? s : 2 * sh->p - 1 - s;
+}
 
 /* gpipe, 1f1b, zb-h1: exactly one stage per device, stage i on device i.
  * Pre: why is empty. Post: on a refusal why holds the reason (without a remedy). */
@@ -463,14 +464,7 @@ int pass_run_schedule(ir_module *m, const pass_options *opts, diag_engine *d) {
   strbuf_free(&why);
 
   /* The old plan's order and predictions go; the new order is written from scratch. */
-  memset(&m->predict, 0, sizeof m->predict);
-  for (int i = 0; i < m->ndevices; i++)
-    memset(&m->devices[i].predict, 0, sizeof m->devices[i].predict);
-  if (m->schedules)
-    for (int i = 0; i < m->ndevices; i++) {
-      free(m->schedules[i].ops);
-      memset(&m->schedules[i], 0, sizeof m->schedules[i]);
-    }
+  ir_module_clear_schedules(m);
   ir_module_init_schedules(m);
   m->schedule_method = arena_strdup(&m->arena, me->name);
   if (me->build(&sh, &prm, d)) return 1;

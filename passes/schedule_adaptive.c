@@ -6,24 +6,27 @@
  * when the activations of all its stages there fit next to what is in use and reserved, which
  * makes the schedule deadlock-free whenever one microbatch fits. Works on any partition and
  * placement; deterministic. Rules and knobs: docs/schedules.md. */
-#include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "schedule_impl.h"
 #include "sim.h"
+
+/* State of the priority rule for one device. */
+typedef struct sched_adapt_dev {
+  int lowest;        /* its first stage (every microbatch enters there); -1: none */
+  double total_act;  /* activations of one microbatch on all its stages */
+  double reserved;   /* activations of entered microbatches' stages not yet run */
+  ir_op_kind last;   /* kind of its last F or B (BW) choice, for alternation */
+  double wait_need;  /* bytes the F it last declined would have needed (0: none) */
+  double wait_used;  /* memory in use (and reserved) when it declined */
+  ir_op wait_op;     /* that F */
+} sched_adapt_dev;
 
 /* State of the priority rule over one simulated step. */
 typedef struct sched_adapt {
   const sched_adaptive_opts *o; /* knobs */
   double *act;          /* per stage: activation bytes an F allocates (sum of its layers' act) */
-  int *lowest;          /* per device: its first stage (every microbatch enters there); -1: none */
-  double *total_act;    /* per device: activations of one microbatch on all its stages */
-  double *reserved;     /* per device: activations of entered microbatches' stages not yet run */
-  ir_op_kind *last;     /* per device: kind of its last F or B (BW) choice, for alternation */
-  double *wait_need;    /* per device: bytes the F it last declined would have needed (0: none) */
-  double *wait_used;    /* per device: memory in use (and reserved) when it declined */
-  ir_op *wait_op;       /* per device: that F */
+  sched_adapt_dev *dev; /* per device */
 } sched_adapt;
 
 /* Whether candidate a comes before b among ready operations of the same kind: F by earlier
@@ -39,22 +42,23 @@ static bool sched_adapt_before(const sim_cand *a, const sim_cand *b) {
  * of the operation to start, or -1 to wait; the rule's state is updated for the choice. */
 static int sched_adapt_choose(void *ctx, const sim_view *v, const sim_cand *c, int n) {
   sched_adapt *a = ctx;
-  int dv = v->device, f = -1, b = -1, w = -1;
+  sched_adapt_dev *ad = &a->dev[v->device];
+  int f = -1, b = -1, w = -1;
   for (int i = 0; i < n; i++) {
     int *best = c[i].kind == IR_OP_F ? &f : c[i].kind == IR_OP_W ? &w : &b;
     if (*best < 0 || sched_adapt_before(&c[i], &c[*best])) *best = i;
   }
   /* Memory after the next F: a microbatch entering the device reserves all its stages there. */
-  double after = v->mem_used + a->reserved[dv];
-  bool enters = f >= 0 && c[f].stage == a->lowest[dv];
-  if (enters) after += a->total_act[dv];
+  double after = v->mem_used + ad->reserved;
+  bool enters = f >= 0 && c[f].stage == ad->lowest;
+  if (enters) after += ad->total_act;
   bool f_ok = f >= 0 && after <= v->mem_limit;
   bool near = f >= 0 && after > a->o->mem_margin * v->mem_limit;
   int pick;
   if (near && w >= 0)
     pick = w;
   else if (f_ok && b >= 0)
-    pick = a->last[dv] == IR_OP_F ? b : f;
+    pick = ad->last == IR_OP_F ? b : f;
   else if (b >= 0)
     pick = b;
   else if (f_ok)
@@ -62,20 +66,20 @@ static int sched_adapt_choose(void *ctx, const sim_view *v, const sim_cand *c, i
   else
     pick = w;
   if (pick < 0) {
-    a->wait_need[dv] = enters ? a->total_act[dv] : c[f].act;
-    a->wait_used[dv] = v->mem_used + a->reserved[dv];
-    a->wait_op[dv] = (ir_op){IR_OP_F, c[f].stage, c[f].mb};
+    ad->wait_need = enters ? ad->total_act : c[f].act;
+    ad->wait_used = v->mem_used + ad->reserved;
+    ad->wait_op = (ir_op){IR_OP_F, c[f].stage, c[f].mb};
     return -1;
   }
-  a->wait_need[dv] = 0;
+  ad->wait_need = 0;
   if (c[pick].kind == IR_OP_F) {
-    a->last[dv] = IR_OP_F;
+    ad->last = IR_OP_F;
     if (enters)
-      a->reserved[dv] += a->total_act[dv] - c[pick].act;
+      ad->reserved += ad->total_act - c[pick].act;
     else
-      a->reserved[dv] -= c[pick].act;
+      ad->reserved -= c[pick].act;
   } else if (c[pick].kind != IR_OP_W) {
-    a->last[dv] = IR_OP_B;
+    ad->last = IR_OP_B;
   }
   return pick;
 }
@@ -83,37 +87,30 @@ static int sched_adapt_choose(void *ctx, const sim_view *v, const sim_cand *c, i
 /* Append a size in bytes to sb as the IR prints it ("1.5GiB", "1023KiB"). */
 static void sched_size(strbuf *sb, double bytes) { ir_format_value(sb, IR_T_BYTES, bytes); }
 
-/* Memory limit of device dv as the simulator takes it: the train record's mem_limit, else the
- * device's memory, else none. */
-static double sched_mem_limit(const ir_module *m, int dv) {
-  double lim = ir_field_value(&m->train, IR_F_TRAIN_mem_limit);
-  double mem = ir_field_value(&m->devices[dv].rec, IR_F_DEVICE_mem);
-  return lim > 0 ? lim : mem > 0 ? mem : INFINITY;
-}
-
 /* Report every device on which the parameters plus one microbatch's activations on all its stages
  * exceed the limit. Pre: costs complete. Returns the number of such devices. */
-static int sched_adapt_fit_check(const sched_shape *sh, const sched_adapt *a, diag_loc where,
-                                 diag_engine *d) {
+static int sched_adapt_fit_check(const sched_shape *sh, const sim_model *model,
+                                 const sched_adapt *a, diag_loc where, diag_engine *d) {
   const ir_module *m = sh->m;
   int bad = 0;
   strbuf sb = {0}, stages = {0};
   for (int dv = 0; dv < sh->p; dv++) {
-    double stat = 0, lim = sched_mem_limit(m, dv);
+    double stat = 0, lim = sim_model_mem_limit(model, dv);
     stages.len = 0;
     for (int s = 0; s < sh->S; s++) {
       if (m->stages[s].device != dv) continue;
       for (int l = m->stages[s].first; l < m->stages[s].end; l++) stat += m->layers[l].cost.param;
       strbuf_printf(&stages, "%s@s%d", stages.len ? ", " : "", s);
     }
-    if (!(stat + a->total_act[dv] > lim)) continue;
+    double act = a->dev[dv].total_act;
+    if (!(stat + act > lim)) continue;
     sb.len = 0;
     strbuf_printf(&sb, "the adaptive scheduler cannot fit the plan in memory: $d%d needs ", dv);
-    sched_size(&sb, stat + a->total_act[dv]);
+    sched_size(&sb, stat + act);
     strbuf_puts(&sb, " for one microbatch (parameters and optimizer state ");
     sched_size(&sb, stat);
     strbuf_printf(&sb, ", activations on %s ", strbuf_cstr(&stages));
-    sched_size(&sb, a->total_act[dv]);
+    sched_size(&sb, act);
     strbuf_puts(&sb, "), over its memory limit of ");
     sched_size(&sb, lim);
     diag_error(d, where, "%s", strbuf_cstr(&sb));
@@ -128,28 +125,21 @@ int sched_build_adaptive(const sched_shape *sh, const sched_params *prm, diag_en
   ir_module *m = sh->m;
   sim_model *model = sim_model_build(m, d);
   if (!model) return 1;
-  size_t np = (size_t)sh->p, ns = (size_t)sh->S;
-  sched_adapt a = {&prm->adaptive,
-                   xcalloc(ns, sizeof(double)),
-                   xmalloc(np * sizeof(int)),
-                   xcalloc(np, sizeof(double)),
-                   xcalloc(np, sizeof(double)),
-                   xmalloc(np * sizeof(ir_op_kind)),
-                   xcalloc(np, sizeof(double)),
-                   xcalloc(np, sizeof(double)),
-                   xcalloc(np, sizeof(ir_op))};
+  sched_adapt a = {&prm->adaptive, xcalloc((size_t)sh->S, sizeof *a.act),
+                   xcalloc((size_t)sh->p, sizeof *a.dev)};
   for (int dv = 0; dv < sh->p; dv++) {
-    a.lowest[dv] = -1;
-    a.last[dv] = IR_OP_B; /* so that the first choice between F and B is F */
+    a.dev[dv].lowest = -1;
+    a.dev[dv].last = IR_OP_B; /* so that the first choice between F and B is F */
   }
   for (int s = 0; s < sh->S; s++) {
     const ir_stage *st = &m->stages[s];
+    sched_adapt_dev *ad = &a.dev[st->device];
     for (int l = st->first; l < st->end; l++) a.act[s] += m->layers[l].cost.act;
-    if (a.lowest[st->device] < 0) a.lowest[st->device] = s;
-    a.total_act[st->device] += a.act[s];
+    if (ad->lowest < 0) ad->lowest = s;
+    ad->total_act += a.act[s];
   }
   int rc = 0;
-  if (sched_adapt_fit_check(sh, &a, prm->where, d)) {
+  if (sched_adapt_fit_check(sh, model, &a, prm->where, d)) {
     rc = 1;
   } else {
     sim_opts so = {sched_adapt_choose, &a, !prm->adaptive.split, false};
@@ -161,15 +151,16 @@ int sched_build_adaptive(const sched_shape *sh, const sched_params *prm, diag_en
        * fits. Say which device waited for memory, then what the simulator saw. */
       int dv = -1;
       for (int i = 0; i < r.nstuck && dv < 0; i++)
-        if (a.wait_need[r.stuck[i].device] > 0) dv = r.stuck[i].device;
+        if (a.dev[r.stuck[i].device].wait_need > 0) dv = r.stuck[i].device;
       if (dv >= 0) {
+        const sched_adapt_dev *ad = &a.dev[dv];
         strbuf sb = {0};
         strbuf_printf(&sb, "the adaptive scheduler cannot fit the plan in memory: $d%d needs ", dv);
-        sched_size(&sb, a.wait_need[dv]);
-        strbuf_printf(&sb, " for F @s%d %d next to ", a.wait_op[dv].stage, a.wait_op[dv].mb);
-        sched_size(&sb, a.wait_used[dv]);
+        sched_size(&sb, ad->wait_need);
+        strbuf_printf(&sb, " for F @s%d %d next to ", ad->wait_op.stage, ad->wait_op.mb);
+        sched_size(&sb, ad->wait_used);
         strbuf_puts(&sb, " in use or reserved, over its memory limit of ");
-        sched_size(&sb, sched_mem_limit(m, dv));
+        sched_size(&sb, sim_model_mem_limit(model, dv));
         diag_error(d, prm->where, "%s", strbuf_cstr(&sb));
         strbuf_free(&sb);
       }
@@ -179,13 +170,7 @@ int sched_build_adaptive(const sched_shape *sh, const sched_params *prm, diag_en
     sim_result_free(&r);
   }
   free(a.act);
-  free(a.lowest);
-  free(a.total_act);
-  free(a.reserved);
-  free(a.last);
-  free(a.wait_need);
-  free(a.wait_used);
-  free(a.wait_op);
+  free(a.dev);
   sim_model_free(model);
   return rc;
 }

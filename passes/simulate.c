@@ -5,7 +5,7 @@
 #include "passes.h"
 #include "sim.h"
 
-/* Bytes as GiB text with two decimals (for messages). */
+/* Bytes in GiB (messages print them with two decimals). */
 static double gib(double b) { return b / 1073741824.0; }
 
 int pass_run_simulate(ir_module *m, const pass_options *opts, diag_engine *d) {

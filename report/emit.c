@@ -7,7 +7,7 @@
 #include "report_impl.h"
 
 const report_kind_info report_kinds[REPORT_KIND_COUNT] = {
-#define REPORT_ARTIFACT(ID, NAME, NEEDS, ONE, HELP) {NAME, NEEDS, ONE, HELP},
+#define REPORT_ARTIFACT(ID, NAME, NEEDS, ONE, HELP) {NAME, REPORT_NEEDS_##NEEDS, ONE, HELP},
 #include "artifacts.def"
 #undef REPORT_ARTIFACT
 };
@@ -30,12 +30,12 @@ int report_emit(const ir_module *m, report_kind k, const report_opts *o, strbuf 
   if (!o) o = &none;
   const report_kind_info *ki = &report_kinds[k];
   bool scheduled = m->schedules && m->nstages > 0;
-  if (ki->needs == 2 && !scheduled) {
+  if (ki->needs == REPORT_NEEDS_SCHEDULE && !scheduled) {
     diag_error(d, where, "cannot write --emit=%s: module @%s has no schedule (a plan with "
                "stages, placement and a schedule per device is needed)", ki->name, m->name);
     return -1;
   }
-  if (ki->needs == 1 && m->nstages == 0) {
+  if (ki->needs == REPORT_NEEDS_STAGES && m->nstages == 0) {
     diag_error(d, where, "cannot write --emit=%s: module @%s has no stages (run a partition "
                "pass)", ki->name, m->name);
     return -1;

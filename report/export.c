@@ -51,8 +51,14 @@ static char hybrid_symbol(ir_layer_kind k) {
 
 int report_megatron_layout(const ir_module *m, strbuf *out, diag_engine *d, diag_loc where) {
   int p = m->ndevices;
+  if (p == 0 || m->nstages % p != 0) {
+    diag_error(d, where, "cannot write a Megatron layout: Megatron gives every one of the %d "
+               "pipeline ranks the same number of virtual stages, but the plan has %d stages",
+               p, m->nstages);
+    return -1;
+  }
   for (int s = 0; s < m->nstages; s++)
-    if (p == 0 || m->nstages % p != 0 || m->stages[s].device != s % p) {
+    if (m->stages[s].device != s % p) {
       diag_error(d, where, "cannot write a Megatron layout: Megatron places virtual stage s on "
                  "pipeline rank s mod %d, but @s%d is on $d%d (only sequential and interleaved "
                  "placements can be written)", p, s, m->stages[s].device);

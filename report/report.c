@@ -98,16 +98,19 @@ static void table_flush(text_table *t, strbuf *out) {
 
 /* ---- Shared figures ------------------------------------------------------------------------- */
 
+/* The cost record fields summarised per layer kind, indexing kind_costs.field. */
+enum { KC_F, KC_B, KC_W, KC_ACT, KC_PARAM, KC_NFIELDS };
+static const int kind_cost_fields[KC_NFIELDS] = {IR_F_COST_f, IR_F_COST_b, IR_F_COST_w,
+                                                 IR_F_COST_act, IR_F_COST_param};
+
 /* Mean per-layer costs of one layer kind (over the layers of the kind that have each field). */
 typedef struct kind_costs {
-  int count;                      /* layers of the kind */
-  double sum[5];                  /* sums of f, b, w, act, param over layers that have them */
-  int have[5];                    /* how many layers have each */
+  int count; /* layers of the kind */
+  struct {
+    double sum; /* sum over the layers that have the field */
+    int have;   /* how many layers have it */
+  } field[KC_NFIELDS]; /* per KC_* field */
 } kind_costs;
-
-/* Cost record fields summarised per kind, in kind_costs order. */
-static const int kind_cost_fields[5] = {IR_F_COST_f, IR_F_COST_b, IR_F_COST_w, IR_F_COST_act,
-                                        IR_F_COST_param};
 
 /* Fill k[IR_KIND_COUNT] from m's layers; returns whether any layer has a cost record. */
 static bool collect_kind_costs(const ir_module *m, kind_costs *k) {
@@ -118,18 +121,18 @@ static bool collect_kind_costs(const ir_module *m, kind_costs *k) {
     kind_costs *kc = &k[l->kind];
     kc->count++;
     if (l->cost.set) any = true;
-    for (int f = 0; f < 5; f++)
+    for (int f = 0; f < KC_NFIELDS; f++)
       if (ir_field_is_set(&l->cost, kind_cost_fields[f])) {
-        kc->sum[f] += ir_field_get(&l->cost, kind_cost_fields[f]);
-        kc->have[f]++;
+        kc->field[f].sum += ir_field_get(&l->cost, kind_cost_fields[f]);
+        kc->field[f].have++;
       }
   }
   return any;
 }
 
-/* Mean of field f of kind costs kc, NAN when no layer has it. */
+/* Mean of field f (KC_*) of kind costs kc, NAN when no layer has it. */
 static double kind_mean(const kind_costs *kc, int f) {
-  return kc->have[f] ? kc->sum[f] / kc->have[f] : NAN;
+  return kc->field[f].have ? kc->field[f].sum / kc->field[f].have : NAN;
 }
 
 /* Whether m has a plan that can be simulated: stages and schedules. */
@@ -184,21 +187,25 @@ static void text_header(const ir_module *m, strbuf *sb) {
     ir_format_value(sb, IR_T_BW, d->rec.hbm);
     strbuf_printf(sb, ", efficiency %g)\n", d->rec.efficiency);
   }
+  /* "train: pipeline P x tensor T x data D; micro_batch B, M microbatches, global batch G,
+   * seq S": each count after its text. */
+  static const struct {
+    const char *text; /* what comes before the count */
+    int field;        /* the train field */
+  } counts[] = {
+      {"train: pipeline ", IR_F_TRAIN_pipeline},
+      {" x tensor ", IR_F_TRAIN_tensor},
+      {" x data ", IR_F_TRAIN_data},
+      {"; micro_batch ", IR_F_TRAIN_micro_batch},
+      {", ", IR_F_TRAIN_microbatches},
+      {" microbatches, global batch ", IR_F_TRAIN_global_batch},
+      {", seq ", IR_F_TRAIN_seq},
+  };
   const ir_train *t = &m->train;
-  strbuf_puts(sb, "train: pipeline ");
-  train_count(sb, t, IR_F_TRAIN_pipeline);
-  strbuf_puts(sb, " x tensor ");
-  train_count(sb, t, IR_F_TRAIN_tensor);
-  strbuf_puts(sb, " x data ");
-  train_count(sb, t, IR_F_TRAIN_data);
-  strbuf_puts(sb, "; micro_batch ");
-  train_count(sb, t, IR_F_TRAIN_micro_batch);
-  strbuf_puts(sb, ", ");
-  train_count(sb, t, IR_F_TRAIN_microbatches);
-  strbuf_puts(sb, " microbatches, global batch ");
-  train_count(sb, t, IR_F_TRAIN_global_batch);
-  strbuf_puts(sb, ", seq ");
-  train_count(sb, t, IR_F_TRAIN_seq);
+  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+    strbuf_puts(sb, counts[i].text);
+    train_count(sb, t, counts[i].field);
+  }
   const char *dtype = ir_enum_name(IR_T_DTYPE, (int)ir_field_value(t, IR_F_TRAIN_dtype));
   const char *opt = ir_enum_name(IR_T_OPTIMIZER, (int)ir_field_value(t, IR_F_TRAIN_optimizer));
   strbuf_printf(sb, ", %s, %s", dtype ? dtype : "?", opt ? opt : "?");
@@ -230,9 +237,9 @@ static void text_costs(const ir_module *m, strbuf *sb) {
     if (!k[i].count) continue;
     table_cell(&t, ir_kinds[i].name);
     table_cellf(&t, "%d", k[i].count);
-    for (int f = 0; f < 3; f++) table_ms(&t, kind_mean(&k[i], f));
-    table_bytes(&t, kind_mean(&k[i], 3));
-    table_bytes(&t, kind_mean(&k[i], 4));
+    for (int f = KC_F; f <= KC_W; f++) table_ms(&t, kind_mean(&k[i], f));
+    table_bytes(&t, kind_mean(&k[i], KC_ACT));
+    table_bytes(&t, kind_mean(&k[i], KC_PARAM));
   }
   table_flush(&t, sb);
   rep_cost_sum all = rep_cost_range(m, 0, m->nlayers);
@@ -281,10 +288,11 @@ static void text_simulation(const ir_module *m, const sim_result *r, strbuf *sb)
   static const char *const cols[] = {"device",  "stages",        ">busy ms", ">idle ms",
                                      ">bubble", ">allreduce ms", ">static",  ">peak memory",
                                      ">limit",  "memory"};
-  const char *pick[10];
+  enum { NCOLS = sizeof cols / sizeof cols[0], COL_ALLREDUCE = 5 }; /* shown only when used */
+  const char *pick[NCOLS];
   int n = 0;
-  for (int c = 0; c < 10; c++)
-    if (c != 5 || any_comm) pick[n++] = cols[c];
+  for (int c = 0; c < NCOLS; c++)
+    if (c != COL_ALLREDUCE || any_comm) pick[n++] = cols[c];
   text_table t;
   table_init(&t, n, pick);
   for (int i = 0; i < r->ndevices && i < m->ndevices; i++) {
@@ -341,7 +349,9 @@ static void text_simulation(const ir_module *m, const sim_result *r, strbuf *sb)
     for (int i = 0; i < r->ndevices && i < m->ndevices; i++) {
       double lim = rep_mem_limit(m, r, i);
       double frac = lim > 0 ? r->dev[i].peak_mem / lim : 0;
-      if (frac > worst_frac) {
+      /* highest fraction of the limit; without limits, the highest use */
+      if (frac > worst_frac ||
+          (frac == worst_frac && r->dev[i].peak_mem > r->dev[worst].peak_mem)) {
         worst_frac = frac;
         worst = i;
       }
@@ -410,7 +420,7 @@ void report_compare(const ir_module *m, const sim_result *r, const pass_baseline
       continue;
     }
     table_ms(&t, b[i].makespan);
-    table_cellf(&t, "%.2fx", ref > 0 ? ref / b[i].makespan : 0.0);
+    table_cellf(&t, "%.2fx", ref > 0 && b[i].makespan > 0 ? ref / b[i].makespan : 0.0);
     table_cellf(&t, "%.1f%%", 100 * b[i].bubble);
     double peak = 0;
     for (int d = 0; d < b[i].ndevices; d++)
@@ -443,6 +453,18 @@ static void inner_key(strbuf *sb, const char *key, bool *first) {
 /* Append seconds as milliseconds (JSON number). */
 static void json_ms(strbuf *sb, double seconds) { rep_json_num(sb, seconds * 1e3); }
 
+/* Append a member "key": v (a number; null when not finite) inside a one-line object. */
+static void member_num(strbuf *sb, const char *key, double v, bool *first) {
+  inner_key(sb, key, first);
+  rep_json_num(sb, v);
+}
+
+/* Append a member "key": seconds as milliseconds inside a one-line object. */
+static void member_ms(strbuf *sb, const char *key, double seconds, bool *first) {
+  inner_key(sb, key, first);
+  json_ms(sb, seconds);
+}
+
 /* The "baselines" list: one object per classic plan. */
 static void json_baselines(const pass_baseline *b, int nb, strbuf *out) {
   strbuf_putc(out, '[');
@@ -461,12 +483,9 @@ static void json_baselines(const pass_baseline *b, int nb, strbuf *out) {
       strbuf_putc(out, '}');
       continue;
     }
-    inner_key(out, "makespan_ms", &f1);
-    json_ms(out, b[i].makespan);
-    inner_key(out, "bubble_ratio", &f1);
-    rep_json_num(out, b[i].bubble);
-    inner_key(out, "lower_bound_ms", &f1);
-    json_ms(out, b[i].bound);
+    member_ms(out, "makespan_ms", b[i].makespan, &f1);
+    member_num(out, "bubble_ratio", b[i].bubble, &f1);
+    member_ms(out, "lower_bound_ms", b[i].bound, &f1);
     inner_key(out, "peak_mem_bytes", &f1);
     strbuf_putc(out, '[');
     for (int d = 0; d < b[i].ndevices; d++) {
@@ -514,16 +533,11 @@ void report_json(const ir_module *m, const sim_result *r, const pass_baseline *b
     rep_json_str(out, ir_kinds[i].name);
     inner_key(out, "count", &f1);
     strbuf_printf(out, "%d", k[i].count);
-    inner_key(out, "f_ms", &f1);
-    json_ms(out, kind_mean(&k[i], 0));
-    inner_key(out, "b_ms", &f1);
-    json_ms(out, kind_mean(&k[i], 1));
-    inner_key(out, "w_ms", &f1);
-    json_ms(out, kind_mean(&k[i], 2));
-    inner_key(out, "act_bytes", &f1);
-    rep_json_num(out, kind_mean(&k[i], 3));
-    inner_key(out, "param_bytes", &f1);
-    rep_json_num(out, kind_mean(&k[i], 4));
+    member_ms(out, "f_ms", kind_mean(&k[i], KC_F), &f1);
+    member_ms(out, "b_ms", kind_mean(&k[i], KC_B), &f1);
+    member_ms(out, "w_ms", kind_mean(&k[i], KC_W), &f1);
+    member_num(out, "act_bytes", kind_mean(&k[i], KC_ACT), &f1);
+    member_num(out, "param_bytes", kind_mean(&k[i], KC_PARAM), &f1);
     strbuf_putc(out, '}');
   }
   strbuf_puts(out, first_kind ? "]" : "\n  ]");
@@ -557,16 +571,11 @@ void report_json(const ir_module *m, const sim_result *r, const pass_baseline *b
       strbuf_printf(out, "%d", st->device);
     else
       strbuf_puts(out, "null");
-    inner_key(out, "f_ms", &f1);
-    json_ms(out, c.any ? c.f : NAN);
-    inner_key(out, "b_ms", &f1);
-    json_ms(out, c.any ? c.b : NAN);
-    inner_key(out, "w_ms", &f1);
-    json_ms(out, c.any ? c.w : NAN);
-    inner_key(out, "act_bytes", &f1);
-    rep_json_num(out, c.any ? c.act : NAN);
-    inner_key(out, "param_bytes", &f1);
-    rep_json_num(out, c.any ? c.param : NAN);
+    member_ms(out, "f_ms", c.any ? c.f : NAN, &f1);
+    member_ms(out, "b_ms", c.any ? c.b : NAN, &f1);
+    member_ms(out, "w_ms", c.any ? c.w : NAN, &f1);
+    member_num(out, "act_bytes", c.any ? c.act : NAN, &f1);
+    member_num(out, "param_bytes", c.any ? c.param : NAN, &f1);
     strbuf_putc(out, '}');
   }
   strbuf_puts(out, m->nstages ? "\n  ]" : "]");
@@ -604,12 +613,9 @@ void report_json(const ir_module *m, const sim_result *r, const pass_baseline *b
     } else {
       strbuf_puts(out, "null");
     }
-    inner_key(out, "time_ms", &f1);
-    json_ms(out, o.time);
-    inner_key(out, "mem_bytes", &f1);
-    rep_json_num(out, o.mem);
-    inner_key(out, "mem_limit_bytes", &f1);
-    rep_json_num(out, o.limit);
+    member_ms(out, "time_ms", o.time, &f1);
+    member_num(out, "mem_bytes", o.mem, &f1);
+    member_num(out, "mem_limit_bytes", o.limit, &f1);
     strbuf_putc(out, '}');
   } else {
     strbuf_puts(out, "null");
@@ -638,24 +644,15 @@ void report_json(const ir_module *m, const sim_result *r, const pass_baseline *b
         fs = false;
       }
     strbuf_putc(out, ']');
-    inner_key(out, "busy_ms", &f1);
-    json_ms(out, ds->busy);
-    inner_key(out, "idle_ms", &f1);
-    json_ms(out, ds->idle);
-    inner_key(out, "comm_ms", &f1);
-    json_ms(out, ds->comm);
-    inner_key(out, "end_ms", &f1);
-    json_ms(out, ds->end);
-    inner_key(out, "bubble_ratio", &f1);
-    rep_json_num(out, r->makespan > 0 ? ds->idle / r->makespan : 0.0);
-    inner_key(out, "static_mem_bytes", &f1);
-    rep_json_num(out, ds->static_mem);
-    inner_key(out, "peak_mem_bytes", &f1);
-    rep_json_num(out, ds->peak_mem);
-    inner_key(out, "peak_time_ms", &f1);
-    json_ms(out, ds->peak_time);
-    inner_key(out, "mem_limit_bytes", &f1);
-    rep_json_num(out, lim > 0 ? lim : NAN);
+    member_ms(out, "busy_ms", ds->busy, &f1);
+    member_ms(out, "idle_ms", ds->idle, &f1);
+    member_ms(out, "comm_ms", ds->comm, &f1);
+    member_ms(out, "end_ms", ds->end, &f1);
+    member_num(out, "bubble_ratio", r->makespan > 0 ? ds->idle / r->makespan : 0.0, &f1);
+    member_num(out, "static_mem_bytes", ds->static_mem, &f1);
+    member_num(out, "peak_mem_bytes", ds->peak_mem, &f1);
+    member_ms(out, "peak_time_ms", ds->peak_time, &f1);
+    member_num(out, "mem_limit_bytes", lim > 0 ? lim : NAN, &f1);
     inner_key(out, "oom", &f1);
     strbuf_puts(out, lim > 0 && ds->peak_mem > lim ? "true" : "false");
     strbuf_putc(out, '}');

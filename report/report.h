@@ -22,10 +22,17 @@ typedef enum report_kind {
   REPORT_KIND_COUNT
 } report_kind;
 
+/* What a module must have for an artifact to be written. */
+typedef enum report_needs {
+  REPORT_NEEDS_NOTHING,  /* any module */
+  REPORT_NEEDS_STAGES,   /* stages (and a placement) */
+  REPORT_NEEDS_SCHEDULE, /* stages and a schedule per device */
+} report_needs;
+
 /* Description of an artifact (artifacts.def). */
 typedef struct report_kind_info {
-  const char *name;  /* spelling after --emit= */
-  int needs;         /* 0 nothing, 1 stages and placement, 2 a schedule */
+  const char *name;   /* spelling after --emit= */
+  report_needs needs; /* what the module must have */
   bool one_document; /* cannot be split into chunks */
   const char *help;  /* one line for --help */
 } report_kind_info;

@@ -19,13 +19,28 @@ enum {
   SVG_BAND = 4,       /* height of the send band under a row */
 };
 
-/* Colours and legend texts of the timeline operation kinds (F, B, W, BW, allreduce, optimizer). */
-static const char *const op_fill[] = {"#4e79a7", "#59a14f", "#f28e2b", "#17807a", "#8c8c8c",
-                                      "#9c5fa0"};
-static const char *const op_legend[] = {"F forward", "B input gradient", "W weight gradient",
-                                        "BW fused backward", "allreduce", "optimizer step"};
+/* How a timeline operation kind is drawn. */
+typedef struct svg_op_style {
+  const char *fill;   /* box colour */
+  const char *legend; /* its legend text */
+} svg_op_style;
+
+/* Styles of the timeline operation kinds: F, B, W, BW (the ir_op_kind values), then the
+ * end-of-step all-reduce and optimizer step (op_style maps SIM_OP_* here). */
+static const svg_op_style op_styles[] = {
+    {"#4e79a7", "F forward"},         {"#59a14f", "B input gradient"},
+    {"#f28e2b", "W weight gradient"}, {"#17807a", "BW fused backward"},
+    {"#8c8c8c", "allreduce"},         {"#9c5fa0", "optimizer step"},
+};
+enum { SVG_STYLE_ALLREDUCE = IR_OP_COUNT, SVG_STYLE_OPTIM, SVG_NSTYLES };
+_Static_assert(sizeof op_styles / sizeof op_styles[0] == SVG_NSTYLES,
+               "one style per operation kind and end-of-step operation");
+
 /* Colours of activation (F) and gradient (B) transfers. */
 static const char *const xfer_color[] = {"#1f3b73", "#2f6b2a"};
+
+/* Width of 11 px text in the sans-serif font, per character (an estimate for layout). */
+#define SVG_CHAR_W 6.2
 
 /* Append s escaped for XML text and attribute values. */
 static void svg_escape(strbuf *sb, const char *s) {
@@ -46,10 +61,10 @@ static void svg_escape(strbuf *sb, const char *s) {
   }
 }
 
-/* Index of an operation kind in op_fill / op_legend. */
-static int op_style(int kind) {
-  if (kind >= 0 && kind < IR_OP_COUNT) return kind;
-  return kind == SIM_OP_ALLREDUCE ? 4 : 5;
+/* Style of a timeline operation kind (ir_op_kind or SIM_OP_*). */
+static const svg_op_style *op_style(int kind) {
+  if (kind >= 0 && kind < IR_OP_COUNT) return &op_styles[kind];
+  return &op_styles[kind == SIM_OP_ALLREDUCE ? SVG_STYLE_ALLREDUCE : SVG_STYLE_OPTIM];
 }
 
 /* A "nice" tick step (1, 2 or 5 times a power of ten) giving about 'want' ticks over 'span'. */
@@ -127,6 +142,7 @@ void report_svg(const ir_module *m, const sim_result *r, strbuf *out) {
 
   /* rows: label, empty (idle) background, peak memory */
   strbuf_puts(out, "<g id=\"rows\">\n");
+  strbuf label = {0};
   for (int d = 0; d < c.ndev; d++) {
     double y = svg_row_y(d), lim = rep_mem_limit(m, r, d);
     bool oom = lim > 0 && r->dev[d].peak_mem > lim;
@@ -135,15 +151,25 @@ void report_svg(const ir_module *m, const sim_result *r, strbuf *out) {
                   "<rect x=\"%d\" y=\"%.2f\" width=\"%.2f\" height=\"%d\" fill=\"#fff\" "
                   "stroke=\"#bbb\"/>\n",
                   y + SVG_ROW / 2.0 + 5, d, SVG_LEFT, y, plot_w, SVG_ROW);
-    strbuf_printf(out, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\"%s>peak ",
-                  SVG_LEFT + plot_w + 8, y + SVG_ROW / 2.0 + 4, oom ? " fill=\"#c00\"" : "");
-    rep_bytes(out, r->dev[d].peak_mem);
+    label.len = 0;
+    strbuf_puts(&label, "peak ");
+    rep_bytes(&label, r->dev[d].peak_mem);
     if (lim > 0) {
-      strbuf_puts(out, " / ");
-      rep_bytes(out, lim);
+      strbuf_puts(&label, " / ");
+      rep_bytes(&label, lim);
     }
-    strbuf_puts(out, oom ? " OOM</text>\n" : "</text>\n");
+    if (oom) strbuf_puts(&label, " OOM");
+    strbuf_printf(out, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\"%s", SVG_LEFT + plot_w + 8,
+                  y + SVG_ROW / 2.0 + 4, oom ? " fill=\"#c00\"" : "");
+    /* A label wider than the column (large sizes, OOM) is squeezed to fit the picture. */
+    double room = SVG_RIGHT - 8 - 4;
+    if (SVG_CHAR_W * (double)label.len > room)
+      strbuf_printf(out, " textLength=\"%.0f\" lengthAdjust=\"spacingAndGlyphs\"", room);
+    strbuf_putc(out, '>');
+    svg_escape(out, strbuf_cstr(&label));
+    strbuf_puts(out, "</text>\n");
   }
+  strbuf_free(&label);
   strbuf_puts(out, "</g>\n");
 
   /* grid and axis */
@@ -170,13 +196,13 @@ void report_svg(const ir_module *m, const sim_result *r, strbuf *out) {
   for (int i = 0; i < r->nops; i++) {
     const sim_op_event *e = &r->ops[i];
     if (e->device < 0 || e->device >= c.ndev) continue;
-    int s = op_style(e->kind);
+    const svg_op_style *st = op_style(e->kind);
     double x = svg_x(&c, e->start), w = (e->end - e->start) * c.scale;
     if (w < 0.5) w = 0.5;
     double y = svg_row_y(e->device);
     strbuf_printf(out, "<rect class=\"op\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%d\" "
                        "fill=\"%s\"><title>",
-                  x, y, w, SVG_ROW, op_fill[s]);
+                  x, y, w, SVG_ROW, st->fill);
     if (e->kind < IR_OP_COUNT)
       strbuf_printf(out, "%s s%d mb%d", rep_op_kind_name(e->kind), e->stage, e->mb);
     else
@@ -220,12 +246,12 @@ void report_svg(const ir_module *m, const sim_result *r, strbuf *out) {
   /* legend */
   strbuf_puts(out, "<g id=\"legend\" font-size=\"12\">\n");
   double lx = SVG_LEFT;
-  for (int s = 0; s < 6; s++) {
+  for (int s = 0; s < SVG_NSTYLES; s++) {
     strbuf_printf(out,
                   "<rect x=\"%.2f\" y=\"%.2f\" width=\"14\" height=\"14\" fill=\"%s\"/>"
                   "<text x=\"%.2f\" y=\"%.2f\">%s</text>\n",
-                  lx, legend_y - 11, op_fill[s], lx + 19, legend_y, op_legend[s]);
-    lx += 26 + 7.0 * (double)strlen(op_legend[s]);
+                  lx, legend_y - 11, op_styles[s].fill, lx + 19, legend_y, op_styles[s].legend);
+    lx += 26 + 7.0 * (double)strlen(op_styles[s].legend);
   }
   static const char *const xfer_legend[] = {"activation transfer", "gradient transfer"};
   for (int k = 0; k < 2; k++) {

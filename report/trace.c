@@ -112,10 +112,11 @@ static void trace_memory(const sim_result *r, int dev, strbuf *sb, bool *first) 
 
 /* Thread lanes of the transfers: a device's sends (or receives) that overlap in time go to
  * separate threads, so that every thread's slices nest (Perfetto requires it). Lane 0 is the
- * "send" (tid 1) or "recv" (tid 2) thread; lane k > 0 is "send k+1" / "recv k+1". */
+ * "send" (tid 1) or "recv" (tid 2) thread; lane k > 0 is "send k+1" / "recv k+1". Index [0] of
+ * each pair is the sending side, [1] the receiving side (the 'dir' of lane_tid). */
 typedef struct xfer_lanes {
-  int *send, *recv;       /* per transfer: its lane on the sender, on the receiver */
-  int *nsend, *nrecv;     /* per device: lanes used */
+  int (*lane)[2];   /* per transfer: its lane on the sender and on the receiver */
+  int (*nlanes)[2]; /* per device: send and receive lanes used */
 } xfer_lanes;
 
 /* A transfer to place in a lane: its start and index. */
@@ -134,10 +135,8 @@ static int lane_cmp(const void *a, const void *b) {
 /* Assign lanes: for each device and direction, greedily in start order, the first lane whose
  * last transfer has ended. */
 static void assign_lanes(const sim_result *r, int ndev, xfer_lanes *l) {
-  l->send = xcalloc((size_t)r->nxfers + 1, sizeof *l->send);
-  l->recv = xcalloc((size_t)r->nxfers + 1, sizeof *l->recv);
-  l->nsend = xcalloc((size_t)ndev + 1, sizeof *l->nsend);
-  l->nrecv = xcalloc((size_t)ndev + 1, sizeof *l->nrecv);
+  l->lane = xcalloc((size_t)r->nxfers + 1, sizeof *l->lane);
+  l->nlanes = xcalloc((size_t)ndev + 1, sizeof *l->nlanes);
   lane_item *items = xmalloc(sizeof *items * ((size_t)r->nxfers + 1));
   double *lane_end = xmalloc(sizeof *lane_end * ((size_t)r->nxfers + 1));
   for (int dir = 0; dir < 2; dir++) {
@@ -154,9 +153,9 @@ static void assign_lanes(const sim_result *r, int ndev, xfer_lanes *l) {
         while (lane < lanes && lane_end[lane] > x->start) lane++;
         if (lane == lanes) lanes++;
         lane_end[lane] = x->end;
-        (dir ? l->recv : l->send)[items[k].idx] = lane;
+        l->lane[items[k].idx][dir] = lane;
       }
-      (dir ? l->nrecv : l->nsend)[d] = lanes;
+      l->nlanes[d][dir] = lanes;
     }
   }
   free(items);
@@ -187,8 +186,8 @@ void report_trace(const ir_module *m, const sim_result *r, strbuf *out) {
     trace_meta(out, &first, "process_sort_index", d, -1, NULL, d);
     trace_meta(out, &first, "thread_name", d, TID_COMPUTE, "compute", 0);
     trace_meta(out, &first, "thread_sort_index", d, TID_COMPUTE, NULL, 0);
-    int nsend = lanes.nsend[d] > 1 ? lanes.nsend[d] : 1;
-    int nrecv = lanes.nrecv[d] > 1 ? lanes.nrecv[d] : 1;
+    int nsend = lanes.nlanes[d][0] > 1 ? lanes.nlanes[d][0] : 1;
+    int nrecv = lanes.nlanes[d][1] > 1 ? lanes.nlanes[d][1] : 1;
     for (int dir = 0; dir < 2; dir++)
       for (int k = 0; k < (dir ? nrecv : nsend); k++) {
         char tname[32];
@@ -232,7 +231,7 @@ void report_trace(const ir_module *m, const sim_result *r, strbuf *out) {
     double mid = x->start + (x->end - x->start) / 2;
     for (int end = 0; end < 2; end++) {
       int pid = end ? x->to : x->from;
-      int tid = lane_tid(end, end ? lanes.recv[i] : lanes.send[i]);
+      int tid = lane_tid(end, lanes.lane[i][end]);
       trace_head(out, &first, name, cat, "X", pid, tid, x->start);
       strbuf_puts(out, ", \"dur\": ");
       trace_dur(out, x->start, x->end);
@@ -249,8 +248,6 @@ void report_trace(const ir_module *m, const sim_result *r, strbuf *out) {
 
   for (int d = 0; d < ndev; d++) trace_memory(r, d, out, &first);
   strbuf_puts(out, "\n]}\n");
-  free(lanes.send);
-  free(lanes.recv);
-  free(lanes.nsend);
-  free(lanes.nrecv);
+  free(lanes.lane);
+  free(lanes.nlanes);
 }

@@ -77,7 +77,10 @@ double rep_lower_bound(const sim_result *r) {
 }
 
 double rep_mem_limit(const ir_module *m, const sim_result *r, int dev) {
-  if (r && r->dev && dev < r->ndevices && r->dev[dev].mem_limit > 0) return r->dev[dev].mem_limit;
+  /* The simulator's figure is INFINITY when it knows no limit: fall through to "none". */
+  if (r && r->dev && dev < r->ndevices && r->dev[dev].mem_limit > 0 &&
+      isfinite(r->dev[dev].mem_limit))
+    return r->dev[dev].mem_limit;
   if (ir_field_is_set(&m->train, IR_F_TRAIN_mem_limit) && m->train.mem_limit > 0)
     return m->train.mem_limit;
   if (ir_field_is_set(&m->devices[dev].rec, IR_F_DEVICE_mem)) return m->devices[dev].rec.mem;

@@ -4,7 +4,7 @@
  * operation when it is idle and the operation's inputs have arrived; in fixed mode "next" is the
  * module's order, in priority mode a callback picks among the ready operations. Transfers are
  * posted when their producer ends and queue FIFO per link direction. */
-#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +18,15 @@ enum { SL_F, SL_B, SL_W, SL_N };
  * same timeline (a duration is rounded to the picosecond once, when the problem is built). */
 typedef int64_t tick;
 #define TICKS_PER_S 1e12
+
+/* Most operations (stages x microbatches x 3) one problem may have: event codes (op id x 2 + 1)
+ * stay below INT32_MAX. */
+#define SIM_MAX_OPS 1e9
+
+/* Longest total of all durations of one step (every operation, transfer, all-reduce and
+ * optimizer step) a problem may have, in seconds: no time of the timeline can exceed it, and in
+ * ticks it stays far below INT64_MAX (1e6 s = 1e18 ps; about 11.6 days). */
+#define SIM_MAX_STEP_S 1e6
 
 /* Seconds to ticks (nearest) and back (correctly rounded, so 33 ms of ticks prints as 33ms). */
 static tick to_tick(double s) { return (tick)llround(s * TICKS_PER_S); }
@@ -49,6 +58,7 @@ typedef struct sim_dev {
   int nstages;
 } sim_dev;
 
+/* A compiled problem (see sim.h): durations in ticks, stage and device figures, link ids. */
 struct sim_model {
   int ndev, nstages, nmb; /* sizes */
   sim_stage *st;          /* per stage */
@@ -58,9 +68,7 @@ struct sim_model {
   tick lb_critical;       /* one microbatch's critical path */
 };
 
-int sim_model_devices(const sim_model *p) { return p->ndev; }
-int sim_model_stages(const sim_model *p) { return p->nstages; }
-int sim_model_microbatches(const sim_model *p) { return p->nmb; }
+double sim_model_mem_limit(const sim_model *p, int dv) { return p->dev[dv].mem_limit; }
 
 void sim_model_free(sim_model *p) {
   if (!p) return;
@@ -79,18 +87,27 @@ static diag_loc stage_loc(const ir_module *m, int s, diag_loc where) {
 static const int cost_fields[] = {IR_F_COST_f,   IR_F_COST_b,   IR_F_COST_w,     IR_F_COST_act,
                                   IR_F_COST_act_w, IR_F_COST_out, IR_F_COST_param, IR_F_COST_grad};
 
-/* Time of a message of 'bytes' over link l. */
-static tick link_time(const ir_link_rec *l, double bytes) {
+/* Seconds of a message of 'bytes' over link l (pre: l->bw > 0). */
+static double link_time(const ir_link_rec *l, double bytes) {
   double lat = ir_field_value(l, IR_F_LINK_lat);
-  return to_tick(lat + bytes / l->bw);
+  return lat + bytes / l->bw;
 }
 
-/* Ring all-reduce of 'bytes' over n ranks on link l (Patarasuk & Yuan; NCCL's ring): every rank
- * sends and receives 2(n-1)/n of the data in 2(n-1) steps. */
-static tick ring_allreduce(const ir_link_rec *l, double bytes, int n) {
+/* Seconds of a ring all-reduce of 'bytes' over n ranks on link l (Patarasuk & Yuan; NCCL's
+ * ring): every rank sends and receives 2(n-1)/n of the data in 2(n-1) steps. Pre: l->bw > 0. */
+static double ring_allreduce(const ir_link_rec *l, double bytes, int64_t n) {
   if (n <= 1 || bytes <= 0) return 0;
   double lat = ir_field_value(l, IR_F_LINK_lat);
-  return to_tick(2.0 * (n - 1) / n * bytes / l->bw + 2.0 * (n - 1) * lat);
+  return 2.0 * (double)(n - 1) / (double)n * bytes / l->bw + 2.0 * (double)(n - 1) * lat;
+}
+
+/* Whether durations adding up to 'step' seconds stay within SIM_MAX_STEP_S; reports at 'where'
+ * when they do not. */
+static bool step_within_limit(double step, diag_engine *d, diag_loc where) {
+  if (step <= SIM_MAX_STEP_S) return true;
+  diag_error(d, where, "one step of this plan is too long to simulate: its operations, transfers "
+             "and end-of-step work add up to %g s (at most %g s)", step, SIM_MAX_STEP_S);
+  return false;
 }
 
 /* Link id of the ordered device pair (a, b) in the table 'ids' (ndev x ndev, -1 = none yet). */
@@ -107,17 +124,19 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
     diag_error(d, where, "the module has no stages: run a partition pass first");
     return NULL;
   }
-  int64_t nmb = (int64_t)ir_field_value(&m->train, IR_F_TRAIN_microbatches);
-  if (!ir_field_is_set(&m->train, IR_F_TRAIN_microbatches) || nmb < 1) {
-    diag_error(d, ir_diag_loc(m->train_loc), "the simulator needs 'microbatches' in the train "
-               "record");
+  double mbs = ir_field_value(&m->train, IR_F_TRAIN_microbatches); /* NAN when unset */
+  if (!(mbs >= 1)) {
+    diag_error(d, ir_diag_loc(m->train_loc), "the simulator needs 'microbatches' (at least 1) in "
+               "the train record");
     return NULL;
   }
-  if ((double)nmb * m->nstages * SL_N > 1e9) {
-    diag_error(d, ir_diag_loc(m->train_loc), "%d stages x %lld microbatches is too many "
-               "operations to simulate", m->nstages, (long long)nmb);
+  /* Op ids (and event codes, twice as large) must fit in an int. */
+  if (mbs * m->nstages * SL_N > SIM_MAX_OPS) {
+    diag_error(d, ir_diag_loc(m->train_loc), "%d stages x %.0f microbatches is too many "
+               "operations to simulate", m->nstages, mbs);
     return NULL;
   }
+  int nmb = (int)mbs;
   for (int s = 0; s < m->nstages; s++) {
     int dv = m->stages[s].device;
     if (dv < 0 || dv >= m->ndevices) {
@@ -141,11 +160,18 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
       }
   }
   if (errors) return NULL;
+  /* Every duration of the step added up (seconds), checked before any becomes ticks; the
+   * verified stages cover every layer once. */
+  double step = 0;
+  for (int i = 0; i < m->nlayers; i++)
+    step += m->layers[i].cost.f + m->layers[i].cost.b + m->layers[i].cost.w;
+  step *= nmb;
+  if (!step_within_limit(step, d, where)) return NULL;
 
   sim_model *p = xcalloc(1, sizeof *p);
   p->ndev = m->ndevices;
   p->nstages = m->nstages;
-  p->nmb = (int)nmb;
+  p->nmb = nmb;
   p->st = xcalloc((size_t)m->nstages, sizeof *p->st);
   p->dev = xcalloc((size_t)(m->ndevices ? m->ndevices : 1), sizeof *p->dev);
   p->dev_stages = xcalloc((size_t)m->nstages, sizeof *p->dev_stages);
@@ -195,8 +221,14 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
       errors++;
       break;
     }
-    a->x_next = link_time(fw, a->out_bytes);
-    b->x_prev = link_time(bw, b->in_bytes);
+    double xf = link_time(fw, a->out_bytes), xb = link_time(bw, b->in_bytes);
+    step += nmb * (xf + xb);
+    if (!step_within_limit(step, d, where)) {
+      errors++;
+      break;
+    }
+    a->x_next = to_tick(xf);
+    b->x_prev = to_tick(xb);
     a->link_next = link_id(ids, m->ndevices, a->dev, b->dev, &nlinks);
     b->link_prev = link_id(ids, m->ndevices, b->dev, a->dev, &nlinks);
   }
@@ -207,9 +239,9 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
    * rank order puts them in one block of tensor x data GPUs), then the optimizer step, which
    * reads and writes every parameter, gradient and optimizer-state byte once. */
   int64_t data = (int64_t)ir_field_value(&m->train, IR_F_TRAIN_data);
-  int64_t tensor = (int64_t)ir_field_value(&m->train, IR_F_TRAIN_tensor);
-  int64_t gpn = (int64_t)ir_field_value(&m->cluster, IR_F_CLUSTER_gpus_per_node);
-  const ir_link_rec *dp_link = tensor * data <= gpn ? &m->intra : &m->inter;
+  double tensor = ir_field_value(&m->train, IR_F_TRAIN_tensor);
+  double gpn = ir_field_value(&m->cluster, IR_F_CLUSTER_gpus_per_node);
+  const ir_link_rec *dp_link = tensor * (double)data <= gpn ? &m->intra : &m->inter;
   if (!dp_link->set) dp_link = m->intra.set ? &m->intra : &m->inter;
   for (int dv = 0; dv < m->ndevices && !errors; dv++) {
     sim_dev *x = &p->dev[dv];
@@ -220,10 +252,17 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
         errors++;
         break;
       }
-      x->allreduce = ring_allreduce(dp_link, grad[dv], (int)data);
     }
     double hbm = m->devices[dv].rec.hbm;
-    x->optim = x->static_mem > 0 && hbm > 0 ? to_tick(2 * x->static_mem / hbm) : 0;
+    double ar = data > 1 ? ring_allreduce(dp_link, grad[dv], data) : 0;
+    double opt = x->static_mem > 0 && hbm > 0 ? 2 * x->static_mem / hbm : 0;
+    step += ar + opt;
+    if (!step_within_limit(step, d, where)) {
+      errors++;
+      break;
+    }
+    x->allreduce = to_tick(ar);
+    x->optim = to_tick(opt);
   }
   free(grad);
   if (errors) {
@@ -266,38 +305,52 @@ typedef struct sim_event {
   int32_t code; /* op id * 2 + (0: operation done, 1: input arrived) */
 } sim_event;
 
+/* Run state of one operation slot. */
+typedef struct sim_wop {
+  uint8_t deps;  /* inputs not yet arrived */
+  uint8_t state; /* low bits 0 not started, 1 running, 2 done; 0x10: in the schedule, 0x20:
+                    scheduled as a fused BW (fixed mode) */
+} sim_wop;
+
+/* Run state of one device. */
+typedef struct sim_wdev {
+  int pos;        /* fixed mode: next index in the device's order; priority: ops started;
+                     finished: -1 - that count */
+  int running;    /* op running on the device, -1 when idle */
+  bool fused;     /* the running op is a fused BW */
+  bool declined;  /* priority mode: the device declined every candidate and waits */
+  double mem;     /* memory in use */
+  int remaining;  /* operations not yet started */
+  int inflight;   /* F started and W (or BW) not finished */
+  tick busy;      /* compute time so far */
+  tick comm;      /* all-reduce time so far */
+  tick end;       /* when its step ends (after finishing) */
+} sim_wdev;
+
 /* Scratch of a run, kept in sim_result.work between runs. */
 typedef struct sim_work {
-  size_t nops_cap;    /* capacity of the per-op arrays */
-  uint8_t *deps;      /* per op: inputs not yet arrived */
-  uint8_t *state;     /* per op: low bits 0 not started, 1 running, 2 done; 0x10: in the schedule,
-                         0x20: scheduled as a fused BW (fixed mode) */
-  int dev_cap;        /* capacity of the per-device arrays */
-  int *pos;           /* fixed mode: next index in the device's order; priority: ops started */
-  int *running;       /* op running on the device, -1 when idle */
-  uint8_t *fused;     /* per device's current op: it is a fused BW */
-  double *mem;        /* memory in use per device */
-  int *remaining;     /* operations not yet started per device */
-  int *inflight;      /* F started and W (or BW) not finished, per device */
-  tick *busy, *comm;  /* per device: compute and all-reduce time so far */
-  tick *end;          /* per device: when its step ends (after finishing) */
-  uint8_t *declined;  /* priority mode: the device declined every candidate and waits */
+  sim_wop *op;        /* per op id */
+  size_t nops_cap;    /* capacity of 'op' */
+  sim_wdev *dev;      /* per device */
+  int dev_cap;        /* capacity of 'dev' */
   int ndeclined;      /* devices with 'declined' set */
-  int stage_cap;      /* capacity of the per-stage arrays */
   int *next_mb;       /* priority mode: per stage and slot, next microbatch to offer */
-  int link_cap;       /* capacity of link_free */
+  int stage_cap;      /* capacity of next_mb */
   tick *link_free;    /* per link: when it finishes its queued transfers */
+  int link_cap;       /* capacity of link_free */
   sim_event *heap;    /* pending events */
-  int nheap, heap_cap;
+  int nheap, heap_cap; /* events pending, allocated */
   uint32_t seq;       /* next event sequence number */
   sim_cand *cands;    /* priority mode: candidates offered */
-  int cands_cap;
+  int cands_cap;      /* allocated candidates */
 } sim_work;
 
+/* Heap order of events: earlier time first, then earlier posting. */
 static bool ev_less(const sim_event *a, const sim_event *b) {
   return a->time < b->time || (a->time == b->time && a->seq < b->seq);
 }
 
+/* Add an event (time, code) with the next sequence number. */
 static void heap_push(sim_work *w, tick time, int32_t code) {
   VEC_RESERVE(w->heap, w->nheap, w->heap_cap);
   int i = w->nheap++;
@@ -311,6 +364,7 @@ static void heap_push(sim_work *w, tick time, int32_t code) {
   w->heap[i] = e;
 }
 
+/* Remove and return the first event. Pre: the heap is not empty. */
 static sim_event heap_pop(sim_work *w) {
   sim_event top = w->heap[0], last = w->heap[--w->nheap];
   int i = 0, n = w->nheap;
@@ -328,41 +382,32 @@ static sim_event heap_pop(sim_work *w) {
 
 /* Everything one run works with. */
 typedef struct sim_ctx {
-  const sim_model *p;
-  const ir_module *m;
-  const sim_opts *o;
-  sim_result *r;
-  sim_work *w;
-  tick now;      /* current time */
-  int done_devs; /* devices that finished their step */
+  const sim_model *p; /* the problem */
+  const ir_module *m; /* its module (fixed mode reads the schedules) */
+  const sim_opts *o;  /* how to run */
+  sim_result *r;      /* what the run fills */
+  sim_work *w;        /* its scratch (r->work) */
+  tick now;           /* current time */
+  int done_devs;      /* devices that finished their step */
 } sim_ctx;
 
+/* Op id of slot 'slot' of stage s, microbatch mb (see SL_F; fits an int: SIM_MAX_OPS). */
 static inline int op_id(const sim_model *p, int s, int mb, int slot) {
   return (s * p->nmb + mb) * SL_N + slot;
 }
 
-/* Grow scratch array 'a' of element size 'sz' from *cap to n elements. */
+/* Resize scratch array 'a' to n elements of size 'sz' (at least one, so never NULL). */
 static void *grow(void *a, size_t sz, size_t n) { return xrealloc(a, (n ? n : 1) * sz); }
 
 /* Make the scratch fit p and reset it for a run. */
 static void work_reset(sim_work *w, const sim_model *p) {
   size_t nops = (size_t)p->nstages * p->nmb * SL_N;
   if (nops > w->nops_cap) {
-    w->deps = grow(w->deps, 1, nops);
-    w->state = grow(w->state, 1, nops);
+    w->op = grow(w->op, sizeof *w->op, nops);
     w->nops_cap = nops;
   }
   if (p->ndev > w->dev_cap) {
-    w->pos = grow(w->pos, sizeof(int), p->ndev);
-    w->running = grow(w->running, sizeof(int), p->ndev);
-    w->fused = grow(w->fused, 1, p->ndev);
-    w->mem = grow(w->mem, sizeof(double), p->ndev);
-    w->remaining = grow(w->remaining, sizeof(int), p->ndev);
-    w->inflight = grow(w->inflight, sizeof(int), p->ndev);
-    w->declined = grow(w->declined, 1, p->ndev);
-    w->busy = grow(w->busy, sizeof(tick), p->ndev);
-    w->comm = grow(w->comm, sizeof(tick), p->ndev);
-    w->end = grow(w->end, sizeof(tick), p->ndev);
+    w->dev = grow(w->dev, sizeof *w->dev, (size_t)p->ndev);
     w->dev_cap = p->ndev;
   }
   if (p->nstages * SL_N > w->stage_cap) {
@@ -373,26 +418,18 @@ static void work_reset(sim_work *w, const sim_model *p) {
     w->link_free = grow(w->link_free, sizeof(tick), p->nlinks);
     w->link_cap = p->nlinks;
   }
-  memset(w->state, 0, nops);
+  memset(w->op, 0, nops * sizeof *w->op);
   for (int s = 0; s < p->nstages; s++) {
     uint8_t df = s > 0, db = 1 + (s + 1 < p->nstages), dw = 1;
     for (int mb = 0; mb < p->nmb; mb++) {
       int base = op_id(p, s, mb, 0);
-      w->deps[base + SL_F] = df;
-      w->deps[base + SL_B] = db;
-      w->deps[base + SL_W] = dw;
+      w->op[base + SL_F].deps = df;
+      w->op[base + SL_B].deps = db;
+      w->op[base + SL_W].deps = dw;
     }
   }
-  for (int dv = 0; dv < p->ndev; dv++) {
-    w->pos[dv] = 0;
-    w->running[dv] = -1;
-    w->fused[dv] = 0;
-    w->mem[dv] = p->dev[dv].static_mem;
-    w->remaining[dv] = 0;
-    w->inflight[dv] = 0;
-    w->declined[dv] = 0;
-    w->busy[dv] = w->comm[dv] = w->end[dv] = 0;
-  }
+  for (int dv = 0; dv < p->ndev; dv++)
+    w->dev[dv] = (sim_wdev){.running = -1, .mem = p->dev[dv].static_mem};
   w->ndeclined = 0;
   for (int i = 0; i < p->nstages * SL_N; i++) w->next_mb[i] = 0;
   for (int i = 0; i < p->nlinks; i++) w->link_free[i] = 0;
@@ -410,7 +447,7 @@ static void record_op(sim_ctx *c, int kind, int dev, int s, int mb, tick start, 
 
 /* One input of 'op' has arrived (operations start at the current time, so only the count of
  * missing inputs matters). */
-static inline void satisfy(sim_work *w, int op) { w->deps[op]--; }
+static inline void satisfy(sim_work *w, int op) { w->op[op].deps--; }
 
 /* Send a tensor to 'op' (input of stage s2) over link 'link' taking 'dur', posted at now. */
 static void transfer(sim_ctx *c, int link, tick dur, int op, ir_op_kind kind, int s1, int s2,
@@ -432,29 +469,30 @@ static void start_op(sim_ctx *c, int dv, int s, int mb, int slot, bool fused) {
   const sim_model *p = c->p;
   sim_work *w = c->w;
   const sim_stage *st = &p->st[s];
+  sim_wdev *wd = &w->dev[dv];
   int op = op_id(p, s, mb, slot);
   tick dur = st->t[slot] + (fused ? st->t[SL_W] : 0);
-  w->state[op] = (uint8_t)((w->state[op] & 0xf0) | 1);
-  w->running[dv] = op;
-  w->fused[dv] = fused;
-  w->remaining[dv]--;
+  w->op[op].state = (uint8_t)((w->op[op].state & 0xf0) | 1);
+  wd->running = op;
+  wd->fused = fused;
+  wd->remaining--;
   sim_device_stats *ds = &c->r->dev[dv];
-  w->busy[dv] += dur;
+  wd->busy += dur;
   if (slot == SL_F) {
-    w->mem[dv] += st->act;
-    w->inflight[dv]++;
-    if (w->mem[dv] > ds->peak_mem) {
-      ds->peak_mem = w->mem[dv];
-      ds->peak_op = w->pos[dv];
+    wd->mem += st->act;
+    wd->inflight++;
+    if (wd->mem > ds->peak_mem) {
+      ds->peak_mem = wd->mem;
+      ds->peak_op = wd->pos;
       ds->peak_at = (ir_op){IR_OP_F, s, mb};
       ds->peak_time = to_s(c->now);
     }
   }
   if (c->r->order) ir_schedule_push(&c->r->order[dv], fused ? IR_OP_BW : (ir_op_kind)slot, s, mb);
-  w->pos[dv]++;
+  wd->pos++;
   if (c->o->record) {
     /* Memory after the op: F's allocation now; a backward's release at its end. */
-    double mem = w->mem[dv];
+    double mem = wd->mem;
     if (slot == SL_B) mem -= fused ? st->act : st->act - st->act_w;
     if (slot == SL_W) mem -= st->act_w;
     record_op(c, fused ? IR_OP_BW : slot, dv, s, mb, c->now, c->now + dur, mem);
@@ -465,20 +503,20 @@ static void start_op(sim_ctx *c, int dv, int s, int mb, int slot, bool fused) {
 /* Device dv has no operation left: run its end-of-step work and mark it finished. */
 static void finish_device(sim_ctx *c, int dv) {
   const sim_dev *x = &c->p->dev[dv];
-  sim_work *w = c->w;
+  sim_wdev *wd = &c->w->dev[dv];
   tick t = c->now;
   if (x->allreduce > 0) {
-    if (c->o->record) record_op(c, SIM_OP_ALLREDUCE, dv, -1, -1, t, t + x->allreduce, c->w->mem[dv]);
-    w->comm[dv] += x->allreduce;
+    if (c->o->record) record_op(c, SIM_OP_ALLREDUCE, dv, -1, -1, t, t + x->allreduce, wd->mem);
+    wd->comm += x->allreduce;
     t += x->allreduce;
   }
   if (x->optim > 0) {
-    if (c->o->record) record_op(c, SIM_OP_OPTIM, dv, -1, -1, t, t + x->optim, c->w->mem[dv]);
-    w->busy[dv] += x->optim;
+    if (c->o->record) record_op(c, SIM_OP_OPTIM, dv, -1, -1, t, t + x->optim, wd->mem);
+    wd->busy += x->optim;
     t += x->optim;
   }
-  w->end[dv] = t;
-  c->w->pos[dv] = -1 - c->w->pos[dv]; /* finished: keep the count, negative */
+  wd->end = t;
+  wd->pos = -1 - wd->pos; /* finished: keep the count, negative */
   c->done_devs++;
 }
 
@@ -498,7 +536,7 @@ static void offer(sim_ctx *c, int dv) {
     for (int slot = 0; slot < SL_N; slot++) {
       if (slot == SL_W && c->o->fused_bw) continue;
       int mb = nx[slot];
-      if (mb >= p->nmb || w->deps[op_id(p, s, mb, slot)] != 0) continue;
+      if (mb >= p->nmb || w->op[op_id(p, s, mb, slot)].deps != 0) continue;
       VEC_RESERVE(w->cands, n, w->cands_cap);
       bool fb = slot == SL_B && c->o->fused_bw;
       w->cands[n++] = (sim_cand){fb ? IR_OP_BW : (ir_op_kind)slot, s, mb,
@@ -506,14 +544,15 @@ static void offer(sim_ctx *c, int dv) {
     }
   }
   if (n == 0) return;
-  if (w->declined[dv]) {
-    w->declined[dv] = 0;
+  sim_wdev *wd = &w->dev[dv];
+  if (wd->declined) {
+    wd->declined = false;
     w->ndeclined--;
   }
-  sim_view v = {c->now, dv, w->mem[dv], p->dev[dv].mem_limit, pf, pb, pw, w->inflight[dv]};
+  sim_view v = {c->now, dv, wd->mem, p->dev[dv].mem_limit, pf, pb, pw, wd->inflight};
   int k = c->o->choose(c->o->ctx, &v, w->cands, n);
   if (k < 0 || k >= n) {
-    w->declined[dv] = 1;
+    wd->declined = true;
     w->ndeclined++;
     return;
   }
@@ -525,9 +564,9 @@ static void offer(sim_ctx *c, int dv) {
 
 /* Device dv is idle at now: start what it can. */
 static void try_start(sim_ctx *c, int dv) {
-  sim_work *w = c->w;
-  if (w->running[dv] >= 0 || w->pos[dv] < 0) return;
-  if (w->remaining[dv] == 0) {
+  const sim_wdev *wd = &c->w->dev[dv];
+  if (wd->running >= 0 || wd->pos < 0) return;
+  if (wd->remaining == 0) {
     finish_device(c, dv);
     return;
   }
@@ -535,9 +574,9 @@ static void try_start(sim_ctx *c, int dv) {
     offer(c, dv);
     return;
   }
-  const ir_op *o = &c->m->schedules[dv].ops[w->pos[dv]];
+  const ir_op *o = &c->m->schedules[dv].ops[wd->pos];
   int slot = o->kind == IR_OP_F ? SL_F : o->kind == IR_OP_W ? SL_W : SL_B;
-  if (w->deps[op_id(c->p, o->stage, o->mb, slot)] != 0) return;
+  if (c->w->op[op_id(c->p, o->stage, o->mb, slot)].deps != 0) return;
   start_op(c, dv, o->stage, o->mb, slot, o->kind == IR_OP_BW);
 }
 
@@ -548,9 +587,10 @@ static void op_done(sim_ctx *c, int op) {
   int slot = op % SL_N, smb = op / SL_N, s = smb / p->nmb, mb = smb % p->nmb;
   const sim_stage *st = &p->st[s];
   int dv = st->dev;
-  bool fused = w->fused[dv];
-  w->running[dv] = -1;
-  w->state[op] = (uint8_t)((w->state[op] & 0xf0) | 2);
+  sim_wdev *wd = &w->dev[dv];
+  bool fused = wd->fused;
+  wd->running = -1;
+  w->op[op].state = (uint8_t)((w->op[op].state & 0xf0) | 2);
   if (slot == SL_F) {
     satisfy(w, op + SL_B);
     if (s + 1 < p->nstages) {
@@ -563,11 +603,11 @@ static void op_done(sim_ctx *c, int op) {
     }
   } else if (slot == SL_B) {
     if (fused) {
-      w->state[op + 1] = (uint8_t)((w->state[op + 1] & 0xf0) | 2);
-      w->mem[dv] -= st->act;
-      w->inflight[dv]--;
+      w->op[op + 1].state = (uint8_t)((w->op[op + 1].state & 0xf0) | 2);
+      wd->mem -= st->act;
+      wd->inflight--;
     } else {
-      w->mem[dv] -= st->act - st->act_w;
+      wd->mem -= st->act - st->act_w;
       satisfy(w, op + 1);
     }
     if (s > 0) {
@@ -578,8 +618,8 @@ static void op_done(sim_ctx *c, int op) {
         transfer(c, st->link_prev, st->x_prev, prv, IR_OP_B, s, s - 1, mb, st->in_bytes);
     }
   } else {
-    w->mem[dv] -= st->act_w;
-    w->inflight[dv]--;
+    wd->mem -= st->act_w;
+    wd->inflight--;
   }
   try_start(c, dv);
 }
@@ -614,21 +654,21 @@ static bool check_schedule(sim_ctx *c) {
       int slots[2] = {o->kind == IR_OP_F ? SL_F : o->kind == IR_OP_W ? SL_W : SL_B,
                       o->kind == IR_OP_BW ? SL_W : -1};
       for (int k = 0; k < 2 && slots[k] >= 0; k++) {
-        if (w->state[base + slots[k]] & 0x10) {
+        if (w->op[base + slots[k]].state & 0x10) {
           snprintf(c->r->why, sizeof c->r->why, "$d%d #%d: %s @s%d %d repeats an operation "
                    "scheduled before", dv, i, kn, o->stage, o->mb);
           return false;
         }
-        w->state[base + slots[k]] |= 0x10;
+        w->op[base + slots[k]].state |= 0x10;
       }
-      if (o->kind == IR_OP_BW) w->state[base + SL_B] |= 0x20;
+      if (o->kind == IR_OP_BW) w->op[base + SL_B].state |= 0x20;
     }
-    w->remaining[dv] = sc->nops;
+    w->dev[dv].remaining = sc->nops;
   }
   for (int s = 0; s < p->nstages; s++)
     for (int mb = 0; mb < p->nmb; mb++)
       for (int slot = 0; slot < SL_N; slot++)
-        if (!(w->state[op_id(p, s, mb, slot)] & 0x10)) {
+        if (!(w->op[op_id(p, s, mb, slot)].state & 0x10)) {
           snprintf(c->r->why, sizeof c->r->why, "%s @s%d %d is missing from the schedule of $d%d",
                    slot == SL_B ? "B (or BW)" : ir_op_names[slot], s, mb, p->st[s].dev);
           return false;
@@ -639,7 +679,7 @@ static bool check_schedule(sim_ctx *c) {
 /* The op that blocks op (not yet done), and its device; returns false when none does. */
 static bool blocker(const sim_ctx *c, int s, int mb, int slot, ir_op *waits, int *dev) {
   const sim_model *p = c->p;
-  const uint8_t *state = c->w->state;
+  const sim_wop *ops = c->w->op;
   int cand[2][2] = {{-1, -1}, {-1, -1}}; /* (stage, slot) of its inputs */
   if (slot == SL_F) {
     if (s > 0) cand[0][0] = s - 1, cand[0][1] = SL_F;
@@ -651,9 +691,9 @@ static bool blocker(const sim_ctx *c, int s, int mb, int slot, ir_op *waits, int
   }
   for (int k = 0; k < 2; k++) {
     if (cand[k][0] < 0) continue;
-    if ((state[op_id(p, cand[k][0], mb, cand[k][1])] & 0xf) != 2) {
+    if ((ops[op_id(p, cand[k][0], mb, cand[k][1])].state & 0xf) != 2) {
       int op = op_id(p, cand[k][0], mb, cand[k][1]);
-      bool fused = (state[op] & 0x20) || (c->o->choose && c->o->fused_bw && cand[k][1] == SL_B);
+      bool fused = (ops[op].state & 0x20) || (c->o->choose && c->o->fused_bw && cand[k][1] == SL_B);
       *waits = (ir_op){fused ? IR_OP_BW : (ir_op_kind)cand[k][1], cand[k][0], mb};
       *dev = p->st[cand[k][0]].dev;
       return true;
@@ -668,12 +708,12 @@ static void collect_stuck(sim_ctx *c) {
   sim_work *w = c->w;
   sim_result *r = c->r;
   for (int dv = 0; dv < p->ndev; dv++) {
-    if (w->pos[dv] < 0) continue;
+    if (w->dev[dv].pos < 0) continue;
     sim_stuck st = {dv, -1, {IR_OP_F, -1, -1}, {IR_OP_F, -1, -1}, -1};
     if (!c->o->choose) {
-      const ir_op *o = &c->m->schedules[dv].ops[w->pos[dv]];
+      const ir_op *o = &c->m->schedules[dv].ops[w->dev[dv].pos];
       int slot = o->kind == IR_OP_F ? SL_F : o->kind == IR_OP_W ? SL_W : SL_B;
-      st.index = w->pos[dv];
+      st.index = w->dev[dv].pos;
       st.op = *o;
       blocker(c, o->stage, o->mb, slot, &st.waits, &st.waits_on);
     } else {
@@ -726,7 +766,7 @@ sim_status sim_run(const sim_model *p, const ir_module *m, const sim_opts *opts,
     for (int dv = 0; dv < p->ndev; dv++) {
       r->order[dv].nops = 0;
       const sim_dev *x = &p->dev[dv];
-      w->remaining[dv] = x->nstages * p->nmb * (opts->fused_bw ? 2 : 3);
+      w->dev[dv].remaining = x->nstages * p->nmb * (opts->fused_bw ? 2 : 3);
     }
   } else if (r->order) {
     for (int i = 0; i < r->ndevices; i++) free(r->order[i].ops);
@@ -746,14 +786,14 @@ sim_status sim_run(const sim_model *p, const ir_module *m, const sim_opts *opts,
     if (e.code & 1) {
       satisfy(w, op);
       int dv = p->st[op / SL_N / p->nmb].dev;
-      if (w->running[dv] < 0) try_start(&c, dv);
+      if (w->dev[dv].running < 0) try_start(&c, dv);
     } else {
       op_done(&c, op);
     }
     /* A device that declined is offered again after every event: what it waits for (memory,
      * another device's progress) may have changed. */
     for (int dv = 0; w->ndeclined > 0 && dv < p->ndev; dv++)
-      if (w->declined[dv] && w->running[dv] < 0) try_start(&c, dv);
+      if (w->dev[dv].declined && w->dev[dv].running < 0) try_start(&c, dv);
   }
   /* Devices whose last operation ended and that never got another chance (priority mode may
    * decline until the end). */
@@ -763,7 +803,7 @@ sim_status sim_run(const sim_model *p, const ir_module *m, const sim_opts *opts,
   }
   tick makespan = 0, idle = 0, lb_work = 0;
   for (int dv = 0; dv < p->ndev; dv++)
-    if (w->end[dv] > makespan) makespan = w->end[dv];
+    if (w->dev[dv].end > makespan) makespan = w->dev[dv].end;
   r->makespan = to_s(makespan);
   r->peak_mem = 0;
   r->fits = true;
@@ -771,19 +811,19 @@ sim_status sim_run(const sim_model *p, const ir_module *m, const sim_opts *opts,
   r->lb_work = 0;
   for (int dv = 0; dv < p->ndev; dv++) {
     sim_device_stats *ds = &r->dev[dv];
-    tick di = makespan > w->busy[dv] ? makespan - w->busy[dv] : 0;
+    tick di = makespan > w->dev[dv].busy ? makespan - w->dev[dv].busy : 0;
     idle += di;
-    ds->busy = to_s(w->busy[dv]);
-    ds->comm = to_s(w->comm[dv]);
-    ds->end = to_s(w->end[dv]);
+    ds->busy = to_s(w->dev[dv].busy);
+    ds->comm = to_s(w->dev[dv].comm);
+    ds->end = to_s(w->dev[dv].end);
     ds->idle = to_s(di);
     if (ds->peak_mem > r->peak_mem) r->peak_mem = ds->peak_mem;
     if (ds->peak_mem > ds->mem_limit && r->fits) {
       r->fits = false;
       r->oom_device = dv;
     }
-    tick w = p->dev[dv].work + (p->dev[dv].head > 0 ? p->dev[dv].head : 0);
-    if (w > lb_work) lb_work = w;
+    tick bound = p->dev[dv].work + (p->dev[dv].head > 0 ? p->dev[dv].head : 0);
+    if (bound > lb_work) lb_work = bound;
   }
   r->bubble = makespan > 0 && p->ndev > 0 ? (double)idle / ((double)p->ndev * makespan) : 0;
   r->lb_work = to_s(lb_work);
@@ -803,18 +843,8 @@ void sim_result_free(sim_result *r) {
   }
   sim_work *w = r->work;
   if (w) {
-    free(w->deps);
-    free(w->state);
-    free(w->pos);
-    free(w->running);
-    free(w->fused);
-    free(w->mem);
-    free(w->remaining);
-    free(w->inflight);
-    free(w->declined);
-    free(w->busy);
-    free(w->comm);
-    free(w->end);
+    free(w->op);
+    free(w->dev);
     free(w->next_mb);
     free(w->link_free);
     free(w->heap);

@@ -23,17 +23,20 @@
 typedef struct sim_model sim_model;
 
 /* Compile the partition and placement of m into a problem. Pre: m passed ir_verify. Errors
- * (reported through d, at the entity's location when known): no stages; a stage not placed or
- * placed on a device that does not exist; a layer without a complete cost record (f, b, w, act,
- * act_w, out, param); no link between two devices that exchange tensors; no microbatches.
- * Returns NULL after reporting. */
+ * (reported through d, at the entity's location when known): no stages; no microbatches, or more
+ * than 1e9 operations (stages x microbatches x 3); a stage not placed or placed on a device that
+ * does not exist; a layer without a complete cost record (f, b, w, act, act_w, out, param, grad);
+ * no link between two devices that exchange tensors; data > 1 without a link for the all-reduce;
+ * a step whose durations add up to more than 1e6 s (the engine counts picoseconds in 64 bits).
+ * Returns NULL after reporting; else a problem that does not refer to m (free it with
+ * sim_model_free). */
 sim_model *sim_model_build(const ir_module *m, diag_engine *d);
+/* Free a problem (NULL is fine). */
 void sim_model_free(sim_model *p);
 
-/* Sizes of a problem. */
-int sim_model_devices(const sim_model *p);
-int sim_model_stages(const sim_model *p);
-int sim_model_microbatches(const sim_model *p);
+/* Memory limit of device dv in bytes: the train record's mem_limit when set, else the device's
+ * memory, else INFINITY. Pre: 0 <= dv < the device count of the module p was built from. */
+double sim_model_mem_limit(const sim_model *p, int dv);
 
 /* ---- Priority mode ------------------------------------------------------------------------- */
 
@@ -104,7 +107,8 @@ typedef struct sim_device_stats {
   double static_mem; /* parameters, gradients and optimizer state of its stages */
   double peak_mem;   /* static + largest live activations */
   double mem_limit;  /* its limit */
-  int peak_op;       /* index in its order of the operation at which the peak was reached (-1: none) */
+  int peak_op;       /* index in its order of the operation at which the peak was reached
+                        (-1: none) */
   ir_op peak_at;     /* that operation */
   double peak_time;  /* when */
 } sim_device_stats;
@@ -128,7 +132,7 @@ typedef struct sim_stuck {
 
 /* Result of a run; reusable across runs (sim_result_free releases it). */
 typedef struct sim_result {
-  sim_status status;
+  sim_status status;    /* outcome of the last run */
   double makespan;      /* end of the step, seconds */
   double bubble;        /* sum of idle / (devices x makespan) */
   double peak_mem;      /* largest peak over devices */
@@ -138,15 +142,15 @@ typedef struct sim_result {
                            (one microbatch's forwards and transfers before its first stage) plus
                            its compute */
   double lb_critical;   /* critical path of one microbatch through all stages and links */
-  int ndevices;
+  int ndevices;            /* entries of dev (and of order) */
   sim_device_stats *dev;   /* per device */
   sim_op_event *ops;       /* timeline in start order (record only) */
-  int nops, ops_cap;
+  int nops, ops_cap;       /* events recorded, allocated */
   sim_transfer *xfers;     /* transfers in posting order (record only) */
-  int nxfers, xfers_cap;
+  int nxfers, xfers_cap;   /* transfers recorded, allocated */
   ir_schedule *order;      /* priority mode: the order each device chose (ndevices entries) */
   sim_stuck *stuck;        /* status DEADLOCK: one entry per device that still had work */
-  int nstuck, stuck_cap;
+  int nstuck, stuck_cap;   /* entries, allocated */
   char why[200];           /* status INVALID: what is wrong with the schedule */
   void *work;              /* scratch kept between runs (private to sim.c) */
 } sim_result;
@@ -157,17 +161,20 @@ typedef struct sim_result {
  * the times are those reached. Never hangs: every call finishes in time linear in the number of
  * operations (times a logarithm). */
 sim_status sim_run(const sim_model *p, const ir_module *m, const sim_opts *opts, sim_result *r);
+/* Free what r holds and zero it (r itself is the caller's; a zeroed result is fine). */
 void sim_result_free(sim_result *r);
 
-/* Report a failed run (status DEADLOCK or INVALID) as an error through d at 'where'. For a
- * deadlock: one note per waiting device through d at 'where', with one note per waiting device
- * ("$d1 waits at #5 B @s2 3 for B @s3 3 on $d2"), following the cycle when there is one. */
+/* Report a failed run (status DEADLOCK or INVALID) as an error through d at 'where'; nothing for
+ * SIM_OK. A deadlock gets one note per waiting device ("$d1 waits at #5 B @s2 3 for B @s3 3 on
+ * $d2"), the devices of the wait cycle first, in cycle order, when there is one. */
 void sim_report_failure(const sim_result *r, diag_engine *d, diag_loc where);
 
-/* Write the figures of r into m: predict record and per-device predict records. */
+/* Write the figures of r into m: predict record and per-device predict records. Pre: r is a
+ * SIM_OK run of a problem built from m. */
 void sim_store_prediction(const sim_result *r, ir_module *m);
 
-/* Replace m's schedules with the order r chose (priority mode). */
+/* Replace m's schedules with the order r chose (pre: a SIM_OK priority-mode run of a problem built
+ * from m; nothing happens for a fixed-mode run). The 'schedule method' is left as it is. */
 void sim_store_order(const sim_result *r, ir_module *m);
 
 #endif

@@ -27,6 +27,7 @@ typedef struct octoc_opts {
   int error_limit;        /* --error-limit */
 } octoc_opts;
 
+/* Print the help text to f. */
 static void usage(FILE *f) {
   fputs("usage: octoc SPEC.octo [options]\n"
         "\n"
@@ -136,6 +137,7 @@ static int compile_one(diag_engine *d, uint32_t src, const octoc_opts *o, strbuf
   return rc;
 }
 
+/* Whether arg starts with prefix; *value then points just after it. */
 static bool starts(const char *arg, const char *prefix, const char **value) {
   size_t n = strlen(prefix);
   if (strncmp(arg, prefix, n) != 0) return false;

@@ -414,6 +414,21 @@ void test_ir_verify_stage_cover(void) {
   capture_free(&c);
 }
 
+/* The verifier checks a cost record's 'grad' like its other sizes (it was left out: a negative or
+ * NaN gradient size built in code passed the verifier and reached the simulator's all-reduce). */
+void test_ir_verify_cost_grad(void) {
+  diag_capture c;
+  capture_init(&c);
+  ir_module *m = build_full_module();
+  ir_field_set(&m->layers[1].cost, IR_F_COST_grad, -1.0);
+  UNIT_CHECK(ir_verify(m, c.d, diag_mkloc(0, 0, 0, 0)) == 1);
+  UNIT_CHECK(strstr(capture_text(&c), "cost grad = -1B must be finite and non-negative") != NULL);
+  ir_field_set(&m->layers[1].cost, IR_F_COST_grad, 2.0 * 1073741824.0);
+  UNIT_CHECK(ir_verify(m, c.d, diag_mkloc(0, 0, 0, 0)) == 0);
+  ir_module_free(m);
+  capture_free(&c);
+}
+
 /* The verifier catches schedule errors: a missing W, a duplicated F, an op on the wrong device. */
 void test_ir_verify_schedule(void) {
   diag_capture c;

@@ -92,3 +92,19 @@ void test_plan_balanced_bad_args(void) {
   double big[3] = {10, 10, 10};
   UNIT_CHECK(pass_partition_balanced(cost, big, z, 3, 3, 5, 1, ends, NULL) == -2);
 }
+
+/* Costs whose sum does not fit in int64_t, and negative costs, are refused (the sum overflowed
+ * in the bisection's upper bound before: UBSan reported signed overflow). */
+void test_plan_balanced_overflow(void) {
+  int64_t big[3] = {INT64_MAX / 2, INT64_MAX / 2, INT64_MAX / 2};
+  int64_t neg[3] = {5, -1, 5};
+  int64_t edge[2] = {INT64_MAX / 2, INT64_MAX / 2};
+  double z[3] = {0, 0, 0};
+  int ends[3];
+  int64_t got = 0;
+  UNIT_CHECK(pass_partition_balanced(big, z, z, 3, 2, 0, 1, ends, NULL) == -1);
+  UNIT_CHECK(pass_partition_balanced(neg, z, z, 3, 2, 0, 1, ends, NULL) == -1);
+  /* The largest sum that fits still works. */
+  UNIT_CHECK(pass_partition_balanced(edge, z, z, 2, 1, 0, 1, ends, &got) == 0);
+  UNIT_CHECK(got == INT64_MAX / 2 * 2 && ends[0] == 2);
+}
