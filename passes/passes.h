@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "ir.h"
+#include "sim.h"
 #include "support.h"
 
 /* ---- Options of one pass invocation ---------------------------------------------------------*/
@@ -117,6 +118,22 @@ int pass_opt_choice(const pass_options *opts, const char *key, const char *const
 int pass_partition_balanced(const int64_t *cost, const double *mem_static, const double *mem_act,
                             int n, int k, double cap, int mb, int *ends, int64_t *bottleneck);
 
+/* ---- The adaptive scheduler, for the tuner ----------------------------------------------- */
+
+/* Knobs of the adaptive scheduler (schedule{method=adaptive, split=..., mem_margin=...}). */
+typedef struct pass_adaptive_opts {
+  bool split;        /* split the backward into B and W (else fused BW) */
+  double mem_margin; /* fraction of the memory limit above which W is preferred */
+} pass_adaptive_opts;
+
+/* Run the adaptive scheduler on problem p, built by sim_model_build from m (stages all placed,
+ * costs complete), into r (priority mode; r->order holds the order chosen). Reports nothing.
+ * Returns SIM_OK, or SIM_DEADLOCK when a device cannot hold even one microbatch: then
+ * *overflow_dev and *overflow (bytes over its limit, the worst device) say where, and r is not
+ * run. Pre: r zero-initialized or reused. */
+sim_status pass_adaptive_run(const sim_model *p, const ir_module *m, const pass_adaptive_opts *o,
+                             sim_result *r, int *overflow_dev, double *overflow);
+
 /* ---- Comparison with the classic plans --------------------------------------------------- */
 
 /* One classic plan evaluated on a model. */
@@ -139,6 +156,38 @@ typedef struct pass_baseline {
 int pass_compare(const ir_module *m, pass_baseline **out);
 /* Free the peak_mem arrays of n rows, and the array itself when 'array'. */
 void pass_baseline_free(pass_baseline *rows, int n, bool array);
+
+/* ---- The tuner ------------------------------------------------------------------------------ */
+
+/* Options of the tuner (tune{budget=..., seed=..., restarts=..., max_stages=..., progress=...}). */
+typedef struct pass_tune_opts {
+  double budget;    /* seconds the search may take at most */
+  uint64_t seed;    /* seed of the perturbations: the same seed gives the same plan */
+  int restarts;     /* perturbation rounds in a row without improvement before stopping */
+  int max_stages;   /* most stages a plan may have; 0: 4 x devices (at most the layers) */
+  bool progress;    /* print a progress line to stderr */
+} pass_tune_opts;
+
+/* What the tuner did. */
+typedef struct pass_tune_stats {
+  int iterations;            /* local-search iterations */
+  int evaluations;           /* plans simulated */
+  double seconds;            /* time taken */
+  double makespan, bubble;   /* the returned plan's step time (s) and bubble ratio */
+  bool fits;                 /* it fits in memory */
+  char start[32];            /* "tuned", or the classic plan kept as it was */
+  pass_baseline *baselines;  /* the classic plans evaluated (pass_compare) */
+  int nbaselines;
+} pass_tune_stats;
+
+/* Co-optimize the partition, placement and schedule of m (costs complete, devices present) with
+ * the simulator as the judge (docs/tuner.md), and replace m's plan with the best found: never
+ * slower than the best classic plan it evaluated, never over any device's memory limit. Fills
+ * *st (free with pass_tune_stats_free). Returns 0, or 1 after reporting through d at 'where'
+ * (no plan fits: the smallest overflow found and its device; no costs or devices). */
+int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_engine *d,
+              diag_loc where);
+void pass_tune_stats_free(pass_tune_stats *st);
 
 /* ---- Pipelines ------------------------------------------------------------------------------*/
 

@@ -121,23 +121,57 @@ static int sched_adapt_fit_check(const sched_shape *sh, const sim_model *model,
   return bad;
 }
 
+/* Set up the rule's state for the plan of m (stages placed). Free a->act and a->dev after. */
+static void sched_adapt_init(sched_adapt *a, const ir_module *m, int p,
+                             const sched_adaptive_opts *o) {
+  a->o = o;
+  a->act = xcalloc((size_t)(m->nstages ? m->nstages : 1), sizeof *a->act);
+  a->dev = xcalloc((size_t)(p ? p : 1), sizeof *a->dev);
+  for (int dv = 0; dv < p; dv++) {
+    a->dev[dv].lowest = -1;
+    a->dev[dv].last = IR_OP_B; /* so that the first choice between F and B is F */
+  }
+  for (int s = 0; s < m->nstages; s++) {
+    const ir_stage *st = &m->stages[s];
+    sched_adapt_dev *ad = &a->dev[st->device];
+    for (int l = st->first; l < st->end; l++) a->act[s] += m->layers[l].cost.act;
+    if (ad->lowest < 0) ad->lowest = s;
+    ad->total_act += a->act[s];
+  }
+}
+
+sim_status pass_adaptive_run(const sim_model *p, const ir_module *m, const pass_adaptive_opts *o,
+                             sim_result *r, int *overflow_dev, double *overflow) {
+  sched_adapt a;
+  sched_adapt_init(&a, m, m->ndevices, o);
+  *overflow_dev = -1;
+  *overflow = 0;
+  /* One microbatch must fit on every device next to its static memory. */
+  double *stat = xcalloc((size_t)(m->ndevices ? m->ndevices : 1), sizeof *stat);
+  for (int s = 0; s < m->nstages; s++)
+    for (int l = m->stages[s].first; l < m->stages[s].end; l++)
+      stat[m->stages[s].device] += m->layers[l].cost.param;
+  for (int dv = 0; dv < m->ndevices; dv++) {
+    double over = stat[dv] + a.dev[dv].total_act - sim_model_mem_limit(p, dv);
+    if (over > *overflow) *overflow = over, *overflow_dev = dv;
+  }
+  free(stat);
+  sim_status st = SIM_DEADLOCK;
+  if (*overflow_dev < 0) {
+    sim_opts so = {sched_adapt_choose, &a, !o->split, false};
+    st = sim_run(p, m, &so, r);
+  }
+  free(a.act);
+  free(a.dev);
+  return st;
+}
+
 int sched_build_adaptive(const sched_shape *sh, const sched_params *prm, diag_engine *d) {
   ir_module *m = sh->m;
   sim_model *model = sim_model_build(m, d);
   if (!model) return 1;
-  sched_adapt a = {&prm->adaptive, xcalloc((size_t)sh->S, sizeof *a.act),
-                   xcalloc((size_t)sh->p, sizeof *a.dev)};
-  for (int dv = 0; dv < sh->p; dv++) {
-    a.dev[dv].lowest = -1;
-    a.dev[dv].last = IR_OP_B; /* so that the first choice between F and B is F */
-  }
-  for (int s = 0; s < sh->S; s++) {
-    const ir_stage *st = &m->stages[s];
-    sched_adapt_dev *ad = &a.dev[st->device];
-    for (int l = st->first; l < st->end; l++) a.act[s] += m->layers[l].cost.act;
-    if (ad->lowest < 0) ad->lowest = s;
-    ad->total_act += a.act[s];
-  }
+  sched_adapt a;
+  sched_adapt_init(&a, m, sh->p, &prm->adaptive);
   int rc = 0;
   if (sched_adapt_fit_check(sh, model, &a, prm->where, d)) {
     rc = 1;

@@ -17,10 +17,8 @@ typedef struct sched_shape {
 } sched_shape;
 
 /* Knobs of the adaptive method (schedule{method=adaptive, ...}). */
-typedef struct sched_adaptive_opts {
-  bool split;        /* split the backward into B and W (else fused BW) */
-  double mem_margin; /* fraction of the memory limit above which W is preferred */
-} sched_adaptive_opts;
+/* Knobs of the adaptive method: pass_adaptive_opts (passes.h). */
+typedef pass_adaptive_opts sched_adaptive_opts;
 
 /* Everything a method's builder may need besides the shape. */
 typedef struct sched_params {

@@ -50,9 +50,18 @@ int report_emit(const ir_module *m, report_kind k, const report_opts *o, strbuf 
   case REPORT_MEGATRON_LAYOUT: return report_megatron_layout(m, out, d, where);
   default: break;
   }
+  /* The classic plans: the tuner's when it ran them, else run now when asked for. */
   pass_baseline *base = NULL;
   int nbase = 0;
-  if (o->compare && (k == REPORT_TEXT || k == REPORT_JSON)) nbase = pass_compare(m, &base);
+  report_extra x = {NULL, 0, o->tuner};
+  if (o->compare && o->tuner) {
+    x.baselines = o->tuner->baselines;
+    x.nbaselines = o->tuner->nbaselines;
+  } else if (o->compare && (k == REPORT_TEXT || k == REPORT_JSON)) {
+    nbase = pass_compare(m, &base);
+    x.baselines = base;
+    x.nbaselines = nbase;
+  }
   sim_model *p = NULL;
   sim_result r = {0};
   int rc = 0;
@@ -71,10 +80,9 @@ int report_emit(const ir_module *m, report_kind k, const report_opts *o, strbuf 
     const sim_result *rr = scheduled ? &r : NULL;
     switch (k) {
     case REPORT_TEXT:
-      report_text(m, rr, out);
-      if (o->compare) report_compare(m, rr, base, nbase, out);
+      report_text(m, rr, &x, out);
       break;
-    case REPORT_JSON: report_json(m, rr, o->compare ? base : NULL, nbase, out); break;
+    case REPORT_JSON: report_json(m, rr, &x, out); break;
     case REPORT_TRACE: report_trace(m, rr, out); break;
     case REPORT_SVG: report_svg(m, rr, out); break;
     default: break;

@@ -327,6 +327,10 @@ static void text_simulation(const ir_module *m, const sim_result *r, strbuf *sb)
     strbuf_printf(sb, ": %.1f%% of the makespan (makespan is %.2fx the bound)",
                   100 * lb / r->makespan, r->makespan / lb);
   strbuf_putc(sb, '\n');
+  double lim = rep_limit(m);
+  if (lim > 0 && r->makespan > 0)
+    strbuf_printf(sb, "limit %.3f ms for any plan on these devices (makespan is %.2fx the limit)\n",
+                  lim * 1e3, r->makespan / lim);
 
   rep_oom o;
   if (rep_first_oom(m, r, &o)) {
@@ -369,23 +373,42 @@ static void text_simulation(const ir_module *m, const sim_result *r, strbuf *sb)
   }
 }
 
-void report_text(const ir_module *m, const sim_result *r, strbuf *out) {
+/* The tuner's line: what it did and its speedups over S-1F1B and the best classic plan. */
+static void text_tuner(const pass_tune_stats *st, strbuf *out) {
+  strbuf_printf(out, "tuner: %d iterations, %d plans simulated in %.2f s", st->iterations,
+                st->evaluations, st->seconds);
+  double s1 = 0, best = 0;
+  const char *best_name = NULL;
+  for (int i = 0; i < st->nbaselines; i++) {
+    const pass_baseline *b = &st->baselines[i];
+    if (!b->ok || !b->fits) continue;
+    if (strcmp(b->name, "S-1F1B") == 0) s1 = b->makespan;
+    if (!best_name || b->makespan < best) best = b->makespan, best_name = b->name;
+  }
+  if (s1 > 0 && st->makespan > 0) strbuf_printf(out, "; %.2fx over S-1F1B", s1 / st->makespan);
+  if (best_name && st->makespan > 0)
+    strbuf_printf(out, ", %.2fx over the best classic plan (%s)", best / st->makespan, best_name);
+  strbuf_putc(out, '\n');
+}
+
+void report_text(const ir_module *m, const sim_result *r, const report_extra *x, strbuf *out) {
   text_header(m, out);
   text_costs(m, out);
+  bool simulated = r && r->status == SIM_OK && r->dev;
   if (m->nstages == 0) {
     strbuf_puts(out, "plan: none yet (no planning passes were run)\n");
-    return;
+  } else {
+    text_stages(m, out);
+    if (!has_schedule(m))
+      strbuf_puts(out, "plan: stages only, no schedule yet (nothing to simulate)\n");
+    else if (!simulated)
+      strbuf_puts(out, "plan: scheduled, not simulated\n");
+    else
+      text_simulation(m, r, out);
   }
-  text_stages(m, out);
-  if (!has_schedule(m)) {
-    strbuf_puts(out, "plan: stages only, no schedule yet (nothing to simulate)\n");
-    return;
-  }
-  if (!r || r->status != SIM_OK || !r->dev) {
-    strbuf_puts(out, "plan: scheduled, not simulated\n");
-    return;
-  }
-  text_simulation(m, r, out);
+  if (x && x->tuner) text_tuner(x->tuner, out);
+  if (x && x->baselines)
+    report_compare(m, simulated && has_schedule(m) ? r : NULL, x->baselines, x->nbaselines, out);
 }
 
 /* ---- Comparison with the classic plans ------------------------------------------------------ */
@@ -500,8 +523,30 @@ static void json_baselines(const pass_baseline *b, int nb, strbuf *out) {
   strbuf_puts(out, nb ? "\n  ]" : "]");
 }
 
-void report_json(const ir_module *m, const sim_result *r, const pass_baseline *base, int nbase,
-                 strbuf *out) {
+/* The "tuner" object. */
+static void json_tuner(const pass_tune_stats *st, strbuf *out) {
+  bool f1 = true;
+  strbuf_putc(out, '{');
+  member_num(out, "iterations", st->iterations, &f1);
+  member_num(out, "evaluations", st->evaluations, &f1);
+  member_num(out, "seconds", st->seconds, &f1);
+  member_ms(out, "makespan_ms", st->makespan, &f1);
+  member_num(out, "bubble_ratio", st->bubble, &f1);
+  inner_key(out, "start", &f1);
+  rep_json_str(out, st->start);
+  inner_key(out, "speedup_vs", &f1);
+  strbuf_putc(out, '{');
+  bool f2 = true;
+  for (int i = 0; i < st->nbaselines; i++) {
+    const pass_baseline *b = &st->baselines[i];
+    if (!b->ok || st->makespan <= 0) continue;
+    inner_key(out, b->name, &f2);
+    rep_json_num(out, b->makespan / st->makespan);
+  }
+  strbuf_puts(out, "}}");
+}
+
+void report_json(const ir_module *m, const sim_result *r, const report_extra *x, strbuf *out) {
   bool sim = r && r->status == SIM_OK && r->dev && has_schedule(m);
   bool first = true;
   strbuf_putc(out, '{');
@@ -590,6 +635,8 @@ void report_json(const ir_module *m, const sim_result *r, const pass_baseline *b
   json_ms(out, sim ? r->lb_work : NAN);
   top_key(out, "lower_bound_critical_ms", &first);
   json_ms(out, sim ? r->lb_critical : NAN);
+  top_key(out, "limit_ms", &first);
+  json_ms(out, rep_limit(m));
   top_key(out, "peak_mem_bytes", &first);
   rep_json_num(out, sim ? r->peak_mem : NAN);
   top_key(out, "oom", &first);
@@ -658,9 +705,13 @@ void report_json(const ir_module *m, const sim_result *r, const pass_baseline *b
     strbuf_putc(out, '}');
   }
   strbuf_puts(out, ndev ? "\n  ]" : "]");
-  if (base) {
+  if (x && x->baselines) {
     top_key(out, "baselines", &first);
-    json_baselines(base, nbase, out);
+    json_baselines(x->baselines, x->nbaselines, out);
+  }
+  if (x && x->tuner) {
+    top_key(out, "tuner", &first);
+    json_tuner(x->tuner, out);
   }
   strbuf_puts(out, "\n}\n");
 }

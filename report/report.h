@@ -46,16 +46,23 @@ void report_kind_names(strbuf *sb);
 /* What else goes into an artifact. Zero-initialize for the defaults. */
 typedef struct report_opts {
   bool debuginfo;    /* IR: print loc(...) */
-  bool compare;      /* report and JSON: run the classic plans (pass_compare) and show them */
+  bool compare;      /* report and JSON: show the classic plans (run them unless 'tuner' has) */
+  const pass_tune_stats *tuner; /* the tuner's figures when it made the plan, else NULL */
 } report_opts;
+
+/* What the report shows besides the module and its simulation. */
+typedef struct report_extra {
+  const pass_baseline *baselines; /* the classic plans to show beside the plan, NULL: none */
+  int nbaselines;                 /* their number */
+  const pass_tune_stats *tuner;   /* the tuner's figures, NULL: not tuned */
+} report_extra;
 
 /* Text report of m. r: a recorded SIM_OK run of m's plan, or NULL when m has no schedule (the
  * report then shows the model, cluster, set-up and per-layer costs, and says there is no plan). */
-void report_text(const ir_module *m, const sim_result *r, strbuf *out);
-/* JSON report of m (same pre as report_text); keys in docs/report.md. With b != NULL, a
- * "baselines" list of the nb classic plans. */
-void report_json(const ir_module *m, const sim_result *r, const pass_baseline *b, int nb,
-                 strbuf *out);
+void report_text(const ir_module *m, const sim_result *r, const report_extra *x, strbuf *out);
+/* JSON report of m (same pre as report_text); keys in docs/report.md. x (may be NULL) adds the
+ * "baselines" list and the "tuner" object. */
+void report_json(const ir_module *m, const sim_result *r, const report_extra *x, strbuf *out);
 /* Table of the classic plans b[0..nb) beside m's own (r: its recorded run, or NULL). */
 void report_compare(const ir_module *m, const sim_result *r, const pass_baseline *b, int nb,
                     strbuf *out);

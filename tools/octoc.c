@@ -4,6 +4,7 @@
  * timeline, PyTorch schedule CSV, Megatron layout). Exit codes: 0 success, 1 user error,
  * 2 internal error. */
 #include <errno.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,8 @@ typedef struct octoc_opts {
   const char *output;     /* -o FILE, NULL for stdout */
   report_kind emit;       /* --emit=KIND (--report selects REPORT_TEXT or REPORT_JSON) */
   const char *passes;     /* --passes: the pipeline after the front end, NULL for the default */
+  double budget;          /* --budget: seconds the tuner may take (default plan) */
+  uint64_t seed;          /* --seed: the tuner's seed */
   bool compare;           /* --compare: run the classic plans too */
   bool explain;           /* --explain */
   bool verify_diags;      /* --verify-diagnostics */
@@ -39,8 +42,10 @@ static void usage(FILE *f) {
         "  --report[=FORMAT]      write the report as text (default) or json\n"
         "  --compare              add the classic plans (S-1F1B, balanced 1F1B, I-1F1B, ZB-H1,\n"
         "                         ZB-V, adaptive) to the report, with their speedup\n"
+        "  --budget=SECONDS       time the tuner may take (default 10)\n"
+        "  --seed=N               seed of the tuner's random restarts (default 1)\n"
         "  --passes=PIPELINE      the passes after the front end instead of the default plan\n"
-        "                         (costs, then the fastest classic plan that fits in memory);\n"
+        "                         (costs, then the tuner's plan, then simulate);\n"
         "                         e.g. 'cost,partition,place,schedule{method=zb-h1},simulate'\n"
         "                         (see octo-opt --list-passes); --passes= runs none\n"
         "  -o FILE                write to FILE instead of stdout\n"
@@ -72,41 +77,29 @@ static pass_status run_text(ir_module *m, const char *text, diag_engine *d) {
 }
 
 /* The plan octoc makes when --passes is not given: costs, then (with devices to plan for) the
- * fastest classic plan of pass_compare that fits in memory (the fastest of all when none fits),
- * simulated. A partition given in the spec is kept instead: one stage per device runs 1F1B,
- * more are placed in Megatron's loop and scheduled by the adaptive scheduler. */
-static pass_status default_plan(ir_module *m, diag_engine *d) {
+ * tuner's plan (which is never slower than the best classic plan), simulated; *st receives the
+ * tuner's figures. A partition given in the spec is kept instead: one stage per device runs
+ * 1F1B, more are placed in Megatron's loop and scheduled by the adaptive scheduler. */
+static pass_status default_plan(ir_module *m, const octoc_opts *o, pass_tune_stats *st,
+                                bool *tuned, diag_engine *d) {
+  *tuned = false;
   if (m->ndevices == 0) return PASS_OK; /* nothing to cost on, nothing to plan */
-  pass_status st = run_text(m, "cost", d);
-  if (st != PASS_OK) return st;
+  pass_status ps = run_text(m, "cost", d);
+  if (ps != PASS_OK) return ps;
   if (m->nstages > 0) {
     int v = m->nstages / m->ndevices; /* the front end checked that it divides */
     strbuf text = {0};
     strbuf_printf(&text, "partition{method=explicit, chunks=%d},place{method=%s},"
                   "schedule{method=%s},simulate", v, v > 1 ? "interleaved" : "sequential",
                   v > 1 ? "adaptive" : "1f1b");
-    st = run_text(m, strbuf_cstr(&text), d);
+    ps = run_text(m, strbuf_cstr(&text), d);
     strbuf_free(&text);
-    return st;
+    return ps;
   }
-  pass_baseline *b;
-  int n = pass_compare(m, &b), best = -1;
-  for (int i = 0; i < n; i++)
-    if (b[i].ok && (best < 0 || (b[i].fits && !b[best].fits) ||
-                    (b[i].fits == b[best].fits && b[i].makespan < b[best].makespan)))
-      best = i;
-  if (best < 0) {
-    diag_error(d, ir_diag_loc(m->loc), "no classic plan works for model '%s'", m->name);
-    for (int i = 0; i < n; i++) diag_note(d, ir_diag_loc(m->loc), "%s: %s", b[i].name, b[i].why);
-    st = PASS_FAILED;
-  } else {
-    strbuf text = {0};
-    strbuf_printf(&text, "%s,simulate", b[best].pipeline);
-    st = run_text(m, strbuf_cstr(&text), d);
-    strbuf_free(&text);
-  }
-  pass_baseline_free(b, n, true);
-  return st;
+  pass_tune_opts to = {o->budget, o->seed, 8, 0, isatty(2) && !o->verify_diags};
+  *tuned = true;
+  if (pass_tune(m, &to, st, d, ir_diag_loc(m->loc)) != 0) return PASS_FAILED;
+  return run_text(m, "simulate", d);
 }
 
 /* Compile one source and append its output to 'out'. Returns 0 on success, 1 on an input error,
@@ -120,11 +113,13 @@ static int compile_one(diag_engine *d, uint32_t src, const octoc_opts *o, strbuf
   if (ir_verify(m, d, diag_mkloc(src, 0, 0, 0)) != 0) {
     rc = 1;
   } else {
-    pass_status st = o->passes ? run_text(m, o->passes, d) : default_plan(m, d);
+    pass_tune_stats ts = {0};
+    bool tuned = false;
+    pass_status st = o->passes ? run_text(m, o->passes, d) : default_plan(m, o, &ts, &tuned, d);
     if (st != PASS_OK) {
       rc = st == PASS_INTERNAL ? 2 : 1;
     } else {
-      report_opts ro = {o->debuginfo, o->compare};
+      report_opts ro = {o->debuginfo, o->compare, tuned ? &ts : NULL};
       strbuf text = {0};
       if (report_emit(m, o->emit, &ro, &text, d, where) != 0)
         rc = 1;
@@ -132,6 +127,7 @@ static int compile_one(diag_engine *d, uint32_t src, const octoc_opts *o, strbuf
         strbuf_append(out, strbuf_cstr(&text), text.len);
       strbuf_free(&text);
     }
+    pass_tune_stats_free(&ts);
   }
   ir_module_free(m);
   return rc;
@@ -165,9 +161,10 @@ static int write_output(const char *path, const strbuf *text) {
 }
 
 int main(int argc, char **argv) {
-  octoc_opts o = {NULL, NULL, REPORT_TEXT, NULL, false, false, false, false, false, 20};
+  octoc_opts o = {NULL, NULL, REPORT_TEXT, NULL, 10, 1, false, false, false, false, false, 20};
   static const char *const flags[] = {"--emit=",         "--report",
                                       "--compare",       "--passes=",
+                                      "--budget=",       "--seed=",
                                       "-o",              "--explain",
                                       "--print-debuginfo", "--verify-diagnostics",
                                       "--split-input-file", "--error-limit=",
@@ -200,6 +197,23 @@ int main(int argc, char **argv) {
       o.compare = true;
     } else if (starts(a, "--passes=", &v)) {
       o.passes = v;
+    } else if (starts(a, "--budget=", &v)) {
+      char *end;
+      double b = strtod(v, &end);
+      if (end == v || !(b > 0 && b <= 1e6) || (*end && strcmp(end, "s") != 0)) {
+        fprintf(stderr, "octoc: error: --budget expects seconds (e.g. 30 or 30s), got '%s'\n", v);
+        return 1;
+      }
+      o.budget = b;
+    } else if (starts(a, "--seed=", &v)) {
+      char *end;
+      unsigned long long sd = strtoull(v, &end, 10);
+      if (end == v || *end || *v == '-') {
+        fprintf(stderr, "octoc: error: --seed expects a non-negative whole number, got '%s'\n",
+                v);
+        return 1;
+      }
+      o.seed = sd;
     } else if (starts(a, "--report=", &v)) {
       fprintf(stderr, "octoc: error: unknown --report format '%s' (expected text or json)\n", v);
       return 1;

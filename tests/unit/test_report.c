@@ -142,7 +142,7 @@ void test_report_json(void) {
   fixture_run f;
   fixture_timeline(&f, false);
   strbuf sb = {0};
-  report_json(m, &f.r, NULL, 0, &sb);
+  report_json(m, &f.r, NULL, &sb);
   cJSON *j = cJSON_Parse(strbuf_cstr(&sb));
   UNIT_CHECK(j != NULL);
   if (j) {
@@ -200,14 +200,14 @@ void test_report_json(void) {
 
   /* deterministic: the same input gives the same text */
   strbuf again = {0};
-  report_json(m, &f.r, NULL, 0, &again);
+  report_json(m, &f.r, NULL, &again);
   UNIT_CHECK_STREQ(strbuf_cstr(&sb), strbuf_cstr(&again));
   strbuf_free(&again);
   strbuf_free(&sb);
 
   /* out of memory: where it first happened */
   fixture_timeline(&f, true);
-  report_json(m, &f.r, NULL, 0, &sb);
+  report_json(m, &f.r, NULL, &sb);
   j = cJSON_Parse(strbuf_cstr(&sb));
   UNIT_CHECK(j != NULL);
   if (j) {
@@ -224,7 +224,7 @@ void test_report_json(void) {
 
   /* without a plan: the plan keys are null or empty */
   ir_module_clear_plan(m);
-  report_json(m, NULL, NULL, 0, &sb);
+  report_json(m, NULL, NULL, &sb);
   j = cJSON_Parse(strbuf_cstr(&sb));
   UNIT_CHECK(j != NULL);
   if (j) {
@@ -365,7 +365,7 @@ void test_report_text(void) {
   fixture_run f;
   fixture_timeline(&f, false);
   strbuf sb = {0};
-  report_text(m, &f.r, &sb);
+  report_text(m, &f.r, NULL, &sb);
   const char *s = strbuf_cstr(&sb);
   UNIT_CHECK(strstr(s, "model tiny: 2 layers (2 custom)\n") != NULL);
   UNIT_CHECK(strstr(s, "  custom       2  1.000  1.000  1.000  64.00 MiB  128.00 MiB\n") != NULL);
@@ -377,14 +377,14 @@ void test_report_text(void) {
              NULL);
   strbuf_free(&sb);
   fixture_timeline(&f, true);
-  report_text(m, &f.r, &sb);
+  report_text(m, &f.r, NULL, &sb);
   s = strbuf_cstr(&sb);
   UNIT_CHECK(strstr(s, "memory: OOM: $d1 first exceeds its limit 1.00 GiB with 1.50 GiB at "
                        "F @s1 0, t = 1.500 ms") != NULL);
   UNIT_CHECK(strstr(s, "OOM\n") != NULL);
   strbuf_free(&sb);
   ir_module_clear_plan(m);
-  report_text(m, NULL, &sb);
+  report_text(m, NULL, NULL, &sb);
   UNIT_CHECK(strstr(strbuf_cstr(&sb), "plan: none yet") != NULL);
   strbuf_free(&sb);
   ir_module_free(m);

@@ -1,0 +1,564 @@
+/* tune.c -- the OctoPipe tuner: co-optimizes partition, placement and schedule with the simulator
+ * as the only judge. It evaluates the classic plans of the comparison (each with its own
+ * schedule, and its partition and placement under the adaptive scheduler), then improves the
+ * best one by local search: moves aimed at the busiest device (shift a stage boundary, move a
+ * stage to another device or swap two, split or merge stages) and at the adaptive scheduler's
+ * knobs, keeping a move when the simulated step is shorter and every device fits its memory;
+ * when no move helps it perturbs the best plan with seeded random moves and searches again,
+ * until several restarts in a row bring nothing or the time budget is spent. The algorithm, its
+ * moves and knobs are documented in docs/tuner.md. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "passes.h"
+
+/* A candidate plan: stages, their devices and the adaptive scheduler's knobs. */
+typedef struct tune_plan {
+  int k;              /* number of stages */
+  int *ends;          /* k stage ends (exclusive layer index; ends[k-1] == layers) */
+  int *dev;           /* k stage devices */
+  pass_adaptive_opts knobs; /* schedule knobs */
+} tune_plan;
+
+/* What the simulator said of a plan. */
+typedef struct tune_score {
+  bool ok;          /* the plan could be simulated */
+  bool fits;        /* every device within its memory limit */
+  double makespan;  /* step time (s); INFINITY when !ok */
+  double bubble;    /* bubble ratio */
+  double overflow;  /* when !fits: bytes over the limit on the worst device */
+  int overflow_dev; /* that device */
+} tune_score;
+
+/* One entry of the evaluation cache (open addressing on the plan's hash). */
+typedef struct tune_memo {
+  uint64_t key;     /* plan hash; 0: empty slot */
+  tune_score score; /* its score */
+} tune_memo;
+
+/* The tuner's state. */
+typedef struct tuner {
+  const ir_module *m;      /* the module being tuned (not changed during the search) */
+  ir_module *w;            /* work copy whose stages are rewritten for each evaluation */
+  diag_engine *quiet;      /* swallows the errors of plans that cannot be built */
+  FILE *sink;              /* its output */
+  const pass_tune_opts *o; /* options */
+  int n, p, kmax;          /* layers, devices, most stages tried */
+  double *lw;              /* per layer: F + B + W (for cost-aware splits) */
+  sim_result r;            /* reused simulation result */
+  double *busy;            /* per device: busy time of the last evaluation */
+  uint64_t busy_key;       /* hash of the plan whose busy times t->busy holds */
+  tune_memo *memo;         /* evaluation cache */
+  size_t memo_cap;         /* its size (a power of two) */
+  int memo_used;           /* its entries */
+  int evals;               /* plans simulated */
+  int iters;               /* search iterations */
+  uint64_t rng;            /* xorshift state */
+  double t0;               /* start time */
+  double last_print;       /* last progress line */
+  double ref;              /* makespan of the reference plan for progress (S-1F1B) */
+} tuner;
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static uint64_t rng_next(tuner *t) {
+  t->rng ^= t->rng >> 12;
+  t->rng ^= t->rng << 25;
+  t->rng ^= t->rng >> 27;
+  return t->rng * 2685821657736338717ull;
+}
+
+/* A uniform integer in [0, n). Pre: n > 0. */
+static int rng_below(tuner *t, int n) { return (int)(rng_next(t) % (uint64_t)n); }
+
+/* ---- Plans ------------------------------------------------------------------------------------*/
+
+static void plan_init(tune_plan *pl, int cap) {
+  pl->k = 0;
+  pl->ends = xmalloc((size_t)cap * sizeof *pl->ends);
+  pl->dev = xmalloc((size_t)cap * sizeof *pl->dev);
+  pl->knobs = (pass_adaptive_opts){true, 0.9};
+}
+
+static void plan_free(tune_plan *pl) {
+  free(pl->ends);
+  free(pl->dev);
+}
+
+/* Copy src into dst. Pre: dst has room for src->k stages. */
+static void plan_copy(tune_plan *dst, const tune_plan *src) {
+  dst->k = src->k;
+  memcpy(dst->ends, src->ends, (size_t)src->k * sizeof *src->ends);
+  memcpy(dst->dev, src->dev, (size_t)src->k * sizeof *src->dev);
+  dst->knobs = src->knobs;
+}
+
+/* First layer of stage s. */
+static int plan_first(const tune_plan *pl, int s) { return s ? pl->ends[s - 1] : 0; }
+
+/* FNV-1a hash of a plan (never 0). */
+static uint64_t plan_hash(const tune_plan *pl) {
+  uint64_t h = 1469598103934665603ull;
+  int words[3] = {pl->k, pl->knobs.split, (int)llround(pl->knobs.mem_margin * 1000)};
+  for (int i = 0; i < 3; i++) h = (h ^ (uint64_t)(uint32_t)words[i]) * 1099511628211ull;
+  for (int i = 0; i < pl->k; i++) {
+    h = (h ^ (uint64_t)(uint32_t)pl->ends[i]) * 1099511628211ull;
+    h = (h ^ (uint64_t)(uint32_t)pl->dev[i]) * 1099511628211ull;
+  }
+  return h ? h : 1;
+}
+
+/* Whether a is better than b: fitting beats not fitting; among fitting plans the shorter step
+ * wins, among the others the smaller overflow. */
+static bool score_better(const tune_score *a, const tune_score *b) {
+  if (a->ok != b->ok) return a->ok;
+  if (a->fits != b->fits) return a->fits;
+  if (a->fits) return a->makespan < b->makespan * (1 - 1e-9);
+  return a->overflow < b->overflow;
+}
+
+/* ---- Evaluation ------------------------------------------------------------------------------ */
+
+/* Simulate plan pl with the adaptive scheduler. Fills t->busy when it ran. */
+static tune_score tune_simulate(tuner *t, const tune_plan *pl) {
+  tune_score sc = {false, false, INFINITY, 1, INFINITY, -1};
+  ir_module *w = t->w;
+  w->nstages = 0;
+  for (int s = 0; s < pl->k; s++)
+    ir_module_add_stage(w, plan_first(pl, s), pl->ends[s])->device = pl->dev[s];
+  sim_model *p = sim_model_build(w, t->quiet);
+  if (p) {
+    sim_status st = pass_adaptive_run(p, w, &pl->knobs, &t->r, &sc.overflow_dev, &sc.overflow);
+    if (st == SIM_OK) {
+      sc.ok = true;
+      sc.fits = t->r.fits;
+      sc.makespan = t->r.makespan;
+      sc.bubble = t->r.bubble;
+      sc.overflow = 0;
+      for (int dv = 0; dv < t->r.ndevices && !sc.fits; dv++) {
+        double over = t->r.dev[dv].peak_mem - t->r.dev[dv].mem_limit;
+        if (over > sc.overflow) sc.overflow = over, sc.overflow_dev = dv;
+      }
+      for (int dv = 0; dv < t->p; dv++) t->busy[dv] = t->r.dev[dv].busy;
+    } else if (sc.overflow_dev >= 0) {
+      sc.ok = true; /* it would run if memory allowed: an overflow to shrink */
+    }
+    sim_model_free(p);
+  }
+  t->busy_key = plan_hash(pl);
+  t->evals++;
+  return sc;
+}
+
+/* Slot of key in the cache: its entry, or the empty slot where it goes. */
+static tune_memo *memo_slot(tune_memo *memo, size_t cap, uint64_t key) {
+  size_t at = (size_t)key & (cap - 1);
+  while (memo[at].key && memo[at].key != key) at = (at + 1) & (cap - 1);
+  return &memo[at];
+}
+
+/* The score of plan pl: from the cache, else simulated (and cached). */
+static tune_score tune_eval(tuner *t, const tune_plan *pl) {
+  uint64_t key = plan_hash(pl);
+  tune_memo *e = memo_slot(t->memo, t->memo_cap, key);
+  if (e->key == key) return e->score;
+  tune_score sc = tune_simulate(t, pl);
+  if ((size_t)(t->memo_used + 1) * 2 > t->memo_cap) { /* grow: rehash into twice the room */
+    size_t cap = t->memo_cap * 2;
+    tune_memo *nm = xcalloc(cap, sizeof *nm);
+    for (size_t i = 0; i < t->memo_cap; i++)
+      if (t->memo[i].key) *memo_slot(nm, cap, t->memo[i].key) = t->memo[i];
+    free(t->memo);
+    t->memo = nm;
+    t->memo_cap = cap;
+  }
+  e = memo_slot(t->memo, t->memo_cap, key);
+  e->key = key;
+  e->score = sc;
+  t->memo_used++;
+  return sc;
+}
+
+/* Make t->busy hold the busy times of plan pl's devices (simulating it again when the last
+ * simulation was of another plan). */
+static void tune_busy(tuner *t, const tune_plan *pl) {
+  if (t->busy_key != plan_hash(pl)) tune_simulate(t, pl);
+}
+
+/* ---- Moves ----------------------------------------------------------------------------------- */
+
+/* A neighbour of cur: *out = cur changed by move 'kind' around stage s (and device d). Returns
+ * false when the move does not apply. Kinds: 0 shift boundary s|s+1 left, 1 right, 2 move stage
+ * s to device d, 3 swap the devices of stages s and d (a stage index), 4 split stage s (second
+ * half to device d), 5 merge stages s and s+1 (same device), 6 toggle split, 7 set mem_margin to
+ * the d-th value of margins[]. */
+static const double margins[] = {0.5, 0.7, 0.85, 0.95, 1.0};
+enum { MV_LEFT, MV_RIGHT, MV_MOVE, MV_SWAP, MV_SPLIT, MV_MERGE, MV_KNOB_SPLIT, MV_KNOB_MARGIN };
+
+static bool tune_move(const tuner *t, const tune_plan *cur, int kind, int s, int d,
+                      tune_plan *out) {
+  plan_copy(out, cur);
+  int k = cur->k;
+  switch (kind) {
+  case MV_LEFT: /* stage s gives its last layer to s + 1 */
+    if (s + 1 >= k || cur->ends[s] - plan_first(cur, s) < 2) return false;
+    out->ends[s]--;
+    return true;
+  case MV_RIGHT: /* stage s + 1 gives its first layer to s */
+    if (s + 1 >= k || cur->ends[s + 1] - cur->ends[s] < 2) return false;
+    out->ends[s]++;
+    return true;
+  case MV_MOVE:
+    if (d == cur->dev[s]) return false;
+    out->dev[s] = d;
+    return true;
+  case MV_SWAP:
+    if (d == s || cur->dev[d] == cur->dev[s]) return false;
+    out->dev[s] = cur->dev[d];
+    out->dev[d] = cur->dev[s];
+    return true;
+  case MV_SPLIT: {
+    int first = plan_first(cur, s), end = cur->ends[s];
+    if (k >= t->kmax || end - first < 2) return false;
+    /* Cut where the stage's cost is halved (at least one layer on each side). */
+    double total = 0, run = 0;
+    for (int l = first; l < end; l++) total += t->lw[l];
+    int cut = first + 1;
+    for (int l = first; l < end - 1; l++) {
+      run += t->lw[l];
+      cut = l + 1;
+      if (run >= total / 2) break;
+    }
+    memmove(out->ends + s + 1, cur->ends + s, (size_t)(k - s) * sizeof *out->ends);
+    memmove(out->dev + s + 1, cur->dev + s, (size_t)(k - s) * sizeof *out->dev);
+    out->ends[s] = cut;
+    out->dev[s + 1] = d;
+    out->k = k + 1;
+    return true;
+  }
+  case MV_MERGE:
+    if (s + 1 >= k || cur->dev[s] != cur->dev[s + 1]) return false;
+    memmove(out->ends + s, cur->ends + s + 1, (size_t)(k - s - 1) * sizeof *out->ends);
+    memmove(out->dev + s + 1, cur->dev + s + 2, (size_t)(k - s - 2) * sizeof *out->dev);
+    out->k = k - 1;
+    return true;
+  case MV_KNOB_SPLIT:
+    out->knobs.split = !cur->knobs.split;
+    return true;
+  case MV_KNOB_MARGIN:
+    if (fabs(margins[d] - cur->knobs.mem_margin) < 1e-9) return false;
+    out->knobs.mem_margin = margins[d];
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* Print a progress line on the terminal (at most every 0.2 s unless 'last'). */
+static void tune_progress(tuner *t, const tune_score *best, bool last) {
+  if (!t->o->progress) return;
+  double now = now_s();
+  if (!last && now - t->last_print < 0.2) return;
+  t->last_print = now;
+  fprintf(stderr, "\rtune: iteration %d, %d plans, best step %.3f ms", t->iters, t->evals,
+          best->makespan * 1e3);
+  if (t->ref > 0 && best->fits) fprintf(stderr, " (%.2fx over S-1F1B)", t->ref / best->makespan);
+  fprintf(stderr, ", %.1f s%s", now - t->t0, last ? "\n" : "   ");
+  fflush(stderr);
+}
+
+/* Best-improvement local search from *cur (score *cs): returns when no move improves or the
+ * budget is spent. Moves are aimed at the busiest device. */
+static void tune_descend(tuner *t, tune_plan *cur, tune_score *cs, tune_plan *cand,
+                         tune_plan *best_n, const tune_score *global_best) {
+  for (;;) {
+    if (now_s() - t->t0 > t->o->budget) return;
+    t->iters++;
+    tune_busy(t, cur);
+    int hot = 0, cold = 0;
+    for (int dv = 1; dv < t->p; dv++) {
+      if (t->busy[dv] > t->busy[hot]) hot = dv;
+      if (t->busy[dv] < t->busy[cold]) cold = dv;
+    }
+    /* The three least busy devices are the targets of moves off the busiest one. */
+    int targets[3] = {cold, -1, -1};
+    for (int j = 1; j < 3; j++)
+      for (int dv = 0; dv < t->p; dv++) {
+        bool taken = dv == hot;
+        for (int i = 0; i < j; i++) taken |= targets[i] == dv;
+        if (!taken && (targets[j] < 0 || t->busy[dv] < t->busy[targets[j]])) targets[j] = dv;
+      }
+    tune_score bs = *cs;
+    bool found = false;
+    for (int s = 0; s < cur->k; s++) {
+      bool on_hot = cur->dev[s] == hot;
+      bool next_hot = s + 1 < cur->k && cur->dev[s + 1] == hot;
+      bool memory = !cs->fits; /* out of memory: every move may help */
+      int kinds[8], nk = 0;
+      if (on_hot || next_hot || memory) kinds[nk++] = MV_LEFT, kinds[nk++] = MV_RIGHT;
+      if (on_hot || memory) kinds[nk++] = MV_MOVE, kinds[nk++] = MV_SPLIT, kinds[nk++] = MV_SWAP;
+      if (on_hot) kinds[nk++] = MV_MERGE;
+      for (int i = 0; i < nk; i++) {
+        int reps = kinds[i] == MV_MOVE || kinds[i] == MV_SPLIT ? 3
+                   : kinds[i] == MV_SWAP                       ? cur->k
+                                                               : 1;
+        for (int r = 0; r < reps; r++) {
+          int d = kinds[i] == MV_SWAP ? r : targets[r];
+          if (d < 0) continue;
+          /* Swaps exchange a stage of the busiest device with one of the least busy ones. */
+          if (kinds[i] == MV_SWAP && cur->dev[r] != targets[0] && cur->dev[r] != targets[1] &&
+              cur->dev[r] != targets[2])
+            continue;
+          if (!tune_move(t, cur, kinds[i], s, d, cand)) continue;
+          tune_score sc = tune_eval(t, cand);
+          if (score_better(&sc, &bs)) {
+            bs = sc;
+            plan_copy(best_n, cand);
+            found = true;
+          }
+        }
+      }
+    }
+    for (int i = 0; i <= (int)(sizeof margins / sizeof margins[0]); i++) {
+      int kind = i == 0 ? MV_KNOB_SPLIT : MV_KNOB_MARGIN;
+      if (!tune_move(t, cur, kind, 0, i - 1, cand)) continue;
+      tune_score sc = tune_eval(t, cand);
+      if (score_better(&sc, &bs)) {
+        bs = sc;
+        plan_copy(best_n, cand);
+        found = true;
+      }
+    }
+    if (!found) return;
+    plan_copy(cur, best_n);
+    *cs = bs;
+    tune_progress(t, score_better(cs, global_best) ? cs : global_best, false);
+  }
+}
+
+/* A random move (for perturbation). Returns false when the drawn move does not apply. */
+static bool tune_random_move(tuner *t, const tune_plan *cur, tune_plan *out) {
+  int kind = rng_below(t, 6), s = rng_below(t, cur->k);
+  int d = kind == MV_SWAP ? rng_below(t, cur->k) : rng_below(t, t->p);
+  return tune_move(t, cur, kind, s, d, out);
+}
+
+/* Stages and devices of a module's plan as a tune_plan. */
+static void plan_from_module(const ir_module *m, tune_plan *pl) {
+  pl->k = m->nstages;
+  for (int s = 0; s < m->nstages; s++) {
+    pl->ends[s] = m->stages[s].end;
+    pl->dev[s] = m->stages[s].device;
+  }
+}
+
+/* Run pipeline 'text' on a copy of m; on success fill *pl with its stages. */
+static bool plan_from_pipeline(const ir_module *m, const char *text, diag_engine *quiet,
+                               tune_plan *pl, int cap) {
+  ir_module *c = ir_module_clone(m);
+  pass_pipeline pl_ = {0};
+  pass_manager_opts pm = {0};
+  bool ok = pass_pipeline_parse(&pl_, text, quiet) == 0 &&
+            pass_pipeline_run(&pl_, c, &pm, quiet) == PASS_OK && c->nstages <= cap;
+  if (ok) plan_from_module(c, pl);
+  pass_pipeline_free(&pl_);
+  ir_module_free(c);
+  return ok;
+}
+
+int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_engine *d,
+              diag_loc where) {
+  memset(st, 0, sizeof *st);
+  if (m->ndevices == 0 || m->nlayers == 0) {
+    diag_error(d, where, "the tuner needs devices and layers");
+    return 1;
+  }
+  for (int i = 0; i < m->nlayers; i++)
+    if (!ir_field_is_set(&m->layers[i].cost, IR_F_COST_f)) {
+      diag_error(d, where, "the tuner needs layer costs (layer %%%d \"%s\" has none): run the "
+                 "cost pass first", i, m->layers[i].name);
+      return 1;
+    }
+  tuner t = {0};
+  t.m = m;
+  t.o = o;
+  t.n = m->nlayers;
+  t.p = m->ndevices;
+  t.kmax = o->max_stages > 0 ? o->max_stages : 4 * t.p;
+  if (t.kmax > t.n) t.kmax = t.n;
+  if (t.kmax < t.p) t.kmax = t.p < t.n ? t.p : t.n;
+  t.t0 = now_s();
+  t.rng = o->seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
+  if (!t.rng) t.rng = 1;
+  t.sink = fopen("/dev/null", "w");
+  t.quiet = diag_new(t.sink ? t.sink : stderr);
+  diag_set_error_limit(t.quiet, 1);
+  t.w = ir_module_clone(m);
+  ir_module_clear_plan(t.w);
+  t.lw = xmalloc((size_t)t.n * sizeof *t.lw);
+  for (int i = 0; i < t.n; i++)
+    t.lw[i] = m->layers[i].cost.f + m->layers[i].cost.b + m->layers[i].cost.w;
+  t.busy = xcalloc((size_t)t.p, sizeof *t.busy);
+  t.memo_cap = 1024;
+  t.memo = xcalloc(t.memo_cap, sizeof *t.memo);
+  int cap = t.n + 1;
+  tune_plan best, cur, cand, nb;
+  plan_init(&best, cap);
+  plan_init(&cur, cap);
+  plan_init(&cand, cap);
+  plan_init(&nb, cap);
+
+  /* Starts: every classic plan, as it is and under the adaptive scheduler. */
+  st->nbaselines = pass_compare(m, &st->baselines);
+  tune_score bs = {false, false, INFINITY, 1, INFINITY, -1};
+  int classic = -1; /* a classic plan with its own schedule that is still the best */
+  for (int i = 0; i < st->nbaselines; i++) {
+    const pass_baseline *b = &st->baselines[i];
+    if (!b->ok) continue;
+    if (strcmp(b->name, "S-1F1B") == 0) t.ref = b->makespan;
+    tune_score as_is = {true, b->fits, b->makespan, b->bubble, b->fits ? 0 : INFINITY, -1};
+    if (!plan_from_pipeline(m, b->pipeline, t.quiet, &cand, cap)) continue;
+    if (score_better(&as_is, &bs)) {
+      bs = as_is;
+      plan_copy(&best, &cand);
+      classic = i;
+    }
+    tune_score sc = tune_eval(&t, &cand);
+    if (score_better(&sc, &bs)) {
+      bs = sc;
+      plan_copy(&best, &cand);
+      classic = -1;
+    }
+  }
+  if (best.k == 0) {
+    /* No classic plan applies: start from a balanced partition, sequential. */
+    if (plan_from_pipeline(m, "partition{method=balanced},place", t.quiet, &best, cap)) {
+      bs = tune_eval(&t, &best);
+      classic = -1;
+    }
+  }
+  tune_progress(&t, &bs, false);
+
+  /* Local search from the best start, then perturb-and-search until 'restarts' rounds in a row
+   * bring nothing. */
+  if (best.k > 0) {
+    plan_copy(&cur, &best);
+    tune_score cs = tune_eval(&t, &cur);
+    int idle_rounds = 0;
+    while (idle_rounds < o->restarts && now_s() - t.t0 <= o->budget) {
+      tune_descend(&t, &cur, &cs, &cand, &nb, &bs);
+      if (score_better(&cs, &bs)) {
+        bs = cs;
+        plan_copy(&best, &cur);
+        classic = -1;
+        idle_rounds = 0;
+      } else {
+        idle_rounds++;
+      }
+      /* Perturb the best plan: 1 to 4 random moves that apply. */
+      plan_copy(&cur, &best);
+      int moves = 1 + rng_below(&t, 4);
+      for (int i = 0, tries = 0; i < moves && tries < 50; tries++)
+        if (tune_random_move(&t, &cur, &cand)) {
+          plan_copy(&cur, &cand);
+          i++;
+        }
+      cs = tune_eval(&t, &cur);
+    }
+  }
+  tune_progress(&t, &bs, true);
+
+  st->iterations = t.iters;
+  st->evaluations = t.evals;
+  st->makespan = bs.makespan;
+  st->bubble = bs.bubble;
+  st->fits = bs.fits;
+  int rc = 0;
+  if (best.k == 0 || !bs.ok) {
+    diag_error(d, where, "the tuner found no plan that can run");
+    rc = 1;
+  } else if (!bs.fits) {
+    strbuf sb = {0};
+    ir_format_value(&sb, IR_T_BYTES, bs.overflow);
+    diag_error(d, where, "no plan fits in memory: the best the tuner found still needs %s more "
+               "than the limit on $d%d", strbuf_cstr(&sb), bs.overflow_dev);
+    strbuf_free(&sb);
+    rc = 1;
+  } else {
+    /* Apply the winner to m: a classic plan's own pipeline, or the tuned stages with the
+     * adaptive scheduler. */
+    strbuf text = {0};
+    ir_module_clear_plan(m);
+    if (classic >= 0) {
+      strbuf_puts(&text, st->baselines[classic].pipeline);
+      snprintf(st->start, sizeof st->start, "%s", st->baselines[classic].name);
+    } else {
+      for (int s = 0; s < best.k; s++)
+        ir_module_add_stage(m, plan_first(&best, s), best.ends[s])->device = best.dev[s];
+      strbuf_printf(&text, "schedule{method=adaptive, split=%s, mem_margin=%g}",
+                    best.knobs.split ? "true" : "false", best.knobs.mem_margin);
+      snprintf(st->start, sizeof st->start, "tuned");
+    }
+    pass_pipeline pl = {0};
+    pass_manager_opts pm = {0};
+    if (pass_pipeline_parse(&pl, strbuf_cstr(&text), d) != 0 ||
+        pass_pipeline_run(&pl, m, &pm, d) != PASS_OK)
+      rc = 1;
+    pass_pipeline_free(&pl);
+    strbuf_free(&text);
+  }
+  st->seconds = now_s() - t.t0;
+  plan_free(&best);
+  plan_free(&cur);
+  plan_free(&cand);
+  plan_free(&nb);
+  sim_result_free(&t.r);
+  free(t.lw);
+  free(t.busy);
+  free(t.memo);
+  ir_module_free(t.w);
+  diag_free(t.quiet);
+  if (t.sink) fclose(t.sink);
+  return rc;
+}
+
+void pass_tune_stats_free(pass_tune_stats *st) {
+  pass_baseline_free(st->baselines, st->nbaselines, true);
+  st->baselines = NULL;
+  st->nbaselines = 0;
+}
+
+/* tune: the tuner as a pass. */
+int pass_run_tune(ir_module *m, const pass_options *opts, diag_engine *d) {
+  static const char *const progress[] = {"auto", "true", "false"};
+  pass_tune_opts o = {10, 1, 8, 0, false};
+  int64_t seed, restarts, max_stages;
+  int pr;
+  if (pass_opt_quantity(opts, "budget", IR_DIM_TIME, 10, &o.budget, d) ||
+      pass_opt_int(opts, "seed", 1, &seed, d) || pass_opt_int(opts, "restarts", 8, &restarts, d) ||
+      pass_opt_int(opts, "max_stages", 0, &max_stages, d) ||
+      pass_opt_choice(opts, "progress", progress, 3, 0, &pr, d))
+    return 1;
+  if (o.budget <= 0 || restarts < 0 || restarts > 1000000 || max_stages < 0 ||
+      max_stages > 1000000 || seed < 0) {
+    diag_error(d, opts->loc, "tune: budget must be positive, restarts and max_stages between 0 "
+               "and 1000000, seed non-negative");
+    return 1;
+  }
+  o.seed = (uint64_t)seed;
+  o.restarts = (int)restarts;
+  o.max_stages = (int)max_stages;
+  o.progress = pr == 1 || (pr == 0 && isatty(2));
+  pass_tune_stats st;
+  int rc = pass_tune(m, &o, &st, d, opts->loc);
+  pass_tune_stats_free(&st);
+  return rc;
+}
