@@ -275,7 +275,7 @@ static void tune_progress(tuner *t, const tune_score *best, bool last) {
   fflush(stderr);
 }
 
-/* Best-improvement local search from *cur (score *cs): returns when no move improves or the
+/* First-improvement local search from *cur (score *cs): returns when no move improves or the
  * budget is spent. Moves are aimed at the busiest device. */
 static void tune_descend(tuner *t, tune_plan *cur, tune_score *cs, tune_plan *cand,
                          tune_plan *best_n, const tune_score *global_best) {
@@ -296,9 +296,13 @@ static void tune_descend(tuner *t, tune_plan *cur, tune_score *cs, tune_plan *ca
         for (int i = 0; i < j; i++) taken |= targets[i] == dv;
         if (!taken && (targets[j] < 0 || t->busy[dv] < t->busy[targets[j]])) targets[j] = dv;
       }
+    /* First improvement: the first move that shortens the step is taken. The scan starts at a
+     * stage that rotates with the iterations so that no part of the model is always tried
+     * first. */
     tune_score bs = *cs;
     bool found = false;
-    for (int s = 0; s < cur->k; s++) {
+    for (int i0 = 0; i0 < cur->k && !found; i0++) {
+      int s = (i0 + t->iters) % cur->k;
       bool on_hot = cur->dev[s] == hot;
       bool next_hot = s + 1 < cur->k && cur->dev[s + 1] == hot;
       bool memory = !cs->fits; /* out of memory: every move may help */
@@ -323,11 +327,13 @@ static void tune_descend(tuner *t, tune_plan *cur, tune_score *cs, tune_plan *ca
             bs = sc;
             plan_copy(best_n, cand);
             found = true;
+            break;
           }
         }
+        if (found) break;
       }
     }
-    for (int i = 0; i <= (int)(sizeof margins / sizeof margins[0]); i++) {
+    for (int i = 0; !found && i <= (int)(sizeof margins / sizeof margins[0]); i++) {
       int kind = i == 0 ? MV_KNOB_SPLIT : MV_KNOB_MARGIN;
       if (!tune_move(t, cur, kind, 0, i - 1, cand)) continue;
       tune_score sc = tune_eval(t, cand);
@@ -349,6 +355,56 @@ static bool tune_random_move(tuner *t, const tune_plan *cur, tune_plan *out) {
   int kind = rng_below(t, 6), s = rng_below(t, cur->k);
   int d = kind == MV_SWAP ? rng_below(t, cur->k) : rng_below(t, t->p);
   return tune_move(t, cur, kind, s, d, out);
+}
+
+/* Most plans an exhaustive search may simulate. */
+enum { TUNE_EXHAUSTIVE = 20000 };
+
+/* Number of (partition, placement) pairs of n layers on p devices with at most kmax stages:
+ * sum over k of C(n-1, k-1) p^k, saturated at TUNE_EXHAUSTIVE + 1. */
+static double tune_space(int n, int p, int kmax) {
+  double total = 0, binom = 1, pk = p; /* C(n-1, 0), p^1 */
+  for (int k = 1; k <= kmax && k <= n; k++) {
+    total += binom * pk;
+    if (total > TUNE_EXHAUSTIVE) return TUNE_EXHAUSTIVE + 1;
+    binom = binom * (n - k) / k;
+    pk *= p;
+  }
+  return total;
+}
+
+/* Enumerate every partition and placement extending the first k stages of *pl (which end at
+ * layer 'at'), keeping the best in *best / *bs. */
+static void tune_enumerate(tuner *t, tune_plan *pl, int k, int at, tune_plan *best,
+                           tune_score *bs) {
+  if (at == t->n) {
+    pl->k = k;
+    pl->knobs = (pass_adaptive_opts){true, 0.9};
+    tune_score sc = tune_eval(t, pl);
+    if (score_better(&sc, bs)) {
+      *bs = sc;
+      plan_copy(best, pl);
+    }
+    return;
+  }
+  if (k >= t->kmax) return;
+  for (int end = at + 1; end <= t->n; end++)
+    for (int dv = 0; dv < t->p; dv++) {
+      pl->ends[k] = end;
+      pl->dev[k] = dv;
+      tune_enumerate(t, pl, k + 1, end, best, bs);
+    }
+}
+
+/* After a search replaced the best plan: the index of the classic plan whose own schedule is
+ * still at least as good (kept as the answer), else -1. */
+static int tune_classic_kept(const tuner *t, const pass_tune_stats *st, const tune_score *bs,
+                             int classic) {
+  (void)t;
+  if (classic < 0) return -1;
+  const pass_baseline *b = &st->baselines[classic];
+  tune_score as_is = {true, b->fits, b->makespan, b->bubble, b->fits ? 0 : INFINITY, -1};
+  return score_better(bs, &as_is) ? -1 : classic;
 }
 
 /* Stages and devices of a module's plan as a tune_plan. */
@@ -438,12 +494,28 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
       classic = -1;
     }
   }
-  if (best.k == 0) {
-    /* No classic plan applies: start from a balanced partition, sequential. */
-    if (plan_from_pipeline(m, "partition{method=balanced},place", t.quiet, &best, cap)) {
-      bs = tune_eval(&t, &best);
+  /* More starts under the adaptive scheduler: balanced partitions with more stages per device
+   * (a shorter fill and drain), in Megatron's loop and in a V. */
+  static const char *const starts[] = {
+      "partition{method=balanced},place",
+      "partition{method=balanced, chunks=2},place{method=interleaved}",
+      "partition{method=balanced, chunks=2},place{method=vshape}",
+      "partition{method=balanced, chunks=3},place{method=interleaved}",
+      "partition{method=balanced, chunks=4},place{method=interleaved}",
+  };
+  for (size_t i = 0; i < sizeof starts / sizeof starts[0]; i++) {
+    if (!plan_from_pipeline(m, starts[i], t.quiet, &cand, cap) || cand.k > t.kmax) continue;
+    tune_score sc = tune_eval(&t, &cand);
+    if (score_better(&sc, &bs)) {
+      bs = sc;
+      plan_copy(&best, &cand);
       classic = -1;
     }
+  }
+  /* Small problems are searched exhaustively (every partition and placement, default knobs). */
+  if (tune_space(t.n, t.p, t.kmax) <= TUNE_EXHAUSTIVE) {
+    tune_enumerate(&t, &cand, 0, 0, &best, &bs);
+    if (best.k > 0 && bs.ok) classic = tune_classic_kept(&t, st, &bs, classic);
   }
   tune_progress(&t, &bs, false);
 
@@ -539,11 +611,11 @@ void pass_tune_stats_free(pass_tune_stats *st) {
 /* tune: the tuner as a pass. */
 int pass_run_tune(ir_module *m, const pass_options *opts, diag_engine *d) {
   static const char *const progress[] = {"auto", "true", "false"};
-  pass_tune_opts o = {10, 1, 8, 0, false};
+  pass_tune_opts o = {10, 1, 60, 0, false};
   int64_t seed, restarts, max_stages;
   int pr;
   if (pass_opt_quantity(opts, "budget", IR_DIM_TIME, 10, &o.budget, d) ||
-      pass_opt_int(opts, "seed", 1, &seed, d) || pass_opt_int(opts, "restarts", 8, &restarts, d) ||
+      pass_opt_int(opts, "seed", 1, &seed, d) || pass_opt_int(opts, "restarts", 60, &restarts, d) ||
       pass_opt_int(opts, "max_stages", 0, &max_stages, d) ||
       pass_opt_choice(opts, "progress", progress, 3, 0, &pr, d))
     return 1;

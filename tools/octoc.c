@@ -96,7 +96,7 @@ static pass_status default_plan(ir_module *m, const octoc_opts *o, pass_tune_sta
     strbuf_free(&text);
     return ps;
   }
-  pass_tune_opts to = {o->budget, o->seed, 8, 0, isatty(2) && !o->verify_diags};
+  pass_tune_opts to = {o->budget, o->seed, 60, 0, isatty(2) && !o->verify_diags};
   *tuned = true;
   if (pass_tune(m, &to, st, d, ir_diag_loc(m->loc)) != 0) return PASS_FAILED;
   return run_text(m, "simulate", d);

@@ -1,0 +1,191 @@
+/* test_tune.c -- unit tests of the tuner (passes/tune.c): on small models it is at least as fast
+ * as an exhaustive search over partition and placement with the adaptive scheduler; on random
+ * heterogeneous models it is never slower than the best classic plan; it respects memory limits
+ * (and says so when nothing fits); the same seed gives the same plan. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+#include "unit.h"
+
+/* Deterministic pseudo-random numbers (xorshift64*). */
+static uint64_t tt_rng(uint64_t *s) {
+  *s ^= *s >> 12;
+  *s ^= *s << 25;
+  *s ^= *s >> 27;
+  return *s * 2685821657736338717ull;
+}
+
+/* A module of n custom layers with random F (B = F x 1.1, W = F x 0.9), activations and
+ * parameters, on p devices of one node (100 GB/s, 5 us), mb microbatches, memory limit 'lim'
+ * bytes. */
+static ir_module *tt_model(uint64_t *seed, int n, int p, int mb, double lim) {
+  ir_module *m = ir_module_new("rand");
+  ir_field_set(&m->train, IR_F_TRAIN_microbatches, mb);
+  ir_field_set(&m->train, IR_F_TRAIN_data, 1);
+  ir_field_set(&m->train, IR_F_TRAIN_mem_limit, lim);
+  ir_field_set(&m->intra, IR_F_LINK_bw, 100e9);
+  ir_field_set(&m->intra, IR_F_LINK_lat, 5e-6);
+  for (int i = 0; i < p; i++) {
+    ir_device *d = ir_module_add_device(m, "x");
+    ir_field_set(&d->rec, IR_F_DEVICE_mem, 80e9);
+    ir_field_set(&d->rec, IR_F_DEVICE_hbm, 2e12);
+    ir_field_set(&d->rec, IR_F_DEVICE_node, 0);
+  }
+  for (int i = 0; i < n; i++) {
+    ir_layer *l = ir_module_add_layer(m, "l", IR_KIND_CUSTOM);
+    /* Heterogeneous: costs from 0.1 ms to 5 ms, one layer in four much heavier. */
+    double f = (0.1 + (double)(tt_rng(seed) % 1000) / 1000 * 1.9) * 1e-3;
+    if (tt_rng(seed) % 4 == 0) f *= 2.5;
+    double act = (double)(1 + tt_rng(seed) % 64) * 1048576;
+    static const int fields[] = {IR_F_COST_f,     IR_F_COST_b,   IR_F_COST_w,     IR_F_COST_act,
+                                 IR_F_COST_act_w, IR_F_COST_out, IR_F_COST_param, IR_F_COST_grad};
+    double v[] = {f, f * 1.1, f * 0.9, act, act / 2, 8388608, 1e8, 0};
+    for (int k = 0; k < 8; k++) ir_field_set(&l->cost, fields[k], v[k]);
+  }
+  return m;
+}
+
+/* Makespan of m's current plan under the adaptive scheduler; INFINITY when it does not fit. */
+static double tt_adaptive(ir_module *m, diag_engine *q) {
+  sim_model *p = sim_model_build(m, q);
+  if (!p) return INFINITY;
+  sim_result r = {0};
+  pass_adaptive_opts o = {true, 0.9};
+  int dev;
+  double over;
+  double ms = pass_adaptive_run(p, m, &o, &r, &dev, &over) == SIM_OK && r.fits ? r.makespan
+                                                                                : INFINITY;
+  sim_result_free(&r);
+  sim_model_free(p);
+  return ms;
+}
+
+/* Best adaptive makespan over every partition and placement of m's layers (exhaustive). */
+static double tt_exhaustive(ir_module *m, int at, diag_engine *q) {
+  if (at == m->nlayers) return tt_adaptive(m, q);
+  double best = INFINITY;
+  int k = m->nstages;
+  for (int end = at + 1; end <= m->nlayers; end++)
+    for (int dv = 0; dv < m->ndevices; dv++) {
+      m->nstages = k;
+      ir_module_add_stage(m, at, end)->device = dv;
+      double ms = tt_exhaustive(m, end, q);
+      if (ms < best) best = ms;
+    }
+  m->nstages = k;
+  return best;
+}
+
+/* Tuner options for tests: converges well before the budget. */
+static const pass_tune_opts tt_opts = {20, 7, 30, 0, false};
+
+void test_tune_exhaustive(void) {
+  uint64_t seed = 11;
+  FILE *sink = tmpfile();
+  diag_engine *q = diag_new(sink);
+  for (int trial = 0; trial < 6; trial++) {
+    int n = 4 + trial % 2, p = 2, mb = 4;
+    ir_module *m = tt_model(&seed, n, p, mb, 1e12);
+    ir_module *e = ir_module_clone(m);
+    double want = tt_exhaustive(e, 0, q);
+    ir_module_free(e);
+    pass_tune_stats st;
+    UNIT_CHECK(pass_tune(m, &tt_opts, &st, q, diag_mkloc(0, 0, 0, 0)) == 0);
+    if (!(st.makespan <= want * (1 + 1e-12)))
+      unit_fail_dbl(__FILE__, __LINE__, "tuned <= exhaustive", st.makespan, want);
+    UNIT_CHECK(m->nstages > 0 && m->schedules != NULL);
+    pass_tune_stats_free(&st);
+    ir_module_free(m);
+  }
+  diag_free(q);
+  fclose(sink);
+}
+
+void test_tune_never_worse(void) {
+  uint64_t seed = 2024;
+  FILE *sink = tmpfile();
+  diag_engine *q = diag_new(sink);
+  for (int trial = 0; trial < 12; trial++) {
+    int p = 2 + trial % 3, n = 3 * p + (int)(tt_rng(&seed) % 6), mb = p * (1 + trial % 3);
+    ir_module *m = tt_model(&seed, n, p, mb, 1e12);
+    pass_tune_stats st;
+    UNIT_CHECK(pass_tune(m, &tt_opts, &st, q, diag_mkloc(0, 0, 0, 0)) == 0);
+    double best = INFINITY;
+    for (int i = 0; i < st.nbaselines; i++)
+      if (st.baselines[i].ok && st.baselines[i].fits && st.baselines[i].makespan < best)
+        best = st.baselines[i].makespan;
+    if (!(st.makespan <= best))
+      unit_fail_dbl(__FILE__, __LINE__, "tuned <= best classic", st.makespan, best);
+    UNIT_CHECK(st.fits && st.evaluations > 0);
+    /* The plan left in the module is the one the tuner measured. */
+    sim_model *pm = sim_model_build(m, q);
+    sim_result r = {0};
+    UNIT_CHECK(pm && sim_run(pm, m, NULL, &r) == SIM_OK);
+    UNIT_CHECK_EQ_DBL(r.makespan, st.makespan);
+    sim_result_free(&r);
+    sim_model_free(pm);
+    pass_tune_stats_free(&st);
+    ir_module_free(m);
+  }
+  diag_free(q);
+  fclose(sink);
+}
+
+void test_tune_memory(void) {
+  uint64_t seed = 99;
+  FILE *sink = tmpfile();
+  diag_engine *q = diag_new(sink);
+  /* 12 layers of 100 MB parameters and up to 64 MiB activations per microbatch, 16 microbatches
+   * on 3 devices: a 1.2 GB limit leaves little room for activations. */
+  ir_module *m = tt_model(&seed, 12, 3, 16, 1.2e9);
+  pass_tune_stats st;
+  UNIT_CHECK(pass_tune(m, &tt_opts, &st, q, diag_mkloc(0, 0, 0, 0)) == 0);
+  UNIT_CHECK(st.fits);
+  sim_model *pm = sim_model_build(m, q);
+  sim_result r = {0};
+  UNIT_CHECK(pm && sim_run(pm, m, NULL, &r) == SIM_OK && r.fits);
+  for (int i = 0; i < r.ndevices; i++) UNIT_CHECK(r.dev[i].peak_mem <= 1.2e9);
+  sim_result_free(&r);
+  sim_model_free(pm);
+  pass_tune_stats_free(&st);
+  ir_module_free(m);
+  /* 400 MB of parameters per device at the least: nothing fits in 300 MB. */
+  m = tt_model(&seed, 12, 3, 4, 3e8);
+  int before = diag_error_count(q);
+  UNIT_CHECK(pass_tune(m, &tt_opts, &st, q, diag_mkloc(0, 0, 0, 0)) == 1);
+  UNIT_CHECK(diag_error_count(q) == before + 1);
+  UNIT_CHECK(!st.fits);
+  pass_tune_stats_free(&st);
+  ir_module_free(m);
+  diag_free(q);
+  char text[4096] = {0};
+  rewind(sink);
+  size_t got = fread(text, 1, sizeof text - 1, sink);
+  text[got] = 0;
+  UNIT_CHECK(strstr(text, "no plan fits in memory: the best the tuner found still needs") != NULL);
+  fclose(sink);
+}
+
+void test_tune_deterministic(void) {
+  uint64_t seed = 5;
+  FILE *sink = tmpfile();
+  diag_engine *q = diag_new(sink);
+  ir_module *a = tt_model(&seed, 14, 4, 8, 1e12);
+  ir_module *b = ir_module_clone(a);
+  pass_tune_stats sa, sb;
+  UNIT_CHECK(pass_tune(a, &tt_opts, &sa, q, diag_mkloc(0, 0, 0, 0)) == 0);
+  UNIT_CHECK(pass_tune(b, &tt_opts, &sb, q, diag_mkloc(0, 0, 0, 0)) == 0);
+  UNIT_CHECK_EQ_DBL(sa.makespan, sb.makespan);
+  UNIT_CHECK(sa.evaluations == sb.evaluations && a->nstages == b->nstages);
+  for (int s = 0; s < a->nstages && s < b->nstages; s++)
+    UNIT_CHECK(a->stages[s].end == b->stages[s].end && a->stages[s].device == b->stages[s].device);
+  pass_tune_stats_free(&sa);
+  pass_tune_stats_free(&sb);
+  ir_module_free(a);
+  ir_module_free(b);
+  diag_free(q);
+  fclose(sink);
+}
