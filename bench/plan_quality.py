@@ -7,8 +7,10 @@ case, each classic plan's step time, octoc's plan's step time and its speedups o
 1F1B and over the best classic plan, bubble ratios, peak memory, the plan-independent lower bound
 and the distance from it, and the compile time. Ends with the geometric means and the targets.
 
-Usage: bench/plan_quality.py BUILD_DIR [--quick] [--cases REGEX] [--json OUT]
+Usage: bench/plan_quality.py BUILD_DIR [--quick] [--budget S] [--cases REGEX] [--json OUT]
   --quick   p in {4, 8}, m in {p, 4p} only
+  --budget  seconds the tuner may take per case (octoc --budget; default 10)
+Speedups are over plans that fit in memory; a classic plan marked '!' does not fit.
 It prints figures; it fails only when octoc fails."""
 import argparse
 import json
@@ -109,11 +111,11 @@ def gen_specs(outdir, quick):
     return cases
 
 
-def run_case(octoc, path):
+def run_case(octoc, path, budget):
     """octoc --compare --report=json on one spec: (report, seconds)."""
     t0 = time.perf_counter()
-    out = subprocess.run([octoc, path, "--compare", "--report=json"], capture_output=True,
-                         text=True)
+    out = subprocess.run([octoc, path, "--compare", "--report=json", "--budget=%g" % budget],
+                         capture_output=True, text=True)
     dt = time.perf_counter() - t0
     if out.returncode != 0:
         sys.exit("octoc failed on %s:\n%s" % (path, out.stderr))
@@ -125,6 +127,7 @@ def main():
     ap.add_argument("build")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--cases", default=None)
+    ap.add_argument("--budget", type=float, default=10)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     octoc = os.path.join(a.build, "tools", "octoc")
@@ -143,7 +146,9 @@ def main():
     print("-" * len(head))
     rows = []
     for label, path in cases:
-        r, dt = run_case(octoc, path)
+        r, dt = run_case(octoc, path, a.budget)
+        if r.get("tuner"):
+            dt = r["tuner"]["seconds"]
         base = {b["name"]: b for b in r.get("baselines", [])}
         cells = []
         for n in names:
@@ -153,7 +158,8 @@ def main():
         ms = r["makespan_ms"]
         ok = [b for b in base.values() if b["ok"] and not b["oom"]]
         best = min((b["makespan_ms"] for b in ok), default=None)
-        inter = [b for b in base.values() if b["ok"] and b["name"].startswith("I-1F1B")]
+        inter = [b for b in base.values()
+                 if b["ok"] and not b["oom"] and b["name"].startswith("I-1F1B")]
         i1 = min((b["makespan_ms"] for b in inter), default=None)
         limit = r.get("limit_ms") or r.get("lower_bound_ms")
         peak = r["peak_mem_bytes"] / 2 ** 30
