@@ -318,7 +318,6 @@ typedef struct sim_wdev {
                      finished: -1 - that count */
   int running;    /* op running on the device, -1 when idle */
   bool fused;     /* the running op is a fused BW */
-  bool declined;  /* priority mode: the device declined every candidate and waits */
   double mem;     /* memory in use */
   int remaining;  /* operations not yet started */
   int inflight;   /* F started and W (or BW) not finished */
@@ -333,7 +332,6 @@ typedef struct sim_work {
   size_t nops_cap;    /* capacity of 'op' */
   sim_wdev *dev;      /* per device */
   int dev_cap;        /* capacity of 'dev' */
-  int ndeclined;      /* devices with 'declined' set */
   int *next_mb;       /* priority mode: per stage and slot, next microbatch to offer */
   int stage_cap;      /* capacity of next_mb */
   tick *link_free;    /* per link: when it finishes its queued transfers */
@@ -430,7 +428,6 @@ static void work_reset(sim_work *w, const sim_model *p) {
   }
   for (int dv = 0; dv < p->ndev; dv++)
     w->dev[dv] = (sim_wdev){.running = -1, .mem = p->dev[dv].static_mem};
-  w->ndeclined = 0;
   for (int i = 0; i < p->nstages * SL_N; i++) w->next_mb[i] = 0;
   for (int i = 0; i < p->nlinks; i++) w->link_free[i] = 0;
   w->nheap = 0;
@@ -545,17 +542,9 @@ static void offer(sim_ctx *c, int dv) {
   }
   if (n == 0) return;
   sim_wdev *wd = &w->dev[dv];
-  if (wd->declined) {
-    wd->declined = false;
-    w->ndeclined--;
-  }
   sim_view v = {c->now, dv, wd->mem, p->dev[dv].mem_limit, pf, pb, pw, wd->inflight};
   int k = c->o->choose(c->o->ctx, &v, w->cands, n);
-  if (k < 0 || k >= n) {
-    wd->declined = true;
-    w->ndeclined++;
-    return;
-  }
+  if (k < 0 || k >= n) return; /* offered again when one of its inputs arrives */
   const sim_cand *cd = &w->cands[k];
   int slot = cd->kind == IR_OP_F ? SL_F : cd->kind == IR_OP_W ? SL_W : SL_B;
   w->next_mb[cd->stage * SL_N + slot]++;
@@ -790,10 +779,6 @@ sim_status sim_run(const sim_model *p, const ir_module *m, const sim_opts *opts,
     } else {
       op_done(&c, op);
     }
-    /* A device that declined is offered again after every event: what it waits for (memory,
-     * another device's progress) may have changed. */
-    for (int dv = 0; w->ndeclined > 0 && dv < p->ndev; dv++)
-      if (w->dev[dv].declined && w->dev[dv].running < 0) try_start(&c, dv);
   }
   /* Devices whose last operation ended and that never got another chance (priority mode may
    * decline until the end). */

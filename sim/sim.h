@@ -61,8 +61,9 @@ typedef struct sim_view {
   int in_flight;      /* microbatches this device has run F for and not yet finished W (BW) */
 } sim_view;
 
-/* Pick one of the n >= 1 candidates (return its index) or none (-1: wait for the next event;
- * the device is offered again when something finishes or arrives). Must be deterministic. */
+/* Pick one of the n >= 1 candidates (return its index) or none (-1: wait; the device is offered
+ * again when one of its inputs arrives -- nothing else changes while it is idle, its memory
+ * included). Must be deterministic. */
 typedef int (*sim_choose_fn)(void *ctx, const sim_view *v, const sim_cand *c, int n);
 
 /* ---- Running ------------------------------------------------------------------------------- */
