@@ -64,7 +64,8 @@ static int write_spec(FILE *f, long n, int use_repeat) {
              "}\n\n"
              "device h100 { peak = 989 TFLOPS, mem = 80 GiB, hbm = 3.35 TB/s, efficiency = 0.45 }\n"
              "cluster c { nodes = 1, gpus_per_node = 8, gpu = h100,\n"
-             "  intra = link { bw = 450 GB/s, lat = 3 us }, inter = link { bw = 50 GB/s, lat = 10 us } }\n"
+             "  intra = link { bw = 450 GB/s, lat = 3 us },\n"
+             "  inter = link { bw = 50 GB/s, lat = 10 us } }\n"
              "train { cluster = c, pipeline = 8, global_batch = 64 }\n");
   return ferror(f) ? -1 : 0;
 }

@@ -287,7 +287,9 @@ static void skip_ws(pparser *p) {
   while (p->pos < p->len && isspace((unsigned char)p->text[p->pos])) advance(p, 1);
 }
 
-static diag_loc here(const pparser *p, uint32_t len) { return diag_mkloc(p->src, p->line, p->col, len); }
+static diag_loc here(const pparser *p, uint32_t len) {
+  return diag_mkloc(p->src, p->line, p->col, len);
+}
 
 static bool is_name_char(int c) { return c >= 0 && (isalnum(c) || c == '_' || c == '-'); }
 static bool is_key_start(int c) { return c >= 0 && (isalpha(c) || c == '_'); }
