@@ -774,8 +774,12 @@ sim_status sim_run(const sim_model *p, const ir_module *m, const sim_opts *opts,
     int op = e.code >> 1;
     if (e.code & 1) {
       satisfy(w, op);
-      int dv = p->st[op / SL_N / p->nmb].dev;
-      if (w->dev[dv].running < 0) try_start(&c, dv);
+      /* Only an input that makes its operation startable can change what an idle device does:
+       * in priority mode, the operation must also be its stage's next of its kind. */
+      int smb = op / SL_N, s = smb / p->nmb, dv = p->st[s].dev;
+      if (w->dev[dv].running < 0 && w->op[op].deps == 0 &&
+          (!opts->choose || w->next_mb[s * SL_N + op % SL_N] == smb % p->nmb))
+        try_start(&c, dv);
     } else {
       op_done(&c, op);
     }
