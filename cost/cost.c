@@ -521,16 +521,16 @@ static double whole_ns(double t) {
 
 /* Store an estimate in a layer's cost record (every field set; times to the nanosecond, bytes
  * whole). */
-static void store(ir_layer *l, const cost_estimate *e) {
-  memset(&l->cost, 0, sizeof l->cost);
-  ir_field_set(&l->cost, IR_F_COST_f, whole_ns(e->time[COST_F]));
-  ir_field_set(&l->cost, IR_F_COST_b, whole_ns(e->time[COST_B]));
-  ir_field_set(&l->cost, IR_F_COST_w, whole_ns(e->time[COST_W]));
-  ir_field_set(&l->cost, IR_F_COST_act, round(e->act));
-  ir_field_set(&l->cost, IR_F_COST_act_w, round(e->act_w));
-  ir_field_set(&l->cost, IR_F_COST_out, round(e->out));
-  ir_field_set(&l->cost, IR_F_COST_param, round(e->param_bytes));
-  ir_field_set(&l->cost, IR_F_COST_grad, round(e->grad_bytes));
+static void store(ir_cost *c, const cost_estimate *e) {
+  memset(c, 0, sizeof *c);
+  ir_field_set(c, IR_F_COST_f, whole_ns(e->time[COST_F]));
+  ir_field_set(c, IR_F_COST_b, whole_ns(e->time[COST_B]));
+  ir_field_set(c, IR_F_COST_w, whole_ns(e->time[COST_W]));
+  ir_field_set(c, IR_F_COST_act, round(e->act));
+  ir_field_set(c, IR_F_COST_act_w, round(e->act_w));
+  ir_field_set(c, IR_F_COST_out, round(e->out));
+  ir_field_set(c, IR_F_COST_param, round(e->param_bytes));
+  ir_field_set(c, IR_F_COST_grad, round(e->grad_bytes));
 }
 
 /* Location of the train block, else of the module. */
@@ -551,6 +551,37 @@ static int check_train(const ir_module *m, diag_engine *d) {
     }
   }
   return bad;
+}
+
+/* Costs on the module's other device types (cost "TYPE" records): the analytic model on the
+ * first device of each type. A custom layer's numbers are the same on every type; profiles
+ * describe the first device's type. Layers kept by !overwrite keep complete records. */
+static void other_types(ir_module *m, const bool *todo, bool overwrite, diag_engine *d) {
+  for (int dv = 1; dv < m->ndevices; dv++) {
+    const ir_device *x = &m->devices[dv];
+    bool seen = strcmp(x->type, m->devices[0].type) == 0;
+    for (int j = 1; j < dv && !seen; j++) seen = strcmp(m->devices[j].type, x->type) == 0;
+    if (seen) continue;
+    for (int i = 0; i < m->nlayers; i++) {
+      ir_layer *l = &m->layers[i];
+      const ir_cost *have = ir_layer_cost_on(m, l, dv);
+      if (!todo[i] && !overwrite && have != &l->cost && cost_complete(have)) continue;
+      ir_cost *c = ir_layer_add_type_cost(m, l, x->type);
+      if (l->kind == IR_KIND_CUSTOM) {
+        *c = l->cost;
+        continue;
+      }
+      cost_estimate e;
+      const char *why = NULL;
+      if (cost_estimate_layer(m, l, &x->rec, &e, &why) == 0) {
+        store(c, &e);
+        continue;
+      }
+      diag_error(d, ir_diag_loc(x->loc), "device $d%d (%s) has no '%s': the cost model needs it "
+                 "for layer '%s' (%s)", dv, x->type, why, l->name, ir_kinds[l->kind].name);
+      return;
+    }
+  }
 }
 
 int cost_run(ir_module *m, bool overwrite, diag_engine *d) {
@@ -584,7 +615,7 @@ int cost_run(ir_module *m, bool overwrite, diag_engine *d) {
       cost_estimate e;
       const char *why = NULL;
       if (cost_estimate_layer(m, l, dev ? &dev->rec : &none, &e, &why) == 0) {
-        store(l, &e);
+        store(&l->cost, &e);
         continue;
       }
       int which = strcmp(why, "peak") == 0 ? 0 : strcmp(why, "hbm") == 0 ? 1 : 2;
@@ -603,6 +634,7 @@ int cost_run(ir_module *m, bool overwrite, diag_engine *d) {
   }
   for (int i = 0; i < m->nprofiles; i++)
     cost_profile_apply(m, m->profiles[i], todo, ir_diag_loc(m->loc), d);
+  if (diag_error_count(d) == errors) other_types(m, todo, overwrite, d);
   free(todo);
   return diag_error_count(d) - errors;
 }

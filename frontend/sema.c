@@ -755,10 +755,11 @@ static bool link_value(sema *s, fe_assign *a, ir_link_rec *rec, const char *what
   return diag_error_count(s->d) == before;
 }
 
-/* Check cluster definition c into (cl, intra, inter). Returns its device type's statement, or
+/* Check cluster definition c into (cl, intra, inter). Returns the device type of each node
+ * (cl->nodes entries, xmalloc'd: 'gpu = NAME' for all, or 'gpu = [A, B, ...]' one per node), or
  * NULL after reporting why there is none. */
-static fe_stmt *cluster_def(sema *s, fe_stmt *c, ir_cluster *cl, ir_link_rec *intra,
-                            ir_link_rec *inter) {
+static fe_stmt **cluster_def(sema *s, fe_stmt *c, ir_cluster *cl, ir_link_rec *intra,
+                             ir_link_rec *inter) {
   static const char *const extra_names[] = {"gpu", "intra", "inter", NULL};
   fe_assign *found[3] = {NULL, NULL, NULL};
   extra_keys ex = {extra_names, found};
@@ -777,13 +778,40 @@ static fe_stmt *cluster_def(sema *s, fe_stmt *c, ir_cluster *cl, ir_link_rec *in
     diag_error(s->d, L(c->name_loc), "%s needs 'gpu' (a device type)", what);
     return NULL;
   }
-  if (found[0]->val.kind != FE_V_IDENT) {
-    diag_error(s->d, L(found[0]->val.loc), "'gpu' expects the name of a device");
+  const fe_value *g = &found[0]->val;
+  int n = 0;
+  for (const fe_elem *e = g->kind == FE_V_LIST ? g->elems : NULL; e; e = e->next) n++;
+  if (g->kind != FE_V_IDENT && g->kind != FE_V_LIST) {
+    diag_error(s->d, L(g->loc), "'gpu' expects the name of a device, or a list of one per node");
     return NULL;
   }
-  fe_stmt *dev = defs_find(&s->devices, found[0]->val.str);
-  if (!dev) unknown_ref(s, found[0]->val.loc, "device", found[0]->val.str, &s->devices);
-  return dev;
+  if (g->kind == FE_V_LIST && n != cl->nodes) {
+    diag_error(s->d, L(g->loc), "'gpu' lists %d device type%s for %lld node%s: give one per node",
+               n, n == 1 ? "" : "s", (long long)cl->nodes, cl->nodes == 1 ? "" : "s");
+    return NULL;
+  }
+  int64_t nodes = cl->nodes > 0 ? cl->nodes : 1;
+  fe_stmt **types = xcalloc((size_t)nodes, sizeof *types);
+  const fe_elem *e = g->kind == FE_V_LIST ? g->elems : NULL;
+  bool ok = true;
+  for (int64_t i = 0; i < nodes; i++) {
+    const fe_value *v = e ? &e->val : g;
+    if (e) e = e->next;
+    if (v->kind != FE_V_IDENT) {
+      diag_error(s->d, L(v->loc), "'gpu' expects the name of a device");
+      ok = false;
+      continue;
+    }
+    types[i] = defs_find(&s->devices, v->str);
+    if (!types[i] && (v == g || ok)) unknown_ref(s, v->loc, "device", v->str, &s->devices);
+    if (!types[i]) ok = false;
+    if (v == g && !ok) break;
+  }
+  if (!ok) {
+    free(types);
+    return NULL;
+  }
+  return types;
 }
 
 /* Check device definition dev into rec; false after reporting a problem. */
@@ -824,25 +852,51 @@ static void cluster_devices(sema *s, fe_assign *cluster_ref) {
     diag_error(s->d, L(train_at), "pipeline = %lld needs a cluster: define one and name it "
                                   "with 'cluster = NAME'", (long long)m->train.pipeline);
   }
-  ir_device_rec rec;
+  fe_stmt **types = NULL; /* per node */
+  ir_device_rec *recs = NULL; /* per node */
   bool ok = false;
   if (c) {
-    dev = cluster_def(s, c, &m->cluster, &m->intra, &m->inter);
+    types = cluster_def(s, c, &m->cluster, &m->intra, &m->inter);
     m->cluster_name = arena_strdup(&m->arena, c->name);
-    ok = dev && device_def(s, dev, &rec);
+    if (types) {
+      recs = xcalloc((size_t)m->cluster.nodes, sizeof *recs);
+      ok = true;
+      for (int64_t i = 0; i < m->cluster.nodes; i++) {
+        bool again = false; /* each type is checked (and reported) once */
+        for (int64_t j = 0; j < i && !again; j++)
+          if (types[j] == types[i]) recs[i] = recs[j], again = true;
+        if (!again) ok = device_def(s, types[i], &recs[i]) && ok;
+      }
+    }
   }
   for (int i = 0; i < s->clusters.n; i++)
     if (s->clusters.v[i] != c) {
       ir_cluster cl = {0};
       ir_link_rec a = {0}, b = {0};
-      cluster_def(s, s->clusters.v[i], &cl, &a, &b);
+      free(cluster_def(s, s->clusters.v[i], &cl, &a, &b));
     }
-  for (int i = 0; i < s->devices.n; i++)
-    if (s->devices.v[i] != dev) {
+  for (int i = 0; i < s->devices.n; i++) {
+    bool used = false;
+    for (int64_t j = 0; types && j < m->cluster.nodes; j++) used |= types[j] == s->devices.v[i];
+    if (!used) {
       ir_device_rec r;
       device_def(s, s->devices.v[i], &r);
     }
-  if (!ok || s->train_bad) return;
+  }
+  if (!ok || s->train_bad) {
+    free(types);
+    free(recs);
+    return;
+  }
+  /* The smallest memory of the types in use (the limit a spec's mem_limit may not exceed). */
+  int small = 0;
+  bool same_mem = true;
+  for (int64_t i = 1; i < m->cluster.nodes; i++) {
+    if (recs[i].mem < recs[small].mem) small = (int)i;
+    same_mem &= recs[i].mem == recs[0].mem;
+  }
+  dev = types[small];
+  ir_device_rec rec = recs[small];
 
   ir_train *t = &m->train;
   int64_t gpus = m->cluster.nodes * m->cluster.gpus_per_node;
@@ -854,12 +908,16 @@ static void cluster_devices(sema *s, fe_assign *cluster_ref) {
                (long long)t->pipeline, (long long)t->tensor, (long long)t->data, (long long)want,
                c->name, (long long)m->cluster.nodes, (long long)m->cluster.gpus_per_node,
                (long long)gpus);
+    free(types);
+    free(recs);
     return;
   }
   int f_mem = ir_field_lookup(IR_REC_TRAIN, "mem_limit");
-  if (!ir_field_is_set(t, f_mem)) {
+  if (!ir_field_is_set(t, f_mem) && same_mem) {
     ir_field_set(t, f_mem, rec.mem);
     explain(s, train_at, "train: mem_limit = memory of device '%s'", dev->name);
+  } else if (!ir_field_is_set(t, f_mem)) {
+    explain(s, train_at, "train: no mem_limit: each device is limited by its own memory");
   } else if (t->mem_limit > rec.mem) {
     strbuf a = {0}, b = {0};
     ir_format_value(&a, IR_T_BYTES, t->mem_limit);
@@ -871,13 +929,17 @@ static void cluster_devices(sema *s, fe_assign *cluster_ref) {
   }
   int f_node = ir_field_lookup(IR_REC_DEVICE, "node");
   for (int64_t i = 0; i < t->pipeline; i++) {
-    ir_device *d = ir_module_add_device(m, dev->name);
-    d->rec = rec;
-    ir_field_set(&d->rec, f_node, (double)((i * t->tensor * t->data) / m->cluster.gpus_per_node));
-    d->loc.src = dev->name_loc.file;
-    d->loc.line = (uint32_t)dev->name_loc.first_line;
-    d->loc.col = (uint32_t)dev->name_loc.first_column;
+    int64_t node = (i * t->tensor * t->data) / m->cluster.gpus_per_node;
+    fe_stmt *type = types[node];
+    ir_device *d = ir_module_add_device(m, type->name);
+    d->rec = recs[node];
+    ir_field_set(&d->rec, f_node, (double)node);
+    d->loc.src = type->name_loc.file;
+    d->loc.line = (uint32_t)type->name_loc.first_line;
+    d->loc.col = (uint32_t)type->name_loc.first_column;
   }
+  free(types);
+  free(recs);
 }
 
 /* The partition the spec gives, as 'stages = [n, ...]' in train or '|' cuts in patterns: the

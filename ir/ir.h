@@ -309,12 +309,21 @@ typedef struct ir_loc {
 /* Diagnostic location of an IR location (file 0 when unknown). */
 static inline diag_loc ir_diag_loc(ir_loc l) { return diag_mkloc(l.src, l.line, l.col, 0); }
 
+/* The costs of a layer on a device type other than the first device's ('cost "TYPE" {...}'). */
+typedef struct ir_type_cost {
+  const char *type; /* device type name (module arena) */
+  ir_cost cost;     /* the layer's costs on a device of that type */
+} ir_type_cost;
+
 typedef struct ir_layer {
   const char *name;      /* human-readable name, unique within the module by convention */
   ir_layer_kind kind;    /* what the layer computes */
   double p[IR_LP_COUNT]; /* parameters, indexed by ir_layer_param; NAN when not set; only the
                             kind's own entries are meaningful */
-  ir_cost cost;          /* costs (cost.set == 0 until the cost pass runs) */
+  ir_cost cost;          /* costs on the first device's type (cost.set == 0 until the cost pass
+                            runs) */
+  ir_type_cost *tcosts;  /* costs on the module's other device types, in order of appearance */
+  int ntcosts, tcosts_cap; /* count, allocated */
   ir_loc loc;            /* where it was defined */
 } ir_layer;
 
@@ -385,6 +394,14 @@ ir_module *ir_module_clone(const ir_module *src);
 /* Append a layer of kind k with all parameters unset; returns it (valid until the next add). */
 ir_layer *ir_module_add_layer(ir_module *m, const char *name, ir_layer_kind k);
 ir_device *ir_module_add_device(ir_module *m, const char *type);
+/* The cost record of layer l for device type 'type' (add it, unset, when absent). Pre: type is
+ * not the first device's type (that one is l->cost). */
+ir_cost *ir_layer_add_type_cost(ir_module *m, ir_layer *l, const char *type);
+/* The costs of layer l on device dv of m: l->cost on the first device's type (or when m has no
+ * record for dv's type), else the record of dv's type. */
+const ir_cost *ir_layer_cost_on(const ir_module *m, const ir_layer *l, int dv);
+/* Drop every layer's records for other device types. */
+void ir_module_clear_type_costs(ir_module *m);
 /* Record a profile file named by the spec (the path is copied into the module). */
 void ir_module_add_profile(ir_module *m, const char *path);
 ir_link *ir_module_add_link(ir_module *m, int from, int to);

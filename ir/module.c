@@ -24,6 +24,7 @@ void ir_module_free(ir_module *m) {
   free(m->profiles);
   free(m->devices);
   free(m->links);
+  for (int i = 0; i < m->nlayers; i++) free(m->layers[i].tcosts);
   free(m->layers);
   free(m->stages);
   arena_free(&m->arena);
@@ -46,6 +47,33 @@ ir_device *ir_module_add_device(ir_module *m, const char *type) {
   memset(d, 0, sizeof *d);
   d->type = arena_strdup(&m->arena, type);
   return d;
+}
+
+ir_cost *ir_layer_add_type_cost(ir_module *m, ir_layer *l, const char *type) {
+  for (int i = 0; i < l->ntcosts; i++)
+    if (strcmp(l->tcosts[i].type, type) == 0) return &l->tcosts[i].cost;
+  VEC_RESERVE(l->tcosts, l->ntcosts, l->tcosts_cap);
+  ir_type_cost *tc = &l->tcosts[l->ntcosts++];
+  memset(tc, 0, sizeof *tc);
+  tc->type = arena_strdup(&m->arena, type);
+  return &tc->cost;
+}
+
+const ir_cost *ir_layer_cost_on(const ir_module *m, const ir_layer *l, int dv) {
+  if (l->ntcosts == 0 || dv <= 0 || dv >= m->ndevices) return &l->cost;
+  const char *type = m->devices[dv].type;
+  if (strcmp(type, m->devices[0].type) == 0) return &l->cost;
+  for (int i = 0; i < l->ntcosts; i++)
+    if (strcmp(l->tcosts[i].type, type) == 0) return &l->tcosts[i].cost;
+  return &l->cost;
+}
+
+void ir_module_clear_type_costs(ir_module *m) {
+  for (int i = 0; i < m->nlayers; i++) {
+    free(m->layers[i].tcosts);
+    m->layers[i].tcosts = NULL;
+    m->layers[i].ntcosts = m->layers[i].tcosts_cap = 0;
+  }
 }
 
 void ir_module_add_profile(ir_module *m, const char *path) {
@@ -155,6 +183,11 @@ ir_module *ir_module_clone(const ir_module *src) {
   m->layers_cap = src->nlayers;
   for (int i = 0; i < m->nlayers; i++) {
     m->layers[i].name = arena_strdup(&m->arena, src->layers[i].name);
+    const ir_layer *sl = &src->layers[i];
+    m->layers[i].tcosts = clone_array(sl->tcosts, sl->ntcosts, sizeof *sl->tcosts);
+    m->layers[i].tcosts_cap = sl->ntcosts;
+    for (int k = 0; k < sl->ntcosts; k++)
+      m->layers[i].tcosts[k].type = arena_strdup(&m->arena, sl->tcosts[k].type);
     m->layers[i].loc.file = clone_str(m, src->layers[i].loc.file, &fi, &fo);
   }
   m->stages = clone_array(src->stages, src->nstages, sizeof *src->stages);

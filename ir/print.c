@@ -188,6 +188,12 @@ void ir_print(const ir_module *m, strbuf *out, const ir_print_opts *o) {
       strbuf_puts(out, " cost ");
       print_record(out, IR_REC_COST, &l->cost);
     }
+    for (int k = 0; k < l->ntcosts; k++) {
+      strbuf_puts(out, " cost ");
+      print_string(out, l->tcosts[k].type);
+      strbuf_putc(out, ' ');
+      print_record(out, IR_REC_COST, &l->tcosts[k].cost);
+    }
     print_loc(out, &l->loc, dbg);
     strbuf_putc(out, '\n');
   }

@@ -1190,12 +1190,24 @@ static bool rd_layer(rd_parser *p) {
     if (rd_is(p, &p->tok, "cost")) {
       ir_cost scratch = {0};
       void *rec = &l->cost;
-      if (seen_cost) {
-        rd_error(p, rd_loc(p, &p->tok), "duplicate cost record");
-        rec = &scratch;
-      }
-      seen_cost = true;
+      rd_token ct = p->tok;
       rd_next(p);
+      if (p->tok.kind == RD_STRING) { /* cost "TYPE" { ... }: on another device type */
+        const char *type = strbuf_cstr(&p->str);
+        bool dup = false;
+        for (int k = 0; k < l->ntcosts; k++) dup |= strcmp(l->tcosts[k].type, type) == 0;
+        if (dup)
+          rd_error(p, rd_loc(p, &p->tok), "duplicate cost record for device type \"%s\"", type);
+        else
+          rec = ir_layer_add_type_cost(p->m, l, type);
+        rd_next(p);
+      } else {
+        if (seen_cost) {
+          rd_error(p, rd_loc(p, &ct), "duplicate cost record");
+          rec = &scratch;
+        }
+        seen_cost = true;
+      }
       if (!rd_record(p, IR_REC_COST, rec)) return false;
     } else if (rd_is(p, &p->tok, "loc")) {
       if (!rd_opt_loc(p, &l->loc, &seen_loc)) return false;

@@ -186,20 +186,36 @@ static void vf_layers(vf_ctx *v) {
       continue;
     }
     v->errors += ir_layer_check(l, v->d, l->loc.src ? ir_diag_loc(l->loc) : v->where);
-    if (!l->cost.set) continue;
-    for (size_t k = 0; k < sizeof times / sizeof times[0]; k++) {
-      double x;
-      if (!vf_get(v, &l->cost, IR_REC_COST, times[k], &x))
-        vf_error(v, l->loc, "layer %%%d \"%s\": cost '%s' is not set", i, l->name, times[k]);
-      else if (!(x >= 0 && isfinite(x)))
-        vf_error(v, l->loc, "layer %%%d \"%s\": cost %s = %s must be finite and non-negative", i,
-                 l->name, times[k], vf_fmt(b1, IR_T_TIME, x));
+    /* Records for other device types: of a type some device has, other than the first's. */
+    for (int k = 0; k < l->ntcosts; k++) {
+      const char *type = l->tcosts[k].type;
+      bool known = false;
+      for (int d = 1; d < m->ndevices; d++)
+        known |= strcmp(m->devices[d].type, type) == 0;
+      if (m->ndevices > 0 && strcmp(m->devices[0].type, type) == 0)
+        vf_error(v, l->loc, "layer %%%d \"%s\": cost \"%s\" is the first device's type, whose "
+                 "costs are the plain cost record", i, l->name, type);
+      else if (!known)
+        vf_error(v, l->loc, "layer %%%d \"%s\": cost \"%s\" names a device type no device has",
+                 i, l->name, type);
     }
-    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
-      double x;
-      if (vf_get(v, &l->cost, IR_REC_COST, sizes[k], &x) && !(x >= 0 && isfinite(x)))
-        vf_error(v, l->loc, "layer %%%d \"%s\": cost %s = %s must be finite and non-negative", i,
-                 l->name, sizes[k], vf_fmt(b1, IR_T_BYTES, x));
+    for (int k = -1; k < l->ntcosts; k++) {
+      const ir_cost *c = k < 0 ? &l->cost : &l->tcosts[k].cost;
+      if (!c->set) continue;
+      for (size_t j = 0; j < sizeof times / sizeof times[0]; j++) {
+        double x;
+        if (!vf_get(v, c, IR_REC_COST, times[j], &x))
+          vf_error(v, l->loc, "layer %%%d \"%s\": cost '%s' is not set", i, l->name, times[j]);
+        else if (!(x >= 0 && isfinite(x)))
+          vf_error(v, l->loc, "layer %%%d \"%s\": cost %s = %s must be finite and non-negative",
+                   i, l->name, times[j], vf_fmt(b1, IR_T_TIME, x));
+      }
+      for (size_t j = 0; j < sizeof sizes / sizeof sizes[0]; j++) {
+        double x;
+        if (vf_get(v, c, IR_REC_COST, sizes[j], &x) && !(x >= 0 && isfinite(x)))
+          vf_error(v, l->loc, "layer %%%d \"%s\": cost %s = %s must be finite and non-negative",
+                   i, l->name, sizes[j], vf_fmt(b1, IR_T_BYTES, x));
+      }
     }
   }
 }

@@ -23,6 +23,7 @@ int pass_run_strip_costs(ir_module *m, const pass_options *opts, diag_engine *d)
   (void)opts;
   (void)d;
   for (int i = 0; i < m->nlayers; i++) memset(&m->layers[i].cost, 0, sizeof m->layers[i].cost);
+  ir_module_clear_type_costs(m);
   return 0;
 }
 

@@ -150,14 +150,18 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
   }
   for (int i = 0; i < m->nlayers && errors < 20; i++) {
     const ir_layer *l = &m->layers[i];
-    for (size_t k = 0; k < sizeof cost_fields / sizeof cost_fields[0]; k++)
-      if (!ir_field_is_set(&l->cost, cost_fields[k])) {
-        diag_error(d, l->loc.line ? ir_diag_loc(l->loc) : where,
-                   "layer %%%d \"%s\" has no '%s' cost: run the cost pass first", i, l->name,
-                   ir_fields[cost_fields[k]].name);
-        errors++;
-        break;
-      }
+    for (int k = -1; k < l->ntcosts; k++) {
+      const ir_cost *c = k < 0 ? &l->cost : &l->tcosts[k].cost;
+      for (size_t f = 0; f < sizeof cost_fields / sizeof cost_fields[0]; f++)
+        if (!ir_field_is_set(c, cost_fields[f])) {
+          diag_error(d, l->loc.line ? ir_diag_loc(l->loc) : where,
+                     "layer %%%d \"%s\" has no '%s' cost%s%s%s: run the cost pass first", i,
+                     l->name, ir_fields[cost_fields[f]].name, k < 0 ? "" : " on \"",
+                     k < 0 ? "" : l->tcosts[k].type, k < 0 ? "" : "\"");
+          errors++;
+          break;
+        }
+    }
   }
   if (errors) return NULL;
   /* Every duration of the step added up (seconds), checked before any becomes ticks; the
@@ -192,7 +196,7 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
     const ir_stage *is = &m->stages[s];
     st->dev = is->device;
     for (int i = is->first; i < is->end; i++) {
-      const ir_cost *c = &m->layers[i].cost;
+      const ir_cost *c = ir_layer_cost_on(m, &m->layers[i], is->device); /* its device's type */
       st->t[SL_F] += to_tick(c->f);
       st->t[SL_B] += to_tick(c->b);
       st->t[SL_W] += to_tick(c->w);
