@@ -456,7 +456,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
   if (!t.rng) t.rng = 1;
   t.sink = fopen("/dev/null", "w");
   t.quiet = diag_new(t.sink ? t.sink : stderr);
-  diag_set_error_limit(t.quiet, 0); /* counted, never printed anywhere that matters */
+  diag_set_error_limit(t.quiet, 0); /* its errors go to /dev/null */
   t.w = ir_module_clone(m);
   ir_module_clear_plan(t.w);
   t.lw = xmalloc((size_t)t.n * sizeof *t.lw);
