@@ -407,6 +407,34 @@ static int tune_classic_kept(const tuner *t, const pass_tune_stats *st, const tu
   return score_better(bs, &as_is) ? -1 : classic;
 }
 
+/* The best few starting plans (each improved by local search before the restarts). */
+enum { TUNE_SEEDS = 3 };
+typedef struct tune_pool {
+  tune_plan plan[TUNE_SEEDS]; /* best first */
+  tune_score score[TUNE_SEEDS];
+  int n;                      /* plans held */
+} tune_pool;
+
+/* Offer plan pl with score sc to the pool: kept when among the best TUNE_SEEDS distinct plans. */
+static void pool_offer(tune_pool *pool, const tune_plan *pl, const tune_score *sc) {
+  uint64_t h = plan_hash(pl);
+  for (int i = 0; i < pool->n; i++)
+    if (plan_hash(&pool->plan[i]) == h) return;
+  int at = pool->n < TUNE_SEEDS ? pool->n : TUNE_SEEDS;
+  while (at > 0 && score_better(sc, &pool->score[at - 1])) at--;
+  if (at >= TUNE_SEEDS) return;
+  int last = pool->n < TUNE_SEEDS ? pool->n : TUNE_SEEDS - 1;
+  tune_plan spare = pool->plan[last]; /* the dropped (or unused) slot's arrays are reused */
+  for (int i = last; i > at; i--) {
+    pool->plan[i] = pool->plan[i - 1];
+    pool->score[i] = pool->score[i - 1];
+  }
+  pool->plan[at] = spare;
+  plan_copy(&pool->plan[at], pl);
+  pool->score[at] = *sc;
+  if (pool->n < TUNE_SEEDS) pool->n++;
+}
+
 /* Stages and devices of a module's plan as a tune_plan. */
 static void plan_from_module(const ir_module *m, tune_plan *pl) {
   pl->k = m->nstages;
@@ -467,6 +495,8 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
   t.memo = xcalloc(t.memo_cap, sizeof *t.memo);
   int cap = t.n + 1;
   tune_plan best, cur, cand, nb;
+  tune_pool pool = {.n = 0};
+  for (int i = 0; i < TUNE_SEEDS; i++) plan_init(&pool.plan[i], cap);
   plan_init(&best, cap);
   plan_init(&cur, cap);
   plan_init(&cand, cap);
@@ -488,6 +518,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
       classic = i;
     }
     tune_score sc = tune_eval(&t, &cand);
+    pool_offer(&pool, &cand, &sc);
     if (score_better(&sc, &bs)) {
       bs = sc;
       plan_copy(&best, &cand);
@@ -506,6 +537,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
   for (size_t i = 0; i < sizeof starts / sizeof starts[0]; i++) {
     if (!plan_from_pipeline(m, starts[i], t.quiet, &cand, cap) || cand.k > t.kmax) continue;
     tune_score sc = tune_eval(&t, &cand);
+    pool_offer(&pool, &cand, &sc);
     if (score_better(&sc, &bs)) {
       bs = sc;
       plan_copy(&best, &cand);
@@ -522,8 +554,20 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
   /* Local search from the best start, then perturb-and-search until 'restarts' rounds in a row
    * bring nothing. */
   if (best.k > 0) {
+    /* Each of the best starting plans is improved first: their local optima differ. */
+    tune_score cs;
+    for (int i = 0; i < pool.n && now_s() - t.t0 <= o->budget; i++) {
+      plan_copy(&cur, &pool.plan[i]);
+      cs = pool.score[i];
+      tune_descend(&t, &cur, &cs, &cand, &nb, &bs);
+      if (score_better(&cs, &bs)) {
+        bs = cs;
+        plan_copy(&best, &cur);
+        classic = -1;
+      }
+    }
     plan_copy(&cur, &best);
-    tune_score cs = tune_eval(&t, &cur);
+    cs = tune_eval(&t, &cur);
     int idle_rounds = 0;
     while (idle_rounds < o->restarts && now_s() - t.t0 <= o->budget) {
       tune_descend(&t, &cur, &cs, &cand, &nb, &bs);
@@ -588,6 +632,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
     strbuf_free(&text);
   }
   st->seconds = now_s() - t.t0;
+  for (int i = 0; i < TUNE_SEEDS; i++) plan_free(&pool.plan[i]);
   plan_free(&best);
   plan_free(&cur);
   plan_free(&cand);
