@@ -34,7 +34,8 @@ typedef struct tune_score {
   int overflow_dev; /* that device */
 } tune_score;
 
-/* One entry of the evaluation cache (open addressing on the plan's hash). */
+/* One entry of the evaluation cache (open addressing on the plan's 64-bit hash; two plans with
+ * the same hash are taken to be the same plan). */
 typedef struct tune_memo {
   uint64_t key;     /* plan hash; 0: empty slot */
   tune_score score; /* its score */
@@ -130,6 +131,7 @@ static bool score_better(const tune_score *a, const tune_score *b) {
 /* Simulate plan pl with the adaptive scheduler. Fills t->busy when it ran. */
 static tune_score tune_simulate(tuner *t, const tune_plan *pl) {
   tune_score sc = {false, false, INFINITY, 1, INFINITY, -1};
+  memset(t->busy, 0, (size_t)t->p * sizeof *t->busy); /* unknown unless the plan runs */
   ir_module *w = t->w;
   w->nstages = 0;
   for (int s = 0; s < pl->k; s++)
