@@ -391,6 +391,9 @@ static void text_tuner(const pass_tune_stats *st, strbuf *out) {
   strbuf_putc(out, '\n');
 }
 
+static void text_compare(const ir_module *m, const sim_result *r, const report_extra *x,
+                         strbuf *out);
+
 void report_text(const ir_module *m, const sim_result *r, const report_extra *x, strbuf *out) {
   text_header(m, out);
   text_costs(m, out);
@@ -408,13 +411,17 @@ void report_text(const ir_module *m, const sim_result *r, const report_extra *x,
   }
   if (x && x->tuner) text_tuner(x->tuner, out);
   if (x && x->baselines)
-    report_compare(m, simulated && has_schedule(m) ? r : NULL, x->baselines, x->nbaselines, out);
+    text_compare(m, simulated && has_schedule(m) ? r : NULL, x, out);
 }
 
 /* ---- Comparison with the classic plans ------------------------------------------------------ */
 
-void report_compare(const ir_module *m, const sim_result *r, const pass_baseline *b, int nb,
-                    strbuf *out) {
+/* The table of the classic plans x->baselines beside m's own plan (r: its recorded run, or
+ * NULL), which is called the tuned plan when x->tuner made it. */
+static void text_compare(const ir_module *m, const sim_result *r, const report_extra *x,
+                         strbuf *out) {
+  const pass_baseline *b = x->baselines;
+  int nb = x->nbaselines;
   /* The reference is S-1F1B (the first baseline) when it ran, else the plan itself. */
   double ref = nb > 0 && b[0].ok ? b[0].makespan : r && r->status == SIM_OK ? r->makespan : 0;
   static const char *const cols[] = {"plan", ">step ms", ">speedup", ">bubble", ">peak memory",
@@ -426,7 +433,7 @@ void report_compare(const ir_module *m, const sim_result *r, const pass_baseline
     if (b[i].ok && b[i].fits && (best < 0 || b[i].makespan < b[best].makespan)) best = i;
   if (r && r->status == SIM_OK) {
     strbuf name = {0};
-    strbuf_printf(&name, "this plan (%s)", rep_schedule_method(m));
+    strbuf_printf(&name, "%s plan (%s)", x->tuner ? "tuned" : "this", rep_schedule_method(m));
     table_cell(&t, strbuf_cstr(&name));
     strbuf_free(&name);
     table_ms(&t, r->makespan);

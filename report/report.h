@@ -63,9 +63,6 @@ void report_text(const ir_module *m, const sim_result *r, const report_extra *x,
 /* JSON report of m (same pre as report_text); keys in docs/report.md. x (may be NULL) adds the
  * "baselines" list and the "tuner" object. */
 void report_json(const ir_module *m, const sim_result *r, const report_extra *x, strbuf *out);
-/* Table of the classic plans b[0..nb) beside m's own (r: its recorded run, or NULL). */
-void report_compare(const ir_module *m, const sim_result *r, const pass_baseline *b, int nb,
-                    strbuf *out);
 /* The schedule of m as PyTorch torch.distributed.pipelining CSV, compute only: one row per
  * device, cells "<stage>F<mb>", "<stage>I<mb>" (B), "<stage>W<mb>", "<stage>B<mb>" (fused BW), as
  * torch's _load_csv(format="compute_only") reads them. Pre: m has schedules. */
