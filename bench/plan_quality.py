@@ -7,8 +7,9 @@ case, each classic plan's step time, octoc's plan's step time and its speedups o
 1F1B and over the best classic plan, bubble ratios, peak memory, the plan-independent lower bound
 and the distance from it, and the compile time. Ends with the geometric means and the targets.
 
-Usage: bench/plan_quality.py BUILD_DIR [--quick] [--budget S] [--cases REGEX] [--json OUT]
+Usage: bench/plan_quality.py BUILD_DIR [--quick] [--ample] [--budget S] [--cases REGEX] [--json OUT]
   --quick   p in {4, 8}, m in {p, 4p} only
+  --ample   ample memory: the generated cases run on H100s with 1 TiB each (the limit target)
   --budget  seconds the tuner may take per case (octoc --budget; default 10)
 Speedups are over plans that fit in memory; a classic plan marked '!' does not fit.
 It prints figures; it fails only when octoc fails."""
@@ -31,6 +32,17 @@ def cluster_for(p):
     if p <= 8:
         return "dgx_h100", 8 // p
     return ("dgx_h100_x2", 1) if p <= 16 else ("dgx_h100_x4", 1)
+
+
+# With --ample: H100s with 1 TiB of memory, so that memory never decides the plan.
+AMPLE = """
+device h100_ample { peak = 989 TFLOPS, mem = 1 TiB, hbm = 3.35 TB/s, efficiency = 0.45 }
+cluster ample_x1 { nodes = 1, gpus_per_node = 8, gpu = h100_ample
+                   intra = link { bw = 450 GB/s, lat = 3 us } }
+cluster ample_x2 { nodes = 2, gpus_per_node = 8, gpu = h100_ample
+                   intra = link { bw = 450 GB/s, lat = 3 us }
+                   inter = link { bw = 400 Gb/s, lat = 10 us } }
+"""
 
 
 # Generated models: name -> model body (the train block is added per case).
@@ -92,7 +104,7 @@ model long_seq_%dk {
 }""" % (seq // 1024, seq)
 
 
-def gen_specs(outdir, quick):
+def gen_specs(outdir, quick, ample):
     """Write the generated specs; returns [(case name, path)]."""
     cases = []
     ps = (4, 8) if quick else (4, 8, 16)
@@ -101,9 +113,13 @@ def gen_specs(outdir, quick):
             for f in ((1, 4) if quick else (1, 2, 4, 8)):
                 m = f * p
                 cluster, data = cluster_for(p)
-                spec = 'import "%s"\n%s\ntrain { cluster = %s, pipeline = %d, data = %d, ' \
-                       'microbatches = %d, mem_limit = 72 GiB, recompute = selective }\n' % (
-                           CLUSTERS, body, cluster, p, data, m)
+                limit = "mem_limit = 72 GiB, "
+                if ample:
+                    cluster = {"dgx_h100": "ample_x1", "dgx_h100_x2": "ample_x2"}[cluster]
+                    limit = ""
+                spec = 'import "%s"\n%s%s\ntrain { cluster = %s, pipeline = %d, data = %d, ' \
+                       'microbatches = %d, %srecompute = selective }\n' % (
+                           CLUSTERS, AMPLE if ample else "", body, cluster, p, data, m, limit)
                 path = os.path.join(outdir, "%s_p%d_m%d.octo" % (name, p, m))
                 with open(path, "w") as fh:
                     fh.write(spec)
@@ -126,6 +142,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--ample", action="store_true")
     ap.add_argument("--cases", default=None)
     ap.add_argument("--budget", type=float, default=10)
     ap.add_argument("--json", default=None)
@@ -134,7 +151,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="plan_quality.")
     cases = [("example " + os.path.basename(f)[:-5], os.path.join(ROOT, "examples", f))
              for f in sorted(os.listdir(os.path.join(ROOT, "examples"))) if f.endswith(".octo")]
-    gen = gen_specs(tmp, a.quick)
+    gen = gen_specs(tmp, a.quick, a.ample)
     cases += gen
     if a.cases:
         cases = [c for c in cases if re.search(a.cases, c[0])]
