@@ -400,6 +400,9 @@ ir_cost *ir_layer_add_type_cost(ir_module *m, ir_layer *l, const char *type);
 /* The costs of layer l on device dv of m: l->cost on the first device's type (or when m has no
  * record for dv's type), else the record of dv's type. */
 const ir_cost *ir_layer_cost_on(const ir_module *m, const ir_layer *l, int dv);
+/* The memory limit of device dv (pre: 0 <= dv < m->ndevices): the train record's mem_limit when
+ * given, else the device's memory, else INFINITY (no limit known). */
+double ir_device_mem_limit(const ir_module *m, int dv);
 /* Drop every layer's records for other device types. */
 void ir_module_clear_type_costs(ir_module *m);
 /* Record a profile file named by the spec (the path is copied into the module). */

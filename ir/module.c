@@ -68,6 +68,12 @@ const ir_cost *ir_layer_cost_on(const ir_module *m, const ir_layer *l, int dv) {
   return &l->cost;
 }
 
+double ir_device_mem_limit(const ir_module *m, int dv) {
+  double lim = ir_field_value(&m->train, IR_F_TRAIN_mem_limit);
+  double mem = ir_field_value(&m->devices[dv].rec, IR_F_DEVICE_mem);
+  return lim > 0 ? lim : mem > 0 ? mem : INFINITY;
+}
+
 void ir_module_clear_type_costs(ir_module *m) {
   for (int i = 0; i < m->nlayers; i++) {
     free(m->layers[i].tcosts);

@@ -49,6 +49,13 @@ static void run_baseline(const ir_module *m, const char *name, const char *pipel
       row->ndevices = r.ndevices;
       row->peak_mem = xmalloc((size_t)(r.ndevices ? r.ndevices : 1) * sizeof *row->peak_mem);
       for (int i = 0; i < r.ndevices; i++) row->peak_mem[i] = r.dev[i].peak_mem;
+      row->nstages = c->nstages;
+      row->stage_end = xmalloc((size_t)(c->nstages ? c->nstages : 1) * sizeof *row->stage_end);
+      row->stage_dev = xmalloc((size_t)(c->nstages ? c->nstages : 1) * sizeof *row->stage_dev);
+      for (int s = 0; s < c->nstages; s++) {
+        row->stage_end[s] = c->stages[s].end;
+        row->stage_dev[s] = c->stages[s].device;
+      }
     } else if (p) {
       sim_report_failure(&r, d, diag_mkloc(0, 0, 0, 0));
     }
@@ -105,6 +112,10 @@ int pass_compare(const ir_module *m, pass_baseline **out) {
 
 void pass_baseline_free(pass_baseline *rows, int n, bool array) {
   if (!rows) return;
-  for (int i = 0; i < n; i++) free(rows[i].peak_mem);
+  for (int i = 0; i < n; i++) {
+    free(rows[i].peak_mem);
+    free(rows[i].stage_end);
+    free(rows[i].stage_dev);
+  }
   if (array) free(rows);
 }

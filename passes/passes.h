@@ -126,6 +126,9 @@ typedef struct pass_adaptive_opts {
   double mem_margin; /* fraction of the memory limit above which W is preferred */
 } pass_adaptive_opts;
 
+/* The adaptive scheduler's defaults: split B and W, W first above 90% of the limit. */
+extern const pass_adaptive_opts pass_adaptive_default;
+
 /* Run the adaptive scheduler on problem p, built by sim_model_build from m (stages all placed,
  * costs complete), into r (priority mode; r->order holds the order chosen). Reports nothing.
  * Returns SIM_OK, or SIM_DEADLOCK when a device cannot hold even one microbatch: then
@@ -148,13 +151,16 @@ typedef struct pass_baseline {
   bool fits;           /* every device within its memory limit */
   int ndevices;        /* entries of peak_mem */
   double *peak_mem;    /* per device, bytes (owned) */
+  int nstages;         /* when ok: the plan's stages ... */
+  int *stage_end;      /* ... their exclusive layer ends (owned) ... */
+  int *stage_dev;      /* ... and devices (owned) */
 } pass_baseline;
 
 /* Run every classic combination of compare.def (and interleaved 1F1B with the best v > 2 that
  * divides the layers) on a copy of m, which must have layer costs, and simulate each. m is not
  * changed. *out receives the rows (free with pass_baseline_free(rows, n, true)); returns n. */
 int pass_compare(const ir_module *m, pass_baseline **out);
-/* Free the peak_mem arrays of n rows, and the array itself when 'array'. */
+/* Free the arrays of n rows, and the array itself when 'array'. */
 void pass_baseline_free(pass_baseline *rows, int n, bool array);
 
 /* ---- The tuner ------------------------------------------------------------------------------ */
@@ -167,6 +173,9 @@ typedef struct pass_tune_opts {
   int max_stages;   /* most stages a plan may have; 0: 4 x devices (at most the layers) */
   bool progress;    /* print a progress line to stderr */
 } pass_tune_opts;
+
+/* The tuner's defaults (the tune pass's and octoc's): 10 s, seed 1, 60 restarts, 4p stages. */
+extern const pass_tune_opts pass_tune_defaults;
 
 /* What the tuner did. */
 typedef struct pass_tune_stats {

@@ -379,8 +379,9 @@ static int sched_parse_options(const pass_options *opts, int *method, sched_para
   for (int i = 0; i < SCHED_NMETHODS; i++) names[i] = sched_methods[i].name;
   int bad = 0;
   bad += pass_opt_choice(opts, "method", names, SCHED_NMETHODS, SCHED_DEFAULT, method, d) != 0;
-  bad += pass_opt_bool(opts, "split", true, &prm->adaptive.split, d) != 0;
-  bad += pass_opt_real(opts, "mem_margin", 0.9, &prm->adaptive.mem_margin, d) != 0;
+  const pass_adaptive_opts *def = &pass_adaptive_default;
+  bad += pass_opt_bool(opts, "split", def->split, &prm->adaptive.split, d) != 0;
+  bad += pass_opt_real(opts, "mem_margin", def->mem_margin, &prm->adaptive.mem_margin, d) != 0;
   if (bad) return 1;
   const pass_option *mm = pass_opt_find(opts, "mem_margin");
   if (mm && !(prm->adaptive.mem_margin > 0 && prm->adaptive.mem_margin <= 1)) {

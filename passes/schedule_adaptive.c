@@ -87,6 +87,12 @@ static int sched_adapt_choose(void *ctx, const sim_view *v, const sim_cand *c, i
 /* Append a size in bytes to sb as the IR prints it ("1.5GiB", "1023KiB"). */
 static void sched_size(strbuf *sb, double bytes) { ir_format_value(sb, IR_T_BYTES, bytes); }
 
+/* Bytes by which device dv cannot hold its static memory plus one microbatch's activations on
+ * all its stages (<= 0: it can). */
+static double sched_adapt_overflow(const sim_model *model, const sched_adapt *a, int dv) {
+  return sim_model_static_mem(model, dv) + a->dev[dv].total_act - sim_model_mem_limit(model, dv);
+}
+
 /* Report every device on which the parameters plus one microbatch's activations on all its stages
  * exceed the limit. Pre: costs complete. Returns the number of such devices. */
 static int sched_adapt_fit_check(const sched_shape *sh, const sim_model *model,
@@ -95,15 +101,12 @@ static int sched_adapt_fit_check(const sched_shape *sh, const sim_model *model,
   int bad = 0;
   strbuf sb = {0}, stages = {0};
   for (int dv = 0; dv < sh->p; dv++) {
-    double stat = 0, lim = sim_model_mem_limit(model, dv);
-    stages.len = 0;
-    for (int s = 0; s < sh->S; s++) {
-      if (m->stages[s].device != dv) continue;
-      for (int l = m->stages[s].first; l < m->stages[s].end; l++) stat += m->layers[l].cost.param;
-      strbuf_printf(&stages, "%s@s%d", stages.len ? ", " : "", s);
-    }
+    if (!(sched_adapt_overflow(model, a, dv) > 0)) continue;
+    double stat = sim_model_static_mem(model, dv), lim = sim_model_mem_limit(model, dv);
     double act = a->dev[dv].total_act;
-    if (!(stat + act > lim)) continue;
+    stages.len = 0;
+    for (int s = 0; s < sh->S; s++)
+      if (m->stages[s].device == dv) strbuf_printf(&stages, "%s@s%d", stages.len ? ", " : "", s);
     sb.len = 0;
     strbuf_printf(&sb, "the adaptive scheduler cannot fit the plan in memory: $d%d needs ", dv);
     sched_size(&sb, stat + act);
@@ -134,11 +137,14 @@ static void sched_adapt_init(sched_adapt *a, const ir_module *m, int p,
   for (int s = 0; s < m->nstages; s++) {
     const ir_stage *st = &m->stages[s];
     sched_adapt_dev *ad = &a->dev[st->device];
-    for (int l = st->first; l < st->end; l++) a->act[s] += m->layers[l].cost.act;
+    for (int l = st->first; l < st->end; l++)
+      a->act[s] += ir_layer_cost_on(m, &m->layers[l], st->device)->act; /* as the simulator */
     if (ad->lowest < 0) ad->lowest = s;
     ad->total_act += a->act[s];
   }
 }
+
+const pass_adaptive_opts pass_adaptive_default = {true, 0.9};
 
 sim_status pass_adaptive_run(const sim_model *p, const ir_module *m, const pass_adaptive_opts *o,
                              sim_result *r, int *overflow_dev, double *overflow) {
@@ -147,15 +153,10 @@ sim_status pass_adaptive_run(const sim_model *p, const ir_module *m, const pass_
   *overflow_dev = -1;
   *overflow = 0;
   /* One microbatch must fit on every device next to its static memory. */
-  double *stat = xcalloc((size_t)(m->ndevices ? m->ndevices : 1), sizeof *stat);
-  for (int s = 0; s < m->nstages; s++)
-    for (int l = m->stages[s].first; l < m->stages[s].end; l++)
-      stat[m->stages[s].device] += m->layers[l].cost.param;
   for (int dv = 0; dv < m->ndevices; dv++) {
-    double over = stat[dv] + a.dev[dv].total_act - sim_model_mem_limit(p, dv);
+    double over = sched_adapt_overflow(p, &a, dv);
     if (over > *overflow) *overflow = over, *overflow_dev = dv;
   }
-  free(stat);
   sim_status st = SIM_DEADLOCK;
   if (*overflow_dev < 0) {
     sim_opts so = {sched_adapt_choose, &a, !o->split, false};

@@ -86,7 +86,7 @@ static void plan_init(tune_plan *pl, int cap) {
   pl->k = 0;
   pl->ends = xmalloc((size_t)cap * sizeof *pl->ends);
   pl->dev = xmalloc((size_t)cap * sizeof *pl->dev);
-  pl->knobs = (pass_adaptive_opts){true, 0.9};
+  pl->knobs = pass_adaptive_default;
 }
 
 static void plan_free(tune_plan *pl) {
@@ -381,7 +381,7 @@ static void tune_enumerate(tuner *t, tune_plan *pl, int k, int at, tune_plan *be
                            tune_score *bs) {
   if (at == t->n) {
     pl->k = k;
-    pl->knobs = (pass_adaptive_opts){true, 0.9};
+    pl->knobs = pass_adaptive_default;
     tune_score sc = tune_eval(t, pl);
     if (score_better(&sc, bs)) {
       *bs = sc;
@@ -400,9 +400,7 @@ static void tune_enumerate(tuner *t, tune_plan *pl, int k, int at, tune_plan *be
 
 /* After a search replaced the best plan: the index of the classic plan whose own schedule is
  * still at least as good (kept as the answer), else -1. */
-static int tune_classic_kept(const tuner *t, const pass_tune_stats *st, const tune_score *bs,
-                             int classic) {
-  (void)t;
+static int tune_classic_kept(const pass_tune_stats *st, const tune_score *bs, int classic) {
   if (classic < 0) return -1;
   const pass_baseline *b = &st->baselines[classic];
   tune_score as_is = {true, b->fits, b->makespan, b->bubble, b->fits ? 0 : INFINITY, -1};
@@ -435,6 +433,19 @@ static void pool_offer(tune_pool *pool, const tune_plan *pl, const tune_score *s
   plan_copy(&pool->plan[at], pl);
   pool->score[at] = *sc;
   if (pool->n < TUNE_SEEDS) pool->n++;
+}
+
+/* A starting plan pl, simulated under the adaptive scheduler: offered to the pool of seeds, and
+ * the incumbent (*best, *bs; no longer a classic plan kept as is) when it beats it. */
+static void tune_offer_start(tuner *t, const tune_plan *pl, tune_pool *pool, tune_plan *best,
+                             tune_score *bs, int *classic) {
+  tune_score sc = tune_eval(t, pl);
+  pool_offer(pool, pl, &sc);
+  if (score_better(&sc, bs)) {
+    *bs = sc;
+    plan_copy(best, pl);
+    *classic = -1;
+  }
 }
 
 /* Stages and devices of a module's plan as a tune_plan. */
@@ -513,19 +524,16 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
     if (!b->ok) continue;
     if (strcmp(b->name, "S-1F1B") == 0) t.ref = b->makespan;
     tune_score as_is = {true, b->fits, b->makespan, b->bubble, b->fits ? 0 : INFINITY, -1};
-    if (!plan_from_pipeline(m, b->pipeline, t.quiet, &cand, cap)) continue;
+    cand.k = b->nstages; /* the plan pass_compare made */
+    memcpy(cand.ends, b->stage_end, (size_t)b->nstages * sizeof *cand.ends);
+    memcpy(cand.dev, b->stage_dev, (size_t)b->nstages * sizeof *cand.dev);
+    cand.knobs = pass_adaptive_default;
     if (score_better(&as_is, &bs)) {
       bs = as_is;
       plan_copy(&best, &cand);
       classic = i;
     }
-    tune_score sc = tune_eval(&t, &cand);
-    pool_offer(&pool, &cand, &sc);
-    if (score_better(&sc, &bs)) {
-      bs = sc;
-      plan_copy(&best, &cand);
-      classic = -1;
-    }
+    tune_offer_start(&t, &cand, &pool, &best, &bs, &classic);
   }
   /* More starts under the adaptive scheduler: balanced partitions with more stages per device
    * (a shorter fill and drain), in Megatron's loop and in a V. */
@@ -537,19 +545,13 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
       "partition{method=balanced, chunks=4},place{method=interleaved}",
   };
   for (size_t i = 0; i < sizeof starts / sizeof starts[0]; i++) {
-    if (!plan_from_pipeline(m, starts[i], t.quiet, &cand, cap) || cand.k > t.kmax) continue;
-    tune_score sc = tune_eval(&t, &cand);
-    pool_offer(&pool, &cand, &sc);
-    if (score_better(&sc, &bs)) {
-      bs = sc;
-      plan_copy(&best, &cand);
-      classic = -1;
-    }
+    if (plan_from_pipeline(m, starts[i], t.quiet, &cand, cap) && cand.k <= t.kmax)
+      tune_offer_start(&t, &cand, &pool, &best, &bs, &classic);
   }
   /* Small problems are searched exhaustively (every partition and placement, default knobs). */
   if (tune_space(t.n, t.p, t.kmax) <= TUNE_EXHAUSTIVE) {
     tune_enumerate(&t, &cand, 0, 0, &best, &bs);
-    if (best.k > 0 && bs.ok) classic = tune_classic_kept(&t, st, &bs, classic);
+    if (best.k > 0 && bs.ok) classic = tune_classic_kept(st, &bs, classic);
   }
   tune_progress(&t, &bs, false);
 
@@ -655,15 +657,19 @@ void pass_tune_stats_free(pass_tune_stats *st) {
   st->nbaselines = 0;
 }
 
+const pass_tune_opts pass_tune_defaults = {10, 1, 60, 0, false};
+
 /* tune: the tuner as a pass. */
 int pass_run_tune(ir_module *m, const pass_options *opts, diag_engine *d) {
   static const char *const progress[] = {"auto", "true", "false"};
-  pass_tune_opts o = {10, 1, 60, 0, false};
+  const pass_tune_opts *def = &pass_tune_defaults;
+  pass_tune_opts o = *def;
   int64_t seed, restarts, max_stages;
   int pr;
-  if (pass_opt_quantity(opts, "budget", IR_DIM_TIME, 10, &o.budget, d) ||
-      pass_opt_int(opts, "seed", 1, &seed, d) || pass_opt_int(opts, "restarts", 60, &restarts, d) ||
-      pass_opt_int(opts, "max_stages", 0, &max_stages, d) ||
+  if (pass_opt_quantity(opts, "budget", IR_DIM_TIME, def->budget, &o.budget, d) ||
+      pass_opt_int(opts, "seed", (int64_t)def->seed, &seed, d) ||
+      pass_opt_int(opts, "restarts", def->restarts, &restarts, d) ||
+      pass_opt_int(opts, "max_stages", def->max_stages, &max_stages, d) ||
       pass_opt_choice(opts, "progress", progress, 3, 0, &pr, d))
     return 1;
   if (o.budget <= 0 || restarts < 0 || restarts > 1000000 || max_stages < 0 ||

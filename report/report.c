@@ -299,7 +299,7 @@ static void text_simulation(const ir_module *m, const sim_result *r, strbuf *sb)
     const sim_device_stats *ds = &r->dev[i];
     strbuf stages = {0};
     device_stages(m, i, &stages);
-    double lim = rep_mem_limit(m, r, i);
+    double lim = rep_mem_limit(m, i);
     table_cellf(&t, "$d%d", i);
     table_cell(&t, strbuf_cstr(&stages));
     strbuf_free(&stages);
@@ -351,7 +351,7 @@ static void text_simulation(const ir_module *m, const sim_result *r, strbuf *sb)
     int worst = 0;
     double worst_frac = -1;
     for (int i = 0; i < r->ndevices && i < m->ndevices; i++) {
-      double lim = rep_mem_limit(m, r, i);
+      double lim = rep_mem_limit(m, i);
       double frac = lim > 0 ? r->dev[i].peak_mem / lim : 0;
       /* highest fraction of the limit; without limits, the highest use */
       if (frac > worst_frac ||
@@ -363,7 +363,7 @@ static void text_simulation(const ir_module *m, const sim_result *r, strbuf *sb)
     strbuf_puts(sb, "memory: fits; highest use ");
     rep_bytes(sb, r->ndevices ? r->dev[worst].peak_mem : 0);
     strbuf_printf(sb, " on $d%d", worst);
-    double lim = r->ndevices && m->ndevices ? rep_mem_limit(m, r, worst) : 0;
+    double lim = r->ndevices && m->ndevices ? rep_mem_limit(m, worst) : 0;
     if (lim > 0) {
       strbuf_puts(sb, " of ");
       rep_bytes(sb, lim);
@@ -680,7 +680,7 @@ void report_json(const ir_module *m, const sim_result *r, const report_extra *x,
   int ndev = sim ? (r->ndevices < m->ndevices ? r->ndevices : m->ndevices) : 0;
   for (int i = 0; i < ndev; i++) {
     const sim_device_stats *ds = &r->dev[i];
-    double lim = rep_mem_limit(m, r, i);
+    double lim = rep_mem_limit(m, i);
     strbuf_puts(out, i ? ",\n    {" : "\n    {");
     bool f1 = true;
     inner_key(out, "device", &f1);

@@ -44,9 +44,9 @@ double rep_limit(const ir_module *m);
 /* Lower bound of a run: the larger of the work bound and the critical path (seconds). */
 double rep_lower_bound(const sim_result *r);
 
-/* Memory limit of device 'dev' (pre: 0 <= dev < m->ndevices): the run's figure when r is given
- * and has it (> 0), else train.mem_limit when set, else the device's memory; 0 when none known. */
-double rep_mem_limit(const ir_module *m, const sim_result *r, int dev);
+/* Memory limit of device 'dev' (pre: 0 <= dev < m->ndevices): ir_device_mem_limit, the
+ * simulator's rule; 0 when none is known. */
+double rep_mem_limit(const ir_module *m, int dev);
 
 /* The module-wide memory limit: train.mem_limit when set, else the smallest device memory; NAN
  * when the module has neither. */

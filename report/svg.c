@@ -144,7 +144,7 @@ void report_svg(const ir_module *m, const sim_result *r, strbuf *out) {
   strbuf_puts(out, "<g id=\"rows\">\n");
   strbuf label = {0};
   for (int d = 0; d < c.ndev; d++) {
-    double y = svg_row_y(d), lim = rep_mem_limit(m, r, d);
+    double y = svg_row_y(d), lim = rep_mem_limit(m, d);
     bool oom = lim > 0 && r->dev[d].peak_mem > lim;
     strbuf_printf(out,
                   "<text x=\"10\" y=\"%.2f\" font-size=\"13\" font-weight=\"bold\">$d%d</text>\n"

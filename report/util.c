@@ -94,15 +94,9 @@ double rep_lower_bound(const sim_result *r) {
   return r->lb_work > r->lb_critical ? r->lb_work : r->lb_critical;
 }
 
-double rep_mem_limit(const ir_module *m, const sim_result *r, int dev) {
-  /* The simulator's figure is INFINITY when it knows no limit: fall through to "none". */
-  if (r && r->dev && dev < r->ndevices && r->dev[dev].mem_limit > 0 &&
-      isfinite(r->dev[dev].mem_limit))
-    return r->dev[dev].mem_limit;
-  if (ir_field_is_set(&m->train, IR_F_TRAIN_mem_limit) && m->train.mem_limit > 0)
-    return m->train.mem_limit;
-  if (ir_field_is_set(&m->devices[dev].rec, IR_F_DEVICE_mem)) return m->devices[dev].rec.mem;
-  return 0;
+double rep_mem_limit(const ir_module *m, int dev) {
+  double lim = ir_device_mem_limit(m, dev);
+  return isfinite(lim) ? lim : 0;
 }
 
 double rep_module_mem_limit(const ir_module *m) {
@@ -123,7 +117,7 @@ bool rep_first_oom(const ir_module *m, const sim_result *r, rep_oom *o) {
   for (int i = 0; i < r->nops; i++) {
     const sim_op_event *e = &r->ops[i];
     if (e->device < 0 || e->device >= m->ndevices) continue;
-    double lim = rep_mem_limit(m, r, e->device);
+    double lim = rep_mem_limit(m, e->device);
     if (!(lim > 0) || !(e->mem > lim)) continue;
     double t = rep_op_mem_time(e);
     if (!found || t < o->time || (t == o->time && e->device < o->device)) {
@@ -142,7 +136,7 @@ bool rep_first_oom(const ir_module *m, const sim_result *r, rep_oom *o) {
   o->op = -1;
   o->time = r->dev[dv].peak_time;
   o->mem = r->dev[dv].peak_mem;
-  o->limit = rep_mem_limit(m, r, dv);
+  o->limit = rep_mem_limit(m, dv);
   return true;
 }
 

@@ -69,6 +69,7 @@ struct sim_model {
 };
 
 double sim_model_mem_limit(const sim_model *p, int dv) { return p->dev[dv].mem_limit; }
+double sim_model_static_mem(const sim_model *p, int dv) { return p->dev[dv].static_mem; }
 
 void sim_model_free(sim_model *p) {
   if (!p) return;
@@ -182,12 +183,7 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
   int *ids = xmalloc((size_t)m->ndevices * m->ndevices * sizeof *ids);
   for (size_t i = 0; i < (size_t)m->ndevices * m->ndevices; i++) ids[i] = -1;
 
-  /* The train limit when given, else the device's memory, else none. */
-  double mem_limit = ir_field_value(&m->train, IR_F_TRAIN_mem_limit);
-  for (int dv = 0; dv < m->ndevices; dv++) {
-    double mem = ir_field_value(&m->devices[dv].rec, IR_F_DEVICE_mem);
-    p->dev[dv].mem_limit = mem_limit > 0 ? mem_limit : mem > 0 ? mem : INFINITY;
-  }
+  for (int dv = 0; dv < m->ndevices; dv++) p->dev[dv].mem_limit = ir_device_mem_limit(m, dv);
 
   /* Stage sums. */
   double *grad = xcalloc((size_t)(m->ndevices ? m->ndevices : 1), sizeof *grad);

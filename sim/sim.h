@@ -34,9 +34,11 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d);
 /* Free a problem (NULL is fine). */
 void sim_model_free(sim_model *p);
 
-/* Memory limit of device dv in bytes: the train record's mem_limit when set, else the device's
- * memory, else INFINITY. Pre: 0 <= dv < the device count of the module p was built from. */
+/* Memory limit of device dv in bytes (ir_device_mem_limit), and its static memory: parameter,
+ * gradient and optimizer-state bytes of its stages. Pre: 0 <= dv < the device count of the
+ * module p was built from. */
 double sim_model_mem_limit(const sim_model *p, int dv);
+double sim_model_static_mem(const sim_model *p, int dv);
 
 /* ---- Priority mode ------------------------------------------------------------------------- */
 

@@ -96,7 +96,10 @@ static pass_status default_plan(ir_module *m, const octoc_opts *o, pass_tune_sta
     strbuf_free(&text);
     return ps;
   }
-  pass_tune_opts to = {o->budget, o->seed, 60, 0, isatty(2) && !o->verify_diags};
+  pass_tune_opts to = pass_tune_defaults;
+  to.budget = o->budget;
+  to.seed = o->seed;
+  to.progress = isatty(2) && !o->verify_diags;
   *tuned = true;
   if (pass_tune(m, &to, st, d, ir_diag_loc(m->loc)) != 0) return PASS_FAILED;
   return run_text(m, "simulate", d);
@@ -161,7 +164,8 @@ static int write_output(const char *path, const strbuf *text) {
 }
 
 int main(int argc, char **argv) {
-  octoc_opts o = {NULL, NULL, REPORT_TEXT, NULL, 10, 1, false, false, false, false, false, 20};
+  octoc_opts o = {NULL,  NULL,  REPORT_TEXT, NULL,  pass_tune_defaults.budget,
+                  pass_tune_defaults.seed, false, false, false, false, false, 20};
   static const char *const flags[] = {"--emit=",         "--report",
                                       "--compare",       "--passes=",
                                       "--budget=",       "--seed=",
