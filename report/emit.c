@@ -12,16 +12,28 @@ const report_kind_info report_kinds[REPORT_KIND_COUNT] = {
 #undef REPORT_ARTIFACT
 };
 
-int report_kind_lookup(const char *name) {
+int report_kind_lookup(const char *name, strbuf *err) {
   for (int k = 0; k < REPORT_KIND_COUNT; k++)
     if (strcmp(report_kinds[k].name, name) == 0) return k;
+  strbuf_printf(err, "unknown --emit kind '%s' (expected ", name);
+  for (int k = 0; k < REPORT_KIND_COUNT; k++)
+    strbuf_printf(err, "%s%s", k == 0 ? "" : k + 1 == REPORT_KIND_COUNT ? " or " : ", ",
+                  report_kinds[k].name);
+  strbuf_putc(err, ')');
   return -1;
 }
 
-void report_kind_names(strbuf *sb) {
-  for (int k = 0; k < REPORT_KIND_COUNT; k++)
-    strbuf_printf(sb, "%s%s", k == 0 ? "" : k + 1 == REPORT_KIND_COUNT ? " or " : ", ",
-                  report_kinds[k].name);
+bool report_check_options(report_kind k, const report_opts *o, bool split, strbuf *err) {
+  if (split && report_kinds[k].one_document) {
+    strbuf_printf(err, "--split-input-file cannot be combined with --emit=%s: the output is one "
+                  "document", report_kinds[k].name);
+    return false;
+  }
+  if (o->compare && k != REPORT_TEXT && k != REPORT_JSON) {
+    strbuf_puts(err, "--compare adds to the report: use it with --report (text or json)");
+    return false;
+  }
+  return true;
 }
 
 int report_emit(const ir_module *m, report_kind k, const report_opts *o, strbuf *out,

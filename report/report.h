@@ -38,10 +38,8 @@ typedef struct report_kind_info {
 } report_kind_info;
 extern const report_kind_info report_kinds[REPORT_KIND_COUNT];
 
-/* The artifact spelled 'name', or -1. */
-int report_kind_lookup(const char *name);
-/* Append the artifact names as "a, b or c" to sb (for messages). */
-void report_kind_names(strbuf *sb);
+/* The artifact spelled 'name', or -1 with the reason ("unknown --emit kind ...") in *err. */
+int report_kind_lookup(const char *name, strbuf *err);
 
 /* What else goes into an artifact. Zero-initialize for the defaults. */
 typedef struct report_opts {
@@ -56,6 +54,11 @@ typedef struct report_extra {
   int nbaselines;                 /* their number */
   const pass_tune_stats *tuner;   /* the tuner's figures, NULL: not tuned */
 } report_extra;
+
+/* Whether the tools may write artifact k with options o (compare: only with the report) and
+ * --split-input-file when 'split' (only for artifacts that are not one document). Returns
+ * false with the reason in *err. */
+bool report_check_options(report_kind k, const report_opts *o, bool split, strbuf *err);
 
 /* Text report of m. r: a recorded SIM_OK run of m's plan, or NULL when m has no schedule (the
  * report then shows the model, cluster, set-up and per-layer costs, and says there is no plan). */

@@ -131,14 +131,11 @@ static bool apply_flag(cmdline *cl, const flag_info *f, const char *v) {
   switch (f->id) {
   case F_PASSES: cl->cfg.passes = v; break;
   case F_EMIT: {
-    int k = report_kind_lookup(v);
-    if (k < 0) {
-      strbuf names = {0};
-      report_kind_names(&names);
-      cl_error("unknown --emit kind '%s' (expected %s)", v, strbuf_cstr(&names));
-      strbuf_free(&names);
-      return false;
-    }
+    strbuf why = {0};
+    int k = report_kind_lookup(v, &why);
+    if (k < 0) cl_error("%s", strbuf_cstr(&why));
+    strbuf_free(&why);
+    if (k < 0) return false;
     cl->emit = (report_kind)k;
     break;
   }
@@ -279,16 +276,12 @@ int main(int argc, char **argv) {
   }
   if (!cl.cfg.input) cl.cfg.input = "-";
 
-  if (report_kinds[cl.emit].one_document && cl.cfg.split_input_file &&
-      !cl.cfg.verify_diagnostics) {
-    cl_error("--split-input-file cannot be combined with --emit=%s: the output is one document",
-             report_kinds[cl.emit].name);
-    return EXIT_USER;
-  }
-  if (cl.ropts.compare && cl.emit != REPORT_TEXT && cl.emit != REPORT_JSON) {
-    cl_error("--compare adds to the report: use it with --report (text or json)");
-    return EXIT_USER;
-  }
+  strbuf why = {0};
+  bool ok = report_check_options(cl.emit, &cl.ropts,
+                                 cl.cfg.split_input_file && !cl.cfg.verify_diagnostics, &why);
+  if (!ok) cl_error("%s", strbuf_cstr(&why));
+  strbuf_free(&why);
+  if (!ok) return EXIT_USER;
   cl.ropts.debuginfo = cl.cfg.pm.print_debuginfo;
   if (cl.emit != REPORT_IR) {
     cl.cfg.emit = emit_artifact;

@@ -183,15 +183,11 @@ int main(int argc, char **argv) {
       printf("octoc (OctoPipe) %s\n", OCTO_VERSION);
       return 0;
     } else if (starts(a, "--emit=", &v)) {
-      int k = report_kind_lookup(v);
-      if (k < 0) {
-        strbuf names = {0};
-        report_kind_names(&names);
-        fprintf(stderr, "octoc: error: unknown --emit kind '%s' (expected %s)\n", v,
-                strbuf_cstr(&names));
-        strbuf_free(&names);
-        return 1;
-      }
+      strbuf why = {0};
+      int k = report_kind_lookup(v, &why);
+      if (k < 0) fprintf(stderr, "octoc: error: %s\n", strbuf_cstr(&why));
+      strbuf_free(&why);
+      if (k < 0) return 1;
       o.emit = (report_kind)k;
     } else if (strcmp(a, "--report") == 0 || strcmp(a, "--report=text") == 0) {
       o.emit = REPORT_TEXT;
@@ -262,17 +258,12 @@ int main(int argc, char **argv) {
     fputs("octoc: error: no input file (try 'octoc --help')\n", stderr);
     return 1;
   }
-  if (o.split && report_kinds[o.emit].one_document && !o.verify_diags) {
-    fprintf(stderr, "octoc: error: --split-input-file cannot be combined with --emit=%s: the "
-                    "output is one document\n",
-            report_kinds[o.emit].name);
-    return 1;
-  }
-  if (o.compare && o.emit != REPORT_TEXT && o.emit != REPORT_JSON) {
-    fputs("octoc: error: --compare adds to the report: use it with --report (text or json)\n",
-          stderr);
-    return 1;
-  }
+  report_opts check = {false, o.compare, NULL};
+  strbuf why = {0};
+  bool ok = report_check_options(o.emit, &check, o.split && !o.verify_diags, &why);
+  if (!ok) fprintf(stderr, "octoc: error: %s\n", strbuf_cstr(&why));
+  strbuf_free(&why);
+  if (!ok) return 1;
   diag_engine *d = diag_new(stderr);
   diag_set_error_limit(d, o.error_limit);
   diag_set_verify(d, o.verify_diags);
