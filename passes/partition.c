@@ -341,6 +341,7 @@ static int part_layout(part_ctx *c, const pass_option *o) {
   }
   const char *s = strbuf_cstr(&ex);
   bool megatron = strchr(s, 't') || strchr(s, 'L');
+  pass_layout_notation notation = megatron ? PASS_LAYOUT_MEGATRON : PASS_LAYOUT_HYBRID;
   int n = m->nlayers, at = 0, stage = 0, sym = 0, nends = 0, cap = 0, *ends = NULL;
   if (!megatron)
     while (at < n && m->layers[at].kind == IR_KIND_EMBEDDING) at++;
@@ -362,20 +363,13 @@ static int part_layout(part_ctx *c, const pass_option *o) {
     }
     sym++;
     /* What the symbol consumes: one or two layers of the expected kinds. */
-    ir_layer_kind want = IR_KIND_COUNT;
-    switch (*p) {
-    case 'E': want = megatron ? IR_KIND_EMBEDDING : IR_KIND_MOE; break;
-    case 't': want = IR_KIND_ATTENTION; break;
-    case 'L': want = IR_KIND_LM_HEAD; break;
-    case 'M': want = megatron ? IR_KIND_COUNT : IR_KIND_MAMBA2; break;
-    case '*': want = megatron ? IR_KIND_COUNT : IR_KIND_ATTENTION; break;
-    case '-': want = megatron ? IR_KIND_COUNT : IR_KIND_MLP; break;
-    default: break;
-    }
-    if (want == IR_KIND_COUNT) {
+    int want = pass_layout_kind(notation, *p);
+    if (want < 0) {
+      strbuf syms = {0};
+      pass_layout_symbols(notation, &syms);
       diag_error(c->d, o->value_loc, "layout: unknown symbol '%c' in stage %d (a %s uses %s)", *p,
-                 stage, megatron ? "Megatron layout" : "hybrid pattern",
-                 megatron ? "E, t and L" : "M, *, - and E");
+                 stage, megatron ? "Megatron layout" : "hybrid pattern", strbuf_cstr(&syms));
+      strbuf_free(&syms);
       rc = 1;
       break;
     }
@@ -385,7 +379,7 @@ static int part_layout(part_ctx *c, const pass_option *o) {
       rc = 1;
       break;
     }
-    if (m->layers[at].kind != want) {
+    if ((int)m->layers[at].kind != want) {
       diag_error(c->d, o->value_loc, "layout: symbol %d ('%c') of stage %d needs a layer of kind "
                  "%s; layer %%%d \"%s\" is %s", sym, *p, stage, ir_kinds[want].name, at,
                  m->layers[at].name, ir_kinds[m->layers[at].kind].name);
@@ -485,4 +479,43 @@ int pass_run_partition(ir_module *m, const pass_options *opts, diag_engine *d) {
   case PART_BALANCED: return part_balanced(&c);
   default: return part_explicit(&c);
   }
+}
+
+/* ---- Megatron's notations (layout.def) -------------------------------------------------------- */
+
+/* One symbol of layout.def. */
+static const struct {
+  pass_layout_notation notation; /* which notation it belongs to */
+  char symbol;                   /* its character */
+  ir_layer_kind kind;            /* the layer kind it stands for */
+} layout_symbols[] = {
+#define LAYOUT_SYMBOL(N, C, K) {PASS_LAYOUT_##N, C, IR_KIND_##K},
+#include "layout.def"
+#undef LAYOUT_SYMBOL
+};
+enum { LAYOUT_NSYMBOLS = (int)(sizeof layout_symbols / sizeof layout_symbols[0]) };
+
+int pass_layout_kind(pass_layout_notation n, char c) {
+  for (int i = 0; i < LAYOUT_NSYMBOLS; i++)
+    if (layout_symbols[i].notation == n && layout_symbols[i].symbol == c)
+      return layout_symbols[i].kind;
+  return -1;
+}
+
+char pass_layout_symbol(pass_layout_notation n, ir_layer_kind k) {
+  for (int i = 0; i < LAYOUT_NSYMBOLS; i++)
+    if (layout_symbols[i].notation == n && layout_symbols[i].kind == k)
+      return layout_symbols[i].symbol;
+  return 0;
+}
+
+void pass_layout_symbols(pass_layout_notation n, strbuf *sb) {
+  int count = 0, total = 0;
+  for (int i = 0; i < LAYOUT_NSYMBOLS; i++) total += layout_symbols[i].notation == n;
+  for (int i = 0; i < LAYOUT_NSYMBOLS; i++)
+    if (layout_symbols[i].notation == n) {
+      count++;
+      strbuf_printf(sb, "%s%c", count == 1 ? "" : count == total ? " and " : ", ",
+                    layout_symbols[i].symbol);
+    }
 }

@@ -137,6 +137,17 @@ extern const pass_adaptive_opts pass_adaptive_default;
 sim_status pass_adaptive_run(const sim_model *p, const ir_module *m, const pass_adaptive_opts *o,
                              sim_result *r, int *overflow_dev, double *overflow);
 
+/* ---- Megatron's partition notations (layout.def) ------------------------------------------ */
+
+typedef enum pass_layout_notation { PASS_LAYOUT_MEGATRON, PASS_LAYOUT_HYBRID } pass_layout_notation;
+
+/* The layer kind that symbol c stands for in notation n, or -1. */
+int pass_layout_kind(pass_layout_notation n, char c);
+/* The symbol of layer kind k in notation n, or 0 when it has none. */
+char pass_layout_symbol(pass_layout_notation n, ir_layer_kind k);
+/* Append notation n's symbols to sb as "E, t and L". */
+void pass_layout_symbols(pass_layout_notation n, strbuf *sb);
+
 /* ---- Comparison with the classic plans --------------------------------------------------- */
 
 /* One classic plan evaluated on a model. */

@@ -38,17 +38,6 @@ static void put_run(strbuf *out, bool *first, char c, int n) {
     strbuf_printf(out, "%c*%d", c, n);
 }
 
-/* Symbol of layer i in the hybrid pattern notation, or 0. */
-static char hybrid_symbol(ir_layer_kind k) {
-  switch (k) {
-  case IR_KIND_MAMBA2: return 'M';
-  case IR_KIND_ATTENTION: return '*';
-  case IR_KIND_MLP: return '-';
-  case IR_KIND_MOE: return 'E';
-  default: return 0;
-  }
-}
-
 int report_megatron_layout(const ir_module *m, strbuf *out, diag_engine *d, diag_loc where) {
   int p = m->ndevices;
   if (p == 0 || m->nstages % p != 0) {
@@ -67,6 +56,7 @@ int report_megatron_layout(const ir_module *m, strbuf *out, diag_engine *d, diag
   bool hybrid = false;
   for (int i = 0; i < m->nlayers; i++)
     if (m->layers[i].kind == IR_KIND_MAMBA2) hybrid = true;
+  pass_layout_notation notation = hybrid ? PASS_LAYOUT_HYBRID : PASS_LAYOUT_MEGATRON;
   strbuf sb = {0};
   for (int s = 0; s < m->nstages; s++) {
     const ir_stage *st = &m->stages[s];
@@ -76,18 +66,11 @@ int report_megatron_layout(const ir_module *m, strbuf *out, diag_engine *d, diag
     int count = 0;
     for (int i = st->first; i < st->end; i++) {
       ir_layer_kind k = m->layers[i].kind;
-      char c = 0;
-      if (hybrid) {
-        bool edge = (k == IR_KIND_EMBEDDING && s == 0) ||
-                    (k == IR_KIND_LM_HEAD && s == m->nstages - 1);
-        if (edge) continue; /* implicit in a hybrid pattern */
-        c = hybrid_symbol(k);
-      } else if (k == IR_KIND_EMBEDDING) {
-        c = 'E';
-      } else if (k == IR_KIND_LM_HEAD) {
-        c = 'L';
-      } else if (k == IR_KIND_ATTENTION) {
-        c = 't';
+      if (hybrid && ((k == IR_KIND_EMBEDDING && s == 0) ||
+                     (k == IR_KIND_LM_HEAD && s == m->nstages - 1)))
+        continue; /* implicit in a hybrid pattern */
+      char c = pass_layout_symbol(notation, k);
+      if (!hybrid && k == IR_KIND_ATTENTION) { /* 't': the attention and its MLP or MoE */
         if (i + 1 < st->end &&
             (m->layers[i + 1].kind == IR_KIND_MLP || m->layers[i + 1].kind == IR_KIND_MOE))
           i++;
@@ -101,9 +84,12 @@ int report_megatron_layout(const ir_module *m, strbuf *out, diag_engine *d, diag
         }
       }
       if (!c) {
+        strbuf syms = {0};
+        pass_layout_symbols(notation, &syms);
         diag_error(d, where, "cannot write a Megatron layout: layer %%%d \"%s\" (%s) has no "
-                   "symbol in %s", i, m->layers[i].name, ir_kinds[k].name,
-                   hybrid ? "a hybrid pattern (M, *, - and E)" : "a layout (E, t and L)");
+                   "symbol in %s (%s)", i, m->layers[i].name, ir_kinds[k].name,
+                   hybrid ? "a hybrid pattern" : "a layout", strbuf_cstr(&syms));
+        strbuf_free(&syms);
         strbuf_free(&sb);
         return -1;
       }
