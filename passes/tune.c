@@ -43,7 +43,6 @@ typedef struct tune_memo {
 
 /* The tuner's state. */
 typedef struct tuner {
-  const ir_module *m;      /* the module being tuned (not changed during the search) */
   ir_module *w;            /* work copy whose stages are rewritten for each evaluation */
   diag_engine *quiet;      /* swallows the errors of plans that cannot be built */
   FILE *sink;              /* its output */
@@ -485,7 +484,6 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
       return 1;
     }
   tuner t = {0};
-  t.m = m;
   t.o = o;
   t.n = m->nlayers;
   t.p = m->ndevices;
