@@ -23,6 +23,7 @@ for pair in $need; do
 done
 [ -x /usr/lib/llvm-14/bin/FileCheck ] || missing="$missing llvm-14-tools"
 [ -f /usr/include/cjson/cJSON.h ] || missing="$missing libcjson-dev"
+[ -f /usr/include/zlib.h ] || missing="$missing zlib1g-dev"
 if [ -n "$missing" ]; then
   echo "bootstrap: installing$missing"
   sudo=""

@@ -1,0 +1,232 @@
+/* backend.h -- the backend: lowering of a scheduled module to per-rank instruction streams
+ * (communication placed from the schedule, buffers planned), the static validator and the
+ * deadlock checker that every stream passes before it is written or run, the versioned binary
+ * stream format (.ois) with its validating reader, and the disassembler. The instruction set is
+ * isa.def (operand kinds operands.def, tensor kinds tensors.def); docs/isa.md describes it. */
+#ifndef OCTO_BACKEND_H
+#define OCTO_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir.h"
+#include "support.h"
+
+/* ---- Tables -------------------------------------------------------------------------------- */
+
+typedef enum be_opcode {
+#define ISA_OP(ID, NAME, FLAGS, NOPS, K0, K1, K2, K3, K4, K5, SYN) BE_OP_##ID,
+#include "isa.def"
+#undef ISA_OP
+  BE_OP_COUNT
+} be_opcode;
+
+typedef enum be_operand_kind {
+#define ISA_OPERAND(ID, NAME, SLOT, ROLE, OPT, DOC) BE_K_##ID,
+#include "operands.def"
+#undef ISA_OPERAND
+  BE_K_COUNT
+} be_operand_kind;
+
+typedef enum be_tensor_kind {
+#define BE_TENSOR(ID, NAME, MSG, DOC) BE_T_##ID,
+#include "tensors.def"
+#undef BE_TENSOR
+  BE_T_COUNT
+} be_tensor_kind;
+
+/* What an instruction does (isa.def FLAGS). */
+typedef enum be_flag { BE_COMPUTE = 1, BE_COMM = 2, BE_SYNC = 4, BE_MEM = 8, BE_END = 16 } be_flag;
+
+/* What an instruction does with a slot operand (operands.def ROLE). */
+typedef enum be_role {
+  BE_ROLE_NONE, BE_ROLE_USE, BE_ROLE_DEF, BE_ROLE_MOD, BE_ROLE_SEND, BE_ROLE_RECV, BE_ROLE_WAIT,
+  BE_ROLE_KILL
+} be_role;
+
+enum { BE_MAX_OPERANDS = 6 };
+
+typedef struct be_op_info {
+  const char *name;                   /* mnemonic ("FWD") */
+  unsigned flags;                     /* be_flag bits */
+  int nops;                           /* operand count */
+  be_operand_kind kinds[BE_MAX_OPERANDS]; /* operand kinds (BE_K_NONE past nops) */
+  const char *synopsis;               /* one line */
+} be_op_info;
+extern const be_op_info be_ops[BE_OP_COUNT];
+
+typedef struct be_operand_info {
+  const char *name; /* short name for docs */
+  bool slot;        /* a buffer slot of the rank */
+  be_role role;     /* what is done with the buffer */
+  bool optional;    /* -1 allowed ("no buffer") */
+  const char *doc;  /* meaning */
+} be_operand_info;
+extern const be_operand_info be_operands[BE_K_COUNT];
+
+typedef struct be_tensor_info {
+  const char *name; /* "act" */
+  bool msg;         /* may travel in a message */
+  const char *doc;  /* meaning */
+} be_tensor_info;
+extern const be_tensor_info be_tensors[BE_T_COUNT];
+
+/* Opcode spelled 'name' (case-sensitive mnemonic), or -1. */
+int be_op_lookup(const char *name);
+
+/* ---- Streams -------------------------------------------------------------------------------- */
+
+/* Version of the binary format written by be_write and the only one be_read accepts. */
+#define BE_FORMAT_VERSION 1u
+
+/* One instruction: an opcode and its operands (be_ops[op].nops of them; the rest are 0). */
+typedef struct be_inst {
+  uint8_t op;                     /* be_opcode */
+  int32_t a[BE_MAX_OPERANDS];     /* operands; -1 for an absent optional slot */
+} be_inst;
+
+/* A buffer slot of a rank: the runtime allocates each once and reuses it for every tensor the
+ * backend assigned to it. */
+typedef struct be_slot {
+  uint64_t bytes;  /* size: the largest tensor it holds */
+  int32_t shape;   /* index into the stream's shapes, or -1 for an opaque byte buffer */
+  uint8_t tensor;  /* be_tensor_kind of the tensors it holds */
+} be_slot;
+
+/* The program of one pipeline rank. */
+typedef struct be_program {
+  int32_t device;   /* pipeline device of the plan ($dN) it runs on */
+  char *type;       /* that device's type name ("h100") */
+  int32_t node;     /* machine it is in */
+  be_slot *slots;   /* its buffer slots */
+  int32_t nslots;
+  be_inst *code;    /* its instructions, executed in order */
+  int32_t ncode, code_cap;
+} be_program;
+
+/* A named number describing a layer (a layer parameter of the IR: "hidden", "ffn", "vocab"). */
+typedef struct be_param {
+  char *name;   /* parameter name (layer_params.def spelling) */
+  double value; /* its value */
+} be_param;
+
+/* A layer of the model, for the runtime to build a stand-in of. */
+typedef struct be_layer {
+  char *name;        /* the IR layer's name */
+  char *kind;        /* layer kind spelling ("attention", "mlp", "lm_head", ...) */
+  be_param *params;  /* its parameters that are set */
+  int32_t nparams;
+} be_layer;
+
+/* A stage: the layers [first, end) run by one rank. */
+typedef struct be_stage {
+  int32_t first, end; /* layer range */
+  int32_t rank;       /* rank that runs it */
+} be_stage;
+
+/* Shape of a tensor that travels between stages. */
+typedef struct be_shape {
+  int32_t elem;     /* bytes per element */
+  int32_t ndim;     /* 1..4 */
+  int64_t dim[4];   /* extents, outermost first */
+} be_shape;
+
+/* An instruction stream: the whole step of one pipeline replica. Every replica of data
+ * parallelism runs the same programs; world rank = replica x nranks + rank. */
+typedef struct be_stream {
+  char *model;        /* model name */
+  int32_t nranks;     /* pipeline ranks (programs) */
+  int32_t replicas;   /* data-parallel replicas */
+  int32_t nstages;    /* stages */
+  int32_t nmb;        /* microbatches per step */
+  int32_t micro_batch; /* sequences per microbatch */
+  int32_t seq;        /* tokens per sequence */
+  char *dtype;        /* training precision ("bf16") */
+  char *optimizer;    /* "adam" or "sgd" */
+  be_layer *layers;   /* the model's layers */
+  int32_t nlayers;
+  be_stage *stages;   /* nstages entries */
+  be_shape *shapes;   /* shapes of the tensors messages and slots refer to */
+  int32_t nshapes;
+  be_program *ranks;  /* nranks programs */
+} be_stream;
+
+/* Free s and everything it owns (NULL is fine). */
+void be_stream_free(be_stream *s);
+/* Append instruction (op, operands) to program p; returns its address. Pre: nargs equals
+ * be_ops[op].nops. */
+int be_emit(be_program *p, be_opcode op, int nargs, const int32_t *args);
+
+/* ---- Lowering ------------------------------------------------------------------------------- */
+
+/* Buffer figures of one rank (be_mem_stats). */
+typedef struct be_mem {
+  double slot_bytes;  /* sum of its slot sizes: what the runtime allocates */
+  double peak_live;   /* largest sum of live buffers at any instruction */
+  double peak_stash;  /* largest sum of live STASH and WSTASH buffers: the simulator's activation
+                         memory (peak_mem - static memory) of the device */
+  int peak_at;        /* address at which peak_live was reached (-1 when no buffers) */
+} be_mem;
+
+/* Lower m's plan into a stream. Pre: m verified, with stages placed, a schedule per device and
+ * complete layer costs. The reference order of all operations is the simulator's timeline of the
+ * plan; each receive is posted at the consumer when its producer starts in that order, each send
+ * right after its producer, each WAIT just before the first use, each FREE after the last use,
+ * buffers of sends are released once the consumer ran. Returns NULL after reporting through d at
+ * 'where' (no plan, no costs, a schedule the simulator rejects). Post: the stream passes
+ * be_validate and be_check (a failure there is reported as an internal compiler error). */
+be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where);
+
+/* Buffer figures of rank r of s. Pre: s passed be_validate. */
+be_mem be_mem_stats(const be_stream *s, int r);
+
+/* ---- Validation and checking ---------------------------------------------------------------- */
+
+/* Static validation of everything a stream says: counts and ranges, operand kinds and values,
+ * each rank's buffer discipline (a slot defined while live, used while dead or pending, a
+ * receive used before its WAIT, a buffer freed with a message pending or left live at the end),
+ * dataflow (each FWD reads the tensor it needs, each message carries the tensor its tag names),
+ * coverage (each stage's F, B and W, or BW, of every microbatch exactly once on its rank, LOSS
+ * on the last stage, ALLREDUCE of each stage when replicas > 1, STEP at the end), and messages
+ * that pair up (each send has exactly one receive with the same peer, tag and size).
+ * Returns 0, or -1 with the first problem appended to err as "rank R at ADDR (OP): what". */
+int be_validate(const be_stream *s, strbuf *err);
+
+/* The deadlock checker. Pre: s passed be_validate. Executes every rank abstractly with NCCL
+ * point-to-point semantics (docs/isa.md): a rank's consecutive SEND/RECV instructions form a
+ * group; its groups queue in order; a send and a receive complete together, only when both are
+ * in their rank's front group and are the first unmatched messages between the two ranks in
+ * that direction; a WAIT blocks until its message completed. Returns 0 when every rank runs to
+ * the end; else -1 with a message appended to err: the cycle of waiting ranks with each one's
+ * instruction and what it waits for, a rank waiting for one that has finished, or two messages
+ * that would be paired although their tags differ. */
+int be_check(const be_stream *s, strbuf *err);
+
+/* ---- Binary format ---------------------------------------------------------------------------- */
+
+/* Append the binary encoding of s (docs/isa.md, "File format") to out. Pre: s passed
+ * be_validate. */
+void be_write(const be_stream *s, strbuf *out);
+
+/* Decode a stream from data[0..len), then validate it (be_validate) and check it (be_check).
+ * Returns the stream, or NULL with the reason appended to err (bad magic, another version,
+ * truncated at byte N, a count or value out of range at byte N, a checksum mismatch, or the
+ * validator's or checker's message). Never reads outside data. */
+be_stream *be_read(const uint8_t *data, size_t len, strbuf *err);
+
+/* Read file 'path' with be_read; errors are prefixed with "PATH: ". */
+be_stream *be_read_file(const char *path, strbuf *err);
+
+/* ---- Disassembler ----------------------------------------------------------------------------- */
+
+/* Append the listing of s to out: a header (model, ranks, stages), then per rank its device, its
+ * slots and its instructions in fixed columns (address, opcode, operands, comment such as
+ * "; send act s3 mb7 -> rank 4"). Pre: s passed be_validate. */
+void be_disasm(const be_stream *s, strbuf *out);
+
+/* Append the instruction-set reference (the tables of docs/isa.md) to out, from isa.def,
+ * operands.def and tensors.def. */
+void be_isa_doc(strbuf *out);
+
+#endif

@@ -1,0 +1,2 @@
+/* pass.c -- backend passes (stub until written). */
+#include "backend.h"

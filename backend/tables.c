@@ -1,0 +1,67 @@
+/* tables.c -- the instruction-set tables generated from isa.def, operands.def and tensors.def,
+ * and the stream container's helpers (emit, free). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+#define BE_FLAGS_COMPUTE BE_COMPUTE
+#define BE_FLAGS_COMM BE_COMM
+#define BE_FLAGS_SYNC BE_SYNC
+#define BE_FLAGS_MEM BE_MEM
+#define BE_FLAGS_END BE_END
+const be_op_info be_ops[BE_OP_COUNT] = {
+#define ISA_OP(ID, NAME, FLAGS, NOPS, K0, K1, K2, K3, K4, K5, SYN)                              \
+  {NAME, BE_FLAGS_##FLAGS, NOPS, {BE_K_##K0, BE_K_##K1, BE_K_##K2, BE_K_##K3, BE_K_##K4,      \
+                                  BE_K_##K5}, SYN},
+#include "isa.def"
+#undef ISA_OP
+};
+
+const be_operand_info be_operands[BE_K_COUNT] = {
+#define ISA_OPERAND(ID, NAME, SLOT, ROLE, OPT, DOC) {NAME, SLOT, BE_ROLE_##ROLE, OPT, DOC},
+#include "operands.def"
+#undef ISA_OPERAND
+};
+
+const be_tensor_info be_tensors[BE_T_COUNT] = {
+#define BE_TENSOR(ID, NAME, MSG, DOC) {NAME, MSG, DOC},
+#include "tensors.def"
+#undef BE_TENSOR
+};
+
+int be_op_lookup(const char *name) {
+  for (int i = 0; i < BE_OP_COUNT; i++)
+    if (strcmp(be_ops[i].name, name) == 0) return i;
+  return -1;
+}
+
+int be_emit(be_program *p, be_opcode op, int nargs, const int32_t *args) {
+  be_inst in = {(uint8_t)op, {0}};
+  for (int i = 0; i < nargs && i < BE_MAX_OPERANDS; i++) in.a[i] = args[i];
+  VEC_PUSH(p->code, p->ncode, p->code_cap, in);
+  return p->ncode - 1;
+}
+
+void be_stream_free(be_stream *s) {
+  if (!s) return;
+  free(s->model);
+  free(s->dtype);
+  free(s->optimizer);
+  for (int i = 0; s->layers && i < s->nlayers; i++) {
+    free(s->layers[i].name);
+    free(s->layers[i].kind);
+    for (int j = 0; j < s->layers[i].nparams; j++) free(s->layers[i].params[j].name);
+    free(s->layers[i].params);
+  }
+  free(s->layers);
+  free(s->stages);
+  free(s->shapes);
+  for (int r = 0; s->ranks && r < s->nranks; r++) {
+    free(s->ranks[r].type);
+    free(s->ranks[r].slots);
+    free(s->ranks[r].code);
+  }
+  free(s->ranks);
+  free(s);
+}
