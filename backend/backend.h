@@ -178,6 +178,9 @@ typedef struct be_mem {
  * be_validate and be_check (a failure there is reported as an internal compiler error). */
 be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where);
 
+/* Add the backend's passes (check-stream) to the pass registry; tools call it at start-up. */
+void be_register_passes(void);
+
 /* Buffer figures of rank r of s. Pre: s passed be_validate. */
 be_mem be_mem_stats(const be_stream *s, int r);
 

@@ -1,5 +1,499 @@
-/* lower.c -- lowering (stub until written). */
+/* lower.c -- be_lower: turn a scheduled module into one program per rank, and be_mem_stats.
+ *
+ * The simulator's timeline of the plan gives a reference order of every operation of the step
+ * (a linearization that respects the data dependencies, ordered by predicted start). Walking it,
+ * each operation is emitted on its rank; when an operation starts, the receives of the tensors it
+ * will send are posted at their consumers (the producer places the consumer's receive), so that
+ * on every pair of ranks sends and receives come in the same order and every receive is posted
+ * before its send in the reference order. WAITs go just before the first use, FREEs after the
+ * last, and the buffer of a send is released (WAIT, FREE) when the reference order has run its
+ * consumer. Buffers are first virtual (one per tensor) and then packed into slots per rank. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "backend.h"
+#include "sim.h"
+
+/* A tensor of the lowering, before slots are assigned. */
+typedef struct vbuf {
+  int rank;       /* rank holding it */
+  double bytes;   /* size */
+  int shape;      /* stream shape index or -1 */
+  uint8_t tensor; /* be_tensor_kind */
+  int slot;       /* slot assigned (-1 before) */
+} vbuf;
+
+/* A send whose buffer is released once the reference order has passed 'due'. */
+typedef struct release {
+  int rank;  /* sending rank */
+  int buf;   /* vbuf of the sent tensor */
+  long due;  /* position in the reference order of the consumer */
+} release;
+
+/* Lowering state. */
+typedef struct lower {
+  const ir_module *m;
+  be_stream *s;
+  int nst, nmb;     /* stages, microbatches */
+  int *rank_of;     /* per stage: its rank */
+  vbuf *bufs;       /* every tensor */
+  int nbufs, bufs_cap;
+  int *act_in;      /* [s * nmb + m]: vbuf holding act s at its consumer (stage s+1, or LOSS) */
+  int *grad_in;     /* [s * nmb + m], s in 0..nst: vbuf holding grad s at its consumer */
+  bool *must_wait;  /* per vbuf: a RECV is pending (WAIT before first use) */
+  int *stash, *wstash; /* [s * nmb + m]: vbufs F keeps for B and W (-1: none) */
+  long *pos;        /* [(s * nmb + m) * 3 + slot]: position in the reference order (F, B, W) */
+  release *rel;     /* pending releases of sent buffers */
+  int nrel, rel_cap;
+  double *out_bytes;   /* per stage: bytes of its output */
+  int *out_shape;      /* per stage: shape of its output (-1: opaque) */
+  double *stash_bytes, *wstash_bytes; /* per stage: act - act_w and act_w, summed over layers */
+} lower;
+
+enum { SL_F, SL_B, SL_W };
+
+static int new_buf(lower *L, int rank, double bytes, int shape, be_tensor_kind t) {
+  vbuf b = {rank, bytes, shape, (uint8_t)t, -1};
+  VEC_PUSH(L->bufs, L->nbufs, L->bufs_cap, b);
+  L->must_wait = xrealloc(L->must_wait, (size_t)L->bufs_cap * sizeof *L->must_wait);
+  L->must_wait[L->nbufs - 1] = false;
+  return L->nbufs - 1;
+}
+
+/* Emit an instruction on rank r; slot operands hold vbuf ids until assign_slots. */
+static void emit(lower *L, int r, be_opcode op, int32_t a0, int32_t a1, int32_t a2, int32_t a3,
+                 int32_t a4, int32_t a5) {
+  int32_t a[BE_MAX_OPERANDS] = {a0, a1, a2, a3, a4, a5};
+  be_emit(&L->s->ranks[r], op, be_ops[op].nops, a);
+}
+
+/* WAIT for a received buffer on rank r before its first use. */
+static void wait_if_pending(lower *L, int r, int buf) {
+  if (buf >= 0 && L->must_wait[buf]) {
+    emit(L, r, BE_OP_WAIT, buf, 0, 0, 0, 0, 0);
+    L->must_wait[buf] = false;
+  }
+}
+
+static void free_buf(lower *L, int r, int buf) {
+  if (buf >= 0) emit(L, r, BE_OP_FREE, buf, 0, 0, 0, 0, 0);
+}
+
+/* Release (WAIT, FREE) the sent buffers of rank r whose consumer ran before position 'now'
+ * (every one when now < 0). */
+static void release_due(lower *L, int r, long now) {
+  int k = 0;
+  for (int i = 0; i < L->nrel; i++) {
+    release *x = &L->rel[i];
+    if (x->rank == r && (now < 0 || x->due < now)) {
+      emit(L, r, BE_OP_WAIT, x->buf, 0, 0, 0, 0, 0);
+      emit(L, r, BE_OP_FREE, x->buf, 0, 0, 0, 0, 0);
+    } else {
+      L->rel[k++] = *x;
+    }
+  }
+  L->nrel = k;
+}
+
+/* Post at the consumer the receive of what operation (kind, s, mb) will produce, when that
+ * crosses ranks: act s for F, grad s for B and BW. */
+static void post_receives(lower *L, ir_op_kind kind, int s, int mb) {
+  int r = L->rank_of[s];
+  if (kind == IR_OP_F && s + 1 < L->nst && L->rank_of[s + 1] != r) {
+    int q = L->rank_of[s + 1];
+    int v = new_buf(L, q, L->out_bytes[s], L->out_shape[s], BE_T_ACT);
+    emit(L, q, BE_OP_RECV, r, v, BE_T_ACT, s, mb, 0);
+    L->must_wait[v] = true;
+    L->act_in[s * L->nmb + mb] = v;
+  } else if ((kind == IR_OP_B || kind == IR_OP_BW) && s > 0 && L->rank_of[s - 1] != r) {
+    int q = L->rank_of[s - 1];
+    int v = new_buf(L, q, L->out_bytes[s - 1], L->out_shape[s - 1], BE_T_GRAD);
+    emit(L, q, BE_OP_RECV, r, v, BE_T_GRAD, s, mb, 0);
+    L->must_wait[v] = true;
+    L->grad_in[s * L->nmb + mb] = v;
+  }
+}
+
+/* Hand tensor 'buf' (kind t of stage s) to its consumer on rank q: by buffer on the same rank,
+ * else by a send released when the consumer (at reference position 'due') has run. */
+static void hand_over(lower *L, int r, int q, int buf, be_tensor_kind t, int s, int mb, long due,
+                      int *slot_at_consumer) {
+  if (q == r) {
+    *slot_at_consumer = buf;
+    return;
+  }
+  emit(L, r, BE_OP_SEND, q, buf, t, s, mb, 0);
+  release x = {r, buf, due};
+  VEC_PUSH(L->rel, L->nrel, L->rel_cap, x);
+}
+
+/* Emit operation o of stage s's rank at reference position 'now'. */
+static void lower_op(lower *L, const ir_op *o, long now) {
+  int s = o->stage, mb = o->mb, nmb = L->nmb, r = L->rank_of[s];
+  int i = s * nmb + mb;
+  release_due(L, r, now);
+  post_receives(L, o->kind, s, mb);
+  if (o->kind == IR_OP_F) {
+    int in;
+    if (s == 0) {
+      in = new_buf(L, r, L->s->shapes[0].dim[0] * L->s->shapes[0].dim[1] * 4.0, 0, BE_T_INPUT);
+      emit(L, r, BE_OP_LOAD, 0, mb, in, 0, 0, 0);
+    } else {
+      in = L->act_in[(s - 1) * nmb + mb];
+      wait_if_pending(L, r, in);
+    }
+    int out = new_buf(L, r, L->out_bytes[s], L->out_shape[s], BE_T_ACT);
+    int st = L->stash_bytes[s] > 0 ? new_buf(L, r, L->stash_bytes[s], -1, BE_T_STASH) : -1;
+    int sw = L->wstash_bytes[s] > 0 ? new_buf(L, r, L->wstash_bytes[s], -1, BE_T_WSTASH) : -1;
+    L->stash[i] = st;
+    L->wstash[i] = sw;
+    emit(L, r, BE_OP_FWD, s, mb, in, out, st, sw);
+    free_buf(L, r, in);
+    if (s + 1 == L->nst) {
+      int g = new_buf(L, r, L->out_bytes[s], L->out_shape[s], BE_T_GRAD);
+      emit(L, r, BE_OP_LOSS, s, mb, out, g, 0, 0);
+      free_buf(L, r, out);
+      L->grad_in[L->nst * nmb + mb] = g;
+    } else {
+      hand_over(L, r, L->rank_of[s + 1], out, BE_T_ACT, s, mb, L->pos[((i + nmb) * 3) + SL_F],
+                &L->act_in[i]);
+    }
+  } else if (o->kind == IR_OP_B || o->kind == IR_OP_BW) {
+    int g = L->grad_in[(s + 1) * nmb + mb];
+    wait_if_pending(L, r, g);
+    int dx = s > 0 ? new_buf(L, r, L->out_bytes[s - 1], L->out_shape[s - 1], BE_T_GRAD) : -1;
+    bool fused = o->kind == IR_OP_BW;
+    emit(L, r, fused ? BE_OP_BWD : BE_OP_BWD_IN, s, mb, g, L->stash[i], L->wstash[i], dx);
+    free_buf(L, r, g);
+    free_buf(L, r, L->stash[i]);
+    if (fused) free_buf(L, r, L->wstash[i]);
+    if (s > 0)
+      hand_over(L, r, L->rank_of[s - 1], dx, BE_T_GRAD, s, mb, L->pos[((i - nmb) * 3) + SL_B],
+                &L->grad_in[i]);
+  } else {
+    emit(L, r, BE_OP_BWD_W, s, mb, L->wstash[i], 0, 0, 0);
+    free_buf(L, r, L->wstash[i]);
+  }
+}
+
+/* The reference order: every operation of every device's schedule, merged so that each comes
+ * after the operations it depends on (its device's earlier ones, F of the previous stage, B of
+ * the next, the same microbatch's F before B before W), ordered by predicted start time among
+ * those ready, ties by device. Writes the order into ord (device, index pairs) and each
+ * operation's position into L->pos. Returns false when the schedules cannot all run (which the
+ * simulator has excluded before). */
+static bool reference_order(lower *L, const sim_result *res, int (*ord)[2]) {
+  const ir_module *m = L->m;
+  int nst = L->nst, nmb = L->nmb, nd = m->ndevices;
+  double *start = xmalloc((size_t)nst * nmb * 3 * sizeof *start);
+  for (long k = 0; k < (long)nst * nmb * 3; k++) start[k] = 0;
+  for (int e = 0; e < res->nops; e++) {
+    const sim_op_event *ev = &res->ops[e];
+    if ((int)ev->kind >= IR_OP_COUNT || ev->stage < 0) continue;
+    int sl = ev->kind == IR_OP_F ? SL_F : ev->kind == IR_OP_W ? SL_W : SL_B;
+    start[((long)ev->stage * nmb + ev->mb) * 3 + sl] = ev->start;
+  }
+  bool *done = xcalloc((size_t)nst * nmb * 3, sizeof *done);
+  int *next = xcalloc((size_t)nd, sizeof *next);
+  long total = 0, n = 0;
+  for (int dv = 0; dv < nd; dv++) total += m->schedules[dv].nops;
+  bool ok = true;
+  while (n < total) {
+    int best = -1;
+    double best_t = 0;
+    for (int dv = 0; dv < nd; dv++) {
+      if (next[dv] >= m->schedules[dv].nops) continue;
+      const ir_op *o = &m->schedules[dv].ops[next[dv]];
+      long i = (long)o->stage * nmb + o->mb;
+      bool ready;
+      if (o->kind == IR_OP_F)
+        ready = o->stage == 0 || done[(i - nmb) * 3 + SL_F];
+      else if (o->kind == IR_OP_W)
+        ready = done[i * 3 + SL_B];
+      else
+        ready = done[i * 3 + SL_F] && (o->stage + 1 == nst || done[(i + nmb) * 3 + SL_B]);
+      int sl = o->kind == IR_OP_F ? SL_F : o->kind == IR_OP_W ? SL_W : SL_B;
+      if (ready && (best < 0 || start[i * 3 + sl] < best_t)) {
+        best = dv;
+        best_t = start[i * 3 + sl];
+      }
+    }
+    if (best < 0) {
+      ok = false;
+      break;
+    }
+    const ir_op *o = &m->schedules[best].ops[next[best]];
+    long i = (long)o->stage * nmb + o->mb;
+    int sl = o->kind == IR_OP_F ? SL_F : o->kind == IR_OP_W ? SL_W : SL_B;
+    done[i * 3 + sl] = true;
+    if (o->kind == IR_OP_BW) done[i * 3 + SL_W] = true;
+    L->pos[i * 3 + sl] = n;
+    if (o->kind == IR_OP_BW) L->pos[i * 3 + SL_W] = n;
+    ord[n][0] = best;
+    ord[n][1] = next[best]++;
+    n++;
+  }
+  free(start);
+  free(done);
+  free(next);
+  return ok;
+}
+
+/* Pack each rank's vbufs into slots: a slot freed by FREE is reused by the next tensor of the
+ * same size, shape and kind; operands are rewritten from vbuf ids to slot numbers. */
+static void assign_slots(lower *L) {
+  for (int r = 0; r < L->s->nranks; r++) {
+    be_program *p = &L->s->ranks[r];
+    int *free_slots = NULL, nfree = 0, free_cap = 0;
+    be_slot *slots = NULL;
+    int nslots = 0, slots_cap = 0;
+    for (int pc = 0; pc < p->ncode; pc++) {
+      be_inst *in = &p->code[pc];
+      const be_op_info *oi = &be_ops[in->op];
+      for (int k = 0; k < oi->nops; k++) {
+        const be_operand_info *ki = &be_operands[oi->kinds[k]];
+        if (!ki->slot || in->a[k] < 0) continue;
+        vbuf *b = &L->bufs[in->a[k]];
+        if (b->slot < 0) { /* its first appearance defines it */
+          uint64_t bytes = (uint64_t)llround(b->bytes);
+          for (int f = 0; f < nfree && b->slot < 0; f++) {
+            be_slot *c = &slots[free_slots[f]];
+            if (c->bytes == bytes && c->shape == b->shape && c->tensor == b->tensor) {
+              b->slot = free_slots[f];
+              free_slots[f] = free_slots[--nfree];
+            }
+          }
+          if (b->slot < 0) {
+            be_slot ns = {bytes, b->shape, b->tensor};
+            VEC_PUSH(slots, nslots, slots_cap, ns);
+            b->slot = nslots - 1;
+          }
+        }
+        int slot = b->slot;
+        if (ki->role == BE_ROLE_KILL) VEC_PUSH(free_slots, nfree, free_cap, slot);
+        in->a[k] = slot;
+      }
+    }
+    free(free_slots);
+    p->slots = slots;
+    p->nslots = nslots;
+  }
+}
+
+/* Element size of activations at training precision 'dtype' (fp8 keeps bf16 activations). */
+static int act_elem(const char *dtype) {
+  return strcmp(dtype, "fp32") == 0 || strcmp(dtype, "tf32") == 0 ? 4 : 2;
+}
+
+/* Add shape (elem, dims) to the stream unless present; returns its index. */
+static int add_shape(be_stream *s, int elem, int ndim, const int64_t *dim) {
+  for (int i = 0; i < s->nshapes; i++) {
+    const be_shape *h = &s->shapes[i];
+    if (h->elem == elem && h->ndim == ndim && memcmp(h->dim, dim, ndim * sizeof *dim) == 0)
+      return i;
+  }
+  s->shapes = xrealloc(s->shapes, (size_t)(s->nshapes + 1) * sizeof *s->shapes);
+  be_shape h = {elem, ndim, {0, 0, 0, 0}};
+  memcpy(h.dim, dim, ndim * sizeof *dim);
+  s->shapes[s->nshapes] = h;
+  return s->nshapes++;
+}
+
+/* Fill the stream's header, layer, stage, rank and shape tables from m, and L's per-stage sizes.
+ * Ranks are the devices that hold stages, in device order. */
+static void build_tables(lower *L) {
+  const ir_module *m = L->m;
+  be_stream *s = L->s;
+  s->model = xstrdup(m->name);
+  s->replicas = (int32_t)ir_field_value(&m->train, IR_F_TRAIN_data);
+  s->nstages = L->nst;
+  s->nmb = L->nmb;
+  double mbs = ir_field_value(&m->train, IR_F_TRAIN_micro_batch);
+  double seq = ir_field_value(&m->train, IR_F_TRAIN_seq);
+  s->micro_batch = (int32_t)(mbs >= 1 ? mbs : 1);
+  s->seq = (int32_t)(seq >= 1 ? seq : 1);
+  s->dtype = xstrdup(ir_enum_name(IR_T_DTYPE, (int)ir_field_value(&m->train, IR_F_TRAIN_dtype)));
+  s->optimizer = xstrdup(
+      ir_enum_name(IR_T_OPTIMIZER, (int)ir_field_value(&m->train, IR_F_TRAIN_optimizer)));
+  s->nlayers = m->nlayers;
+  s->layers = xcalloc((size_t)m->nlayers, sizeof *s->layers);
+  for (int i = 0; i < m->nlayers; i++) {
+    const ir_layer *l = &m->layers[i];
+    be_layer *bl = &s->layers[i];
+    bl->name = xstrdup(l->name);
+    bl->kind = xstrdup(ir_kinds[l->kind].name);
+    int first = ir_kind_first_param(l->kind), np = ir_kind_nparams(l->kind);
+    bl->params = xcalloc((size_t)(np ? np : 1), sizeof *bl->params);
+    for (int k = first; k < first + np; k++) {
+      if (isnan(l->p[k])) continue;
+      bl->params[bl->nparams].name = xstrdup(ir_layer_params[k].name);
+      bl->params[bl->nparams++].value = l->p[k];
+    }
+  }
+  /* Ranks: devices with stages. */
+  int *rank_of_dev = xmalloc((size_t)m->ndevices * sizeof *rank_of_dev);
+  for (int dv = 0; dv < m->ndevices; dv++) rank_of_dev[dv] = -1;
+  for (int st = 0; st < m->nstages; st++) rank_of_dev[m->stages[st].device] = 0;
+  for (int dv = 0; dv < m->ndevices; dv++)
+    if (rank_of_dev[dv] == 0) rank_of_dev[dv] = s->nranks++;
+  s->ranks = xcalloc((size_t)s->nranks, sizeof *s->ranks);
+  for (int dv = 0; dv < m->ndevices; dv++) {
+    if (rank_of_dev[dv] < 0) continue;
+    be_program *p = &s->ranks[rank_of_dev[dv]];
+    p->device = dv;
+    p->type = xstrdup(m->devices[dv].type);
+    p->node = (int32_t)ir_field_value(&m->devices[dv].rec, IR_F_DEVICE_node);
+  }
+  /* Input tokens are shape 0: [micro_batch, seq] of int32. */
+  int64_t tok[2] = {s->micro_batch, s->seq};
+  add_shape(s, 4, 2, tok);
+  int elem = act_elem(s->dtype);
+  s->stages = xcalloc((size_t)L->nst, sizeof *s->stages);
+  for (int st = 0; st < L->nst; st++) {
+    const ir_stage *is = &m->stages[st];
+    s->stages[st] = (be_stage){is->first, is->end, rank_of_dev[is->device]};
+    L->rank_of[st] = rank_of_dev[is->device];
+    for (int i = is->first; i < is->end; i++) {
+      const ir_cost *c = ir_layer_cost_on(m, &m->layers[i], is->device);
+      L->stash_bytes[st] += c->act - c->act_w;
+      L->wstash_bytes[st] += c->act_w;
+    }
+    /* The output's size as the simulator sends it: the last layer's, on the first device
+     * type; a shape [micro_batch, seq, width] when the bytes divide evenly. */
+    double out = m->layers[is->end - 1].cost.out;
+    L->out_bytes[st] = out;
+    double per = (double)s->micro_batch * s->seq * elem;
+    double width = out / per;
+    L->out_shape[st] = -1;
+    if (out > 0 && width == floor(width) && width < 1e15) {
+      int64_t d[3] = {s->micro_batch, s->seq, (int64_t)width};
+      L->out_shape[st] = add_shape(s, elem, 3, d);
+    }
+  }
+  free(rank_of_dev);
+}
+
+/* Whether every layer has the cost fields the sizes need; else report the first that lacks them. */
+static bool costs_complete(const ir_module *m, diag_engine *d, diag_loc where) {
+  static const int need[] = {IR_F_COST_act, IR_F_COST_act_w, IR_F_COST_out};
+  for (int st = 0; st < m->nstages; st++)
+    for (int i = m->stages[st].first; i < m->stages[st].end; i++)
+      for (size_t k = 0; k < sizeof need / sizeof *need; k++) {
+        const ir_cost *c = ir_layer_cost_on(m, &m->layers[i], m->stages[st].device);
+        if (!ir_field_is_set(c, need[k]) || !(ir_field_get(c, need[k]) >= 0)) {
+          diag_error(d, m->layers[i].loc.line ? ir_diag_loc(m->layers[i].loc) : where,
+                     "cannot lower @%s: layer %%%d has no '%s' in its cost record (run the cost "
+                     "pass)", m->name, i, ir_fields[need[k]].name);
+          return false;
+        }
+      }
+  return true;
+}
+
 be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where) {
-  diag_error(d, where, "lowering of @%s: not implemented", m->name); return NULL; }
-be_mem be_mem_stats(const be_stream *s, int r) { (void)s; (void)r; be_mem z = {0, 0, 0, -1}; return z; }
+  if (m->nstages == 0 || !m->schedules) {
+    diag_error(d, where, "cannot lower @%s: it has no %s (run partition, place and schedule "
+               "passes)", m->name, m->nstages == 0 ? "stages" : "schedule");
+    return NULL;
+  }
+  if (!costs_complete(m, d, where)) return NULL;
+  sim_model *p = sim_model_build(m, d);
+  if (!p) return NULL;
+  sim_opts so = {NULL, NULL, false, true};
+  sim_result res = {0};
+  if (sim_run(p, m, &so, &res) != SIM_OK) {
+    sim_report_failure(&res, d, where);
+    sim_result_free(&res);
+    sim_model_free(p);
+    return NULL;
+  }
+  lower L = {0};
+  L.m = m;
+  L.nst = m->nstages;
+  L.nmb = (int)ir_field_value(&m->train, IR_F_TRAIN_microbatches);
+  long cells = (long)L.nst * L.nmb;
+  L.s = xcalloc(1, sizeof *L.s);
+  L.rank_of = xcalloc((size_t)L.nst, sizeof *L.rank_of);
+  L.out_bytes = xcalloc((size_t)L.nst, sizeof *L.out_bytes);
+  L.out_shape = xcalloc((size_t)L.nst, sizeof *L.out_shape);
+  L.stash_bytes = xcalloc((size_t)L.nst, sizeof *L.stash_bytes);
+  L.wstash_bytes = xcalloc((size_t)L.nst, sizeof *L.wstash_bytes);
+  L.act_in = xcalloc((size_t)cells, sizeof *L.act_in);
+  L.grad_in = xcalloc((size_t)(cells + L.nmb), sizeof *L.grad_in);
+  L.stash = xcalloc((size_t)cells, sizeof *L.stash);
+  L.wstash = xcalloc((size_t)cells, sizeof *L.wstash);
+  L.pos = xcalloc((size_t)cells * 3, sizeof *L.pos);
+  build_tables(&L);
+  long total = 0;
+  for (int dv = 0; dv < m->ndevices; dv++) total += m->schedules[dv].nops;
+  int(*ord)[2] = xmalloc((size_t)(total ? total : 1) * sizeof *ord);
+  be_stream *out = NULL;
+  if (!reference_order(&L, &res, ord)) {
+    diag_error(d, where, "internal compiler error: no order of @%s's operations respects their "
+               "dependencies, although the simulator ran the plan", m->name);
+  } else {
+    for (long n = 0; n < total; n++) lower_op(&L, &m->schedules[ord[n][0]].ops[ord[n][1]], n);
+    for (int r = 0; r < L.s->nranks; r++) {
+      release_due(&L, r, -1);
+      for (int st = 0; st < L.nst && L.s->replicas > 1; st++)
+        if (L.rank_of[st] == r) emit(&L, r, BE_OP_ALLREDUCE, st, 0, 0, 0, 0, 0);
+      emit(&L, r, BE_OP_STEP, 0, 0, 0, 0, 0, 0);
+    }
+    assign_slots(&L);
+    strbuf why = {0};
+    if (be_validate(L.s, &why) != 0 || be_check(L.s, &why) != 0) {
+      diag_error(d, where, "internal compiler error: the instruction stream lowered from @%s is "
+                 "invalid: %s", m->name, strbuf_cstr(&why));
+    } else {
+      out = L.s;
+      L.s = NULL;
+    }
+    strbuf_free(&why);
+  }
+  free(ord);
+  be_stream_free(L.s);
+  free(L.rank_of);
+  free(L.bufs);
+  free(L.must_wait);
+  free(L.act_in);
+  free(L.grad_in);
+  free(L.stash);
+  free(L.wstash);
+  free(L.pos);
+  free(L.rel);
+  free(L.out_bytes);
+  free(L.out_shape);
+  free(L.stash_bytes);
+  free(L.wstash_bytes);
+  sim_result_free(&res);
+  sim_model_free(p);
+  return out;
+}
+
+be_mem be_mem_stats(const be_stream *s, int r) {
+  be_mem mm = {0, 0, 0, -1};
+  const be_program *p = &s->ranks[r];
+  for (int i = 0; i < p->nslots; i++) mm.slot_bytes += (double)p->slots[i].bytes;
+  double live = 0, stash = 0;
+  for (int pc = 0; pc < p->ncode; pc++) {
+    const be_inst *in = &p->code[pc];
+    const be_op_info *oi = &be_ops[in->op];
+    for (int k = 0; k < oi->nops; k++) {
+      const be_operand_info *ki = &be_operands[oi->kinds[k]];
+      if (!ki->slot || in->a[k] < 0) continue;
+      const be_slot *sl = &p->slots[in->a[k]];
+      double sign = ki->role == BE_ROLE_DEF || ki->role == BE_ROLE_RECV ? 1
+                    : ki->role == BE_ROLE_KILL                          ? -1
+                                                                         : 0;
+      live += sign * (double)sl->bytes;
+      if (sl->tensor == BE_T_STASH || sl->tensor == BE_T_WSTASH) stash += sign * (double)sl->bytes;
+    }
+    if (live > mm.peak_live) {
+      mm.peak_live = live;
+      mm.peak_at = pc;
+    }
+    if (stash > mm.peak_stash) mm.peak_stash = stash;
+  }
+  return mm;
+}

@@ -18,16 +18,31 @@ const pass_info pass_registry[PASS_ID_COUNT] = {
 #undef PASS
 };
 
+/* Passes that libraries above this one registered (pass_register_extra). */
+static const pass_info *extra_passes;
+static int nextra_passes;
+
+void pass_register_extra(const pass_info *passes, int n) {
+  extra_passes = passes;
+  nextra_passes = n;
+}
+
+int pass_count(void) { return PASS_ID_COUNT + nextra_passes; }
+
+const pass_info *pass_at(int i) {
+  return i < PASS_ID_COUNT ? &pass_registry[i] : &extra_passes[i - PASS_ID_COUNT];
+}
+
 const pass_info *pass_lookup(const char *name) {
-  for (int i = 0; i < PASS_ID_COUNT; i++)
-    if (strcmp(pass_registry[i].name, name) == 0) return &pass_registry[i];
+  for (int i = 0; i < pass_count(); i++)
+    if (strcmp(pass_at(i)->name, name) == 0) return pass_at(i);
   return NULL;
 }
 
 const char *pass_suggest(const char *name) {
   suggest s;
   suggest_init(&s, name);
-  for (int i = 0; i < PASS_ID_COUNT; i++) suggest_add(&s, pass_registry[i].name);
+  for (int i = 0; i < pass_count(); i++) suggest_add(&s, pass_at(i)->name);
   return suggest_result(&s);
 }
 
@@ -99,11 +114,11 @@ bool pass_option_suggest(const pass_info *p, const char *key, strbuf *sb) {
 
 void pass_list(FILE *out) {
   size_t width = 0;
-  for (int i = 0; i < PASS_ID_COUNT; i++)
-    if (strlen(pass_registry[i].name) > width) width = strlen(pass_registry[i].name);
+  for (int i = 0; i < pass_count(); i++)
+    if (strlen(pass_at(i)->name) > width) width = strlen(pass_at(i)->name);
   fprintf(out, "Available passes:\n");
-  for (int i = 0; i < PASS_ID_COUNT; i++) {
-    const pass_info *p = &pass_registry[i];
+  for (int i = 0; i < pass_count(); i++) {
+    const pass_info *p = pass_at(i);
     fprintf(out, "  %-*s  %s\n", (int)width, p->name, p->summary);
     opt_iter it;
     opt_iter_init(&it, p);
@@ -481,8 +496,8 @@ static void unknown_pass(diag_engine *d, diag_loc loc, const char *name) {
     diag_note(d, diag_mkloc(0, 0, 0, 0), "did you mean '%s'?", s);
   } else {
     strbuf sb = {0};
-    for (int i = 0; i < PASS_ID_COUNT; i++)
-      strbuf_printf(&sb, "%s%s", i ? ", " : "", pass_registry[i].name);
+    for (int i = 0; i < pass_count(); i++)
+      strbuf_printf(&sb, "%s%s", i ? ", " : "", pass_at(i)->name);
     diag_note(d, diag_mkloc(0, 0, 0, 0), "available passes: %s", strbuf_cstr(&sb));
     strbuf_free(&sb);
   }

@@ -64,6 +64,14 @@ typedef struct pass_info {
 
 extern const pass_info pass_registry[PASS_ID_COUNT];
 
+/* Add passes defined by a library above this one (the backend's check-stream) to the registry,
+ * after passes.def's: tools call it once at start-up, before parsing pipelines. 'passes' must
+ * stay valid; their id is PASS_ID_COUNT. A second call replaces the first. */
+void pass_register_extra(const pass_info *passes, int n);
+/* Number of registered passes, and the i-th (0 <= i < pass_count()) in --list-passes order. */
+int pass_count(void);
+const pass_info *pass_at(int i);
+
 /* Pass spelled 'name', or NULL. */
 const pass_info *pass_lookup(const char *name);
 /* Closest registered pass name to a misspelled 'name' (suggest_* rules), or NULL. */

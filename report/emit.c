@@ -4,6 +4,7 @@
  * does not simulate, and hands the timeline to the writer asked for. */
 #include <string.h>
 
+#include "backend.h"
 #include "report_impl.h"
 
 const report_kind_info report_kinds[REPORT_KIND_COUNT] = {
@@ -59,6 +60,17 @@ int report_emit(const ir_module *m, report_kind k, const report_opts *o, strbuf 
     return 0;
   }
   case REPORT_TORCH_CSV: report_torch_csv(m, out); return 0;
+  case REPORT_STREAM:
+  case REPORT_ASM: {
+    be_stream *s = be_lower(m, d, where);
+    if (!s) return -1;
+    if (k == REPORT_STREAM)
+      be_write(s, out);
+    else
+      be_disasm(s, out);
+    be_stream_free(s);
+    return 0;
+  }
   case REPORT_MEGATRON_LAYOUT: return report_megatron_layout(m, out, d, where);
   default: break;
   }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "passes.h"
 #include "report.h"
 
@@ -257,6 +258,7 @@ static int emit_artifact(void *ctx, const ir_module *m, diag_engine *d, diag_loc
 }
 
 int main(int argc, char **argv) {
+  be_register_passes();
   cmdline cl;
   memset(&cl, 0, sizeof cl);
   cl.error_limit = -1;

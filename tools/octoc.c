@@ -10,6 +10,7 @@
 
 #include "frontend.h"
 #include "ir.h"
+#include "backend.h"
 #include "passes.h"
 #include "report.h"
 #include "support.h"
@@ -164,6 +165,7 @@ static int write_output(const char *path, const strbuf *text) {
 }
 
 int main(int argc, char **argv) {
+  be_register_passes();
   octoc_opts o = {NULL,  NULL,  REPORT_TEXT, NULL,  pass_tune_defaults.budget,
                   pass_tune_defaults.seed, false, false, false, false, false, 20};
   static const char *const flags[] = {"--emit=",         "--report",
@@ -256,6 +258,11 @@ int main(int argc, char **argv) {
   }
   if (!o.input) {
     fputs("octoc: error: no input file (try 'octoc --help')\n", stderr);
+    return 1;
+  }
+  if (o.emit == REPORT_STREAM && !o.output && isatty(1)) {
+    fputs("octoc: error: --emit=stream writes a binary file: give it a name with -o FILE\n",
+          stderr);
     return 1;
   }
   report_opts check = {false, o.compare, NULL};
