@@ -75,6 +75,12 @@ extern const be_tensor_info be_tensors[BE_T_COUNT];
 /* Opcode spelled 'name' (case-sensitive mnemonic), or -1. */
 int be_op_lookup(const char *name);
 
+/* A tensor of a step: kind, stage (as tensors.def names it) and microbatch. */
+typedef struct be_tensor_ref {
+  be_tensor_kind kind;
+  int32_t stage, mb;
+} be_tensor_ref;
+
 /* ---- Streams -------------------------------------------------------------------------------- */
 
 /* Version of the binary format written by be_write and the only one be_read accepts. */
@@ -87,10 +93,9 @@ typedef struct be_inst {
 } be_inst;
 
 /* A buffer slot of a rank: the runtime allocates each once and reuses it for every tensor the
- * backend assigned to it. */
+ * backend assigned to it (their sizes and shapes are in the stage table: be_tensor_bytes). */
 typedef struct be_slot {
-  uint64_t bytes;  /* size: the largest tensor it holds */
-  int32_t shape;   /* index into the stream's shapes, or -1 for an opaque byte buffer */
+  uint64_t bytes;  /* size: at least that of every tensor it holds */
   uint8_t tensor;  /* be_tensor_kind of the tensors it holds */
 } be_slot;
 
@@ -119,10 +124,14 @@ typedef struct be_layer {
   int32_t nparams;
 } be_layer;
 
-/* A stage: the layers [first, end) run by one rank. */
+/* A stage: the layers [first, end) run by one rank, and the sizes of its tensors. */
 typedef struct be_stage {
-  int32_t first, end; /* layer range */
-  int32_t rank;       /* rank that runs it */
+  int32_t first, end;    /* layer range */
+  int32_t rank;          /* rank that runs it */
+  uint64_t out_bytes;    /* its output (act s), also the size of the gradient of that output */
+  int32_t out_shape;     /* shape of its output (index into shapes), -1 for opaque bytes */
+  uint64_t stash_bytes;  /* what F keeps until B (0: none, no STASH buffer) */
+  uint64_t wstash_bytes; /* what F and B keep until W (0: none, no WSTASH buffer) */
 } be_stage;
 
 /* Shape of a tensor that travels between stages. */
@@ -151,6 +160,17 @@ typedef struct be_stream {
   int32_t nshapes;
   be_program *ranks;  /* nranks programs */
 } be_stream;
+
+/* Size in bytes of tensor (kind, stage) of s: input tokens micro_batch x seq x 4; act s the
+ * out_bytes of stage s; grad s those of stage s - 1 (of the last stage for s == nstages); stash
+ * and wstash the stage's. Pre: the stage is in range for the kind. */
+uint64_t be_tensor_bytes(const be_stream *s, be_tensor_kind kind, int stage);
+
+/* The tensor that slot operand k of instruction 'in' defines, reads or posts (from the opcode and
+ * its stage, microbatch or tag operands): true with *t filled; false for operands that are not
+ * slots, for absent optional slots, and for WAIT and FREE, which name a buffer, not a tensor.
+ * Pre: the operands are in range (a validated stream, or checked by the caller). */
+bool be_operand_tensor(const be_stream *s, const be_inst *in, int k, be_tensor_ref *t);
 
 /* Free s and everything it owns (NULL is fine). */
 void be_stream_free(be_stream *s);

@@ -191,7 +191,20 @@ static void put_header(strbuf *out, const be_stream *s) {
     else if (st->end > st->first)
       strbuf_printf(out, "layers %%%d..%%%d", (int)st->first, (int)st->end - 1);
     else strbuf_puts(out, "no layers");
-    strbuf_printf(out, " on rank %d\n", (int)st->rank);
+    strbuf_printf(out, " on rank %d; out ", (int)st->rank);
+    put_bytes(out, (double)st->out_bytes);
+    if (st->out_shape >= 0 && st->out_shape < s->nshapes) {
+      const be_shape *sh = &s->shapes[st->out_shape];
+      strbuf_puts(out, " [");
+      for (int d = 0; d < sh->ndim && d < 4; d++)
+        strbuf_printf(out, "%s%lld", d ? "x" : "", (long long)sh->dim[d]);
+      strbuf_printf(out, "] x%d", (int)sh->elem);
+    }
+    strbuf_puts(out, ", stash ");
+    put_bytes(out, (double)st->stash_bytes);
+    strbuf_puts(out, ", wstash ");
+    put_bytes(out, (double)st->wstash_bytes);
+    strbuf_putc(out, '\n');
   }
 }
 
@@ -218,7 +231,7 @@ static void put_rank_line(strbuf *out, const be_stream *s, int r) {
 }
 
 /* Append the line of slot i of rank program p: "  slot %1  act     32MiB  [1x4096x4096] x2". */
-static void put_slot(strbuf *out, const be_stream *s, const be_program *p, int i) {
+static void put_slot(strbuf *out, const be_program *p, int i) {
   const be_slot *sl = &p->slots[i];
   strbuf name = {0};
   strbuf_printf(&name, "%%%d", i);
@@ -234,13 +247,6 @@ static void put_slot(strbuf *out, const be_stream *s, const be_program *p, int i
     strbuf_free(&num);
   }
   put_bytes(out, (double)sl->bytes);
-  if (sl->shape >= 0 && sl->shape < s->nshapes) {
-    const be_shape *sh = &s->shapes[sl->shape];
-    strbuf_puts(out, "  [");
-    for (int d = 0; d < sh->ndim && d < 4; d++)
-      strbuf_printf(out, "%s%lld", d ? "x" : "", (long long)sh->dim[d]);
-    strbuf_printf(out, "] x%d", (int)sh->elem);
-  }
   strbuf_putc(out, '\n');
 }
 
@@ -248,7 +254,7 @@ static void put_slot(strbuf *out, const be_stream *s, const be_program *p, int i
 static void put_rank(strbuf *out, const be_stream *s, int r) {
   const be_program *p = &s->ranks[r];
   put_rank_line(out, s, r);
-  for (int i = 0; i < p->nslots; i++) put_slot(out, s, p, i);
+  for (int i = 0; i < p->nslots; i++) put_slot(out, p, i);
   dis_rank dr = {p->nslots > 0 ? p->nslots : 0, NULL, NULL};
   if (dr.nslots > 0) {
     dr.label = xcalloc((size_t)dr.nslots, sizeof *dr.label);

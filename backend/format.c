@@ -24,10 +24,10 @@ enum { FMT_MAX_STRING = 4096 };
 enum {
   FMT_MIN_LAYER = 4 + 4 + 4,         /* name "", kind "", no params */
   FMT_MIN_PARAM = 4 + 8,             /* name "", value */
-  FMT_MIN_STAGE = 4 + 4 + 4,         /* first, end, rank */
+  FMT_MIN_STAGE = 4 * 3 + 8 + 4 + 8 + 8, /* first, end, rank, out bytes and shape, stashes */
   FMT_MIN_SHAPE = 4 + 4 + 8,         /* elem, ndim, one extent */
   FMT_MIN_RANK = 4 + 4 + 4 + 4 + 4,  /* device, type "", node, no slots, no code */
-  FMT_SLOT = 8 + 4 + 1,              /* bytes, shape, tensor */
+  FMT_SLOT = 8 + 1,                  /* bytes, tensor */
   FMT_MIN_INST = 1                   /* an opcode without operands */
 };
 
@@ -108,6 +108,10 @@ void be_write(const be_stream *s, strbuf *out) {
     put_i32(out, s->stages[i].first);
     put_i32(out, s->stages[i].end);
     put_i32(out, s->stages[i].rank);
+    put_le(out, s->stages[i].out_bytes, 8);
+    put_i32(out, s->stages[i].out_shape);
+    put_le(out, s->stages[i].stash_bytes, 8);
+    put_le(out, s->stages[i].wstash_bytes, 8);
   }
   put_count(out, s->nshapes);
   for (int i = 0; i < s->nshapes; i++) {
@@ -124,7 +128,6 @@ void be_write(const be_stream *s, strbuf *out) {
     put_count(out, p->nslots);
     for (int i = 0; i < p->nslots; i++) {
       put_le(out, p->slots[i].bytes, 8);
-      put_i32(out, p->slots[i].shape);
       put_u8(out, p->slots[i].tensor);
     }
     put_count(out, p->ncode);
@@ -325,6 +328,10 @@ static void read_body(rd *r, be_stream *s) {
     s->stages[i].first = get_i32(r, "the first layer");
     s->stages[i].end = get_i32(r, "the end layer");
     s->stages[i].rank = get_i32(r, "the rank");
+    s->stages[i].out_bytes = get_le(r, 8, "the output size");
+    s->stages[i].out_shape = get_i32(r, "the output shape");
+    s->stages[i].stash_bytes = get_le(r, 8, "the stash size");
+    s->stages[i].wstash_bytes = get_le(r, 8, "the wstash size");
   }
   if (r->bad) return;
 
@@ -369,7 +376,6 @@ static void read_body(rd *r, be_stream *s) {
     for (int i = 0; i < ns && !r->bad; i++) {
       set_ctx(r, "rank %d slot %d", k, i);
       p->slots[i].bytes = get_le(r, 8, "the size");
-      p->slots[i].shape = get_i32(r, "the shape");
       p->slots[i].tensor = get_u8(r, "the tensor kind");
     }
     if (r->bad) return;

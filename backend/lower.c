@@ -18,8 +18,7 @@
 /* A tensor of the lowering, before slots are assigned. */
 typedef struct vbuf {
   int rank;       /* rank holding it */
-  double bytes;   /* size */
-  int shape;      /* stream shape index or -1 */
+  uint64_t bytes; /* size */
   uint8_t tensor; /* be_tensor_kind */
   int slot;       /* slot assigned (-1 before) */
 } vbuf;
@@ -46,15 +45,16 @@ typedef struct lower {
   long *pos;        /* [(s * nmb + m) * 3 + slot]: position in the reference order (F, B, W) */
   release *rel;     /* pending releases of sent buffers */
   int nrel, rel_cap;
-  double *out_bytes;   /* per stage: bytes of its output */
-  int *out_shape;      /* per stage: shape of its output (-1: opaque) */
-  double *stash_bytes, *wstash_bytes; /* per stage: act - act_w and act_w, summed over layers */
 } lower;
 
 enum { SL_F, SL_B, SL_W };
 
-static int new_buf(lower *L, int rank, double bytes, int shape, be_tensor_kind t) {
-  vbuf b = {rank, bytes, shape, (uint8_t)t, -1};
+/* A new tensor (kind t of stage s, as be_tensor_bytes names it) on rank 'rank'; returns its id,
+ * or -1 for a stash of 0 bytes, which gets no buffer. */
+static int new_buf(lower *L, int rank, be_tensor_kind t, int s) {
+  uint64_t bytes = be_tensor_bytes(L->s, t, s);
+  if ((t == BE_T_STASH || t == BE_T_WSTASH) && bytes == 0) return -1;
+  vbuf b = {rank, bytes, (uint8_t)t, -1};
   VEC_PUSH(L->bufs, L->nbufs, L->bufs_cap, b);
   L->must_wait = xrealloc(L->must_wait, (size_t)L->bufs_cap * sizeof *L->must_wait);
   L->must_wait[L->nbufs - 1] = false;
@@ -102,13 +102,13 @@ static void post_receives(lower *L, ir_op_kind kind, int s, int mb) {
   int r = L->rank_of[s];
   if (kind == IR_OP_F && s + 1 < L->nst && L->rank_of[s + 1] != r) {
     int q = L->rank_of[s + 1];
-    int v = new_buf(L, q, L->out_bytes[s], L->out_shape[s], BE_T_ACT);
+    int v = new_buf(L, q, BE_T_ACT, s);
     emit(L, q, BE_OP_RECV, r, v, BE_T_ACT, s, mb, 0);
     L->must_wait[v] = true;
     L->act_in[s * L->nmb + mb] = v;
   } else if ((kind == IR_OP_B || kind == IR_OP_BW) && s > 0 && L->rank_of[s - 1] != r) {
     int q = L->rank_of[s - 1];
-    int v = new_buf(L, q, L->out_bytes[s - 1], L->out_shape[s - 1], BE_T_GRAD);
+    int v = new_buf(L, q, BE_T_GRAD, s);
     emit(L, q, BE_OP_RECV, r, v, BE_T_GRAD, s, mb, 0);
     L->must_wait[v] = true;
     L->grad_in[s * L->nmb + mb] = v;
@@ -137,21 +137,20 @@ static void lower_op(lower *L, const ir_op *o, long now) {
   if (o->kind == IR_OP_F) {
     int in;
     if (s == 0) {
-      in = new_buf(L, r, L->s->shapes[0].dim[0] * L->s->shapes[0].dim[1] * 4.0, 0, BE_T_INPUT);
+      in = new_buf(L, r, BE_T_INPUT, 0);
       emit(L, r, BE_OP_LOAD, 0, mb, in, 0, 0, 0);
     } else {
       in = L->act_in[(s - 1) * nmb + mb];
       wait_if_pending(L, r, in);
     }
-    int out = new_buf(L, r, L->out_bytes[s], L->out_shape[s], BE_T_ACT);
-    int st = L->stash_bytes[s] > 0 ? new_buf(L, r, L->stash_bytes[s], -1, BE_T_STASH) : -1;
-    int sw = L->wstash_bytes[s] > 0 ? new_buf(L, r, L->wstash_bytes[s], -1, BE_T_WSTASH) : -1;
+    int out = new_buf(L, r, BE_T_ACT, s);
+    int st = new_buf(L, r, BE_T_STASH, s), sw = new_buf(L, r, BE_T_WSTASH, s);
     L->stash[i] = st;
     L->wstash[i] = sw;
     emit(L, r, BE_OP_FWD, s, mb, in, out, st, sw);
     free_buf(L, r, in);
     if (s + 1 == L->nst) {
-      int g = new_buf(L, r, L->out_bytes[s], L->out_shape[s], BE_T_GRAD);
+      int g = new_buf(L, r, BE_T_GRAD, L->nst);
       emit(L, r, BE_OP_LOSS, s, mb, out, g, 0, 0);
       free_buf(L, r, out);
       L->grad_in[L->nst * nmb + mb] = g;
@@ -162,7 +161,7 @@ static void lower_op(lower *L, const ir_op *o, long now) {
   } else if (o->kind == IR_OP_B || o->kind == IR_OP_BW) {
     int g = L->grad_in[(s + 1) * nmb + mb];
     wait_if_pending(L, r, g);
-    int dx = s > 0 ? new_buf(L, r, L->out_bytes[s - 1], L->out_shape[s - 1], BE_T_GRAD) : -1;
+    int dx = s > 0 ? new_buf(L, r, BE_T_GRAD, s) : -1;
     bool fused = o->kind == IR_OP_BW;
     emit(L, r, fused ? BE_OP_BWD : BE_OP_BWD_IN, s, mb, g, L->stash[i], L->wstash[i], dx);
     free_buf(L, r, g);
@@ -240,42 +239,90 @@ static bool reference_order(lower *L, const sim_result *res, int (*ord)[2]) {
   return ok;
 }
 
-/* Pack each rank's vbufs into slots: a slot freed by FREE is reused by the next tensor of the
- * same size, shape and kind; operands are rewritten from vbuf ids to slot numbers. */
+/* A tensor's life on its rank: from the instruction that defines it to its FREE. */
+typedef struct life {
+  int buf;        /* vbuf id */
+  uint64_t bytes; /* its size */
+  int def, kill;  /* addresses */
+} life;
+
+/* Larger tensors first; ties in program order. */
+static int life_cmp(const void *x, const void *y) {
+  const life *a = x, *b = y;
+  if (a->bytes != b->bytes) return a->bytes < b->bytes ? 1 : -1;
+  return (a->def > b->def) - (a->def < b->def);
+}
+
+/* Pack each rank's tensors into slots (greedy by size): largest first, each tensor goes into the
+ * first slot of its kind whose tensors' lives do not overlap its own, else into a new slot of its
+ * size; so a slot is as large as its first tensor and the smaller ones fill its idle times.
+ * Operands are rewritten from tensor ids to slot numbers. */
 static void assign_slots(lower *L) {
   for (int r = 0; r < L->s->nranks; r++) {
     be_program *p = &L->s->ranks[r];
-    int *free_slots = NULL, nfree = 0, free_cap = 0;
-    be_slot *slots = NULL;
-    int nslots = 0, slots_cap = 0;
+    life *lives = NULL;
+    int nlives = 0, lives_cap = 0;
+    int *life_of = xmalloc((size_t)(L->nbufs ? L->nbufs : 1) * sizeof *life_of);
     for (int pc = 0; pc < p->ncode; pc++) {
-      be_inst *in = &p->code[pc];
+      const be_inst *in = &p->code[pc];
       const be_op_info *oi = &be_ops[in->op];
       for (int k = 0; k < oi->nops; k++) {
         const be_operand_info *ki = &be_operands[oi->kinds[k]];
         if (!ki->slot || in->a[k] < 0) continue;
-        vbuf *b = &L->bufs[in->a[k]];
-        if (b->slot < 0) { /* its first appearance defines it */
-          uint64_t bytes = (uint64_t)llround(b->bytes);
-          for (int f = 0; f < nfree && b->slot < 0; f++) {
-            be_slot *c = &slots[free_slots[f]];
-            if (c->bytes == bytes && c->shape == b->shape && c->tensor == b->tensor) {
-              b->slot = free_slots[f];
-              free_slots[f] = free_slots[--nfree];
-            }
-          }
-          if (b->slot < 0) {
-            be_slot ns = {bytes, b->shape, b->tensor};
-            VEC_PUSH(slots, nslots, slots_cap, ns);
-            b->slot = nslots - 1;
-          }
+        int b = in->a[k];
+        if (ki->role == BE_ROLE_DEF || ki->role == BE_ROLE_RECV) {
+          life l = {b, L->bufs[b].bytes, pc, p->ncode};
+          life_of[b] = nlives;
+          VEC_PUSH(lives, nlives, lives_cap, l);
+        } else if (ki->role == BE_ROLE_KILL) {
+          lives[life_of[b]].kill = pc;
         }
-        int slot = b->slot;
-        if (ki->role == BE_ROLE_KILL) VEC_PUSH(free_slots, nfree, free_cap, slot);
-        in->a[k] = slot;
       }
     }
-    free(free_slots);
+    if (nlives) qsort(lives, (size_t)nlives, sizeof *lives, life_cmp);
+    /* The lives placed in each slot, as (def, kill) pairs in placement order. */
+    life **held = NULL;
+    int *nheld = NULL, *held_cap = NULL;
+    be_slot *slots = NULL;
+    int nslots = 0, slots_cap = 0;
+    for (int i = 0; i < nlives; i++) {
+      vbuf *b = &L->bufs[lives[i].buf];
+      int slot = -1;
+      for (int c = 0; c < nslots && slot < 0; c++) {
+        if (slots[c].tensor != b->tensor) continue;
+        bool free_then = true;
+        for (int h = 0; h < nheld[c] && free_then; h++)
+          free_then = held[c][h].kill < lives[i].def || lives[i].kill < held[c][h].def;
+        if (free_then) slot = c;
+      }
+      if (slot < 0) {
+        be_slot ns = {b->bytes, b->tensor};
+        int cap = slots_cap;
+        VEC_PUSH(slots, nslots, slots_cap, ns);
+        if (slots_cap != cap) {
+          held = xrealloc(held, (size_t)slots_cap * sizeof *held);
+          nheld = xrealloc(nheld, (size_t)slots_cap * sizeof *nheld);
+          held_cap = xrealloc(held_cap, (size_t)slots_cap * sizeof *held_cap);
+        }
+        slot = nslots - 1;
+        held[slot] = NULL;
+        nheld[slot] = held_cap[slot] = 0;
+      }
+      VEC_PUSH(held[slot], nheld[slot], held_cap[slot], lives[i]);
+      b->slot = slot;
+    }
+    for (int pc = 0; pc < p->ncode; pc++) {
+      be_inst *in = &p->code[pc];
+      const be_op_info *oi = &be_ops[in->op];
+      for (int k = 0; k < oi->nops; k++)
+        if (be_operands[oi->kinds[k]].slot && in->a[k] >= 0) in->a[k] = L->bufs[in->a[k]].slot;
+    }
+    for (int c = 0; c < nslots; c++) free(held[c]);
+    free(held);
+    free(nheld);
+    free(held_cap);
+    free(lives);
+    free(life_of);
     p->slots = slots;
     p->nslots = nslots;
   }
@@ -345,30 +392,33 @@ static void build_tables(lower *L) {
     p->type = xstrdup(m->devices[dv].type);
     p->node = (int32_t)ir_field_value(&m->devices[dv].rec, IR_F_DEVICE_node);
   }
-  /* Input tokens are shape 0: [micro_batch, seq] of int32. */
-  int64_t tok[2] = {s->micro_batch, s->seq};
-  add_shape(s, 4, 2, tok);
   int elem = act_elem(s->dtype);
   s->stages = xcalloc((size_t)L->nst, sizeof *s->stages);
   for (int st = 0; st < L->nst; st++) {
     const ir_stage *is = &m->stages[st];
-    s->stages[st] = (be_stage){is->first, is->end, rank_of_dev[is->device]};
-    L->rank_of[st] = rank_of_dev[is->device];
+    be_stage *bs = &s->stages[st];
+    bs->first = is->first;
+    bs->end = is->end;
+    bs->rank = L->rank_of[st] = rank_of_dev[is->device];
+    /* What F keeps: the stage's activations on its device's type, as the simulator counts them,
+     * split into the part B frees and the part W frees. */
+    double stash = 0, wstash = 0;
     for (int i = is->first; i < is->end; i++) {
       const ir_cost *c = ir_layer_cost_on(m, &m->layers[i], is->device);
-      L->stash_bytes[st] += c->act - c->act_w;
-      L->wstash_bytes[st] += c->act_w;
+      stash += c->act - c->act_w;
+      wstash += c->act_w;
     }
+    bs->stash_bytes = (uint64_t)llround(stash);
+    bs->wstash_bytes = (uint64_t)llround(wstash);
     /* The output's size as the simulator sends it: the last layer's, on the first device
      * type; a shape [micro_batch, seq, width] when the bytes divide evenly. */
     double out = m->layers[is->end - 1].cost.out;
-    L->out_bytes[st] = out;
-    double per = (double)s->micro_batch * s->seq * elem;
-    double width = out / per;
-    L->out_shape[st] = -1;
+    bs->out_bytes = (uint64_t)llround(out);
+    double width = out / ((double)s->micro_batch * s->seq * elem);
+    bs->out_shape = -1;
     if (out > 0 && width == floor(width) && width < 1e15) {
       int64_t d[3] = {s->micro_batch, s->seq, (int64_t)width};
-      L->out_shape[st] = add_shape(s, elem, 3, d);
+      bs->out_shape = add_shape(s, elem, 3, d);
     }
   }
   free(rank_of_dev);
@@ -415,10 +465,6 @@ be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where) {
   long cells = (long)L.nst * L.nmb;
   L.s = xcalloc(1, sizeof *L.s);
   L.rank_of = xcalloc((size_t)L.nst, sizeof *L.rank_of);
-  L.out_bytes = xcalloc((size_t)L.nst, sizeof *L.out_bytes);
-  L.out_shape = xcalloc((size_t)L.nst, sizeof *L.out_shape);
-  L.stash_bytes = xcalloc((size_t)L.nst, sizeof *L.stash_bytes);
-  L.wstash_bytes = xcalloc((size_t)L.nst, sizeof *L.wstash_bytes);
   L.act_in = xcalloc((size_t)cells, sizeof *L.act_in);
   L.grad_in = xcalloc((size_t)(cells + L.nmb), sizeof *L.grad_in);
   L.stash = xcalloc((size_t)cells, sizeof *L.stash);
@@ -462,10 +508,6 @@ be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where) {
   free(L.wstash);
   free(L.pos);
   free(L.rel);
-  free(L.out_bytes);
-  free(L.out_shape);
-  free(L.stash_bytes);
-  free(L.wstash_bytes);
   sim_result_free(&res);
   sim_model_free(p);
   return out;
@@ -475,6 +517,8 @@ be_mem be_mem_stats(const be_stream *s, int r) {
   be_mem mm = {0, 0, 0, -1};
   const be_program *p = &s->ranks[r];
   for (int i = 0; i < p->nslots; i++) mm.slot_bytes += (double)p->slots[i].bytes;
+  /* Bytes of the tensor each slot holds now. */
+  double *held = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *held);
   double live = 0, stash = 0;
   for (int pc = 0; pc < p->ncode; pc++) {
     const be_inst *in = &p->code[pc];
@@ -482,12 +526,19 @@ be_mem be_mem_stats(const be_stream *s, int r) {
     for (int k = 0; k < oi->nops; k++) {
       const be_operand_info *ki = &be_operands[oi->kinds[k]];
       if (!ki->slot || in->a[k] < 0) continue;
-      const be_slot *sl = &p->slots[in->a[k]];
-      double sign = ki->role == BE_ROLE_DEF || ki->role == BE_ROLE_RECV ? 1
-                    : ki->role == BE_ROLE_KILL                          ? -1
-                                                                         : 0;
-      live += sign * (double)sl->bytes;
-      if (sl->tensor == BE_T_STASH || sl->tensor == BE_T_WSTASH) stash += sign * (double)sl->bytes;
+      int slot = in->a[k];
+      bool kept = p->slots[slot].tensor == BE_T_STASH || p->slots[slot].tensor == BE_T_WSTASH;
+      be_tensor_ref t;
+      if ((ki->role == BE_ROLE_DEF || ki->role == BE_ROLE_RECV) &&
+          be_operand_tensor(s, in, k, &t)) {
+        held[slot] = (double)be_tensor_bytes(s, t.kind, t.stage);
+        live += held[slot];
+        if (kept) stash += held[slot];
+      } else if (ki->role == BE_ROLE_KILL) {
+        live -= held[slot];
+        if (kept) stash -= held[slot];
+        held[slot] = 0;
+      }
     }
     if (live > mm.peak_live) {
       mm.peak_live = live;
@@ -495,5 +546,6 @@ be_mem be_mem_stats(const be_stream *s, int r) {
     }
     if (stash > mm.peak_stash) mm.peak_stash = stash;
   }
+  free(held);
   return mm;
 }

@@ -65,3 +65,56 @@ void be_stream_free(be_stream *s) {
   free(s->ranks);
   free(s);
 }
+
+uint64_t be_tensor_bytes(const be_stream *s, be_tensor_kind kind, int stage) {
+  switch (kind) {
+  case BE_T_INPUT: return (uint64_t)s->micro_batch * (uint64_t)s->seq * 4u;
+  case BE_T_ACT: return s->stages[stage].out_bytes;
+  case BE_T_GRAD: return s->stages[stage > 0 ? stage - 1 : 0].out_bytes;
+  case BE_T_STASH: return s->stages[stage].stash_bytes;
+  case BE_T_WSTASH: return s->stages[stage].wstash_bytes;
+  default: return 0;
+  }
+}
+
+bool be_operand_tensor(const be_stream *s, const be_inst *in, int k, be_tensor_ref *t) {
+  if (in->op >= BE_OP_COUNT || k < 0 || k >= be_ops[in->op].nops) return false;
+  if (!be_operands[be_ops[in->op].kinds[k]].slot || in->a[k] < 0) return false;
+  int32_t st = in->a[0], mb = in->a[1];
+  be_tensor_kind kind;
+  switch (in->op) {
+  case BE_OP_LOAD: kind = BE_T_INPUT; break;
+  case BE_OP_FWD: {
+    static const be_tensor_kind fk[] = {0, 0, BE_T_ACT, BE_T_ACT, BE_T_STASH, BE_T_WSTASH};
+    kind = fk[k];
+    if (k == 2) {
+      kind = st == 0 ? BE_T_INPUT : BE_T_ACT;
+      st = st == 0 ? 0 : st - 1;
+    }
+    break;
+  }
+  case BE_OP_LOSS:
+    kind = k == 2 ? BE_T_ACT : BE_T_GRAD;
+    if (k == 3) st = s->nstages;
+    break;
+  case BE_OP_BWD_IN:
+  case BE_OP_BWD: {
+    static const be_tensor_kind bk[] = {0, 0, BE_T_GRAD, BE_T_STASH, BE_T_WSTASH, BE_T_GRAD};
+    kind = bk[k];
+    if (k == 2) st = st + 1;
+    break;
+  }
+  case BE_OP_BWD_W: kind = BE_T_WSTASH; break;
+  case BE_OP_SEND:
+  case BE_OP_RECV:
+    kind = (be_tensor_kind)in->a[2];
+    st = in->a[3];
+    mb = in->a[4];
+    break;
+  default: return false;
+  }
+  t->kind = kind;
+  t->stage = st;
+  t->mb = mb;
+  return true;
+}

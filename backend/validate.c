@@ -53,8 +53,6 @@ typedef struct vmsg {
   int32_t t, s, m;   /* tag */
   int32_t rank, addr; /* where it is posted */
   int32_t peer;      /* the other rank */
-  uint64_t bytes;    /* size of its slot */
-  int32_t shape;     /* shape index of its slot */
 } vmsg;
 
 /* Everything the validator keeps. */
@@ -177,6 +175,21 @@ static int check_header(vctx *v) {
         return fail(v, "shape %d: extent %" PRId64 " of dimension %d must be at least 1", i,
                     sh->dim[d], d);
   }
+  /* Stage outputs: a shape, when given, must hold exactly the stage's output bytes. */
+  for (int i = 0; i < s->nstages; i++) {
+    const be_stage *st = &s->stages[i];
+    if (st->out_shape < -1 || st->out_shape >= s->nshapes)
+      return fail(v, "stage %d: output shape %d out of range (%d shapes)", i, (int)st->out_shape,
+                  (int)s->nshapes);
+    if (st->out_shape >= 0) {
+      const be_shape *sh = &s->shapes[st->out_shape];
+      double n = sh->elem;
+      for (int d = 0; d < sh->ndim; d++) n *= (double)sh->dim[d];
+      if (n != (double)st->out_bytes)
+        return fail(v, "stage %d: output of %" PRIu64 " bytes does not match its shape %d "
+                    "(%.0f bytes)", i, st->out_bytes, (int)st->out_shape, n);
+    }
+  }
   for (int r = 0; r < s->nranks; r++) {
     const be_program *p = &s->ranks[r];
     if (!str_ok(p->type))
@@ -187,9 +200,6 @@ static int check_header(vctx *v) {
       return fail(v, "rank %d: instruction count %d out of range", r, (int)p->ncode);
     for (int i = 0; i < p->nslots; i++) {
       const be_slot *sl = &p->slots[i];
-      if (sl->shape < -1 || sl->shape >= s->nshapes)
-        return fail(v, "rank %d: slot %%%d has shape %d, out of range (%d shapes)", r, i,
-                    (int)sl->shape, (int)s->nshapes);
       if (sl->tensor >= BE_T_COUNT)
         return fail(v, "rank %d: slot %%%d holds tensor kind %u, out of range", r, i,
                     (unsigned)sl->tensor);
@@ -301,6 +311,10 @@ static int apply_slots(vctx *v, const be_program *p, vslot *st, const vlabel *wa
       if (p->slots[a].tensor != want[i].t)
         return fail_at(v, "slot %%%d is for %s tensors, not %s", (int)a,
                        be_tensors[p->slots[a].tensor].name, lname(b1, want[i]));
+      uint64_t need = be_tensor_bytes(v->s, (be_tensor_kind)want[i].t, want[i].s);
+      if (p->slots[a].bytes < need)
+        return fail_at(v, "slot %%%d of %" PRIu64 " bytes is too small for %s (%" PRIu64
+                       " bytes)", (int)a, p->slots[a].bytes, lname(b1, want[i]), need);
       sl->state = ok->role == BE_ROLE_DEF ? V_LIVE : V_PRECV;
       sl->l = want[i];
       break;
@@ -353,7 +367,7 @@ static int check_message(vctx *v, bool send) {
 
 /* Record SEND or RECV v->in for the pairing pass; a tag sent (or received) twice is an error.
  * Pre: check_message passed. Returns 0 or -1. */
-static int record_message(vctx *v, const be_program *p, bool send) {
+static int record_message(vctx *v, bool send) {
   const int32_t *a = v->in->a;
   int32_t t = a[2], st = a[3], m = a[4];
   char b[64];
@@ -363,8 +377,7 @@ static int record_message(vctx *v, const be_program *p, bool send) {
   if (*c & bit)
     return fail_at(v, "%s is %s twice", lname(b, mklabel(t, st, m)), send ? "sent" : "received");
   *c |= bit;
-  const be_slot *sl = &p->slots[a[1]];
-  vmsg msg = {t, st, m, v->rank, v->addr, a[0], sl->bytes, sl->shape};
+  vmsg msg = {t, st, m, v->rank, v->addr, a[0]};
   if (send) VEC_PUSH(v->sends, v->nsends, v->csends, msg);
   else VEC_PUSH(v->recvs, v->nrecvs, v->crecvs, msg);
   return 0;
@@ -517,7 +530,7 @@ static int check_rank(vctx *v, int r) {
     }
     if (rc) break;
     if ((rc = apply_slots(v, p, st, want))) break;
-    if (op == BE_OP_SEND || op == BE_OP_RECV) rc = record_message(v, p, op == BE_OP_SEND);
+    if (op == BE_OP_SEND || op == BE_OP_RECV) rc = record_message(v, op == BE_OP_SEND);
     else if (be_ops[op].flags & BE_COMPUTE) rc = cover(v, stg, m);
   }
   if (rc == 0 && (p->ncode == 0 || p->code[p->ncode - 1].op != BE_OP_STEP))
@@ -561,7 +574,8 @@ static int check_coverage(vctx *v) {
 }
 
 /* Pair every send with its receive by tag (each tag occurs at most once per side, which the
- * rank passes ensured): a missing partner, or slots of different sizes or shapes, is an error.
+ * rank passes ensured): a missing partner is an error (both sides' buffers hold the tensor's
+ * size, which the stage table fixes).
  * Returns 0 or -1. */
 static int check_pairs(vctx *v) {
   if (v->nsends) qsort(v->sends, v->nsends, sizeof *v->sends, msg_cmp);
@@ -580,14 +594,6 @@ static int check_pairs(vctx *v) {
       return fail(v, "rank %d at %04d (RECV): %s from rank %d is never sent", (int)y->rank,
                   (int)y->addr, lname(b, mklabel(y->t, y->s, y->m)), (int)y->peer);
     }
-    const vmsg *x = &v->sends[i], *y = &v->recvs[j];
-    if (x->bytes != y->bytes || x->shape != y->shape)
-      return fail(v,
-                  "rank %d at %04d (SEND): %s is sent from a slot of %" PRIu64
-                  " bytes (shape %d) but rank %d at %04d receives it into %" PRIu64
-                  " bytes (shape %d)",
-                  (int)x->rank, (int)x->addr, lname(b, mklabel(x->t, x->s, x->m)), x->bytes,
-                  (int)x->shape, (int)y->rank, (int)y->addr, y->bytes, (int)y->shape);
     i++;
     j++;
   }

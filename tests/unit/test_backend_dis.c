@@ -45,15 +45,13 @@ static void set_rank(be_stream *s, int r, int device, const char *type, int node
   p->node = node;
   p->nslots = nslots;
   p->slots = xcalloc((size_t)nslots, sizeof *p->slots);
-  for (int i = 0; i < nslots; i++) p->slots[i].shape = -1;
 }
 
 /* Set slot i of rank r. */
-static void set_slot(be_stream *s, int r, int i, be_tensor_kind t, uint64_t bytes, int shape) {
+static void set_slot(be_stream *s, int r, int i, be_tensor_kind t, uint64_t bytes) {
   be_slot *sl = &s->ranks[r].slots[i];
   sl->tensor = (uint8_t)t;
   sl->bytes = bytes;
-  sl->shape = shape;
 }
 
 /* Append instruction op with up to 6 operands (the rest ignored) to rank r. */
@@ -90,20 +88,20 @@ static void rank_line(strbuf *out, const be_stream *s, int r, const char *head) 
 static be_stream *two_rank_stream(void) {
   be_stream *s = new_stream("tiny", 2, 2, 2, 2, 1, 4096, "bf16", "adam");
   add_layers(s, 3);
-  s->stages[0] = (be_stage){0, 2, 0};
-  s->stages[1] = (be_stage){2, 3, 1};
+  s->stages[0] = (be_stage){0, 2, 0, 8 * MIB, 0, 100 * MIB, (uint64_t)1536 * MIB};
+  s->stages[1] = (be_stage){2, 3, 1, 8 * MIB, 0, 100 * MIB, 0};
   s->shapes = xcalloc(1, sizeof *s->shapes);
   s->nshapes = 1;
   s->shapes[0] = (be_shape){2, 3, {1, 4096, 1024, 0}};
 
   set_rank(s, 0, 0, "h100", 0, 7);
-  set_slot(s, 0, 0, BE_T_INPUT, 16 * KIB, -1);
-  set_slot(s, 0, 1, BE_T_ACT, 8 * MIB, 0);
-  set_slot(s, 0, 2, BE_T_STASH, 100 * MIB, -1);
-  set_slot(s, 0, 3, BE_T_ACT, 8 * MIB, 0);
-  set_slot(s, 0, 4, BE_T_STASH, 100 * MIB, -1);
-  set_slot(s, 0, 5, BE_T_GRAD, 8 * MIB, 0);
-  set_slot(s, 0, 6, BE_T_WSTASH, (uint64_t)1536 * MIB, -1);
+  set_slot(s, 0, 0, BE_T_INPUT, 16 * KIB);
+  set_slot(s, 0, 1, BE_T_ACT, 8 * MIB);
+  set_slot(s, 0, 2, BE_T_STASH, 100 * MIB);
+  set_slot(s, 0, 3, BE_T_ACT, 8 * MIB);
+  set_slot(s, 0, 4, BE_T_STASH, 100 * MIB);
+  set_slot(s, 0, 5, BE_T_GRAD, 8 * MIB);
+  set_slot(s, 0, 6, BE_T_WSTASH, (uint64_t)1536 * MIB);
   E3(s, 0, LOAD, 0, 0, 0);
   E6(s, 0, FWD, 0, 0, 0, 1, 2, -1);
   E1(s, 0, FREE, 0);
@@ -132,11 +130,11 @@ static be_stream *two_rank_stream(void) {
   E0(s, 0, STEP);
 
   set_rank(s, 1, 4, "a100", 1, 5);
-  set_slot(s, 1, 0, BE_T_ACT, 8 * MIB, 0);
-  set_slot(s, 1, 1, BE_T_STASH, 100 * MIB, -1);
-  set_slot(s, 1, 2, BE_T_ACT, 8 * MIB, 0);
-  set_slot(s, 1, 3, BE_T_GRAD, 8 * MIB, 0);
-  set_slot(s, 1, 4, BE_T_GRAD, 8 * MIB, 0);
+  set_slot(s, 1, 0, BE_T_ACT, 8 * MIB);
+  set_slot(s, 1, 1, BE_T_STASH, 100 * MIB);
+  set_slot(s, 1, 2, BE_T_ACT, 8 * MIB);
+  set_slot(s, 1, 3, BE_T_GRAD, 8 * MIB);
+  set_slot(s, 1, 4, BE_T_GRAD, 8 * MIB);
   for (int mb = 0; mb < 2; mb++) {
     E5(s, 1, RECV, 0, 0, BE_T_ACT, 0, mb);
     E1(s, 1, WAIT, 0);
@@ -167,17 +165,18 @@ void test_backend_dis_listing(void) {
               "; OctoPipe instruction stream, format 1\n"
               "; model @tiny: 2 ranks x 2 replicas, 2 stages, 2 microbatches of 1 x 4096 tokens, "
               "bf16, adam\n"
-              "; stage s0: layers %0..%1 on rank 0\n"
-              "; stage s1: layer %2 on rank 1\n");
+              "; stage s0: layers %0..%1 on rank 0; out 8MiB [1x4096x1024] x2, stash 100MiB, "
+              "wstash 1.5GiB\n"
+              "; stage s1: layer %2 on rank 1; out 8MiB [1x4096x1024] x2, stash 100MiB, wstash 0B\n");
   rank_line(&want, s, 0, "rank 0: $d0 h100, node 0; stage s0; 7 slots");
   strbuf_puts(
       &want,
       "  slot %0  input   16KiB\n"
-      "  slot %1  act     8MiB  [1x4096x1024] x2\n"
+      "  slot %1  act     8MiB\n"
       "  slot %2  stash   100MiB\n"
-      "  slot %3  act     8MiB  [1x4096x1024] x2\n"
+      "  slot %3  act     8MiB\n"
       "  slot %4  stash   100MiB\n"
-      "  slot %5  grad    8MiB  [1x4096x1024] x2\n"
+      "  slot %5  grad    8MiB\n"
       "  slot %6  wstash  1.5GiB\n"
       "  0000  LOAD      s0 mb0 %0                         ; input mb0\n"
       "  0001  FWD       s0 mb0 %0 %1 %2 -                 ; forward s0 mb0\n"
@@ -210,11 +209,11 @@ void test_backend_dis_listing(void) {
   rank_line(&want, s, 1, "rank 1: $d4 a100, node 1; stage s1; 5 slots");
   strbuf_puts(
       &want,
-      "  slot %0  act     8MiB  [1x4096x1024] x2\n"
+      "  slot %0  act     8MiB\n"
       "  slot %1  stash   100MiB\n"
-      "  slot %2  act     8MiB  [1x4096x1024] x2\n"
-      "  slot %3  grad    8MiB  [1x4096x1024] x2\n"
-      "  slot %4  grad    8MiB  [1x4096x1024] x2\n"
+      "  slot %2  act     8MiB\n"
+      "  slot %3  grad    8MiB\n"
+      "  slot %4  grad    8MiB\n"
       "  0000  RECV      r0 %0 act s0 mb0                  ; recv act s0 mb0 <- rank 0\n"
       "  0001  WAIT      %0                                ; wait for recv act s0 mb0 <- rank 0\n"
       "  0002  FWD       s1 mb0 %0 %2 %1 -                 ; forward s1 mb0\n"
@@ -273,12 +272,12 @@ void test_backend_dis_singular_and_wide(void) {
    * operand list overflows its 34 columns and is followed by a single space). */
   be_stream *s = new_stream("w", 1, 1, 1, 100, 2, 128, "fp32", "sgd");
   add_layers(s, 1);
-  s->stages[0] = (be_stage){0, 1, 0};
+  s->stages[0] = (be_stage){0, 1, 0, 1 * KIB, -1, 1 * KIB, 1 * KIB};
   set_rank(s, 0, 3, "h100", 2, 10004);
-  set_slot(s, 0, 10000, BE_T_INPUT, 1 * KIB, -1);
-  set_slot(s, 0, 10001, BE_T_ACT, 1 * KIB, -1);
-  set_slot(s, 0, 10002, BE_T_STASH, 1 * KIB, -1);
-  set_slot(s, 0, 10003, BE_T_WSTASH, 1 * KIB, -1);
+  set_slot(s, 0, 10000, BE_T_INPUT, 1 * KIB);
+  set_slot(s, 0, 10001, BE_T_ACT, 1 * KIB);
+  set_slot(s, 0, 10002, BE_T_STASH, 1 * KIB);
+  set_slot(s, 0, 10003, BE_T_WSTASH, 1 * KIB);
   E3(s, 0, LOAD, 0, 99, 10000);
   E6(s, 0, FWD, 0, 99, 10000, 10001, 10002, 10003);
   E1(s, 0, FREE, 10000);
@@ -292,7 +291,7 @@ void test_backend_dis_singular_and_wide(void) {
   const char *head = "; OctoPipe instruction stream, format 1\n"
                      "; model @w: 1 rank x 1 replica, 1 stage, 100 microbatches of 2 x 128 "
                      "tokens, fp32, sgd\n"
-                     "; stage s0: layer %0 on rank 0\n"
+                     "; stage s0: layer %0 on rank 0; out 1KiB, stash 1KiB, wstash 1KiB\n"
                      "rank 0: $d3 h100, node 2; stage s0; 10004 slots, ";
   UNIT_CHECK(strncmp(t, head, strlen(head)) == 0);
   static const char *const lines[] = {

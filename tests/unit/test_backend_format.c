@@ -101,15 +101,15 @@ static const char *const fb_rank1[] = {
     "STEP",               /* 0028 */
     NULL};
 
-/* Slot tables: {bytes, shape, tensor}. Shape 0 is the [1, 128, 64] bf16 activation. */
+/* Slot tables: {bytes, tensor}. */
 static const be_slot fb_slots0[] = {
-    {512, -1, BE_T_INPUT},   {16384, 0, BE_T_ACT},     {65536, -1, BE_T_STASH},
-    {32768, -1, BE_T_WSTASH}, {65536, -1, BE_T_STASH}, {32768, -1, BE_T_WSTASH},
-    {16384, 0, BE_T_GRAD},    {16384, 0, BE_T_ACT}};
+    {512, BE_T_INPUT},   {16384, BE_T_ACT},     {65536, BE_T_STASH},
+    {32768, BE_T_WSTASH}, {65536, BE_T_STASH}, {32768, BE_T_WSTASH},
+    {16384, BE_T_GRAD},    {16384, BE_T_ACT}};
 static const be_slot fb_slots1[] = {
-    {16384, 0, BE_T_ACT},    {131072, -1, BE_T_ACT},  {65536, -1, BE_T_STASH},
-    {32768, -1, BE_T_WSTASH}, {131072, -1, BE_T_GRAD}, {16384, 0, BE_T_GRAD},
-    {16384, 0, BE_T_ACT}};
+    {16384, BE_T_ACT},    {131072, BE_T_ACT},  {65536, BE_T_STASH},
+    {32768, BE_T_WSTASH}, {131072, BE_T_GRAD}, {16384, BE_T_GRAD},
+    {16384, BE_T_ACT}};
 
 /* Layer 'i' of the model with its parameters (name/value pairs, NULL-terminated). */
 static void fb_layer(be_layer *l, const char *name, const char *kind, const char *const *pn,
@@ -178,8 +178,9 @@ static be_stream *fb_build(int replicas, bool fused) {
   fb_layer(&s->layers[2], "block1", "transformer", blk_n, blk_v);
   fb_layer(&s->layers[3], "head", "lm_head", none, NULL);
   s->stages = xcalloc(2, sizeof *s->stages);
-  s->stages[0] = (be_stage){0, 2, 0};
-  s->stages[1] = (be_stage){2, 4, 1};
+  /* Stage 0 sends a [1, 128, 64] bf16 activation (shape 0); stage 1's output is opaque. */
+  s->stages[0] = (be_stage){0, 2, 0, 16384, 0, 65536, 32768};
+  s->stages[1] = (be_stage){2, 4, 1, 131072, -1, 65536, 32768};
   s->nshapes = 2;
   s->shapes = xcalloc(2, sizeof *s->shapes);
   s->shapes[0] = (be_shape){2, 3, {1, 128, 64, 0}};
@@ -268,7 +269,10 @@ static bool fb_equal(const be_stream *a, const be_stream *b) {
   }
   for (int i = 0; i < a->nstages; i++)
     if (a->stages[i].first != b->stages[i].first || a->stages[i].end != b->stages[i].end ||
-        a->stages[i].rank != b->stages[i].rank)
+        a->stages[i].rank != b->stages[i].rank || a->stages[i].out_bytes != b->stages[i].out_bytes ||
+        a->stages[i].out_shape != b->stages[i].out_shape ||
+        a->stages[i].stash_bytes != b->stages[i].stash_bytes ||
+        a->stages[i].wstash_bytes != b->stages[i].wstash_bytes)
       return false;
   for (int i = 0; i < a->nshapes; i++) {
     const be_shape *x = &a->shapes[i], *y = &b->shapes[i];
@@ -282,7 +286,7 @@ static bool fb_equal(const be_stream *a, const be_stream *b) {
         x->nslots != y->nslots || x->ncode != y->ncode)
       return false;
     for (int i = 0; i < x->nslots; i++)
-      if (x->slots[i].bytes != y->slots[i].bytes || x->slots[i].shape != y->slots[i].shape ||
+      if (x->slots[i].bytes != y->slots[i].bytes ||
           x->slots[i].tensor != y->slots[i].tensor)
         return false;
     for (int i = 0; i < x->ncode; i++) {
@@ -665,7 +669,8 @@ static void e_unsent(be_stream *s) {
   fb_del(s, 0, 9);  /* SEND act s0 mb1 */
 }
 static void e_size(be_stream *s) { s->ranks[1].slots[6].bytes = 8192; }
-static void e_shape(be_stream *s) { s->ranks[1].slots[6].shape = 1; }
+static void e_shape(be_stream *s) { s->stages[0].out_shape = 1; }
+static void e_stash_size(be_stream *s) { s->stages[0].stash_bytes = 65537; }
 static void e_no_w(be_stream *s) { fb_del(s, 0, 15); }
 static void e_w_before_b(be_stream *s) {
   fb_set(s, 0, 12, "BWD_W 0 0 3");
@@ -717,7 +722,7 @@ static void e_nmb_range(be_stream *s) { s->nmb = (1 << 24) + 1; }
 static void e_nmb_big(be_stream *s) { s->nmb = 1 << 20; }
 static void e_shape_dims(be_stream *s) { s->shapes[1].ndim = 5; }
 static void e_shape_extent(be_stream *s) { s->shapes[0].dim[2] = 0; }
-static void e_slot_shape(be_stream *s) { s->ranks[0].slots[1].shape = 7; }
+static void e_out_shape(be_stream *s) { s->stages[1].out_shape = 7; }
 static void e_slot_tensor(be_stream *s) { s->ranks[0].slots[1].tensor = 9; }
 
 static const fb_case fb_cases[] = {
@@ -741,11 +746,14 @@ static const fb_case fb_cases[] = {
      "rank 0 at 0009 (SEND): act s0 mb1 to rank 1 is never received", false},
     {"RECV never sent", 1, e_unsent,
      "rank 1 at 0001 (RECV): act s0 mb1 from rank 0 is never sent", false},
-    {"message sizes", 1, e_size,
-     "rank 0 at 0009 (SEND): act s0 mb1 is sent from a slot of 16384 bytes (shape 0) but rank 1 "
-     "at 0001 receives it into 8192 bytes (shape 0)", false},
-    {"message shapes", 1, e_shape,
-     "but rank 1 at 0001 receives it into 16384 bytes (shape 1)", false},
+    {"receive buffer too small", 1, e_size,
+     "rank 1 at 0001 (RECV): slot %6 of 8192 bytes is too small for act s0 mb1 (16384 bytes)",
+     false},
+    {"output shape", 1, e_shape,
+     "stage 0: output of 16384 bytes does not match its shape 1 (128000 bytes)", false},
+    {"stash too small", 1, e_stash_size,
+     "rank 0 at 0001 (FWD): slot %2 of 65536 bytes is too small for stash s0 mb0 (65537 bytes)",
+     false},
     {"missing BWD_W", 1, e_no_w, "rank 0: BWD_IN of s0 mb0 has no BWD_W", false},
     {"BWD_W before BWD_IN", 1, e_w_before_b,
      "rank 0 at 0012 (BWD_W): BWD_W of s0 mb0 before its BWD_IN", false},
@@ -808,7 +816,8 @@ static const fb_case fb_cases[] = {
     {"shape rank", 1, e_shape_dims, "shape 1: 5 dimensions, expected 1 to 4", true},
     {"shape extent", 1, e_shape_extent,
      "shape 0: extent 0 of dimension 2 must be at least 1", false},
-    {"slot shape", 1, e_slot_shape, "rank 0: slot %1 has shape 7, out of range (2 shapes)", false},
+    {"output shape range", 1, e_out_shape, "stage 1: output shape 7 out of range (2 shapes)",
+     false},
     {"slot tensor kind", 1, e_slot_tensor,
      "rank 0: slot %1 holds tensor kind 9, out of range", false},
 };
