@@ -92,9 +92,12 @@ typedef struct be_inst {
   int32_t a[BE_MAX_OPERANDS];     /* operands; -1 for an absent optional slot */
 } be_inst;
 
-/* A buffer slot of a rank: the runtime allocates each once and reuses it for every tensor the
- * backend assigned to it (their sizes and shapes are in the stage table: be_tensor_bytes). */
+/* A buffer slot of a rank: a range of the rank's buffer arena, which the runtime allocates once;
+ * the slot holds, one after the other, every tensor the backend assigned to it (their sizes and
+ * shapes are in the stage table: be_tensor_bytes). Slots whose tensors are never live at the
+ * same time may share addresses. */
 typedef struct be_slot {
+  uint64_t offset; /* where it starts in the arena */
   uint64_t bytes;  /* size: at least that of every tensor it holds */
   uint8_t tensor;  /* be_tensor_kind of the tensors it holds */
 } be_slot;
@@ -182,7 +185,7 @@ int be_emit(be_program *p, be_opcode op, int nargs, const int32_t *args);
 
 /* Buffer figures of one rank (be_mem_stats). */
 typedef struct be_mem {
-  double slot_bytes;  /* sum of its slot sizes: what the runtime allocates */
+  double arena_bytes; /* end of its highest slot: the buffer arena the runtime allocates */
   double peak_live;   /* largest sum of live buffers at any instruction */
   double peak_stash;  /* largest sum of live STASH and WSTASH buffers: the simulator's activation
                          memory (peak_mem - static memory) of the device */

@@ -11,7 +11,8 @@ enum {
   DIS_MNEMONIC_WIDTH = 10, /* columns of the mnemonic */
   DIS_OPERANDS_WIDTH = 34, /* columns of the operand list before the comment */
   DIS_SLOT_NAME_WIDTH = 4, /* columns of "%N" in slot lines */
-  DIS_TENSOR_WIDTH = 8     /* columns of the tensor kind in slot lines */
+  DIS_TENSOR_WIDTH = 8,    /* columns of the tensor kind in slot lines */
+  DIS_SIZE_WIDTH = 10      /* columns of the size in slot lines */
 };
 
 /* Append n spaces to out. */
@@ -221,7 +222,7 @@ static void put_rank_line(strbuf *out, const be_stream *s, int r) {
     if (s->stages[i].rank == r) strbuf_printf(out, " s%d", i);
   be_mem m = be_mem_stats(s, r);
   strbuf_printf(out, "; %d slot%s, ", (int)p->nslots, plural(p->nslots));
-  put_bytes(out, m.slot_bytes);
+  put_bytes(out, m.arena_bytes);
   strbuf_puts(out, "; peak live ");
   put_bytes(out, m.peak_live);
   if (m.peak_at >= 0) strbuf_printf(out, " at %04d", m.peak_at);
@@ -230,7 +231,8 @@ static void put_rank_line(strbuf *out, const be_stream *s, int r) {
   strbuf_putc(out, '\n');
 }
 
-/* Append the line of slot i of rank program p: "  slot %1  act     32MiB  [1x4096x4096] x2". */
+/* Append the line of slot i of rank program p: "  slot %1  act     32MiB     at 200MiB" (size
+ * and offset in the rank's arena). */
 static void put_slot(strbuf *out, const be_program *p, int i) {
   const be_slot *sl = &p->slots[i];
   strbuf name = {0};
@@ -246,7 +248,12 @@ static void put_slot(strbuf *out, const be_program *p, int i) {
     put_padded(out, strbuf_cstr(&num), DIS_TENSOR_WIDTH);
     strbuf_free(&num);
   }
-  put_bytes(out, (double)sl->bytes);
+  strbuf size = {0};
+  put_bytes(&size, (double)sl->bytes);
+  put_padded(out, strbuf_cstr(&size), DIS_SIZE_WIDTH);
+  strbuf_free(&size);
+  strbuf_puts(out, "at ");
+  put_bytes(out, (double)sl->offset);
   strbuf_putc(out, '\n');
 }
 

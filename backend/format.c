@@ -27,7 +27,7 @@ enum {
   FMT_MIN_STAGE = 4 * 3 + 8 + 4 + 8 + 8, /* first, end, rank, out bytes and shape, stashes */
   FMT_MIN_SHAPE = 4 + 4 + 8,         /* elem, ndim, one extent */
   FMT_MIN_RANK = 4 + 4 + 4 + 4 + 4,  /* device, type "", node, no slots, no code */
-  FMT_SLOT = 8 + 1,                  /* bytes, tensor */
+  FMT_SLOT = 8 + 8 + 1,              /* offset, bytes, tensor */
   FMT_MIN_INST = 1                   /* an opcode without operands */
 };
 
@@ -127,6 +127,7 @@ void be_write(const be_stream *s, strbuf *out) {
     put_i32(out, p->node);
     put_count(out, p->nslots);
     for (int i = 0; i < p->nslots; i++) {
+      put_le(out, p->slots[i].offset, 8);
       put_le(out, p->slots[i].bytes, 8);
       put_u8(out, p->slots[i].tensor);
     }
@@ -375,6 +376,7 @@ static void read_body(rd *r, be_stream *s) {
     p->nslots = ns;
     for (int i = 0; i < ns && !r->bad; i++) {
       set_ctx(r, "rank %d slot %d", k, i);
+      p->slots[i].offset = get_le(r, 8, "the offset");
       p->slots[i].bytes = get_le(r, 8, "the size");
       p->slots[i].tensor = get_u8(r, "the tensor kind");
     }

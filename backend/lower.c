@@ -239,24 +239,75 @@ static bool reference_order(lower *L, const sim_result *res, int (*ord)[2]) {
   return ok;
 }
 
-/* A tensor's life on its rank: from the instruction that defines it to its FREE. */
+/* A tensor's life on its rank: from the instruction that defines it to its FREE, and its place. */
 typedef struct life {
-  int buf;        /* vbuf id */
-  uint64_t bytes; /* its size */
-  int def, kill;  /* addresses */
+  int buf;         /* vbuf id */
+  uint64_t bytes;  /* its size */
+  int def, kill;   /* addresses */
+  uint64_t offset; /* where it was placed in the arena */
 } life;
 
-/* Larger tensors first; ties in program order. */
-static int life_cmp(const void *x, const void *y) {
+
+/* An address range of the arena taken by a placed tensor. */
+typedef struct range {
+  uint64_t lo, hi; /* [lo, hi) */
+} range;
+
+static int by_lo(const void *x, const void *y) {
+  const range *a = x, *b = y;
+  return (a->lo > b->lo) - (a->lo < b->lo);
+}
+
+/* Orders in which first fit may place a rank's tensors. */
+typedef enum fit_order { FIT_SIZE, FIT_START, FIT_LENGTH, FIT_COUNT } fit_order;
+static fit_order fit_by;
+
+/* Tensors in placement order: larger first (FIT_SIZE), earlier first (FIT_START) or longer-lived
+ * first (FIT_LENGTH), ties by size, then program order. */
+static int fit_cmp(const void *x, const void *y) {
   const life *a = x, *b = y;
+  if (fit_by == FIT_START && a->def != b->def) return a->def < b->def ? -1 : 1;
+  if (fit_by == FIT_LENGTH && a->kill - a->def != b->kill - b->def)
+    return a->kill - a->def > b->kill - b->def ? -1 : 1;
   if (a->bytes != b->bytes) return a->bytes < b->bytes ? 1 : -1;
   return (a->def > b->def) - (a->def < b->def);
 }
 
-/* Pack each rank's tensors into slots (greedy by size): largest first, each tensor goes into the
- * first slot of its kind whose tensors' lives do not overlap its own, else into a new slot of its
- * size; so a slot is as large as its first tensor and the smaller ones fill its idle times.
- * Operands are rewritten from tensor ids to slot numbers. */
+/* Place lives[0..n) in the order they are in, each where no earlier one live at the same time
+ * is: at the lowest such address (first fit), or in the smallest gap that holds it, else at the
+ * top (best fit). Returns the arena size. 'busy' has room for n ranges. */
+static uint64_t fit(life *lives, int n, range *busy, bool best) {
+  uint64_t top = 0;
+  for (int i = 0; i < n; i++) {
+    life *x = &lives[i];
+    int nb = 0;
+    for (int j = 0; j < i; j++)
+      if (lives[j].def <= x->kill && x->def <= lives[j].kill && lives[j].bytes)
+        busy[nb++] = (range){lives[j].offset, lives[j].offset + lives[j].bytes};
+    if (nb) qsort(busy, (size_t)nb, sizeof *busy, by_lo);
+    uint64_t end = 0, gap = 0, at = 0;
+    bool found = false;
+    for (int k = 0; k <= nb; k++) {
+      uint64_t lo = k < nb ? busy[k].lo : UINT64_MAX; /* the gap [end, lo) */
+      if (lo >= end && lo - end >= x->bytes && (!found || lo - end < gap)) {
+        gap = lo - end;
+        at = end;
+        found = true;
+        if (!best) break;
+      }
+      if (k < nb && busy[k].hi > end) end = busy[k].hi;
+    }
+    x->offset = at;
+    if (at + x->bytes > top) top = at + x->bytes;
+  }
+  return top;
+}
+
+/* Give each tensor of a rank an address in the rank's buffer arena, then slots: first fit and
+ * best fit (the classic offline heuristics for dynamic storage allocation) in each of the
+ * fit_order orders, and the smallest arena wins; tensors at the same address with the same size
+ * and kind share a slot, numbered in the order the program first uses them. Operands are
+ * rewritten from tensor ids to slot numbers. O(tensors^2) per rank. */
 static void assign_slots(lower *L) {
   for (int r = 0; r < L->s->nranks; r++) {
     be_program *p = &L->s->ranks[r];
@@ -271,7 +322,7 @@ static void assign_slots(lower *L) {
         if (!ki->slot || in->a[k] < 0) continue;
         int b = in->a[k];
         if (ki->role == BE_ROLE_DEF || ki->role == BE_ROLE_RECV) {
-          life l = {b, L->bufs[b].bytes, pc, p->ncode};
+          life l = {b, L->bufs[b].bytes, pc, p->ncode, 0};
           life_of[b] = nlives;
           VEC_PUSH(lives, nlives, lives_cap, l);
         } else if (ki->role == BE_ROLE_KILL) {
@@ -279,48 +330,57 @@ static void assign_slots(lower *L) {
         }
       }
     }
-    if (nlives) qsort(lives, (size_t)nlives, sizeof *lives, life_cmp);
-    /* The lives placed in each slot, as (def, kill) pairs in placement order. */
-    life **held = NULL;
-    int *nheld = NULL, *held_cap = NULL;
+    range *busy = xmalloc((size_t)(nlives ? nlives : 1) * sizeof *busy);
+    int choice = 0;
+    uint64_t least = UINT64_MAX;
+    for (int c = 0; c < 2 * FIT_COUNT && nlives; c++) {
+      fit_by = (fit_order)(c / 2);
+      qsort(lives, (size_t)nlives, sizeof *lives, fit_cmp);
+      uint64_t top = fit(lives, nlives, busy, c % 2);
+      if (top < least) least = top, choice = c;
+    }
+    if (nlives) {
+      fit_by = (fit_order)(choice / 2);
+      qsort(lives, (size_t)nlives, sizeof *lives, fit_cmp);
+      fit(lives, nlives, busy, choice % 2);
+    }
     be_slot *slots = NULL;
     int nslots = 0, slots_cap = 0;
     for (int i = 0; i < nlives; i++) {
-      vbuf *b = &L->bufs[lives[i].buf];
-      int slot = -1;
-      for (int c = 0; c < nslots && slot < 0; c++) {
-        if (slots[c].tensor != b->tensor) continue;
-        bool free_then = true;
-        for (int h = 0; h < nheld[c] && free_then; h++)
-          free_then = held[c][h].kill < lives[i].def || lives[i].kill < held[c][h].def;
-        if (free_then) slot = c;
-      }
-      if (slot < 0) {
-        be_slot ns = {b->bytes, b->tensor};
-        int cap = slots_cap;
+      const life *x = &lives[i];
+      vbuf *b = &L->bufs[x->buf];
+      for (int c = 0; c < nslots && b->slot < 0; c++)
+        if (slots[c].offset == x->offset && slots[c].bytes == x->bytes &&
+            slots[c].tensor == b->tensor)
+          b->slot = c;
+      if (b->slot < 0) {
+        be_slot ns = {x->offset, x->bytes, b->tensor};
         VEC_PUSH(slots, nslots, slots_cap, ns);
-        if (slots_cap != cap) {
-          held = xrealloc(held, (size_t)slots_cap * sizeof *held);
-          nheld = xrealloc(nheld, (size_t)slots_cap * sizeof *nheld);
-          held_cap = xrealloc(held_cap, (size_t)slots_cap * sizeof *held_cap);
-        }
-        slot = nslots - 1;
-        held[slot] = NULL;
-        nheld[slot] = held_cap[slot] = 0;
+        b->slot = nslots - 1;
       }
-      VEC_PUSH(held[slot], nheld[slot], held_cap[slot], lives[i]);
-      b->slot = slot;
     }
+    /* Slots are numbered in the order the program first uses them. */
+    int *number = xmalloc((size_t)(nslots ? nslots : 1) * sizeof *number);
+    for (int c = 0; c < nslots; c++) number[c] = -1;
+    be_slot *ordered = xmalloc((size_t)(nslots ? nslots : 1) * sizeof *ordered);
+    int used = 0;
     for (int pc = 0; pc < p->ncode; pc++) {
       be_inst *in = &p->code[pc];
       const be_op_info *oi = &be_ops[in->op];
-      for (int k = 0; k < oi->nops; k++)
-        if (be_operands[oi->kinds[k]].slot && in->a[k] >= 0) in->a[k] = L->bufs[in->a[k]].slot;
+      for (int k = 0; k < oi->nops; k++) {
+        if (!be_operands[oi->kinds[k]].slot || in->a[k] < 0) continue;
+        int c = L->bufs[in->a[k]].slot;
+        if (number[c] < 0) {
+          number[c] = used;
+          ordered[used++] = slots[c];
+        }
+        in->a[k] = number[c];
+      }
     }
-    for (int c = 0; c < nslots; c++) free(held[c]);
-    free(held);
-    free(nheld);
-    free(held_cap);
+    free(slots);
+    slots = ordered;
+    free(number);
+    free(busy);
     free(lives);
     free(life_of);
     p->slots = slots;
@@ -516,7 +576,10 @@ be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where) {
 be_mem be_mem_stats(const be_stream *s, int r) {
   be_mem mm = {0, 0, 0, -1};
   const be_program *p = &s->ranks[r];
-  for (int i = 0; i < p->nslots; i++) mm.slot_bytes += (double)p->slots[i].bytes;
+  for (int i = 0; i < p->nslots; i++) {
+    double end = (double)p->slots[i].offset + (double)p->slots[i].bytes;
+    if (end > mm.arena_bytes) mm.arena_bytes = end;
+  }
   /* Bytes of the tensor each slot holds now. */
   double *held = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *held);
   double live = 0, stash = 0;

@@ -14,6 +14,8 @@
 
 /* Longest string the binary format stores (format.c reads no longer ones). */
 enum { V_MAX_STRING = 4096 };
+/* Most address comparisons of simultaneously live buffers the validator makes. */
+#define V_MAX_WORK 400000000u
 
 /* Header limits (listed in docs/isa.md, "File format"). */
 #define V_MAX_RANKS 65536
@@ -63,6 +65,10 @@ typedef struct vctx {
   uint8_t *reduced;  /* per stage: ALLREDUCE seen */
   vmsg *sends, *recvs;
   size_t nsends, csends, nrecvs, crecvs;
+  int32_t *live;     /* slots of the rank holding a tensor now (any order) ... */
+  int32_t *live_pos; /* ... and each slot's index in it, -1 when dead */
+  int nlive;
+  uint64_t work;     /* address comparisons made: bounded, so a hostile stream cannot stall */
   int rank, addr;    /* instruction being checked */
   const be_inst *in;
 } vctx;
@@ -200,6 +206,8 @@ static int check_header(vctx *v) {
       return fail(v, "rank %d: instruction count %d out of range", r, (int)p->ncode);
     for (int i = 0; i < p->nslots; i++) {
       const be_slot *sl = &p->slots[i];
+      if (sl->offset > UINT64_MAX - sl->bytes)
+        return fail(v, "rank %d: slot %%%d ends past 2^64 bytes", r, i);
       if (sl->tensor >= BE_T_COUNT)
         return fail(v, "rank %d: slot %%%d holds tensor kind %u, out of range", r, i,
                     (unsigned)sl->tensor);
@@ -315,6 +323,21 @@ static int apply_slots(vctx *v, const be_program *p, vslot *st, const vlabel *wa
       if (p->slots[a].bytes < need)
         return fail_at(v, "slot %%%d of %" PRIu64 " bytes is too small for %s (%" PRIu64
                        " bytes)", (int)a, p->slots[a].bytes, lname(b1, want[i]), need);
+      /* Its addresses must not be in use by another live buffer. */
+      const be_slot *x = &p->slots[a];
+      v->work += (uint64_t)v->nlive;
+      if (v->work > V_MAX_WORK)
+        return fail_at(v, "too many buffers live at once to check their addresses");
+      for (int j = 0; j < v->nlive; j++) {
+        const be_slot *y = &p->slots[v->live[j]];
+        if (x->bytes && y->bytes && x->offset < y->offset + y->bytes &&
+            y->offset < x->offset + x->bytes)
+          return fail_at(v, "slot %%%d (bytes %" PRIu64 "..%" PRIu64 ") overlaps slot %%%d, "
+                         "which still holds %s", (int)a, x->offset, x->offset + x->bytes,
+                         (int)v->live[j], lname(b1, st[v->live[j]].l));
+      }
+      v->live_pos[a] = v->nlive;
+      v->live[v->nlive++] = a;
       sl->state = ok->role == BE_ROLE_DEF ? V_LIVE : V_PRECV;
       sl->l = want[i];
       break;
@@ -329,6 +352,10 @@ static int apply_slots(vctx *v, const be_program *p, vslot *st, const vlabel *wa
         return fail_at(v, "frees slot %%%d (%s) while its %s is pending", (int)a,
                        lname(b1, sl->l), sl->state == V_PSEND ? "send" : "receive");
       sl->state = V_DEAD;
+      int32_t last = v->live[--v->nlive];
+      v->live[v->live_pos[a]] = last;
+      v->live_pos[last] = v->live_pos[a];
+      v->live_pos[a] = -1;
       break;
     case BE_ROLE_NONE:
       break;
@@ -433,6 +460,10 @@ static int check_rank(vctx *v, int r) {
   const be_stream *s = v->s;
   const be_program *p = &s->ranks[r];
   vslot *st = xcalloc((size_t)p->nslots, sizeof *st);
+  v->live = xmalloc((size_t)(p->nslots ? p->nslots : 1) * sizeof *v->live);
+  v->live_pos = xmalloc((size_t)(p->nslots ? p->nslots : 1) * sizeof *v->live_pos);
+  for (int i = 0; i < p->nslots; i++) v->live_pos[i] = -1;
+  v->nlive = 0;
   char b1[64];
   int rc = 0;
   v->rank = r;
@@ -536,6 +567,9 @@ static int check_rank(vctx *v, int r) {
   if (rc == 0 && (p->ncode == 0 || p->code[p->ncode - 1].op != BE_OP_STEP))
     rc = fail(v, "rank %d: the program does not end with STEP", r);
   free(st);
+  free(v->live);
+  free(v->live_pos);
+  v->live = v->live_pos = NULL;
   return rc;
 }
 

@@ -73,6 +73,11 @@ static bool tb_lower_ok(const ir_module *m, const char *what) {
     for (int k = 0; k < s->nranks; k++) {
       be_mem mm = be_mem_stats(s, k);
       int dv = s->ranks[k].device;
+      if (mm.arena_bytes < mm.peak_live || mm.peak_live < mm.peak_stash) {
+        fprintf(stderr, "  %s: rank %d arena %.0f, peak live %.0f, activations %.0f\n", what, k,
+                mm.arena_bytes, mm.peak_live, mm.peak_stash);
+        ok = false;
+      }
       double sim_act = r.dev[dv].peak_mem - r.dev[dv].static_mem;
       if (fabs(mm.peak_stash - sim_act) > 0.5) {
         fprintf(stderr, "  %s: rank %d activations %.0f, simulator %.0f\n", what, k,

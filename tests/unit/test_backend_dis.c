@@ -47,11 +47,12 @@ static void set_rank(be_stream *s, int r, int device, const char *type, int node
   p->slots = xcalloc((size_t)nslots, sizeof *p->slots);
 }
 
-/* Set slot i of rank r. */
+/* Set slot i of rank r; it starts where slot i - 1 ends. */
 static void set_slot(be_stream *s, int r, int i, be_tensor_kind t, uint64_t bytes) {
   be_slot *sl = &s->ranks[r].slots[i];
   sl->tensor = (uint8_t)t;
   sl->bytes = bytes;
+  sl->offset = i > 0 ? sl[-1].offset + sl[-1].bytes : 0;
 }
 
 /* Append instruction op with up to 6 operands (the rest ignored) to rank r. */
@@ -74,7 +75,7 @@ enum { KIB = 1024, MIB = 1024 * 1024 };
 static void rank_line(strbuf *out, const be_stream *s, int r, const char *head) {
   be_mem m = be_mem_stats(s, r);
   strbuf_printf(out, "%s, ", head);
-  ir_format_value(out, IR_T_BYTES, m.slot_bytes);
+  ir_format_value(out, IR_T_BYTES, m.arena_bytes);
   strbuf_puts(out, "; peak live ");
   ir_format_value(out, IR_T_BYTES, m.peak_live);
   if (m.peak_at >= 0) strbuf_printf(out, " at %04d", m.peak_at);
@@ -171,13 +172,13 @@ void test_backend_dis_listing(void) {
   rank_line(&want, s, 0, "rank 0: $d0 h100, node 0; stage s0; 7 slots");
   strbuf_puts(
       &want,
-      "  slot %0  input   16KiB\n"
-      "  slot %1  act     8MiB\n"
-      "  slot %2  stash   100MiB\n"
-      "  slot %3  act     8MiB\n"
-      "  slot %4  stash   100MiB\n"
-      "  slot %5  grad    8MiB\n"
-      "  slot %6  wstash  1.5GiB\n"
+      "  slot %0  input   16KiB     at 0B\n"
+      "  slot %1  act     8MiB      at 16KiB\n"
+      "  slot %2  stash   100MiB    at 8208KiB\n"
+      "  slot %3  act     8MiB      at 110608KiB\n"
+      "  slot %4  stash   100MiB    at 118800KiB\n"
+      "  slot %5  grad    8MiB      at 221200KiB\n"
+      "  slot %6  wstash  1.5GiB    at 229392KiB\n"
       "  0000  LOAD      s0 mb0 %0                         ; input mb0\n"
       "  0001  FWD       s0 mb0 %0 %1 %2 -                 ; forward s0 mb0\n"
       "  0002  FREE      %0                                ; free input s0 mb0\n"
@@ -209,11 +210,11 @@ void test_backend_dis_listing(void) {
   rank_line(&want, s, 1, "rank 1: $d4 a100, node 1; stage s1; 5 slots");
   strbuf_puts(
       &want,
-      "  slot %0  act     8MiB\n"
-      "  slot %1  stash   100MiB\n"
-      "  slot %2  act     8MiB\n"
-      "  slot %3  grad    8MiB\n"
-      "  slot %4  grad    8MiB\n"
+      "  slot %0  act     8MiB      at 0B\n"
+      "  slot %1  stash   100MiB    at 8MiB\n"
+      "  slot %2  act     8MiB      at 108MiB\n"
+      "  slot %3  grad    8MiB      at 116MiB\n"
+      "  slot %4  grad    8MiB      at 124MiB\n"
       "  0000  RECV      r0 %0 act s0 mb0                  ; recv act s0 mb0 <- rank 0\n"
       "  0001  WAIT      %0                                ; wait for recv act s0 mb0 <- rank 0\n"
       "  0002  FWD       s1 mb0 %0 %2 %1 -                 ; forward s1 mb0\n"
@@ -295,10 +296,10 @@ void test_backend_dis_singular_and_wide(void) {
                      "rank 0: $d3 h100, node 2; stage s0; 10004 slots, ";
   UNIT_CHECK(strncmp(t, head, strlen(head)) == 0);
   static const char *const lines[] = {
-      "  slot %0  input   0B",
-      "  slot %123 input   0B",
-      "  slot %1000 input   0B",
-      "  slot %10003 wstash  1KiB",
+      "  slot %0  input   0B        at 0B",
+      "  slot %123 input   0B        at 0B",
+      "  slot %1000 input   0B        at 0B",
+      "  slot %10003 wstash  1KiB      at 3KiB",
       "  0000  LOAD      s0 mb99 %10000                    ; input mb99",
       "  0001  FWD       s0 mb99 %10000 %10001 %10002 %10003 ; forward s0 mb99",
       "  0002  FREE      %10000                            ; free input s0 mb99",

@@ -101,15 +101,15 @@ static const char *const fb_rank1[] = {
     "STEP",               /* 0028 */
     NULL};
 
-/* Slot tables: {bytes, tensor}. */
+/* Slot tables: {offset, bytes, tensor}; fb_program lays the slots out one after the other. */
 static const be_slot fb_slots0[] = {
-    {512, BE_T_INPUT},   {16384, BE_T_ACT},     {65536, BE_T_STASH},
-    {32768, BE_T_WSTASH}, {65536, BE_T_STASH}, {32768, BE_T_WSTASH},
-    {16384, BE_T_GRAD},    {16384, BE_T_ACT}};
+    {0, 512, BE_T_INPUT},   {0, 16384, BE_T_ACT},     {0, 65536, BE_T_STASH},
+    {0, 32768, BE_T_WSTASH}, {0, 65536, BE_T_STASH}, {0, 32768, BE_T_WSTASH},
+    {0, 16384, BE_T_GRAD},    {0, 16384, BE_T_ACT}};
 static const be_slot fb_slots1[] = {
-    {16384, BE_T_ACT},    {131072, BE_T_ACT},  {65536, BE_T_STASH},
-    {32768, BE_T_WSTASH}, {131072, BE_T_GRAD}, {16384, BE_T_GRAD},
-    {16384, BE_T_ACT}};
+    {0, 16384, BE_T_ACT},    {0, 131072, BE_T_ACT},  {0, 65536, BE_T_STASH},
+    {0, 32768, BE_T_WSTASH}, {0, 131072, BE_T_GRAD}, {0, 16384, BE_T_GRAD},
+    {0, 16384, BE_T_ACT}};
 
 /* Layer 'i' of the model with its parameters (name/value pairs, NULL-terminated). */
 static void fb_layer(be_layer *l, const char *name, const char *kind, const char *const *pn,
@@ -136,6 +136,7 @@ static void fb_program(be_program *p, int r, const char *const *code, const be_s
   p->slots = xcalloc((size_t)nslots, sizeof *p->slots);
   memcpy(p->slots, slots, (size_t)nslots * sizeof *slots);
   p->nslots = nslots;
+  for (int i = 1; i < nslots; i++) p->slots[i].offset = p->slots[i - 1].offset + p->slots[i - 1].bytes;
   char buf[64];
   for (int i = 0; code[i]; i++) {
     if (strcmp(code[i], "STEP") == 0 && replicas > 1) {
@@ -671,6 +672,7 @@ static void e_unsent(be_stream *s) {
 static void e_size(be_stream *s) { s->ranks[1].slots[6].bytes = 8192; }
 static void e_shape(be_stream *s) { s->stages[0].out_shape = 1; }
 static void e_stash_size(be_stream *s) { s->stages[0].stash_bytes = 65537; }
+static void e_overlap(be_stream *s) { s->ranks[0].slots[2].offset = 8192; }
 static void e_no_w(be_stream *s) { fb_del(s, 0, 15); }
 static void e_w_before_b(be_stream *s) {
   fb_set(s, 0, 12, "BWD_W 0 0 3");
@@ -751,6 +753,9 @@ static const fb_case fb_cases[] = {
      false},
     {"output shape", 1, e_shape,
      "stage 0: output of 16384 bytes does not match its shape 1 (128000 bytes)", false},
+    {"buffers overlapping in memory", 1, e_overlap,
+     "rank 0 at 0001 (FWD): slot %2 (bytes 8192..73728) overlaps slot %1, which still holds act "
+     "s0 mb0", false},
     {"stash too small", 1, e_stash_size,
      "rank 0 at 0001 (FWD): slot %2 of 65536 bytes is too small for stash s0 mb0 (65537 bytes)",
      false},
