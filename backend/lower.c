@@ -260,6 +260,8 @@ static int by_lo(const void *x, const void *y) {
 
 /* Orders in which first fit may place a rank's tensors. */
 typedef enum fit_order { FIT_SIZE, FIT_START, FIT_LENGTH, FIT_COUNT } fit_order;
+/* Ranks with more tensors than this try two placements instead of six. */
+enum { FIT_ALL_MAX = 4000 };
 static fit_order fit_by;
 
 /* Tensors in placement order: larger first (FIT_SIZE), earlier first (FIT_START) or longer-lived
@@ -273,17 +275,59 @@ static int fit_cmp(const void *x, const void *y) {
   return (a->def > b->def) - (a->def < b->def);
 }
 
+/* Time blocks of a rank's program, each listing the placed tensors whose lives touch it, so that
+ * finding the tensors live at the same time as another looks only at its blocks. */
+typedef struct blocks {
+  int span;        /* instructions per block */
+  int n;           /* blocks */
+  int **items;     /* per block: indices into the lives array */
+  int *count, *cap;
+  int *stamp;      /* per life: the last query that saw it (dedup across blocks) */
+  int query;       /* current query number */
+} blocks;
+
+static void blocks_init(blocks *bl, int ncode, int nlives) {
+  bl->n = 256;
+  bl->span = ncode / bl->n + 1;
+  bl->items = xcalloc((size_t)bl->n, sizeof *bl->items);
+  bl->count = xcalloc((size_t)bl->n, sizeof *bl->count);
+  bl->cap = xcalloc((size_t)bl->n, sizeof *bl->cap);
+  bl->stamp = xcalloc((size_t)(nlives ? nlives : 1), sizeof *bl->stamp);
+  bl->query = 0;
+}
+
+static void blocks_clear(blocks *bl, int nlives) {
+  for (int b = 0; b < bl->n; b++) bl->count[b] = 0;
+  for (int i = 0; i < nlives; i++) bl->stamp[i] = 0;
+  bl->query = 0;
+}
+
+static void blocks_free(blocks *bl) {
+  for (int b = 0; b < bl->n; b++) free(bl->items[b]);
+  free(bl->items);
+  free(bl->count);
+  free(bl->cap);
+  free(bl->stamp);
+}
+
 /* Place lives[0..n) in the order they are in, each where no earlier one live at the same time
  * is: at the lowest such address (first fit), or in the smallest gap that holds it, else at the
- * top (best fit). Returns the arena size. 'busy' has room for n ranges. */
-static uint64_t fit(life *lives, int n, range *busy, bool best) {
+ * top (best fit). Returns the arena size. 'busy' has room for n ranges; bl is cleared. */
+static uint64_t fit(life *lives, int n, range *busy, bool best, blocks *bl) {
   uint64_t top = 0;
+  blocks_clear(bl, n);
   for (int i = 0; i < n; i++) {
     life *x = &lives[i];
-    int nb = 0;
-    for (int j = 0; j < i; j++)
-      if (lives[j].def <= x->kill && x->def <= lives[j].kill && lives[j].bytes)
-        busy[nb++] = (range){lives[j].offset, lives[j].offset + lives[j].bytes};
+    int nb = 0, b0 = x->def / bl->span, b1 = x->kill / bl->span;
+    bl->query++;
+    for (int b = b0; b <= b1; b++)
+      for (int k = 0; k < bl->count[b]; k++) {
+        int j = bl->items[b][k];
+        if (bl->stamp[j] == bl->query) continue;
+        bl->stamp[j] = bl->query;
+        if (lives[j].def <= x->kill && x->def <= lives[j].kill && lives[j].bytes)
+          busy[nb++] = (range){lives[j].offset, lives[j].offset + lives[j].bytes};
+      }
     if (nb) qsort(busy, (size_t)nb, sizeof *busy, by_lo);
     uint64_t end = 0, gap = 0, at = 0;
     bool found = false;
@@ -299,15 +343,17 @@ static uint64_t fit(life *lives, int n, range *busy, bool best) {
     }
     x->offset = at;
     if (at + x->bytes > top) top = at + x->bytes;
+    for (int b = b0; b <= b1; b++) VEC_PUSH(bl->items[b], bl->count[b], bl->cap[b], i);
   }
   return top;
 }
 
-/* Give each tensor of a rank an address in the rank's buffer arena, then slots: first fit and
- * best fit (the classic offline heuristics for dynamic storage allocation) in each of the
- * fit_order orders, and the smallest arena wins; tensors at the same address with the same size
- * and kind share a slot, numbered in the order the program first uses them. Operands are
- * rewritten from tensor ids to slot numbers. O(tensors^2) per rank. */
+/* Give each tensor of a rank an address in the rank's buffer arena, then slots: first fit or best
+ * fit (the classic offline heuristics for dynamic storage allocation) with the tensors in one of
+ * the fit_order orders (six combinations, two on large ranks), and the smallest arena wins;
+ * tensors at the same address with the same size and kind share a slot, numbered in the order
+ * the program first uses them. Operands are rewritten from tensor ids to slot numbers. Time:
+ * tensors x the tensors live at the same time, per combination. */
 static void assign_slots(lower *L) {
   for (int r = 0; r < L->s->nranks; r++) {
     be_program *p = &L->s->ranks[r];
@@ -331,19 +377,24 @@ static void assign_slots(lower *L) {
       }
     }
     range *busy = xmalloc((size_t)(nlives ? nlives : 1) * sizeof *busy);
-    int choice = 0;
+    blocks bl;
+    blocks_init(&bl, p->ncode, nlives);
+    /* Every combination of order and fit on ranks of up to FIT_ALL_MAX tensors; on larger ones
+     * only the two that win most often (bench/stream_speed), to bound the time. */
+    int ntries = nlives <= FIT_ALL_MAX ? 2 * FIT_COUNT : 2, choice = 0;
     uint64_t least = UINT64_MAX;
-    for (int c = 0; c < 2 * FIT_COUNT && nlives; c++) {
-      fit_by = (fit_order)(c / 2);
+    for (int c = 0; c < ntries && nlives; c++) {
+      fit_by = (fit_order)(c % FIT_COUNT);
       qsort(lives, (size_t)nlives, sizeof *lives, fit_cmp);
-      uint64_t top = fit(lives, nlives, busy, c % 2);
+      uint64_t top = fit(lives, nlives, busy, c >= FIT_COUNT, &bl);
       if (top < least) least = top, choice = c;
     }
-    if (nlives) {
-      fit_by = (fit_order)(choice / 2);
+    if (nlives && choice != ntries - 1) { /* the last try's placement is still in lives */
+      fit_by = (fit_order)(choice % FIT_COUNT);
       qsort(lives, (size_t)nlives, sizeof *lives, fit_cmp);
-      fit(lives, nlives, busy, choice % 2);
+      fit(lives, nlives, busy, choice >= FIT_COUNT, &bl);
     }
+    blocks_free(&bl);
     be_slot *slots = NULL;
     int nslots = 0, slots_cap = 0;
     for (int i = 0; i < nlives; i++) {
