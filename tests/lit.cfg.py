@@ -25,3 +25,7 @@ if config.octo_cuda in ("TRUE", "ON", "1") and shutil.which("nvidia-smi") and \
     config.available_features.add("cuda")
 if config.octo_sanitize:
     config.available_features.add("sanitizer")
+# %ois: the stream editor of tests/Inputs/ois.py (damaged and hand-edited .ois files).
+import sys
+config.substitutions.append(("%ois", sys.executable + " " +
+                             os.path.join(config.octo_src_root, "tests", "Inputs", "ois.py")))
