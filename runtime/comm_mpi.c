@@ -1,0 +1,249 @@
+/* comm_mpi.c -- the mpi backend: one process per rank of every replica (world rank = replica x
+ * nranks + rank), messages with MPI_Isend/MPI_Irecv on a private communicator (tags encode the
+ * tensor, stage and microbatch, so pairing never depends on arrival order), WAIT as MPI_Test
+ * polling until the deadline, the all-reduce over replicas with MPI_Allreduce on a communicator
+ * per pipeline rank; a failing rank prints its error and aborts the job. rt_main_mpi is octo-run's
+ * whole mpi path: set-up, checks, the run, the gathered report. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime.h"
+
+/* This process's view of the job. */
+typedef struct mpi_comm {
+  MPI_Comm pipe;     /* the world, duplicated: point-to-point messages */
+  MPI_Comm replicas; /* the processes of the same pipeline rank: the all-reduce */
+  int base;          /* world rank of this replica's rank 0 */
+  int nmb;           /* microbatches: tag encoding */
+} mpi_comm;
+
+/* Tag of a message: unique per (kind, stage, microbatch) within a step. */
+static int tag_of(const mpi_comm *c, be_tensor_ref t) {
+  return (int)((t.stage * (int64_t)c->nmb + t.mb) * 2 + (t.kind == BE_T_GRAD));
+}
+
+static int mp_isend(void *ctx, int peer, be_tensor_ref tag, const void *buf, size_t bytes,
+                    rt_req *r) {
+  mpi_comm *c = ctx;
+  MPI_Request *q = xmalloc(sizeof *q);
+  r->impl = q;
+  r->done = false;
+  return MPI_Isend(buf, (int)bytes, MPI_BYTE, c->base + peer, tag_of(c, tag), c->pipe, q) ==
+                 MPI_SUCCESS
+             ? 0
+             : -1;
+}
+
+static int mp_irecv(void *ctx, int peer, be_tensor_ref tag, void *buf, size_t bytes, rt_req *r) {
+  mpi_comm *c = ctx;
+  MPI_Request *q = xmalloc(sizeof *q);
+  r->impl = q;
+  r->done = false;
+  return MPI_Irecv(buf, (int)bytes, MPI_BYTE, c->base + peer, tag_of(c, tag), c->pipe, q) ==
+                 MPI_SUCCESS
+             ? 0
+             : -1;
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int mp_wait(void *ctx, rt_req *r, double timeout, strbuf *err) {
+  (void)ctx;
+  MPI_Request *q = r->impl;
+  double until = now_s() + timeout;
+  int flag = 0;
+  for (long spin = 0; !flag; spin++) {
+    if (MPI_Test(q, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      strbuf_puts(err, "MPI_Test failed");
+      return -1;
+    }
+    if (flag) break;
+    if (now_s() > until) return 1;
+    if (spin > 1000) {
+      struct timespec nap = {0, 20000}; /* 20 us once the message is late */
+      nanosleep(&nap, NULL);
+    }
+  }
+  free(q);
+  r->impl = NULL;
+  r->done = true;
+  return 0;
+}
+
+static int mp_allreduce(void *ctx, float *buf, size_t n) {
+  mpi_comm *c = ctx;
+  return MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, c->replicas) == MPI_SUCCESS
+             ? 0
+             : 2;
+}
+
+static void mp_fail(void *ctx, const char *why) {
+  (void)ctx;
+  fprintf(stderr, "octo-run: error: %s\n", why);
+  fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, RT_EXIT_RUNTIME);
+}
+
+/* The figures of one rank as doubles, for MPI_Gather: status, busy, wait, nev, then per step the
+ * time, loss, reference loss and gradient difference. */
+static void pack(const rt_rank_stats *st, int steps, double *d) {
+  d[0] = st->status;
+  d[1] = st->busy_s;
+  d[2] = st->wait_s;
+  d[3] = st->nev;
+  for (int k = 0; k < steps; k++) {
+    d[4 + k] = st->step_s[k];
+    d[4 + steps + k] = st->loss[k];
+    d[4 + 2 * steps + k] = st->ref_loss[k];
+    d[4 + 3 * steps + k] = st->grad_diff[k];
+  }
+}
+
+static void unpack(rt_rank_stats *st, int steps, const double *d) {
+  st->status = (int)d[0];
+  st->busy_s = d[1];
+  st->wait_s = d[2];
+  st->nev = (int)d[3];
+  st->step_s = xcalloc((size_t)steps, sizeof *st->step_s);
+  st->loss = xcalloc((size_t)steps, sizeof *st->loss);
+  st->ref_loss = xcalloc((size_t)steps, sizeof *st->ref_loss);
+  st->grad_diff = xcalloc((size_t)steps, sizeof *st->grad_diff);
+  for (int k = 0; k < steps; k++) {
+    st->step_s[k] = d[4 + k];
+    st->loss[k] = d[4 + steps + k];
+    st->ref_loss[k] = d[4 + 2 * steps + k];
+    st->grad_diff[k] = d[4 + 3 * steps + k];
+  }
+}
+
+int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
+                const rt_run_opts *o, const char *trace_path) {
+  MPI_Init(argc, argv);
+  int me, world;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  strbuf err = {0};
+  be_stream *s = be_read_file(path, &err);
+  int rc = RT_EXIT_OK;
+  if (!s) {
+    if (me == 0) fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(&err));
+    rc = RT_EXIT_INPUT;
+  } else if (world != s->nranks * s->replicas) {
+    if (me == 0)
+      fprintf(stderr, "octo-run: error: %s is a plan for %d rank%s x %d replica%s = %d processes, "
+              "but mpirun started %d\n", path, (int)s->nranks, s->nranks == 1 ? "" : "s",
+              (int)s->replicas, s->replicas == 1 ? "" : "s", (int)(s->nranks * s->replicas),
+              world);
+    rc = RT_EXIT_INPUT;
+  }
+  int tag_ub_ok = 1;
+  if (rc == RT_EXIT_OK) {
+    void *ub;
+    int flag;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    if (flag && (int64_t)s->nstages * s->nmb * 2 > (int64_t)*(int *)ub) {
+      if (me == 0)
+        fprintf(stderr, "octo-run: error: %d stages x %d microbatches need more message tags "
+                "than this MPI offers (%d)\n", (int)s->nstages, (int)s->nmb, *(int *)ub);
+      tag_ub_ok = 0;
+      rc = RT_EXIT_INPUT;
+    }
+  }
+  (void)tag_ub_ok;
+  if (rc != RT_EXIT_OK) {
+    be_stream_free(s);
+    strbuf_free(&err);
+    MPI_Finalize();
+    return rc;
+  }
+  int rank = me % s->nranks, replica = me / s->nranks;
+  mpi_comm mc;
+  MPI_Comm_dup(MPI_COMM_WORLD, &mc.pipe);
+  MPI_Comm_split(MPI_COMM_WORLD, rank, replica, &mc.replicas);
+  mc.base = replica * s->nranks;
+  mc.nmb = s->nmb;
+  rt_comm c = {"mpi", &mc, mp_isend, mp_irecv, mp_wait, mp_allreduce, mp_fail};
+  rt_rank_stats st;
+  int status = rt_exec_rank(s, rank, replica, mo, o, &c, &st);
+  if (status == RT_DIED) {
+    fprintf(stderr, "octo-run: %s\n", st.err);
+    fflush(stderr);
+    _Exit(9); /* a crash, as far as the other processes can tell */
+  }
+  /* Gather the figures on world rank 0. */
+  int steps = o->steps > 0 ? o->steps : 1, per = 4 + 4 * steps;
+  double *mine = xcalloc((size_t)per, sizeof *mine), *all = NULL;
+  pack(&st, steps, mine);
+  if (me == 0) all = xcalloc((size_t)per * world, sizeof *all);
+  MPI_Gather(mine, per, MPI_DOUBLE, all, per, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  int evbytes = (int)(st.nev * sizeof(rt_event));
+  int *counts = me == 0 ? xcalloc((size_t)world, sizeof *counts) : NULL;
+  int *displs = me == 0 ? xcalloc((size_t)world, sizeof *displs) : NULL;
+  MPI_Gather(&evbytes, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  char *evs = NULL;
+  if (me == 0) {
+    long total = 0;
+    for (int w = 0; w < world; w++) {
+      displs[w] = (int)total;
+      total += counts[w];
+    }
+    evs = xmalloc((size_t)(total ? total : 1));
+  }
+  MPI_Gatherv(st.ev, evbytes, MPI_BYTE, evs, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
+  if (me == 0) {
+    rt_rank_stats *stats = xcalloc((size_t)world, sizeof *stats);
+    for (int w = 0; w < world; w++) {
+      stats[w].rank = w % s->nranks;
+      stats[w].replica = w / s->nranks;
+      unpack(&stats[w], steps, all + (size_t)per * w);
+      stats[w].ev = (rt_event *)(evs + displs[w]);
+    }
+    strbuf out = {0}, errs = {0};
+    printf("%s: %d rank%s x %d replica%s, %d stages, %d microbatches; backend mpi (%d "
+           "processes), %d step%s\n", path, (int)s->nranks, s->nranks == 1 ? "" : "s",
+           (int)s->replicas, s->replicas == 1 ? "" : "s", (int)s->nstages, (int)s->nmb, world,
+           o->steps, o->steps == 1 ? "" : "s");
+    rc = rt_report_run(s, o, stats, world, &out, &errs);
+    fputs(strbuf_cstr(&out), stdout);
+    fputs(strbuf_cstr(&errs), stderr);
+    fflush(stdout);
+    if (trace_path && rc != RT_EXIT_RUNTIME) {
+      strbuf tr = {0};
+      rt_trace(s, stats, world, &tr);
+      FILE *f = fopen(trace_path, "w");
+      if (!f || fwrite(strbuf_cstr(&tr), 1, tr.len, f) != tr.len) {
+        fprintf(stderr, "octo-run: error: cannot write '%s'\n", trace_path);
+        if (rc == RT_EXIT_OK) rc = RT_EXIT_INPUT;
+      }
+      if (f) fclose(f);
+      strbuf_free(&tr);
+    }
+    for (int w = 0; w < world; w++) {
+      stats[w].ev = NULL; /* owned by evs */
+      rt_rank_stats_free(&stats[w]);
+    }
+    free(stats);
+    strbuf_free(&out);
+    strbuf_free(&errs);
+  }
+  MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  free(mine);
+  free(all);
+  free(counts);
+  free(displs);
+  free(evs);
+  rt_rank_stats_free(&st);
+  MPI_Comm_free(&mc.pipe);
+  MPI_Comm_free(&mc.replicas);
+  be_stream_free(s);
+  strbuf_free(&err);
+  MPI_Finalize();
+  return rc;
+}

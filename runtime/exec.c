@@ -1,0 +1,288 @@
+/* exec.c -- the interpreter: runs one rank's program of an instruction stream on a transport
+ * (rt_exec_rank), with the stand-in model doing the arithmetic; its failures name the rank, the
+ * instruction and what it waited for. Also the run's report (per-step time and loss, per-rank
+ * busy and waiting time, the comparison with the sequential reference) and its trace. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime.h"
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* "recv act s0 mb1 <- rank 0" for SEND or RECV instruction in. */
+static void describe_msg(strbuf *sb, const be_inst *in) {
+  bool send = in->op == BE_OP_SEND;
+  strbuf_printf(sb, "%s %s s%d mb%d %s rank %d", send ? "send" : "recv",
+                be_tensors[in->a[2]].name, (int)in->a[3], (int)in->a[4], send ? "->" : "<-",
+                (int)in->a[0]);
+}
+
+/* Record a failure of rank r at address pc into st (first one wins). */
+static void failed_at(rt_rank_stats *st, const be_stream *s, int r, int pc, const char *what) {
+  if (st->status != RT_OK) return;
+  const be_inst *in = &s->ranks[r].code[pc];
+  snprintf(st->err, sizeof st->err, "rank %d at %04d (%s): %s", r, pc, be_ops[in->op].name, what);
+  st->status = RT_FAILED;
+}
+
+void rt_rank_stats_free(rt_rank_stats *st) {
+  free(st->step_s);
+  free(st->loss);
+  free(st->ref_loss);
+  free(st->grad_diff);
+  free(st->ev);
+  st->step_s = st->loss = st->ref_loss = st->grad_diff = NULL;
+  st->ev = NULL;
+  st->nev = st->ev_cap = 0;
+}
+
+int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
+                 const rt_run_opts *o, rt_comm *c, rt_rank_stats *st) {
+  memset(st, 0, sizeof *st);
+  st->rank = rank;
+  st->replica = replica;
+  int steps = o->steps > 0 ? o->steps : 1;
+  st->step_s = xcalloc((size_t)steps, sizeof *st->step_s);
+  st->loss = xcalloc((size_t)steps, sizeof *st->loss);
+  st->ref_loss = xcalloc((size_t)steps, sizeof *st->ref_loss);
+  st->grad_diff = xcalloc((size_t)steps, sizeof *st->grad_diff);
+  strbuf err = {0};
+  rt_model *m = rt_model_new(s, mo, &err);
+  rt_model *ref = o->check && m ? rt_model_new(s, mo, &err) : NULL;
+  if (!m || (o->check && !ref)) {
+    snprintf(st->err, sizeof st->err, "rank %d: %s", rank, strbuf_cstr(&err));
+    st->status = RT_FAILED;
+    c->fail(c->ctx, st->err);
+    strbuf_free(&err);
+    rt_model_free(m);
+    return st->status;
+  }
+  const be_program *p = &s->ranks[rank];
+  for (int i = 0; i < s->nstages; i++) {
+    if (s->stages[i].rank == rank) rt_model_init_stage(m, i);
+    if (ref) rt_model_init_stage(ref, i);
+  }
+  /* Buffers: each slot as large as the largest runtime tensor it holds. */
+  size_t *floats = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *floats);
+  for (int pc = 0; pc < p->ncode; pc++)
+    for (int k = 0; k < be_ops[p->code[pc].op].nops; k++) {
+      be_tensor_ref t;
+      if (!be_operand_tensor(s, &p->code[pc], k, &t)) continue;
+      size_t n = rt_tensor_floats(m, t.kind, t.stage);
+      int slot = p->code[pc].a[k];
+      if (n > floats[slot]) floats[slot] = n;
+    }
+  float **buf = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *buf);
+  for (int i = 0; i < p->nslots; i++) buf[i] = floats[i] ? xcalloc(floats[i], sizeof **buf) : NULL;
+  rt_req *req = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *req);
+  int *posted_at = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *posted_at);
+
+  double t_run = now_s();
+  for (int step = 0; step < steps && st->status == RT_OK; step++) {
+    if (ref) st->ref_loss[step] = rt_reference_step(ref, step, s->replicas);
+    double t_step = now_s();
+    for (int pc = 0; pc < p->ncode && st->status == RT_OK; pc++) {
+      const be_inst *in = &p->code[pc];
+      const int32_t *a = in->a;
+      if (replica == 0 && rank == o->die_rank && pc == o->die_addr && step == 0) {
+        snprintf(st->err, sizeof st->err, "rank %d stopped at %04d (%s) as asked", rank, pc,
+                 be_ops[in->op].name);
+        st->status = RT_DIED;
+        break;
+      }
+      double t0 = now_s();
+      bool compute = true;
+      switch ((be_opcode)in->op) {
+      case BE_OP_LOAD: rt_load(m, step, replica, a[1], buf[a[2]]); break;
+      case BE_OP_FWD: rt_forward(m, a[0], a[1], buf[a[2]], buf[a[3]]); break;
+      case BE_OP_LOSS:
+        st->loss[step] += rt_loss(m, step, replica, a[1], buf[a[2]], buf[a[3]]);
+        break;
+      case BE_OP_BWD_IN: rt_backward_input(m, a[0], a[1], buf[a[2]], a[5] >= 0 ? buf[a[5]] : NULL); break;
+      case BE_OP_BWD_W: rt_backward_weight(m, a[0], a[1]); break;
+      case BE_OP_BWD:
+        rt_backward_input(m, a[0], a[1], buf[a[2]], a[5] >= 0 ? buf[a[5]] : NULL);
+        rt_backward_weight(m, a[0], a[1]);
+        break;
+      case BE_OP_SEND:
+      case BE_OP_RECV: {
+        compute = false;
+        be_tensor_ref tag = {(be_tensor_kind)a[2], a[3], a[4]};
+        size_t bytes = rt_tensor_floats(m, tag.kind, tag.stage) * sizeof(float);
+        posted_at[a[1]] = pc;
+        int rc = in->op == BE_OP_SEND ? c->isend(c->ctx, a[0], tag, buf[a[1]], bytes, &req[a[1]])
+                                      : c->irecv(c->ctx, a[0], tag, buf[a[1]], bytes, &req[a[1]]);
+        if (rc != 0) failed_at(st, s, rank, pc, "the transport refused the message");
+        break;
+      }
+      case BE_OP_WAIT: {
+        compute = false;
+        strbuf why = {0};
+        int rc = c->wait(c->ctx, &req[a[0]], o->timeout, &why);
+        if (rc != 0) {
+          strbuf what = {0};
+          describe_msg(&what, &p->code[posted_at[a[0]]]);
+          if (rc == 1)
+            strbuf_printf(&what, " (posted at %04d) did not complete within %g s",
+                          posted_at[a[0]], o->timeout);
+          else if (rc == 2)
+            strbuf_puts(&what, ": stopped because another rank failed");
+          else
+            strbuf_printf(&what, ": %s", strbuf_cstr(&why));
+          failed_at(st, s, rank, pc, strbuf_cstr(&what));
+          if (rc == 2) st->status = RT_ABORTED;
+          strbuf_free(&what);
+        }
+        strbuf_free(&why);
+        st->wait_s += now_s() - t0;
+        break;
+      }
+      case BE_OP_FREE: compute = false; break;
+      case BE_OP_ALLREDUCE: {
+        size_t n;
+        float *g = rt_stage_grads(m, a[0], &n);
+        if (c->allreduce(c->ctx, g, n) != 0) {
+          failed_at(st, s, rank, pc, "stopped because another rank failed");
+          st->status = RT_ABORTED;
+        }
+        break;
+      }
+      case BE_OP_STEP:
+        for (int i = 0; i < s->nstages; i++) {
+          if (s->stages[i].rank != rank) continue;
+          if (ref) {
+            double d = rt_grad_diff(m, ref, i);
+            if (d > st->grad_diff[step]) st->grad_diff[step] = d;
+          }
+          rt_step(m, i);
+        }
+        if (ref)
+          for (int i = 0; i < s->nstages; i++) rt_step(ref, i);
+        break;
+      default: break;
+      }
+      double t1 = now_s();
+      if (compute) st->busy_s += t1 - t0;
+      if (o->trace && (compute || in->op == BE_OP_WAIT)) {
+        bool staged = be_ops[in->op].nops > 1 && (be_ops[in->op].flags & BE_COMPUTE);
+        rt_event e = {in->op, staged ? a[0] : (in->op == BE_OP_ALLREDUCE ? a[0] : -1),
+                      staged ? a[1] : -1, step, t0 - t_run, t1 - t_run};
+        VEC_PUSH(st->ev, st->nev, st->ev_cap, e);
+      }
+    }
+    st->step_s[step] = now_s() - t_step;
+  }
+  if (st->status == RT_FAILED) c->fail(c->ctx, st->err);
+  for (int i = 0; i < p->nslots; i++) free(buf[i]);
+  free(buf);
+  free(floats);
+  free(req);
+  free(posted_at);
+  strbuf_free(&err);
+  rt_model_free(m);
+  rt_model_free(ref);
+  return st->status;
+}
+
+int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *stats, int n,
+                  strbuf *out, strbuf *errs) {
+  int steps = o->steps > 0 ? o->steps : 1, rc = RT_EXIT_OK;
+  /* Failures first: the ranks that failed or died, then how many stopped because of them. */
+  int aborted = 0;
+  for (int i = 0; i < n; i++) {
+    if (stats[i].status == RT_FAILED || stats[i].status == RT_DIED) {
+      strbuf_printf(errs, "error: %s%s\n", s->replicas > 1 ? "" : "", stats[i].err);
+      rc = RT_EXIT_RUNTIME;
+    }
+    aborted += stats[i].status == RT_ABORTED;
+  }
+  if (rc != RT_EXIT_OK) {
+    if (aborted) strbuf_printf(errs, "note: %d other rank%s stopped\n", aborted, aborted == 1 ? "" : "s");
+    return rc;
+  }
+  for (int step = 0; step < steps; step++) {
+    double t = 0, loss = 0, ref = 0, diff = 0;
+    for (int i = 0; i < n; i++) {
+      if (stats[i].step_s[step] > t) t = stats[i].step_s[step];
+      loss += stats[i].loss[step];
+      if (stats[i].grad_diff[step] > diff) diff = stats[i].grad_diff[step];
+      if (i == 0) ref = stats[i].ref_loss[step];
+    }
+    loss /= (double)s->nmb * s->replicas;
+    strbuf_printf(out, "step %d: %.3f ms, loss %.6f", step + 1, t * 1e3, loss);
+    if (o->check) {
+      double rel = fabs(loss - ref) / (fabs(ref) > 0 ? fabs(ref) : 1);
+      strbuf_printf(out, " (sequential %.6f), gradients max rel diff %.2e", ref, diff);
+      if (rel > 1e-5 || diff > 1e-5 || !isfinite(loss)) {
+        strbuf_puts(out, "  MISMATCH");
+        rc = RT_EXIT_CHECK;
+      }
+    }
+    strbuf_putc(out, '\n');
+  }
+  for (int i = 0; i < n; i++) {
+    const rt_rank_stats *x = &stats[i];
+    double total = 0;
+    for (int step = 0; step < steps; step++) total += x->step_s[step];
+    if (s->replicas > 1)
+      strbuf_printf(out, "replica %d ", x->replica);
+    strbuf_printf(out, "rank %d: busy %.3f ms, waiting %.3f ms, idle %.1f%%\n", x->rank,
+                  x->busy_s * 1e3, x->wait_s * 1e3,
+                  total > 0 ? 100 * (1 - x->busy_s / total) : 0.0);
+  }
+  if (o->check)
+    strbuf_printf(out, "check: %s\n", rc == RT_EXIT_OK ? "every step matches the sequential run "
+                                                        "(relative difference <= 1e-5)"
+                                                      : "MISMATCH with the sequential run");
+  return rc;
+}
+
+void rt_trace(const be_stream *s, const rt_rank_stats *stats, int n, strbuf *out) {
+  strbuf_puts(out, "{\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"model\": \"");
+  for (const char *c = s->model ? s->model : ""; *c; c++)
+    if (*c == '"' || *c == '\\') strbuf_printf(out, "\\%c", *c);
+    else if ((unsigned char)*c >= 0x20) strbuf_putc(out, *c);
+  strbuf_puts(out, "\", \"source\": \"octo-run\"},\n\"traceEvents\": [");
+  bool first = true;
+  for (int i = 0; i < n; i++) {
+    const rt_rank_stats *x = &stats[i];
+    int pid = x->replica * s->nranks + x->rank;
+    const be_program *p = &s->ranks[x->rank];
+    strbuf_printf(out, "%s\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, "
+                  "\"args\": {\"name\": \"$d%d %s (node %d) rank %d%s\"}}",
+                  first ? "" : ",", pid, (int)p->device, p->type ? p->type : "?", (int)p->node,
+                  x->rank, x->replica ? " (replica)" : "");
+    first = false;
+    strbuf_printf(out, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, "
+                  "\"args\": {\"name\": \"compute\"}}", pid);
+    strbuf_printf(out, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 1, "
+                  "\"args\": {\"name\": \"wait\"}}", pid);
+    for (int k = 0; k < x->nev; k++) {
+      const rt_event *e = &x->ev[k];
+      static const char *const kind[BE_OP_COUNT] = {
+          [BE_OP_LOAD] = "LOAD", [BE_OP_FWD] = "F",    [BE_OP_LOSS] = "LOSS",
+          [BE_OP_BWD_IN] = "B",  [BE_OP_BWD_W] = "W",  [BE_OP_BWD] = "BW",
+          [BE_OP_WAIT] = "WAIT", [BE_OP_ALLREDUCE] = "ALLREDUCE", [BE_OP_STEP] = "OPTIM"};
+      const char *k_name = e->op < BE_OP_COUNT && kind[e->op] ? kind[e->op] : "?";
+      char name[64];
+      if (e->mb >= 0)
+        snprintf(name, sizeof name, "%s s%d mb%d", k_name, (int)e->stage, (int)e->mb);
+      else if (e->stage >= 0)
+        snprintf(name, sizeof name, "%s s%d", k_name, (int)e->stage);
+      else
+        snprintf(name, sizeof name, "%s", k_name);
+      strbuf_printf(out, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, "
+                    "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"step\": %d}}",
+                    name, k_name, pid, e->op == BE_OP_WAIT ? 1 : 0, e->t0 * 1e6,
+                    (e->t1 - e->t0) * 1e6, e->step + 1);
+    }
+  }
+  strbuf_puts(out, "\n]}\n");
+}

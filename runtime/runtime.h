@@ -1,0 +1,195 @@
+/* runtime.h -- the runtime: executes instruction streams (backend.h) with real float32
+ * arithmetic. Three parts:
+ *   - the model (model.c): stand-in layers for the stream's layers, sized from their dimensions
+ *     divided by a scale, with deterministic initialization, forward, loss, the split backward
+ *     (input gradient, then weight gradient), the optimizer step, synthetic or file data, and a
+ *     sequential reference step (all microbatches through the unpartitioned model);
+ *   - transports (comm_threads.c, comm_mpi.c): point-to-point messages with the posting,
+ *     matching and completion semantics the deadlock checker assumes, and the all-reduce over
+ *     data-parallel replicas;
+ *   - the interpreter (exec.c): runs one rank's program on a transport, with timeouts, a
+ *     recorded timeline and per-step figures.
+ * docs/runtime.md describes it. */
+#ifndef OCTO_RUNTIME_H
+#define OCTO_RUNTIME_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "support.h"
+
+/* ---- Model --------------------------------------------------------------------------------- */
+
+/* How the stand-in model is built and trained. */
+typedef struct rt_opts {
+  int scale;         /* hidden size, vocabulary and sequence length are divided by it (>= 1) */
+  uint64_t seed;     /* initialization and synthetic data */
+  double lr;         /* learning rate of SGD or Adam (the stream names the optimizer) */
+  const char *data;  /* text file whose bytes are the token stream, or NULL for synthetic data */
+} rt_opts;
+
+/* The stand-in model of a stream for one rank of one replica: dimensions of every layer,
+ * parameters and gradients of the stages it initialized, and the state saved between F, B and W
+ * of each (stage, microbatch) in flight. Opaque. */
+typedef struct rt_model rt_model;
+
+/* Build the model of stream s (dimensions only; no stage initialized). Returns NULL with the
+ * reason appended to err (a data file that cannot be read or is empty, a scale < 1). */
+rt_model *rt_model_new(const be_stream *s, const rt_opts *o, strbuf *err);
+void rt_model_free(rt_model *m);
+
+/* Allocate and initialize the parameters (and zeroed gradients and optimizer state) of stage st.
+ * Deterministic: the values depend only on the seed and the layer index, so every rank and the
+ * reference build the same weights. Idempotent. */
+void rt_model_init_stage(rt_model *m, int st);
+
+/* Number of floats of tensor (kind, stage) at runtime: INPUT holds the microbatch's token ids
+ * (as floats), ACT s the output of stage s, GRAD s the gradient of the input of stage s (grad
+ * nstages: of the last stage's output). 0 for STASH and WSTASH, which the model keeps itself. */
+size_t rt_tensor_floats(const rt_model *m, be_tensor_kind k, int stage);
+
+/* Token ids of microbatch mb of replica 'replica' at step 'step' into tokens
+ * (rt_tensor_floats(INPUT) floats). */
+void rt_load(rt_model *m, int step, int replica, int mb, float *tokens);
+
+/* Forward of stage st on microbatch mb: in -> out; keeps what the backward needs. Pre: stage
+ * initialized; in holds the stage's input (tokens for stage 0). */
+void rt_forward(rt_model *m, int st, int mb, const float *in, float *out);
+
+/* Cross-entropy loss of microbatch mb (targets: the next tokens of the same data) from the last
+ * stage's output; writes into grad the gradient of the step's loss (the mean over all tokens of
+ * all microbatches of all replicas) with respect to out. Returns the microbatch's mean loss. */
+double rt_loss(rt_model *m, int step, int replica, int mb, const float *out, float *grad);
+
+/* Input-gradient backward (B) of stage st on mb: grad (of the stage's output) -> dx (of its
+ * input; NULL for stage 0); keeps what W needs. Pre: rt_forward(st, mb) ran. */
+void rt_backward_input(rt_model *m, int st, int mb, const float *grad, float *dx);
+/* Weight-gradient backward (W): accumulate st's weight gradients from mb; frees mb's state.
+ * Pre: rt_backward_input(st, mb) ran. */
+void rt_backward_weight(rt_model *m, int st, int mb);
+
+/* The gradients of stage st as one contiguous array of *n floats (for the all-reduce). */
+float *rt_stage_grads(rt_model *m, int st, size_t *n);
+/* Optimizer step of stage st (SGD or Adam), then zero its gradients. */
+void rt_step(rt_model *m, int st);
+
+/* The sequential reference of one step: for each replica and microbatch in order, forward
+ * through every stage, loss, backward through every stage (B then W), accumulating gradients.
+ * Pre: every stage initialized. Returns the mean loss; leaves the gradients (no optimizer step). */
+double rt_reference_step(rt_model *m, int step, int replicas);
+
+/* Largest, over the parameter tensors of stage st, of max|a - b| / max|b| between the gradients
+ * of a and b (0 when both are zero). Pre: st initialized in both. */
+double rt_grad_diff(const rt_model *a, const rt_model *b, int st);
+
+/* ---- Transports ------------------------------------------------------------------------------ */
+
+/* A posted message, filled by the transport. */
+typedef struct rt_req {
+  void *impl;   /* transport's handle */
+  bool done;    /* completed */
+} rt_req;
+
+/* A transport between the ranks of one replica (peers are pipeline ranks), plus the all-reduce
+ * over the replicas of a rank. Posting never blocks; a send and a receive between the same two
+ * ranks pair in posting order (as NCCL); a message completes when both sides are posted. */
+typedef struct rt_comm {
+  const char *name;  /* "cpu" or "mpi" */
+  void *ctx;         /* the transport's state for this rank */
+  /* Post a send of bytes from buf to peer (tag: tensor kind, stage, microbatch). */
+  int (*isend)(void *ctx, int peer, be_tensor_ref tag, const void *buf, size_t bytes,
+               rt_req *r);
+  /* Post a receive of bytes from peer into buf. */
+  int (*irecv)(void *ctx, int peer, be_tensor_ref tag, void *buf, size_t bytes, rt_req *r);
+  /* Wait up to 'timeout' seconds for r: 0 completed, 1 timed out, 2 another rank failed,
+   * -1 transport error (message in err). */
+  int (*wait)(void *ctx, rt_req *r, double timeout, strbuf *err);
+  /* Sum n floats over the replicas of this rank (in place); 0, or 2 when another rank failed. */
+  int (*allreduce)(void *ctx, float *buf, size_t n);
+  /* Tell every rank that this one failed with message 'why' (they stop at their next wait, or the
+   * transport ends them). */
+  void (*fail)(void *ctx, const char *why);
+} rt_comm;
+
+/* ---- Interpreter and launchers --------------------------------------------------------------- */
+
+/* How to run a stream. */
+typedef struct rt_run_opts {
+  int steps;        /* training steps (>= 1) */
+  double timeout;   /* seconds a WAIT may block before the run fails */
+  bool check;       /* keep a sequential reference and compare losses and gradients each step */
+  bool trace;       /* record the timeline (rt_rank_stats.ev) */
+  int die_rank;     /* testing: this rank of replica 0 stops dead at ... (-1: never) */
+  int die_addr;     /* ... this address of its first step, without telling the others */
+} rt_run_opts;
+
+/* One recorded instruction of the timeline. */
+typedef struct rt_event {
+  uint8_t op;       /* be_opcode */
+  int32_t stage, mb; /* its stage and microbatch (-1 when none) */
+  int step;         /* training step */
+  double t0, t1;    /* seconds since the run's start on this rank */
+} rt_event;
+
+/* What one rank of one replica did. */
+typedef struct rt_rank_stats {
+  int rank, replica;   /* who */
+  int status;          /* RT_OK, RT_FAILED (it failed: err says why), RT_ABORTED (another rank
+                          failed), RT_DIED (stopped by die_rank) */
+  char err[512];       /* its error message */
+  double *step_s;      /* per step: wall time from its start to its STEP */
+  double *loss;        /* per step: sum of its microbatches' losses (last stage only, else 0) */
+  double *ref_loss;    /* per step, with check: the reference's mean loss */
+  double *grad_diff;   /* per step, with check: largest rt_grad_diff over its stages */
+  double busy_s;       /* time in compute instructions and all-reduces */
+  double wait_s;       /* time blocked in WAIT */
+  rt_event *ev;        /* timeline (with trace) */
+  int nev, ev_cap;
+} rt_rank_stats;
+
+enum { RT_OK = 0, RT_FAILED = 1, RT_ABORTED = 2, RT_DIED = 3 };
+
+/* Run rank 'rank' of replica 'replica': build its model (stages it runs), allocate its buffers,
+ * interpret its program o->steps times on transport c; fills *st (allocating its arrays; free
+ * them with rt_rank_stats_free). A failure (a WAIT past its timeout, a transport error) is
+ * recorded in st with the rank, address, opcode and what it waited for, and announced to the
+ * other ranks through c->fail. Returns st->status. */
+int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
+                 const rt_run_opts *o, rt_comm *c, rt_rank_stats *st);
+void rt_rank_stats_free(rt_rank_stats *st);
+
+/* The cpu backend: every rank of every replica as a thread of this process. stats has
+ * nranks x replicas entries, indexed replica x nranks + rank. Returns 0, or -1 when threads could
+ * not be started. */
+int rt_run_threads(const be_stream *s, const rt_opts *mo, const rt_run_opts *o,
+                   rt_rank_stats *stats);
+
+/* The mpi backend, for octo-run's main: initializes MPI (pass main's argc and argv), reads the
+ * stream at 'path' on every process (each validates and checks it), checks that the world has
+ * nranks x replicas processes, runs this process's rank (world rank = replica x nranks + rank)
+ * with MPI non-blocking point-to-point messages and an all-reduce over replicas, gathers the
+ * figures on world rank 0, which prints the report (to stdout, errors to stderr) and writes the
+ * trace to trace_path when given, then finalizes MPI. A failing rank prints its error and aborts
+ * the job (MPI_Abort with RT_EXIT_RUNTIME). Returns the exit status. Defined only when the
+ * runtime was built with MPI (OCTO_HAVE_MPI). */
+int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
+                const rt_run_opts *o, const char *trace_path);
+
+/* Exit statuses of octo-run (docs/runtime.md). */
+enum { RT_EXIT_OK = 0, RT_EXIT_INPUT = 1, RT_EXIT_RUNTIME = 3, RT_EXIT_CHECK = 4 };
+
+/* Print the run's figures from every rank's stats (n = nranks x replicas entries): per step the
+ * time and the loss (and, with check, the sequential loss and the gradient difference), per rank
+ * the busy and waiting time; or the failure. Returns the exit status: RT_EXIT_RUNTIME when a rank
+ * failed or died, RT_EXIT_CHECK when a loss or gradient differs from the reference by more than
+ * 1e-5 (relative), else RT_EXIT_OK. */
+int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *stats, int n,
+                  strbuf *out, strbuf *errs);
+
+/* Append the Chrome/Perfetto trace of the recorded timelines (the format of the simulator's
+ * trace: one process per rank, compute events named like "F s0 mb3") to out. */
+void rt_trace(const be_stream *s, const rt_rank_stats *stats, int n, strbuf *out);
+
+#endif
