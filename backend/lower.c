@@ -310,6 +310,10 @@ static void blocks_free(blocks *bl) {
   free(bl->stamp);
 }
 
+/* Address space a tensor takes: its size, but at least one byte, so that empty tensors live at
+ * the same time get different slots. */
+static uint64_t room(const life *x) { return x->bytes ? x->bytes : 1; }
+
 /* Place lives[0..n) in the order they are in, each where no earlier one live at the same time
  * is: at the lowest such address (first fit), or in the smallest gap that holds it, else at the
  * top (best fit). Returns the arena size. 'busy' has room for n ranges; bl is cleared. */
@@ -325,15 +329,15 @@ static uint64_t fit(life *lives, int n, range *busy, bool best, blocks *bl) {
         int j = bl->items[b][k];
         if (bl->stamp[j] == bl->query) continue;
         bl->stamp[j] = bl->query;
-        if (lives[j].def <= x->kill && x->def <= lives[j].kill && lives[j].bytes)
-          busy[nb++] = (range){lives[j].offset, lives[j].offset + lives[j].bytes};
+        if (lives[j].def <= x->kill && x->def <= lives[j].kill)
+          busy[nb++] = (range){lives[j].offset, lives[j].offset + room(&lives[j])};
       }
     if (nb) qsort(busy, (size_t)nb, sizeof *busy, by_lo);
     uint64_t end = 0, gap = 0, at = 0;
     bool found = false;
     for (int k = 0; k <= nb; k++) {
       uint64_t lo = k < nb ? busy[k].lo : UINT64_MAX; /* the gap [end, lo) */
-      if (lo >= end && lo - end >= x->bytes && (!found || lo - end < gap)) {
+      if (lo >= end && lo - end >= room(x) && (!found || lo - end < gap)) {
         gap = lo - end;
         at = end;
         found = true;

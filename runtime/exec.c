@@ -207,6 +207,7 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     if (aborted) strbuf_printf(errs, "note: %d other rank%s stopped\n", aborted, aborted == 1 ? "" : "s");
     return rc;
   }
+  double first = 0, last = 0;
   for (int step = 0; step < steps; step++) {
     double t = 0, loss = 0, ref = 0, diff = 0;
     for (int i = 0; i < n; i++) {
@@ -216,6 +217,8 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
       if (i == 0) ref = stats[i].ref_loss[step];
     }
     loss /= (double)s->nmb * s->replicas;
+    if (step == 0) first = loss;
+    last = loss;
     strbuf_printf(out, "step %d: %.3f ms, loss %.6f", step + 1, t * 1e3, loss);
     if (o->check) {
       double rel = fabs(loss - ref) / (fabs(ref) > 0 ? fabs(ref) : 1);
@@ -227,6 +230,7 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     }
     strbuf_putc(out, '\n');
   }
+  if (steps > 1) strbuf_printf(out, "loss: %.6f -> %.6f over %d steps\n", first, last, steps);
   for (int i = 0; i < n; i++) {
     const rt_rank_stats *x = &stats[i];
     double total = 0;

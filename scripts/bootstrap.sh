@@ -24,6 +24,8 @@ done
 [ -x /usr/lib/llvm-14/bin/FileCheck ] || missing="$missing llvm-14-tools"
 [ -f /usr/include/cjson/cJSON.h ] || missing="$missing libcjson-dev"
 [ -f /usr/include/zlib.h ] || missing="$missing zlib1g-dev"
+command -v mpirun >/dev/null 2>&1 || missing="$missing openmpi-bin"
+command -v mpicc >/dev/null 2>&1 || missing="$missing libopenmpi-dev"
 if [ -n "$missing" ]; then
   echo "bootstrap: installing$missing"
   sudo=""

@@ -29,3 +29,14 @@ if config.octo_sanitize:
 import sys
 config.substitutions.append(("%ois", sys.executable + " " +
                              os.path.join(config.octo_src_root, "tests", "Inputs", "ois.py")))
+# The mpi backend is testable when octo-run was built with MPI and mpirun is on the PATH; %mpirun
+# starts processes as root and on more processes than cores, as CI machines need. Sanitizer
+# builds do not run it: OpenMPI's own allocations trip the leak checker.
+if config.octo_mpi in ("ON", "TRUE", "1") and shutil.which("mpirun") and not config.octo_sanitize:
+    config.available_features.add("mpi")
+mpirun = "mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader,tcp"
+config.substitutions.append(("%mpirun", mpirun))
+config.environment["MPIRUN"] = mpirun
+for var in ("HOME", "OMPI_MCA_plm_rsh_agent"):
+    if var in os.environ:
+        config.environment[var] = os.environ[var]
