@@ -143,6 +143,14 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
               world);
     rc = RT_EXIT_INPUT;
   }
+  if (rc == RT_EXIT_OK) {
+    rt_model *probe = rt_model_new(s, mo, &err); /* the data file and the scale */
+    if (!probe) {
+      if (me == 0) fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(&err));
+      rc = RT_EXIT_INPUT;
+    }
+    rt_model_free(probe);
+  }
   int tag_ub_ok = 1;
   if (rc == RT_EXIT_OK) {
     void *ub;

@@ -386,8 +386,10 @@ static void layer_forward(rt_model *m, const mlayer *L, const float *w, const fl
   int T = m->T, h = m->h;
   double *acc = m->dacc;
   if (L->kind == LK_EMB) {
-    for (int t = 0; t < T; t++)
-      memcpy(y + (size_t)t * h, w + L->w_off + (size_t)token_id(m, x[t]) * h, (size_t)h * sizeof *y);
+    for (int t = 0; t < T; t++) {
+      const float *row = w + L->w_off + (size_t)token_id(m, x[t]) * h;
+      memcpy(y + (size_t)t * h, row, (size_t)h * sizeof *y);
+    }
     return;
   }
   const float *W = w + L->w_off;

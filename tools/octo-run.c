@@ -155,6 +155,14 @@ int main(int argc, char **argv) {
     strbuf_free(&err);
     return RT_EXIT_INPUT;
   }
+  rt_model *probe = rt_model_new(s, &mo, &err); /* the data file and the scale, checked once */
+  if (!probe) {
+    fprintf(stderr, PROG ": error: %s\n", strbuf_cstr(&err));
+    strbuf_free(&err);
+    be_stream_free(s);
+    return RT_EXIT_INPUT;
+  }
+  rt_model_free(probe);
   int world = s->nranks * s->replicas;
   rt_rank_stats *stats = xcalloc((size_t)world, sizeof *stats);
   int rc;

@@ -1,0 +1,512 @@
+/* test_runtime_model.c -- unit tests of the runtime's stand-in model (runtime.h, "Model") on
+ * streams built by hand: tensor sizes from the scaled dimensions, the data stream and targets,
+ * a finite-difference check of the gradients, equality of pipelined (split B/W, any microbatch
+ * order, replicas summed) and sequential gradients, deterministic initialization, training that
+ * lowers the loss, and the error paths. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime.h"
+#include "unit.h"
+
+/* ---- Streams built by hand ------------------------------------------------------------------ */
+
+/* Give layer l of s the parameter (name, value). */
+static void rm_param(be_stream *s, int l, const char *name, double value) {
+  be_layer *L = &s->layers[l];
+  L->params = xrealloc(L->params, (size_t)(L->nparams + 1) * sizeof *L->params);
+  L->params[L->nparams].name = xstrdup(name);
+  L->params[L->nparams].value = value;
+  L->nparams++;
+}
+
+/* A stream of the given layer kinds (NULL-terminated list) cut into stages at 'cuts' (the first
+ * layer of stages 1..nstages-1), one rank per stage, and nmb, replicas, micro_batch, seq and the
+ * optimizer as given. No parameters are set. */
+static be_stream *rm_stream(const char *const *kinds, int nstages, const int *cuts, int nmb,
+                            int replicas, int micro_batch, int seq, const char *opt) {
+  be_stream *s = xcalloc(1, sizeof *s);
+  s->model = xstrdup("test");
+  s->dtype = xstrdup("fp32");
+  s->optimizer = xstrdup(opt);
+  s->nmb = nmb;
+  s->replicas = replicas;
+  s->micro_batch = micro_batch;
+  s->seq = seq;
+  int n = 0;
+  while (kinds[n]) n++;
+  s->nlayers = n;
+  s->layers = xcalloc((size_t)n, sizeof *s->layers);
+  for (int i = 0; i < n; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "l%d", i);
+    s->layers[i].name = xstrdup(name);
+    s->layers[i].kind = xstrdup(kinds[i]);
+  }
+  s->nstages = nstages;
+  s->nranks = nstages;
+  s->stages = xcalloc((size_t)nstages, sizeof *s->stages);
+  s->ranks = xcalloc((size_t)nstages, sizeof *s->ranks);
+  for (int i = 0; i < nstages; i++) {
+    s->stages[i].first = i == 0 ? 0 : cuts[i - 1];
+    s->stages[i].end = i == nstages - 1 ? n : cuts[i];
+    s->stages[i].rank = i;
+  }
+  return s;
+}
+
+static const char *const rm_kinds5[] = {"embedding", "attention", "mlp", "moe", "lm_head", NULL};
+
+/* The usual test stream: 5 layers (embedding, 3 dense, lm_head) in 3 stages [0,2) [2,4) [4,5),
+ * hidden 'hidden' on layer 1 and vocab 'vocab' on layer 4. */
+static be_stream *rm_stream5(int nmb, int replicas, int micro_batch, int seq, const char *opt,
+                             double hidden, double vocab) {
+  static const int cuts[] = {2, 4};
+  be_stream *s = rm_stream(rm_kinds5, 3, cuts, nmb, replicas, micro_batch, seq, opt);
+  rm_param(s, 1, "hidden", hidden);
+  rm_param(s, 3, "hidden", 4 * hidden); /* ignored: the first one counts */
+  rm_param(s, 4, "vocab", vocab);
+  return s;
+}
+
+/* A model of s that must build; every stage initialized when 'init'. */
+static rt_model *rm_model(const be_stream *s, int scale, uint64_t seed, double lr, bool init) {
+  rt_opts o = {scale, seed, lr, NULL};
+  strbuf err = {0};
+  rt_model *m = rt_model_new(s, &o, &err);
+  UNIT_CHECK(m != NULL);
+  if (!m) printf("  rt_model_new: %s\n", strbuf_cstr(&err));
+  strbuf_free(&err);
+  for (int st = 0; m && init && st < s->nstages; st++) rt_model_init_stage(m, st);
+  return m;
+}
+
+/* Zero the gradients of every stage of m. */
+static void rm_zero_grads(rt_model *m, int nstages) {
+  for (int st = 0; st < nstages; st++) {
+    size_t n;
+    float *g = rt_stage_grads(m, st, &n);
+    memset(g, 0, n * sizeof *g);
+  }
+}
+
+/* ---- Sizes ----------------------------------------------------------------------------------- */
+
+void test_runtime_model_floats(void) {
+  /* hidden 70 / 4 = 17.5 -> 18, vocab 100 / 4 = 25, T = 2 x (32 / 4) = 16. */
+  be_stream *s = rm_stream5(3, 1, 2, 32, "sgd", 70, 100);
+  rt_model *m = rm_model(s, 4, 1, 0.1, false);
+  UNIT_CHECK(rt_tensor_floats(m, BE_T_INPUT, 0) == 16);
+  UNIT_CHECK(rt_tensor_floats(m, BE_T_ACT, 0) == 16 * 18);
+  UNIT_CHECK(rt_tensor_floats(m, BE_T_ACT, 1) == 16 * 18);
+  UNIT_CHECK(rt_tensor_floats(m, BE_T_ACT, 2) == 16 * 25);
+  UNIT_CHECK(rt_tensor_floats(m, BE_T_GRAD, 0) == 0);
+  UNIT_CHECK(rt_tensor_floats(m, BE_T_GRAD, 1) == 16 * 18);
+  UNIT_CHECK(rt_tensor_floats(m, BE_T_GRAD, 2) == 16 * 18);
+  UNIT_CHECK(rt_tensor_floats(m, BE_T_GRAD, 3) == 16 * 25);
+  UNIT_CHECK(rt_tensor_floats(m, BE_T_STASH, 1) == 0);
+  UNIT_CHECK(rt_tensor_floats(m, BE_T_WSTASH, 1) == 0);
+  rt_model_free(m);
+  be_stream_free(s);
+  /* Scale 1: seq below 4 -> 4 tokens per sequence; vocab 6 -> 8; hidden 3 -> 4. */
+  s = rm_stream5(3, 1, 3, 2, "sgd", 3, 6);
+  m = rm_model(s, 1, 1, 0.1, false);
+  UNIT_CHECK(rt_tensor_floats(m, BE_T_INPUT, 0) == 12);
+  UNIT_CHECK(rt_tensor_floats(m, BE_T_ACT, 0) == 12 * 4);
+  UNIT_CHECK(rt_tensor_floats(m, BE_T_ACT, 2) == 12 * 8);
+  rt_model_free(m);
+  be_stream_free(s);
+  /* No parameters and no lm_head: h 16, V 32 (targets mod 16), the output is T x h. */
+  static const char *const kinds[] = {"custom", "mamba", "attention", NULL};
+  static const int cuts[] = {1};
+  s = rm_stream(kinds, 2, cuts, 2, 1, 1, 8, "sgd");
+  m = rm_model(s, 1, 1, 0.1, false);
+  UNIT_CHECK(rt_tensor_floats(m, BE_T_INPUT, 0) == 8);
+  UNIT_CHECK(rt_tensor_floats(m, BE_T_ACT, 0) == 8 * 16);
+  UNIT_CHECK(rt_tensor_floats(m, BE_T_ACT, 1) == 8 * 16);
+  UNIT_CHECK(rt_tensor_floats(m, BE_T_GRAD, 2) == 8 * 16);
+  rt_model_free(m);
+  be_stream_free(s);
+  /* A single-layer model whose only layer is called lm_head is still an embedding. */
+  static const char *const one[] = {"lm_head", NULL};
+  s = rm_stream(one, 1, NULL, 1, 1, 1, 4, "sgd");
+  rm_param(s, 0, "vocab", 50);
+  m = rm_model(s, 1, 1, 0.1, false);
+  UNIT_CHECK(rt_tensor_floats(m, BE_T_ACT, 0) == 4 * 16);
+  rt_model_free(m);
+  be_stream_free(s);
+}
+
+/* ---- Data ------------------------------------------------------------------------------------ */
+
+/* Index of the smallest of n floats (the target column of a loss gradient). */
+static int rm_argmin(const float *v, int n) {
+  int best = 0;
+  for (int i = 1; i < n; i++)
+    if (v[i] < v[best]) best = i;
+  return best;
+}
+
+/* The targets that rt_loss used for (step, replica, mb) of m, from the sign of its gradient. */
+static void rm_targets(rt_model *m, int nstages, int step, int replica, int mb, int *targets) {
+  size_t T = rt_tensor_floats(m, BE_T_INPUT, 0), C = rt_tensor_floats(m, BE_T_ACT, nstages - 1) / T;
+  float *out = xcalloc(T * C, sizeof *out), *grad = xcalloc(T * C, sizeof *grad);
+  for (size_t t = 0; t < T; t++) out[t * C + t % C] = 1.0f; /* any logits */
+  double loss = rt_loss(m, step, replica, mb, out, grad);
+  UNIT_CHECK(loss > 0 && isfinite(loss));
+  for (size_t t = 0; t < T; t++) targets[t] = rm_argmin(grad + t * C, (int)C);
+  free(out);
+  free(grad);
+}
+
+void test_runtime_model_data(void) {
+  /* Synthetic: T = 8, V = 16; 2 replicas, 3 microbatches. */
+  be_stream *s = rm_stream5(3, 2, 1, 8, "sgd", 16, 16);
+  rt_model *m = rm_model(s, 1, 7, 0.1, false), *m2 = rm_model(s, 1, 7, 0.1, false);
+  float tok[8], tok2[8], next[8];
+  int succ[16], tg[8];
+  for (int i = 0; i < 16; i++) succ[i] = -1;
+  bool differ = false;
+  for (int step = 0; step < 3; step++)
+    for (int r = 0; r < 2; r++)
+      for (int mb = 0; mb < 3; mb++) {
+        rt_load(m, step, r, mb, tok);
+        rt_load(m2, step, r, mb, tok2);
+        UNIT_CHECK(memcmp(tok, tok2, sizeof tok) == 0);
+        if (step == 0 && r == 0 && mb == 0) {
+          rt_load(m, 0, 0, 1, tok2);
+          differ = memcmp(tok, tok2, sizeof tok) != 0;
+        }
+        /* A chain through a fixed successor table: equal tokens have equal successors. */
+        for (int i = 0; i < 8; i++) {
+          UNIT_CHECK(tok[i] >= 0 && tok[i] < 16 && tok[i] == floorf(tok[i]));
+          if (i + 1 < 8) {
+            int a = (int)tok[i], b = (int)tok[i + 1];
+            UNIT_CHECK(succ[a] < 0 || succ[a] == b);
+            succ[a] = b;
+          }
+        }
+        /* Targets: the next tokens of the same stream (crossing into the next microbatch,
+         * replica or step). */
+        rm_targets(m, 3, step, r, mb, tg);
+        int nstep = step, nr = r, nmb = mb + 1;
+        if (nmb == 3) nmb = 0, nr++;
+        if (nr == 2) nr = 0, nstep++;
+        rt_load(m, nstep, nr, nmb, next);
+        for (int i = 0; i < 8; i++) UNIT_CHECK(tg[i] == (int)(i + 1 < 8 ? tok[i + 1] : next[0]));
+      }
+  UNIT_CHECK(differ);
+  rt_model_free(m);
+  rt_model_free(m2);
+  /* A different seed gives different data. */
+  m = rm_model(s, 1, 7, 0.1, false);
+  m2 = rm_model(s, 1, 8, 0.1, false);
+  differ = false;
+  for (int mb = 0; mb < 3; mb++) {
+    rt_load(m, 0, 0, mb, tok);
+    rt_load(m2, 0, 0, mb, tok2);
+    differ |= memcmp(tok, tok2, sizeof tok) != 0;
+  }
+  UNIT_CHECK(differ);
+  rt_model_free(m);
+  rt_model_free(m2);
+
+  /* A data file of 11 bytes: token(p) = byte[p mod 11] % 16; it wraps around. */
+  char path[] = "/tmp/octo_model_data_XXXXXX";
+  int fd = mkstemp(path);
+  UNIT_CHECK(fd >= 0);
+  static const char text[] = "hello world";
+  UNIT_CHECK(write(fd, text, 11) == 11);
+  close(fd);
+  rt_opts o = {1, 7, 0.1, path};
+  strbuf err = {0};
+  m = rt_model_new(s, &o, &err);
+  UNIT_CHECK(m != NULL);
+  for (int step = 0; m && step < 2; step++)
+    for (int r = 0; r < 2; r++)
+      for (int mb = 0; mb < 3; mb++) {
+        rt_load(m, step, r, mb, tok);
+        rm_targets(m, 3, step, r, mb, tg);
+        long p0 = (((long)step * 2 + r) * 3 + mb) * 8;
+        for (int i = 0; i < 8; i++) {
+          UNIT_CHECK((int)tok[i] == (unsigned char)text[(p0 + i) % 11] % 16);
+          UNIT_CHECK(tg[i] == (unsigned char)text[(p0 + i + 1) % 11] % 16);
+        }
+      }
+  rt_model_free(m);
+  strbuf_free(&err);
+  unlink(path);
+  be_stream_free(s);
+}
+
+/* ---- Gradients ------------------------------------------------------------------------------- */
+
+/* Apply w[j] of stage st += delta through an SGD step with learning rate 1 (g = -delta). */
+static void rm_nudge(rt_model *m, int nstages, int st, size_t j, float delta) {
+  rm_zero_grads(m, nstages);
+  size_t n;
+  rt_stage_grads(m, st, &n)[j] = -delta;
+  rt_step(m, st);
+}
+
+void test_runtime_model_gradcheck(void) {
+  /* h 8, V 12, T 4, 2 microbatches, 2 replicas, SGD with lr 1 (used only to nudge weights). */
+  be_stream *s = rm_stream5(2, 2, 1, 4, "sgd", 8, 12);
+  rt_model *m = rm_model(s, 1, 3, 1.0, true);
+  rm_zero_grads(m, 3);
+  double l0 = rt_reference_step(m, 0, 2);
+  UNIT_CHECK(isfinite(l0) && l0 > 0);
+  const float eps = 1e-2f;
+  int checked = 0, bad = 0;
+  float *saved[3]; /* the analytic gradients (the nudges below overwrite the model's) */
+  size_t counts[3];
+  for (int st = 0; st < 3; st++) {
+    float *g0 = rt_stage_grads(m, st, &counts[st]);
+    saved[st] = xmalloc(counts[st] * sizeof *saved[st]);
+    memcpy(saved[st], g0, counts[st] * sizeof *g0);
+  }
+  for (int st = 0; st < 3; st++) {
+    size_t n = counts[st];
+    float *g = saved[st];
+    double gmax = 0;
+    for (size_t k = 0; k < n; k++) gmax = fmax(gmax, fabs(g[k]));
+    UNIT_CHECK(gmax > 0);
+    /* The 4 largest gradients of the stage, and 4 spread-out entries. */
+    size_t pick[8];
+    for (int q = 0; q < 4; q++) {
+      size_t best = 0;
+      double bv = -1;
+      for (size_t k = 0; k < n; k++) {
+        bool used = false;
+        for (int u = 0; u < q; u++) used |= pick[u] == k;
+        if (!used && fabs(g[k]) > bv) bv = fabs(g[k]), best = k;
+      }
+      pick[q] = best;
+    }
+    for (int q = 4; q < 8; q++) pick[q] = (size_t)(q - 4) * n / 4 + n / 8;
+    for (int q = 0; q < 8; q++) {
+      size_t j = pick[q];
+      rm_nudge(m, 3, st, j, eps);
+      rm_zero_grads(m, 3);
+      double lp = rt_reference_step(m, 0, 2);
+      rm_nudge(m, 3, st, j, -2 * eps);
+      rm_zero_grads(m, 3);
+      double lm = rt_reference_step(m, 0, 2);
+      rm_nudge(m, 3, st, j, eps);
+      double num = (lp - lm) / (2.0 * eps);
+      double tol = 1e-2 * fabs(g[j]) + 1e-4 * gmax;
+      checked++;
+      if (!(fabs(num - g[j]) <= tol)) {
+        bad++;
+        printf("  stage %d param %zu: analytic %.8g numeric %.8g\n", st, j, g[j], num);
+      }
+    }
+    free(saved[st]);
+  }
+  UNIT_CHECK(checked == 24 && bad == 0);
+  /* The nudges restored the weights (up to rounding): the loss is back. */
+  rm_zero_grads(m, 3);
+  UNIT_CHECK(fabs(rt_reference_step(m, 0, 2) - l0) < 1e-6);
+  rt_model_free(m);
+  be_stream_free(s);
+}
+
+/* One step of a pipelined run of replica 'replica' of stream s on m: F of every microbatch stage
+ * by stage, then the backward with B and W separated, in a scrambled microbatch order that
+ * differs per stage, and W of a stage deferred past B of the stage before it (as zero-bubble
+ * schedules do). Returns the sum of the microbatch losses. */
+static double rm_pipelined_step(rt_model *m, const be_stream *s, int step, int replica) {
+  int S = s->nstages, M = s->nmb;
+  float **act = xcalloc((size_t)(S * M), sizeof *act);
+  float **grad = xcalloc((size_t)((S + 1) * M), sizeof *grad);
+  float *tokens = xmalloc(rt_tensor_floats(m, BE_T_INPUT, 0) * sizeof *tokens);
+  double loss = 0;
+  for (int st = 0; st < S; st++)
+    for (int mb = 0; mb < M; mb++) {
+      act[st * M + mb] = xmalloc(rt_tensor_floats(m, BE_T_ACT, st) * sizeof(float));
+      if (st == 0) rt_load(m, step, replica, mb, tokens);
+      rt_forward(m, st, mb, st == 0 ? tokens : act[(st - 1) * M + mb], act[st * M + mb]);
+    }
+  for (int mb = M - 1; mb >= 0; mb--) {
+    grad[S * M + mb] = xmalloc(rt_tensor_floats(m, BE_T_GRAD, S) * sizeof(float));
+    loss += rt_loss(m, step, replica, mb, act[(S - 1) * M + mb], grad[S * M + mb]);
+  }
+  for (int st = S - 1; st >= 0; st--) {
+    for (int q = 0; q < M; q++) {
+      int mb = ((M - 1) * q + st) % M; /* descending, rotated by the stage: a permutation */
+      float *dx = NULL;
+      if (st > 0)
+        dx = grad[st * M + mb] = xmalloc(rt_tensor_floats(m, BE_T_GRAD, st) * sizeof(float));
+      rt_backward_input(m, st, mb, grad[(st + 1) * M + mb], dx);
+      if (st == S - 1 && q == 0) rt_backward_weight(m, st, mb); /* fused for one */
+    }
+    /* W of the stage after this one, in reverse order, after this stage's B. */
+    if (st + 1 < S)
+      for (int mb = M - 1; mb >= 0; mb--) rt_backward_weight(m, st + 1, mb);
+  }
+  for (int st = S - 1; st >= 0; st--)
+    for (int mb = 0; mb < M; mb++) rt_backward_weight(m, st, mb); /* the rest (no-ops if done) */
+  for (int k = 0; k < S * M; k++) free(act[k]);
+  for (int k = 0; k < (S + 1) * M; k++) free(grad[k]);
+  free(act);
+  free(grad);
+  free(tokens);
+  return loss;
+}
+
+/* Pipelined runs of every replica on their own models, all-reduced, against the reference on a
+ * fresh model, for 'steps' steps with optimizer steps in between. */
+static void rm_check_pipelined(const be_stream *s, double lr, int steps) {
+  int S = s->nstages, R = s->replicas;
+  rt_model *ref = rm_model(s, 1, 11, lr, true);
+  rt_model *rep[2] = {NULL, NULL};
+  for (int r = 0; r < R; r++) {
+    rep[r] = rm_model(s, 1, 11, lr, false);
+    for (int st = S - 1; st >= 0; st--) rt_model_init_stage(rep[r], (st + r) % S);
+  }
+  for (int step = 0; step < steps; step++) {
+    double lref = rt_reference_step(ref, step, R), lsum = 0;
+    for (int r = 0; r < R; r++) lsum += rm_pipelined_step(rep[r], s, step, r);
+    /* Step 0 has the same weights: each microbatch's loss is bit-identical, only the order of
+     * the sum differs. Later steps follow weights that differ by the rounding of gradients
+     * accumulated in another order. */
+    double tol = (step == 0 ? 1e-14 : 1e-6) * fabs(lref);
+    if (!(fabs(lsum / (R * s->nmb) - lref) <= tol))
+      printf("  step %d: loss %.17g vs %.17g\n", step, lsum / (R * s->nmb), lref);
+    UNIT_CHECK(fabs(lsum / (R * s->nmb) - lref) <= tol);
+    for (int st = 0; st < S; st++) {
+      /* The all-reduce: sum over the replicas into each. */
+      size_t n, n1;
+      float *g0 = rt_stage_grads(rep[0], st, &n);
+      if (R == 2) {
+        float *g1 = rt_stage_grads(rep[1], st, &n1);
+        UNIT_CHECK(n == n1);
+        for (size_t k = 0; k < n; k++) g1[k] = g0[k] = g0[k] + g1[k];
+      }
+      for (int r = 0; r < R; r++) {
+        double d = rt_grad_diff(rep[r], ref, st);
+        if (!(d < 1e-5)) printf("  step %d stage %d replica %d: diff %g\n", step, st, r, d);
+        UNIT_CHECK(d < 1e-5);
+      }
+      rt_step(ref, st);
+      for (int r = 0; r < R; r++) rt_step(rep[r], st);
+    }
+  }
+  rt_model_free(ref);
+  for (int r = 0; r < R; r++) rt_model_free(rep[r]);
+}
+
+void test_runtime_model_pipelined(void) {
+  /* 5 layers with an lm_head in 3 stages, 3 microbatches, 2 replicas, Adam. */
+  be_stream *s = rm_stream5(3, 2, 2, 8, "adam", 16, 24);
+  rm_check_pipelined(s, 1e-2, 3);
+  be_stream_free(s);
+  /* 4 layers without lm_head in 2 stages (the first only the embedding), 4 microbatches, SGD. */
+  static const char *const kinds[] = {"embedding", "mlp", "mamba", "custom", NULL};
+  static const int cuts[] = {1};
+  s = rm_stream(kinds, 2, cuts, 4, 1, 1, 8, "sgd");
+  rm_check_pipelined(s, 0.1, 3);
+  be_stream_free(s);
+}
+
+/* ---- Determinism ----------------------------------------------------------------------------- */
+
+void test_runtime_model_determinism(void) {
+  be_stream *s = rm_stream5(3, 1, 1, 8, "adam", 16, 16);
+  rt_model *a = rm_model(s, 1, 5, 1e-2, true);
+  rt_model *b = rm_model(s, 1, 5, 1e-2, false);
+  rt_model *c = rm_model(s, 1, 6, 1e-2, true);
+  static const int order[] = {2, 0, 2, 1, 0};
+  for (int k = 0; k < 5; k++) rt_model_init_stage(b, order[k]);
+  for (int step = 0; step < 3; step++) {
+    double la = rt_reference_step(a, step, 1), lb = rt_reference_step(b, step, 1);
+    rt_reference_step(c, step, 1);
+    UNIT_CHECK_EQ_DBL(la, lb);
+    for (int st = 0; st < 3; st++) {
+      UNIT_CHECK_EQ_DBL(rt_grad_diff(a, b, st), 0);
+      UNIT_CHECK(rt_grad_diff(a, c, st) > 1e-3); /* another seed: other weights and data */
+      size_t na, nb;
+      float *ga = rt_stage_grads(a, st, &na), *gb = rt_stage_grads(b, st, &nb);
+      UNIT_CHECK(na == nb && memcmp(ga, gb, na * sizeof *ga) == 0);
+      rt_step(a, st);
+      rt_step(b, st);
+      rt_step(c, st);
+    }
+  }
+  /* After a step the gradients are zero; rt_grad_diff of zero gradients is 0. */
+  for (int st = 0; st < 3; st++) UNIT_CHECK_EQ_DBL(rt_grad_diff(a, c, st), 0);
+  /* State left in flight is freed by rt_model_free (checked by the sanitizer build). */
+  float tok[8], out0[8 * 16], out1[8 * 16];
+  rt_load(a, 0, 0, 1, tok);
+  rt_forward(a, 0, 1, tok, out0);
+  rt_forward(a, 1, 1, out0, out1);
+  rt_model_free(a);
+  rt_model_free(b);
+  rt_model_free(c);
+  be_stream_free(s);
+}
+
+/* ---- Training -------------------------------------------------------------------------------- */
+
+/* 100 steps of the reference with optimizer steps; the loss must fall below half its start. */
+static void rm_check_learns(const char *opt, double lr) {
+  be_stream *s = rm_stream5(3, 1, 1, 8, opt, 16, 16);
+  rt_model *m = rm_model(s, 1, 9, lr, true);
+  double first = 0, last = 0;
+  for (int step = 0; step < 100; step++) {
+    double l = rt_reference_step(m, step, 1);
+    if (step == 0) first = l;
+    last = l;
+    for (int st = 0; st < 3; st++) rt_step(m, st);
+  }
+  if (!(last < 0.5 * first)) printf("  %s: loss %g -> %g\n", opt, first, last);
+  UNIT_CHECK(isfinite(first) && last < 0.5 * first);
+  rt_model_free(m);
+  be_stream_free(s);
+}
+
+void test_runtime_model_learns(void) {
+  rm_check_learns("adam", 2e-2);
+  rm_check_learns("sgd", 1.0);
+}
+
+/* ---- Errors ---------------------------------------------------------------------------------- */
+
+/* rt_model_new on s with options o must fail with a message containing 'want'. */
+static void rm_check_fails(const be_stream *s, rt_opts o, const char *want) {
+  strbuf err = {0};
+  rt_model *m = rt_model_new(s, &o, &err);
+  UNIT_CHECK(m == NULL);
+  if (!strstr(strbuf_cstr(&err), want)) UNIT_CHECK_STREQ(strbuf_cstr(&err), want);
+  rt_model_free(m);
+  strbuf_free(&err);
+}
+
+void test_runtime_model_errors(void) {
+  be_stream *s = rm_stream5(2, 1, 1, 8, "sgd", 16, 16);
+  rm_check_fails(s, (rt_opts){0, 1, 0.1, NULL}, "scale must be at least 1");
+  rm_check_fails(s, (rt_opts){-3, 1, 0.1, NULL}, "scale must be at least 1");
+  rm_check_fails(s, (rt_opts){1, 1, 0.1, "/nonexistent/octo.txt"},
+                 "/nonexistent/octo.txt: No such file or directory");
+  char path[] = "/tmp/octo_model_empty_XXXXXX";
+  int fd = mkstemp(path);
+  UNIT_CHECK(fd >= 0);
+  close(fd);
+  strbuf want = {0};
+  strbuf_printf(&want, "%s: empty data file", path);
+  rm_check_fails(s, (rt_opts){1, 1, 0.1, path}, strbuf_cstr(&want));
+  strbuf_free(&want);
+  unlink(path);
+  /* A partition with a gap. */
+  s->stages[1].first = 3;
+  rm_check_fails(s, (rt_opts){1, 1, 0.1, NULL}, "stage 1: layers [3, 4)");
+  s->stages[1].first = 2;
+  /* Dimensions past the float-exact range. */
+  s->layers[4].params[0].value = 1e12;
+  rm_check_fails(s, (rt_opts){1, 1, 0.1, NULL}, "model too large");
+  rt_model_free(NULL);
+  be_stream_free(s);
+}
