@@ -91,6 +91,9 @@ static void mp_fail(void *ctx, const char *why) {
   MPI_Abort(MPI_COMM_WORLD, RT_EXIT_RUNTIME);
 }
 
+/* Nothing to forget: a rank leaves with every message completed, or the job is aborted. */
+static void mp_leave(void *ctx) { (void)ctx; }
+
 /* The figures of one rank as doubles, for MPI_Gather: status, busy, wait, nev, then per step the
  * time, loss, reference loss and gradient difference. */
 static void pack(const rt_rank_stats *st, int steps, double *d) {
@@ -177,7 +180,7 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
   MPI_Comm_split(MPI_COMM_WORLD, rank, replica, &mc.replicas);
   mc.base = replica * s->nranks;
   mc.nmb = s->nmb;
-  rt_comm c = {"mpi", &mc, mp_isend, mp_irecv, mp_wait, mp_allreduce, mp_fail};
+  rt_comm c = {"mpi", &mc, mp_isend, mp_irecv, mp_wait, mp_allreduce, mp_fail, mp_leave};
   rt_rank_stats st;
   int status = rt_exec_rank(s, rank, replica, mo, o, &c, &st);
   if (status == RT_DIED) {

@@ -191,6 +191,20 @@ static void th_fail(void *ctx, const char *why) {
   pthread_mutex_unlock(&t->hub->mu);
 }
 
+/* Drop rank t's unpaired posts: its sends in the channels from it, its receives in the channels
+ * to it. */
+static void th_leave(void *ctx) {
+  thread_comm *t = ctx;
+  rt_hub *h = t->hub;
+  pthread_mutex_lock(&h->mu);
+  for (int q = 0; q < h->nranks; q++) {
+    channel *out = chan(h, t->replica, t->rank, q), *in = chan(h, t->replica, q, t->rank);
+    out->nsends = out->send_head = 0;
+    in->nrecvs = in->recv_head = 0;
+  }
+  pthread_mutex_unlock(&h->mu);
+}
+
 /* What one thread runs. */
 typedef struct job {
   const be_stream *s;
@@ -202,7 +216,7 @@ typedef struct job {
 
 static void *run_job(void *arg) {
   job *j = arg;
-  rt_comm c = {"cpu", &j->tc, th_isend, th_irecv, th_wait, th_allreduce, th_fail};
+  rt_comm c = {"cpu", &j->tc, th_isend, th_irecv, th_wait, th_allreduce, th_fail, th_leave};
   rt_exec_rank(j->s, j->tc.rank, j->tc.replica, j->mo, j->o, &c, j->st);
   return NULL;
 }

@@ -180,6 +180,7 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
     st->step_s[step] = now_s() - t_step;
   }
   if (st->status == RT_FAILED) c->fail(c->ctx, st->err);
+  c->leave(c->ctx);
   for (int i = 0; i < p->nslots; i++) free(buf[i]);
   free(buf);
   free(floats);

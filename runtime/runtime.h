@@ -111,6 +111,9 @@ typedef struct rt_comm {
   /* Tell every rank that this one failed with message 'why' (they stop at their next wait, or the
    * transport ends them). */
   void (*fail)(void *ctx, const char *why);
+  /* This rank is done (normally or not) and its buffers go away: forget its messages that are
+   * still unpaired, so that no other rank's post touches them. */
+  void (*leave)(void *ctx);
 } rt_comm;
 
 /* ---- Interpreter and launchers --------------------------------------------------------------- */
