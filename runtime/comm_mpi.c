@@ -109,21 +109,86 @@ static void pack(const rt_rank_stats *st, int steps, double *d) {
   }
 }
 
+/* Pre: st's per-step arrays allocated (rt_rank_stats_init). */
 static void unpack(rt_rank_stats *st, int steps, const double *d) {
   st->status = (int)d[0];
   st->busy_s = d[1];
   st->wait_s = d[2];
   st->nev = (int)d[3];
-  st->step_s = xcalloc((size_t)steps, sizeof *st->step_s);
-  st->loss = xcalloc((size_t)steps, sizeof *st->loss);
-  st->ref_loss = xcalloc((size_t)steps, sizeof *st->ref_loss);
-  st->grad_diff = xcalloc((size_t)steps, sizeof *st->grad_diff);
   for (int k = 0; k < steps; k++) {
     st->step_s[k] = d[4 + k];
     st->loss[k] = d[4 + steps + k];
     st->ref_loss[k] = d[4 + 2 * steps + k];
     st->grad_diff[k] = d[4 + 3 * steps + k];
   }
+}
+
+int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *mine,
+                  const char *path, const char *backend, const char *trace_path) {
+  int me, world, rc = RT_EXIT_OK;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  int steps = o->steps > 0 ? o->steps : 1, per = 4 + 4 * steps;
+  double *packed = xcalloc((size_t)per, sizeof *packed), *all = NULL;
+  pack(mine, steps, packed);
+  if (me == 0) all = xcalloc((size_t)per * world, sizeof *all);
+  MPI_Gather(packed, per, MPI_DOUBLE, all, per, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  int evbytes = (int)(mine->nev * sizeof(rt_event));
+  int *counts = me == 0 ? xcalloc((size_t)world, sizeof *counts) : NULL;
+  int *displs = me == 0 ? xcalloc((size_t)world, sizeof *displs) : NULL;
+  MPI_Gather(&evbytes, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  char *evs = NULL;
+  if (me == 0) {
+    long total = 0;
+    for (int w = 0; w < world; w++) {
+      displs[w] = (int)total;
+      total += counts[w];
+    }
+    evs = xmalloc((size_t)(total ? total : 1));
+  }
+  MPI_Gatherv(mine->ev, evbytes, MPI_BYTE, evs, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
+  if (me == 0) {
+    rt_rank_stats *stats = xcalloc((size_t)world, sizeof *stats);
+    for (int w = 0; w < world; w++) {
+      rt_rank_stats_init(&stats[w], w % s->nranks, w / s->nranks, steps);
+      unpack(&stats[w], steps, all + (size_t)per * w);
+      stats[w].ev = (rt_event *)(evs + displs[w]);
+    }
+    strbuf out = {0}, errs = {0};
+    printf("%s: %d rank%s x %d replica%s, %d stages, %d microbatches; backend %s, %d step%s\n",
+           path, (int)s->nranks, s->nranks == 1 ? "" : "s", (int)s->replicas,
+           s->replicas == 1 ? "" : "s", (int)s->nstages, (int)s->nmb, backend, steps,
+           steps == 1 ? "" : "s");
+    rc = rt_report_run(s, o, stats, world, &out, &errs);
+    fputs(strbuf_cstr(&out), stdout);
+    fputs(strbuf_cstr(&errs), stderr);
+    fflush(stdout);
+    if (trace_path && rc != RT_EXIT_RUNTIME) {
+      strbuf tr = {0};
+      rt_trace(s, stats, world, &tr);
+      FILE *f = fopen(trace_path, "w");
+      if (!f || fwrite(strbuf_cstr(&tr), 1, tr.len, f) != tr.len) {
+        fprintf(stderr, "octo-run: error: cannot write '%s'\n", trace_path);
+        if (rc == RT_EXIT_OK) rc = RT_EXIT_INPUT;
+      }
+      if (f) fclose(f);
+      strbuf_free(&tr);
+    }
+    for (int w = 0; w < world; w++) {
+      stats[w].ev = NULL; /* owned by evs */
+      rt_rank_stats_free(&stats[w]);
+    }
+    free(stats);
+    strbuf_free(&out);
+    strbuf_free(&errs);
+  }
+  MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  free(packed);
+  free(all);
+  free(counts);
+  free(displs);
+  free(evs);
+  return rc;
 }
 
 int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
@@ -188,68 +253,9 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
     fflush(stderr);
     _Exit(9); /* a crash, as far as the other processes can tell */
   }
-  /* Gather the figures on world rank 0. */
-  int steps = o->steps > 0 ? o->steps : 1, per = 4 + 4 * steps;
-  double *mine = xcalloc((size_t)per, sizeof *mine), *all = NULL;
-  pack(&st, steps, mine);
-  if (me == 0) all = xcalloc((size_t)per * world, sizeof *all);
-  MPI_Gather(mine, per, MPI_DOUBLE, all, per, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-  int evbytes = (int)(st.nev * sizeof(rt_event));
-  int *counts = me == 0 ? xcalloc((size_t)world, sizeof *counts) : NULL;
-  int *displs = me == 0 ? xcalloc((size_t)world, sizeof *displs) : NULL;
-  MPI_Gather(&evbytes, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  char *evs = NULL;
-  if (me == 0) {
-    long total = 0;
-    for (int w = 0; w < world; w++) {
-      displs[w] = (int)total;
-      total += counts[w];
-    }
-    evs = xmalloc((size_t)(total ? total : 1));
-  }
-  MPI_Gatherv(st.ev, evbytes, MPI_BYTE, evs, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
-  if (me == 0) {
-    rt_rank_stats *stats = xcalloc((size_t)world, sizeof *stats);
-    for (int w = 0; w < world; w++) {
-      stats[w].rank = w % s->nranks;
-      stats[w].replica = w / s->nranks;
-      unpack(&stats[w], steps, all + (size_t)per * w);
-      stats[w].ev = (rt_event *)(evs + displs[w]);
-    }
-    strbuf out = {0}, errs = {0};
-    printf("%s: %d rank%s x %d replica%s, %d stages, %d microbatches; backend mpi (%d "
-           "processes), %d step%s\n", path, (int)s->nranks, s->nranks == 1 ? "" : "s",
-           (int)s->replicas, s->replicas == 1 ? "" : "s", (int)s->nstages, (int)s->nmb, world,
-           o->steps, o->steps == 1 ? "" : "s");
-    rc = rt_report_run(s, o, stats, world, &out, &errs);
-    fputs(strbuf_cstr(&out), stdout);
-    fputs(strbuf_cstr(&errs), stderr);
-    fflush(stdout);
-    if (trace_path && rc != RT_EXIT_RUNTIME) {
-      strbuf tr = {0};
-      rt_trace(s, stats, world, &tr);
-      FILE *f = fopen(trace_path, "w");
-      if (!f || fwrite(strbuf_cstr(&tr), 1, tr.len, f) != tr.len) {
-        fprintf(stderr, "octo-run: error: cannot write '%s'\n", trace_path);
-        if (rc == RT_EXIT_OK) rc = RT_EXIT_INPUT;
-      }
-      if (f) fclose(f);
-      strbuf_free(&tr);
-    }
-    for (int w = 0; w < world; w++) {
-      stats[w].ev = NULL; /* owned by evs */
-      rt_rank_stats_free(&stats[w]);
-    }
-    free(stats);
-    strbuf_free(&out);
-    strbuf_free(&errs);
-  }
-  MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  free(mine);
-  free(all);
-  free(counts);
-  free(displs);
-  free(evs);
+  char what[64];
+  snprintf(what, sizeof what, "mpi (%d processes)", world);
+  rc = rt_mpi_report(s, o, &st, path, what, trace_path);
   rt_rank_stats_free(&st);
   MPI_Comm_free(&mc.pipe);
   MPI_Comm_free(&mc.replicas);

@@ -43,16 +43,20 @@ void rt_rank_stats_free(rt_rank_stats *st) {
   st->nev = st->ev_cap = 0;
 }
 
-int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
-                 const rt_run_opts *o, rt_comm *c, rt_rank_stats *st) {
+void rt_rank_stats_init(rt_rank_stats *st, int rank, int replica, int steps) {
   memset(st, 0, sizeof *st);
   st->rank = rank;
   st->replica = replica;
-  int steps = o->steps > 0 ? o->steps : 1;
   st->step_s = xcalloc((size_t)steps, sizeof *st->step_s);
   st->loss = xcalloc((size_t)steps, sizeof *st->loss);
   st->ref_loss = xcalloc((size_t)steps, sizeof *st->ref_loss);
   st->grad_diff = xcalloc((size_t)steps, sizeof *st->grad_diff);
+}
+
+int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
+                 const rt_run_opts *o, rt_comm *c, rt_rank_stats *st) {
+  int steps = o->steps > 0 ? o->steps : 1;
+  rt_rank_stats_init(st, rank, replica, steps);
   strbuf err = {0};
   rt_model *m = rt_model_new(s, mo, &err);
   rt_model *ref = o->check && m ? rt_model_new(s, mo, &err) : NULL;

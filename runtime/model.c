@@ -299,26 +299,43 @@ void rt_model_free(rt_model *m) {
   free(m);
 }
 
+/* Fill w (the stage's nparams floats) with stage st's initial parameters: each layer's W (or E)
+ * from its own generator, b zero. */
+static void init_values(const rt_model *m, const mstage *st, float *w) {
+  memset(w, 0, st->nparams * sizeof *w);
+  for (int i = st->first; i < st->end; i++) {
+    const mlayer *L = &m->layers[i];
+    uint64_t rs = mix64(m->seed ^ ((uint64_t)(i + 1) * 0xd1b54a32d192ed03ULL));
+    double a = L->kind == LK_EMB ? 1.0 : sqrt(3.0 / m->h);
+    float *wl = w + L->w_off;
+    for (size_t k = 0; k < L->w_n; k++) wl[k] = (float)((2.0 * next_unit(&rs) - 1.0) * a);
+  }
+}
+
 void rt_model_init_stage(rt_model *m, int st_i) {
   if (st_i < 0 || st_i >= m->nstages) return;
   mstage *st = &m->stages[st_i];
   if (st->init) return;
-  st->w = xcalloc(st->nparams, sizeof *st->w);
+  st->w = xmalloc(st->nparams * sizeof *st->w);
   st->g = xcalloc(st->nparams, sizeof *st->g);
   if (m->adam) {
     st->am = xcalloc(st->nparams, sizeof *st->am);
     st->av = xcalloc(st->nparams, sizeof *st->av);
   }
   st->b1t = st->b2t = 1.0;
-  for (int i = st->first; i < st->end; i++) {
-    const mlayer *L = &m->layers[i];
-    uint64_t rs = mix64(m->seed ^ ((uint64_t)(i + 1) * 0xd1b54a32d192ed03ULL));
-    double a = L->kind == LK_EMB ? 1.0 : sqrt(3.0 / m->h);
-    float *w = st->w + L->w_off;
-    for (size_t k = 0; k < L->w_n; k++) w[k] = (float)((2.0 * next_unit(&rs) - 1.0) * a);
-    /* b stays 0 (calloc). */
-  }
+  init_values(m, st, st->w);
   st->init = true;
+}
+
+rt_model_dims rt_model_get_dims(const rt_model *m) {
+  rt_model_dims d = {m->h, m->V, m->T, m->nmb, m->replicas, m->head, m->adam, m->lr};
+  return d;
+}
+
+int rt_model_init_values(const rt_model *m, int st, float *w, size_t n) {
+  if (st < 0 || st >= m->nstages || n != m->stages[st].nparams) return -1;
+  init_values(m, &m->stages[st], w);
+  return 0;
 }
 
 /* Stage st, initialized on first use (init is deterministic and idempotent). */

@@ -45,6 +45,23 @@ void rt_model_free(rt_model *m);
  * reference build the same weights. Idempotent. */
 void rt_model_init_stage(rt_model *m, int st);
 
+/* The stand-in's dimensions, for other implementations of the same model (gpu_model.cu), which
+ * lay out each stage's parameters as model.c does: per layer in order, W (E[V][h] for layer 0,
+ * W[h][V] for an lm_head, W[h][h] for a dense layer) then b[h] (dense layers only). */
+typedef struct rt_model_dims {
+  int h, V, T;       /* width, vocabulary, tokens per microbatch */
+  int nmb, replicas; /* microbatches per step, data-parallel replicas (>= 1) */
+  bool head;         /* the last layer is an lm_head (layer 0 is always the embedding) */
+  bool adam;         /* the optimizer is Adam (else SGD) */
+  double lr;         /* learning rate */
+} rt_model_dims;
+rt_model_dims rt_model_get_dims(const rt_model *m);
+
+/* Write stage st's initial parameters (the values rt_model_init_stage gives it, in
+ * rt_stage_grads order) into w of n floats, without initializing st in m. Returns 0, or -1 when
+ * st is out of range or n is not the stage's parameter count. */
+int rt_model_init_values(const rt_model *m, int st, float *w, size_t n);
+
 /* Number of floats of tensor (kind, stage) at runtime: INPUT holds the microbatch's token ids
  * (as floats), ACT s the output of stage s, GRAD s the gradient of the input of stage s (grad
  * nstages: of the last stage's output). 0 for STASH and WSTASH, which the model keeps itself. */
@@ -161,6 +178,8 @@ enum { RT_OK = 0, RT_FAILED = 1, RT_ABORTED = 2, RT_DIED = 3 };
  * other ranks through c->fail. Returns st->status. */
 int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
                  const rt_run_opts *o, rt_comm *c, rt_rank_stats *st);
+/* Zero st for rank 'rank' of replica 'replica' and allocate its per-step arrays (zeroed). */
+void rt_rank_stats_init(rt_rank_stats *st, int rank, int replica, int steps);
 void rt_rank_stats_free(rt_rank_stats *st);
 
 /* The cpu backend: every rank of every replica as a thread of this process. stats has
@@ -179,6 +198,12 @@ int rt_run_threads(const be_stream *s, const rt_opts *mo, const rt_run_opts *o,
  * runtime was built with MPI (OCTO_HAVE_MPI). */
 int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
                 const rt_run_opts *o, const char *trace_path);
+
+/* For the MPI launchers (mpi and nccl backends): gather every process's figures (mine) on world
+ * rank 0, which prints the run line ("PATH: ... backend BACKEND, N steps"), the report and writes
+ * the trace; every process returns the exit status. Defined when built with MPI. */
+int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *mine,
+                  const char *path, const char *backend, const char *trace_path);
 
 /* Exit statuses of octo-run (docs/runtime.md). */
 enum { RT_EXIT_OK = 0, RT_EXIT_INPUT = 1, RT_EXIT_RUNTIME = 3, RT_EXIT_CHECK = 4 };

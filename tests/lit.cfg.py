@@ -10,7 +10,8 @@ config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.octo_obj_root, "tests")
 
-path = os.pathsep.join([config.octo_tools_dir, config.octo_unit_dir, config.filecheck_dir,
+path = os.pathsep.join([config.octo_tools_dir, config.octo_unit_dir,
+                        os.path.join(config.octo_obj_root, "tests", "gpu"), config.filecheck_dir,
                         config.environment.get("PATH", os.environ.get("PATH", ""))])
 config.environment["PATH"] = path
 config.substitutions.append(("%examples", os.path.join(config.octo_src_root, "examples")))

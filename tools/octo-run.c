@@ -13,17 +13,26 @@
 #include "backend.h"
 #include "runtime.h"
 #include "support.h"
+#ifdef OCTO_HAVE_CUDA
+#include "gpu.h"
+#endif
 
 #define PROG "octo-run"
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: " PROG " PLAN.ois [--backend=cpu|mpi] [options]\n"
-          "       mpirun -np N " PROG " PLAN.ois --backend=mpi [options]\n\n"
+          "usage: " PROG " PLAN.ois [--backend=cpu|mpi|cuda|nccl] [options]\n"
+          "       mpirun -np N " PROG " PLAN.ois --backend=mpi|nccl [options]\n"
+          "       " PROG " PLAN.ois --profile=FILE.json\n\n"
           "Runs an OctoPipe instruction stream (octoc --emit=stream) with real float32\n"
           "arithmetic on a stand-in model sized from the plan's layers (docs/runtime.md).\n\n"
           "options:\n"
           "  --backend=cpu|mpi  every rank a thread of this process (default), or an MPI process\n"
+          "  --backend=cuda     every rank in this process on one GPU (streams per rank)\n"
+          "  --backend=nccl     every rank an MPI process on its own GPU, NCCL messages\n"
+          "  --bf16             GPU backends: bf16 GEMMs with float32 accumulation (speed)\n"
+          "  --profile=FILE     measure each layer kind's F, B, W at full size on this GPU and\n"
+          "                     write the profile JSON the cost model reads (docs/cost-model.md)\n"
           "  --steps=N          training steps (default 1)\n"
           "  --scale=K          divide hidden size, vocabulary and sequence length by K (default 64)\n"
           "  --seed=S           initialization and synthetic data (default 1)\n"
@@ -36,8 +45,9 @@ static void usage(FILE *out) {
           "  --trace=FILE       write the timeline as Chrome/Perfetto trace JSON\n"
           "  --die=RANK:ADDR    testing: rank RANK stops dead at address ADDR of its first step\n"
           "  --help, --version\n\n"
-          "exit status: 0 success, 1 bad input or command line, 3 a rank failed (timeout,\n"
-          "transport error, a rank that died), 4 --check found a difference.\n");
+          "exit status: 0 success, 1 bad input or command line (or no GPU for a GPU backend),\n"
+          "3 a rank failed (timeout, transport or NCCL error, a rank that died), 4 --check\n"
+          "found a difference.\n");
 }
 
 /* Whether arg starts with prefix; *value then points just after it. */
@@ -78,8 +88,35 @@ static int write_file(const char *path, const strbuf *text) {
   return 0;
 }
 
+#ifdef OCTO_HAVE_CUDA
+/* --profile: measure the layer kinds of s on GPU 0, print a table and write the profile JSON. */
+static int write_profile(const be_stream *s, const char *path) {
+  strbuf err = {0}, json = {0};
+  rg_layer_profile *p = NULL;
+  int n = rg_profile(s, 0, 3, 10, &p, &err);
+  int rc = RT_EXIT_OK;
+  if (n < 0) {
+    fprintf(stderr, PROG ": error: %s\n", strbuf_cstr(&err));
+    rc = RT_EXIT_INPUT;
+  } else {
+    printf("%-12s %10s %10s %10s %12s\n", "kind", "F ms", "B ms", "W ms", "peak MiB");
+    for (int i = 0; i < n; i++)
+      printf("%-12s %10.3f %10.3f %10.3f %12.1f\n", p[i].kind, p[i].f * 1e3, p[i].b * 1e3,
+             p[i].w * 1e3, p[i].peak_bytes / 1048576.0);
+    const char *type = s->nranks > 0 && s->ranks[0].type ? s->ranks[0].type : "gpu";
+    if (rg_profile_json(s, p, n, type, &json) != 0 || write_file(path, &json) != 0)
+      rc = RT_EXIT_INPUT;
+  }
+  free(p);
+  strbuf_free(&err);
+  strbuf_free(&json);
+  return rc;
+}
+#endif
+
 int main(int argc, char **argv) {
-  const char *input = NULL, *trace_path = NULL, *backend = "cpu";
+  const char *input = NULL, *trace_path = NULL, *backend = "cpu", *profile = NULL;
+  bool bf16 = false;
   rt_opts mo = {64, 1, 0.01, NULL};
   rt_run_opts o = {1, 60, false, false, -1, -1};
   for (int i = 1; i < argc; i++) {
@@ -92,8 +129,9 @@ int main(int argc, char **argv) {
       printf(PROG " (OctoPipe) %s\n", OCTO_VERSION);
       return 0;
     } else if (starts(a, "--backend=", &v)) {
-      if (strcmp(v, "cpu") != 0 && strcmp(v, "mpi") != 0)
-        return bad_value("--backend", v, "cpu or mpi");
+      if (strcmp(v, "cpu") != 0 && strcmp(v, "mpi") != 0 && strcmp(v, "cuda") != 0 &&
+          strcmp(v, "nccl") != 0)
+        return bad_value("--backend", v, "cpu, mpi, cuda or nccl");
       backend = v;
     } else if (starts(a, "--steps=", &v)) {
       if (!number(v, 1, 1e6, &x) || x != (int)x) return bad_value("--steps", v, "a count >= 1");
@@ -113,6 +151,10 @@ int main(int argc, char **argv) {
     } else if (starts(a, "--timeout=", &v)) {
       if (!number(v, 0.001, 1e6, &x)) return bad_value("--timeout", v, "seconds > 0");
       o.timeout = x;
+    } else if (strcmp(a, "--bf16") == 0) {
+      bf16 = true;
+    } else if (starts(a, "--profile=", &v)) {
+      profile = v;
     } else if (strcmp(a, "--check") == 0) {
       o.check = true;
     } else if (starts(a, "--trace=", &v)) {
@@ -139,6 +181,24 @@ int main(int argc, char **argv) {
     fputs(PROG ": error: no input file (try '" PROG " --help')\n", stderr);
     return RT_EXIT_INPUT;
   }
+  bool gpu = strcmp(backend, "cuda") == 0 || strcmp(backend, "nccl") == 0 || profile;
+#ifndef OCTO_HAVE_CUDA
+  if (gpu) {
+    fputs(PROG ": error: this octo-run was built without CUDA (the GPU backends and --profile "
+          "need the CUDA toolkit at build time)\n", stderr);
+    return RT_EXIT_INPUT;
+  }
+#else
+  if (strcmp(backend, "nccl") == 0) {
+#ifdef OCTO_HAVE_NCCL
+    return rt_main_nccl(&argc, &argv, input, &mo, &o, bf16, trace_path);
+#else
+    fputs(PROG ": error: this octo-run was built without NCCL and MPI\n", stderr);
+    return RT_EXIT_INPUT;
+#endif
+  }
+#endif
+  (void)gpu;
   if (strcmp(backend, "mpi") == 0) {
 #ifdef OCTO_HAVE_MPI
     return rt_main_mpi(&argc, &argv, input, &mo, &o, trace_path);
@@ -163,17 +223,35 @@ int main(int argc, char **argv) {
     return RT_EXIT_INPUT;
   }
   rt_model_free(probe);
+#ifdef OCTO_HAVE_CUDA
+  if (profile) {
+    int rc = write_profile(s, profile);
+    be_stream_free(s);
+    strbuf_free(&err);
+    return rc;
+  }
+#endif
   int world = s->nranks * s->replicas;
   rt_rank_stats *stats = xcalloc((size_t)world, sizeof *stats);
   int rc;
-  if (rt_run_threads(s, &mo, &o, stats) != 0) {
+  bool cuda = strcmp(backend, "cuda") == 0;
+#ifdef OCTO_HAVE_CUDA
+  int started = cuda ? rt_run_cuda(s, &mo, &o, bf16, stats) : rt_run_threads(s, &mo, &o, stats);
+#else
+  int started = rt_run_threads(s, &mo, &o, stats);
+#endif
+  if (started != 0 && !cuda) {
     fputs(PROG ": error: cannot start the rank threads\n", stderr);
     rc = RT_EXIT_RUNTIME;
+  } else if (started != 0 && stats[0].status == RT_FAILED && strstr(stats[0].err, "no CUDA")) {
+    fprintf(stderr, PROG ": error: %s\n", stats[0].err);
+    rc = RT_EXIT_INPUT;
   } else {
     strbuf out = {0}, errs = {0};
-    printf("%s: %d rank%s x %d replica%s, %d stages, %d microbatches; backend cpu (threads), "
+    printf("%s: %d rank%s x %d replica%s, %d stages, %d microbatches; backend %s, "
            "%d step%s\n", input, (int)s->nranks, s->nranks == 1 ? "" : "s", (int)s->replicas,
-           s->replicas == 1 ? "" : "s", (int)s->nstages, (int)s->nmb, o.steps,
+           s->replicas == 1 ? "" : "s", (int)s->nstages, (int)s->nmb,
+           cuda ? (bf16 ? "cuda (one GPU, bf16)" : "cuda (one GPU)") : "cpu (threads)", o.steps,
            o.steps == 1 ? "" : "s");
     rc = rt_report_run(s, &o, stats, world, &out, &errs);
     fputs(strbuf_cstr(&out), stdout);

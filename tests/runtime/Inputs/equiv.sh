@@ -1,7 +1,7 @@
 #!/bin/sh
 # equiv.sh -- gradient equivalence of every schedule: compiles hetero.octo for a pipeline of P
 # devices (and D data-parallel replicas) with each classic schedule and with the tuner, lowers it
-# to a stream, runs it with octo-run --check on BACKEND (cpu: threads; mpi: mpirun with one
+# to a stream, runs it with octo-run --check on BACKEND (cpu: threads; cuda: one GPU; mpi: mpirun with one
 # process per rank of the stream, P x D unless the plan leaves a device idle) and
 # prints one line per schedule: "NAME: ok", "NAME: refused" (the planner does not make that
 # schedule for this shape) or "NAME: FAILED (exit N)" with octo-run's output.
@@ -40,7 +40,7 @@ for name in gpipe 1f1b interleaved zb-h1 zbv adaptive tuned; do
     $MPIRUN -np "$world" octo-run "$plan" --backend=mpi --check --steps="$steps" \
       --timeout=20 > "$plan.out" 2>&1
   else
-    octo-run "$plan" --check --steps="$steps" --timeout=20 > "$plan.out" 2>&1
+    octo-run "$plan" --backend="$backend" --check --steps="$steps" --timeout=20 > "$plan.out" 2>&1
   fi
   rc=$?
   if [ $rc -eq 0 ]; then

@@ -1,0 +1,99 @@
+#!/bin/sh
+# gpu_check.sh -- the one prepared script for a machine with a GPU (issue 8), under 8 minutes on
+# one H200. It builds OctoPipe (with the CUDA toolkit, cuBLAS and NCCL), then prints:
+#   1. the GPU tests (lit, REQUIRES: cuda) and the GPU model test;
+#   2. float32 gradient equivalence of --backend=cuda with the CPU backend on several schedules
+#      (--check compares a step with the sequential reference that the cpu backend matches bit
+#      for bit; the losses of three steps of both backends are printed side by side);
+#   3. the example models' layer kinds profiled at full size (octo-run --profile) against the
+#      analytic cost model (measured / analytic per kind for F, B and W);
+#   4. a plan run with --backend=cuda: its step time, the compute time of all ranks on the GPU,
+#      the executor's overhead, and the simulator's prediction of the plan's total compute;
+#   5. the nccl backend with one rank, as a smoke test.
+# usage: bench/gpu_check.sh [BUILD_DIR]   (default build-gpu; prints figures, exit 0 unless the
+#        build fails)
+set -u
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${1:-$SRC/build-gpu}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+say() { printf '\n== %s\n' "$*"; }
+
+say "build ($BUILD)"
+nvidia-smi -L 2>&1 | head -4
+cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release > "$T/cmake.log" 2>&1 || { cat "$T/cmake.log"; exit 1; }
+grep -E "CUDA|MPI|NCCL" "$T/cmake.log"
+make -C "$BUILD" -j"$(nproc)" > "$T/make.log" 2>&1 || { tail -40 "$T/make.log"; exit 1; }
+echo "built"
+PATH=$BUILD/tools:$PATH
+export PATH
+
+say "1. GPU tests"
+python3 /usr/lib/llvm-14/build/utils/lit/lit.py -sv "$BUILD/tests" --filter 'gpu|cuda' 2>&1 | tail -15
+[ -x "$BUILD/tests/gpu/octo_gpu_tests" ] && "$BUILD/tests/gpu/octo_gpu_tests" 2>&1 | tail -15
+
+say "2. float32 equivalence: --backend=cuda vs cpu (--check of step 1 against the sequential run; losses of 3 steps)"
+spec=$SRC/tests/runtime/Inputs/hetero.octo
+printf '%-12s %-10s %-34s %s\n' schedule backend "loss step 1 .. 3" "check (step 1)"
+for name in 1f1b zb-h1 interleaved zbv adaptive; do
+  case $name in
+    interleaved) p='cost,partition{method=uniform, chunks=2},place{method=interleaved},schedule{method=interleaved-1f1b}' ;;
+    zbv) p='cost,partition{method=balanced, chunks=2},place{method=vshape},schedule{method=zbv}' ;;
+    adaptive) p='cost,partition{method=balanced, chunks=2},place{method=interleaved},schedule{method=adaptive}' ;;
+    *) p="cost,partition{method=balanced},place,schedule{method=$name}" ;;
+  esac
+  octoc "$spec" --passes="$p" --emit=stream -o "$T/$name.ois" || continue
+  for b in cpu cuda; do
+    timeout 120 octo-run "$T/$name.ois" --backend=$b --steps=1 --check --scale=16 > "$T/$name.$b" 2>&1
+    rc=$?
+    timeout 120 octo-run "$T/$name.ois" --backend=$b --steps=3 --scale=16 > "$T/$name.$b.3" 2>&1
+    losses=$(awk '/^step/ {sub(",", "", $6); printf "%s ", $6}' "$T/$name.$b.3")
+    printf '%-12s %-10s %-34s %s\n' "$name" "$b" "$losses" "$( [ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc)")"
+    [ $rc -ne 0 ] && tail -5 "$T/$name.$b"
+  done
+done
+
+say "3. layer kinds at full size: measured (octo-run --profile, bf16) vs analytic"
+printf '%-14s %-10s %9s %9s %9s %9s %9s %9s %7s %7s %7s\n' model kind "F meas" "B meas" "W meas" \
+  "F model" "B model" "W model" "F x" "B x" "W x"
+for ex in llama3_8b gemma2_2b nemotron_h_8b; do
+  octoc "$SRC/examples/$ex.octo" --passes='cost,partition{method=balanced},place,schedule{method=1f1b}' \
+    --emit=stream -o "$T/$ex.ois" 2>/dev/null || continue
+  octoc "$SRC/examples/$ex.octo" --passes='cost,partition{method=balanced},place,schedule{method=1f1b},simulate' \
+    > "$T/$ex.report" 2>/dev/null
+  timeout 300 octo-run "$T/$ex.ois" --profile="$T/$ex.json" > "$T/$ex.prof" 2>&1 || { tail -3 "$T/$ex.prof"; continue; }
+  # measured: "kind F B W peak" rows; analytic: the report's "costs per layer kind" table.
+  awk -v ex="$ex" 'FNR == NR { if ($1 != "kind" && NF >= 4) { f[$1] = $2; b[$1] = $3; w[$1] = $4 } next }
+    /^costs per layer kind/ { on = 1; next } on && /^$/ { on = 0 }
+    on && $1 != "kind" && ($1 in f) {
+      printf "%-14s %-10s %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %7.2f %7.2f %7.2f\n", ex, $1,
+        f[$1], b[$1], w[$1], $3, $4, $5, ($3 > 0 ? f[$1] / $3 : 0), ($4 > 0 ? b[$1] / $4 : 0),
+        ($5 > 0 ? w[$1] / $5 : 0) }' "$T/$ex.prof" "$T/$ex.report"
+done
+
+say "4. a plan on one GPU (--backend=cuda, bf16, full size): step time vs compute"
+octoc "$spec" --passes='cost,partition{method=balanced},place,schedule{method=1f1b},simulate' \
+  --report=json > "$T/plan.json" 2>/dev/null
+octoc "$spec" --passes='cost,partition{method=balanced},place,schedule{method=1f1b}' \
+  --emit=stream -o "$T/plan.ois"
+timeout 120 octo-run "$T/plan.ois" --backend=cuda --bf16 --scale=1 --steps=5 > "$T/plan.out" 2>&1
+tail -8 "$T/plan.out"
+awk '/^step/ && ++k > 1 { t += $3; n++ } /^rank/ { busy += $4 }
+  END { if (n) printf "measured: %.3f ms per step (steps 2-5); the ranks compute %.3f ms per step in all: overhead %.1f%%\n",
+    t / n, busy / (n + 1), 100 * (t / n / (busy / (n + 1)) - 1) }' "$T/plan.out"
+python3 - "$T/plan.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+busy = sum(d.get("busy_ms", 0) for d in r.get("per_device", []))
+print("simulator: the plan's compute on one device would take %.3f ms per step (sum of the "
+      "devices' busy time; makespan on its %d devices %.3f ms)" %
+      (busy, len(r.get("per_device", [])), r.get("makespan_ms", 0)))
+EOF
+
+say "5. nccl backend, one rank (smoke test)"
+sed -e 's/pipeline = 4/pipeline = 1/' -e 's/gpus_per_node = 4/gpus_per_node = 1/' "$spec" > "$T/one.octo"
+octoc "$T/one.octo" --passes='cost,partition{method=balanced},place,schedule{method=1f1b}' \
+  --emit=stream -o "$T/one.ois" && \
+timeout 120 mpirun --allow-run-as-root --oversubscribe -np 1 octo-run "$T/one.ois" --backend=nccl \
+  --steps=3 --check 2>&1 | tail -6
+exit 0

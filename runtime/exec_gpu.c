@@ -1,0 +1,745 @@
+/* exec_gpu.c -- the GPU backends of octo-run. The host only enqueues: each rank has a compute
+ * stream and a communication stream; every instruction is enqueued on one of them and followed by
+ * a marker event; a WAIT becomes cudaStreamWaitEvent on the compute stream, so nothing waits on
+ * the host. A watchdog thread polls the markers (and NCCL's asynchronous errors): when no rank
+ * has progressed for --timeout seconds it names the first unfinished instruction of each stuck
+ * rank, aborts the NCCL communicators and fails the run.
+ *   cuda: every rank of every replica in this process on one GPU. The host runs the ranks'
+ *         programs cooperatively (a rank whose WAIT names a message not yet paired yields);
+ *         sends and receives pair in posting order per pair of ranks, like the cpu backend, and a
+ *         pair becomes a device-to-device copy on the sender's communication stream, after both
+ *         sides' compute reached the SEND and the RECV.
+ *   nccl: one process per GPU under mpirun (rank r on local GPU r mod GPUs per node); NCCL
+ *         communicators bootstrapped with MPI; each run of consecutive SEND/RECV instructions is
+ *         one ncclGroupStart/ncclGroupEnd group on the communication stream, after the compute
+ *         stream's work so far: exactly the semantics the deadlock checker proves. The all-reduce
+ *         over replicas is ncclAllReduce on a communicator per pipeline rank. */
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpu.h"
+
+#ifdef OCTO_HAVE_NCCL
+#include <mpi.h>
+#include <nccl.h>
+#endif
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* One rank of one replica on the GPU. */
+typedef struct grank {
+  int rank, replica;           /* who */
+  const be_program *p;         /* its program */
+  rg_model *m;                 /* its stand-in model (its stages) */
+  rt_model *ref;               /* --check: the CPU sequential reference (all stages) */
+  cudaStream_t compute, comm;  /* its streams */
+  float **buf;                 /* per slot: device buffer */
+  cudaEvent_t *ready;          /* per slot: the compute stream reached the SEND or RECV */
+  cudaEvent_t *done;           /* per slot: its message completed */
+  bool *paired;                /* cuda backend: the slot's message is paired (done recorded) */
+  int *posted_at;              /* per slot: address of its SEND or RECV */
+  cudaEvent_t *mark;           /* per address: after the instruction (on its stream) */
+  cudaEvent_t start;           /* the step's start on the compute stream */
+  cudaEvent_t sync;            /* cuda backend: its compute stream reached the all-reduce */
+  float *d_loss;               /* device: the step's sum of microbatch losses */
+  int pc;                      /* cuda backend: next instruction of the step */
+  bool at_reduce;              /* cuda backend: waiting at an ALLREDUCE for the other replicas */
+  rt_rank_stats *st;           /* its figures */
+  cublasHandle_t blas;         /* for the single-process all-reduce */
+#ifdef OCTO_HAVE_NCCL
+  ncclComm_t pipe, reduce;     /* nccl backend: point-to-point and all-reduce communicators */
+#endif
+} grank;
+
+/* The whole run on this process. */
+typedef struct gpu_run {
+  const be_stream *s;
+  const rt_run_opts *o;
+  grank *g;                    /* ranks of this process */
+  int n;
+  bool nccl;                   /* nccl backend (else cuda) */
+  /* watchdog */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int step;                    /* step enqueued and watched, -1 none */
+  bool step_done, stop, failed;
+  char why[480];               /* failure (fits rt_rank_stats.err) */
+} gpu_run;
+
+/* Record the first failure. */
+static void run_fail(gpu_run *R, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void run_fail(gpu_run *R, const char *fmt, ...) {
+  if (R->failed) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(R->why, sizeof R->why, fmt, ap);
+  va_end(ap);
+  R->failed = true;
+}
+
+/* "recv act s0 mb1 <- rank 0" of the SEND or RECV at address a of program p. */
+static void describe(char *out, size_t n, const be_program *p, int a) {
+  const be_inst *in = &p->code[a];
+  bool send = in->op == BE_OP_SEND;
+  snprintf(out, n, "%s %s s%d mb%d %s rank %d", send ? "send" : "recv", be_tensors[in->a[2]].name,
+           (int)in->a[3], (int)in->a[4], send ? "->" : "<-", (int)in->a[0]);
+}
+
+/* Index of the first instruction of g, from 'from' on, whose marker has not completed, or ncode.
+ * (Markers of the compute stream complete in program order; a communication marker before a
+ * finished compute marker has finished too, since compute waited for it.) */
+static int first_unfinished(const grank *g, int from) {
+  int hi = g->p->ncode;
+  for (int a = from > 0 ? from : 0; a < hi; a++)
+    if (cudaEventQuery(g->mark[a]) == cudaErrorNotReady) return a;
+  return hi;
+}
+
+/* The watchdog: polls the markers of the step being run; declares it done, or failed when no
+ * rank progressed for the timeout (or NCCL reported an asynchronous error). */
+static void *watchdog(void *arg) {
+  gpu_run *R = arg;
+  int *where = xcalloc((size_t)R->n, sizeof *where);
+  double last = now_s();
+  pthread_mutex_lock(&R->mu);
+  while (!R->stop) {
+    if (R->step < 0 || R->step_done || R->failed) {
+      pthread_cond_wait(&R->cv, &R->mu);
+      last = now_s();
+      for (int i = 0; i < R->n; i++) where[i] = -1;
+      continue;
+    }
+    pthread_mutex_unlock(&R->mu);
+    bool all = true, moved = false;
+    for (int i = 0; i < R->n; i++) {
+      int a = first_unfinished(&R->g[i], where[i]);
+      if (a != where[i]) moved = true;
+      where[i] = a;
+      all &= a == R->g[i].p->ncode;
+    }
+    char nccl_err[200] = "";
+#ifdef OCTO_HAVE_NCCL
+    if (R->nccl)
+      for (int i = 0; i < R->n && !nccl_err[0]; i++) {
+        ncclResult_t e = ncclSuccess;
+        ncclCommGetAsyncError(R->g[i].pipe, &e);
+        if (e != ncclSuccess && e != ncclInProgress)
+          snprintf(nccl_err, sizeof nccl_err, "%s", ncclGetErrorString(e));
+      }
+#endif
+    double t = now_s();
+    if (moved) last = t;
+    pthread_mutex_lock(&R->mu);
+    if (all) {
+      R->step_done = true;
+      pthread_cond_broadcast(&R->cv);
+    } else if (nccl_err[0] || t - last > R->o->timeout) {
+      for (int i = 0; i < R->n && !R->failed; i++) {
+        const grank *g = &R->g[i];
+        int a = where[i];
+        if (a >= g->p->ncode) continue;
+        const be_inst *in = &g->p->code[a];
+        char what[120] = "";
+        if (in->op == BE_OP_WAIT) describe(what, sizeof what, g->p, g->posted_at[in->a[0]]);
+        if (nccl_err[0])
+          run_fail(R, "rank %d at %04d (%s)%s%s: NCCL error: %s", g->rank, a,
+                   be_ops[in->op].name, what[0] ? ": " : "", what, nccl_err);
+        else
+          run_fail(R, "rank %d at %04d (%s)%s%s did not complete within %g s", g->rank, a,
+                   be_ops[in->op].name, what[0] ? ": " : "", what, R->o->timeout);
+      }
+#ifdef OCTO_HAVE_NCCL
+      if (R->nccl)
+        for (int i = 0; i < R->n; i++) {
+          ncclCommAbort(R->g[i].pipe);
+          if (R->g[i].reduce) ncclCommAbort(R->g[i].reduce);
+        }
+#endif
+      pthread_cond_broadcast(&R->cv);
+    } else {
+      pthread_mutex_unlock(&R->mu);
+      struct timespec nap = {0, 200000}; /* 0.2 ms */
+      nanosleep(&nap, NULL);
+      pthread_mutex_lock(&R->mu);
+    }
+  }
+  pthread_mutex_unlock(&R->mu);
+  free(where);
+  return NULL;
+}
+
+/* ---- Instructions ------------------------------------------------------------------------- */
+
+/* Channels of the cuda backend: unpaired posts per (replica, from, to), like the cpu hub. */
+typedef struct gpost {
+  grank *g;   /* poster */
+  int slot;   /* its buffer */
+  size_t bytes;
+} gpost;
+typedef struct gchan {
+  gpost *s, *r;
+  int ns, nr, cs, cr, hs, hr;
+} gchan;
+
+static gchan *chans; /* [(replica * nranks + from) * nranks + to] of the cuda run */
+
+/* Pair the channel's posts while both sides have one: a copy on the sender's communication
+ * stream after both compute streams reached their instruction. */
+static void pair_posts(gpu_run *R, gchan *c) {
+  while (c->hs < c->ns && c->hr < c->nr) {
+    gpost *x = &c->s[c->hs++], *y = &c->r[c->hr++];
+    cudaStreamWaitEvent(x->g->comm, x->g->ready[x->slot], 0);
+    cudaStreamWaitEvent(x->g->comm, y->g->ready[y->slot], 0);
+    if (x->bytes != y->bytes)
+      run_fail(R, "rank %d at %04d (SEND): a message of %zu bytes was paired with a receive of "
+               "%zu bytes", x->g->rank, x->g->posted_at[x->slot], x->bytes, y->bytes);
+    else if (x->bytes)
+      cudaMemcpyAsync(y->g->buf[y->slot], x->g->buf[x->slot], x->bytes, cudaMemcpyDeviceToDevice,
+                      x->g->comm);
+    cudaEventRecord(x->g->done[x->slot], x->g->comm);
+    cudaEventRecord(y->g->done[y->slot], x->g->comm);
+    x->g->paired[x->slot] = y->g->paired[y->slot] = true;
+  }
+  if (c->hs == c->ns) c->ns = c->hs = 0;
+  if (c->hr == c->nr) c->nr = c->hr = 0;
+}
+
+/* Enqueue the compute instruction at address a of g for step 'step'. */
+static void enqueue_compute(gpu_run *R, grank *g, int a, int step) {
+  const be_inst *in = &g->p->code[a];
+  const int32_t *x = in->a;
+  void *cs = g->compute;
+  switch ((be_opcode)in->op) {
+  case BE_OP_LOAD: rg_load(g->m, cs, step, g->replica, x[1], g->buf[x[2]]); break;
+  case BE_OP_FWD: rg_forward(g->m, cs, x[0], x[1], g->buf[x[2]], g->buf[x[3]]); break;
+  case BE_OP_LOSS: rg_loss(g->m, cs, step, g->replica, x[1], g->buf[x[2]], g->buf[x[3]], g->d_loss); break;
+  case BE_OP_BWD_IN: rg_backward_input(g->m, cs, x[0], x[1], g->buf[x[2]], x[5] >= 0 ? g->buf[x[5]] : NULL); break;
+  case BE_OP_BWD_W: rg_backward_weight(g->m, cs, x[0], x[1]); break;
+  case BE_OP_BWD:
+    rg_backward_input(g->m, cs, x[0], x[1], g->buf[x[2]], x[5] >= 0 ? g->buf[x[5]] : NULL);
+    rg_backward_weight(g->m, cs, x[0], x[1]);
+    break;
+  case BE_OP_STEP: {
+    const be_stream *s = R->s;
+    for (int i = 0; i < s->nstages; i++) {
+      if (s->stages[i].rank != g->rank) continue;
+      if (g->ref) { /* compare this stage's gradients with the sequential reference's */
+        size_t n;
+        rt_stage_grads(g->ref, i, &n);
+        float *host = xmalloc((n ? n : 1) * sizeof *host);
+        cudaStreamSynchronize(g->compute);
+        if (rg_stage_grads_to_host(g->m, i, host, n) == 0) {
+          float *refg = rt_stage_grads(g->ref, i, &n);
+          double num = 0, den = 0;
+          for (size_t k = 0; k < n; k++) {
+            double d = fabs((double)host[k] - refg[k]);
+            if (d > num) num = d;
+            if (fabs(refg[k]) > den) den = fabs(refg[k]);
+          }
+          double rel = den > 0 ? num / den : num;
+          if (rel > g->st->grad_diff[step]) g->st->grad_diff[step] = rel;
+        }
+        free(host);
+      }
+      rg_step(g->m, cs, i);
+    }
+    if (g->ref)
+      for (int i = 0; i < s->nstages; i++) rt_step(g->ref, i);
+    break;
+  }
+  default: break;
+  }
+}
+
+#ifdef OCTO_HAVE_NCCL
+/* nccl backend: post SEND or RECV at address a inside the current group. */
+static void enqueue_nccl_msg(gpu_run *R, grank *g, int a) {
+  const be_inst *in = &g->p->code[a];
+  be_tensor_ref tag = {(be_tensor_kind)in->a[2], in->a[3], in->a[4]};
+  size_t n = rg_tensor_floats(g->m, tag.kind, tag.stage);
+  int peer = g->replica * R->s->nranks + in->a[0];
+  g->posted_at[in->a[1]] = a;
+  ncclResult_t e = in->op == BE_OP_SEND
+                       ? ncclSend(g->buf[in->a[1]], n, ncclFloat32, peer, g->pipe, g->comm)
+                       : ncclRecv(g->buf[in->a[1]], n, ncclFloat32, peer, g->pipe, g->comm);
+  if (e != ncclSuccess)
+    run_fail(R, "rank %d at %04d (%s): %s", g->rank, a, be_ops[in->op].name,
+             ncclGetErrorString(e));
+}
+#endif
+
+/* ---- Steps -------------------------------------------------------------------------------- */
+
+/* cuda backend: run one instruction of g (the host side); returns false when g must yield (a
+ * WAIT on a message not yet paired, an ALLREDUCE waiting for the other replicas). */
+static bool step_cuda(gpu_run *R, grank *g, int step) {
+  const be_inst *in = &g->p->code[g->pc];
+  int a = g->pc;
+  switch ((be_opcode)in->op) {
+  case BE_OP_SEND:
+  case BE_OP_RECV: {
+    int slot = in->a[1], peer = in->a[0];
+    be_tensor_ref tag = {(be_tensor_kind)in->a[2], in->a[3], in->a[4]};
+    g->posted_at[slot] = a;
+    g->paired[slot] = false;
+    cudaEventRecord(g->ready[slot], g->compute);
+    bool send = in->op == BE_OP_SEND;
+    int nr = R->s->nranks;
+    gchan *c = &chans[((size_t)g->replica * nr + (send ? g->rank : peer)) * nr +
+                      (send ? peer : g->rank)];
+    gpost p = {g, slot, rg_tensor_floats(g->m, tag.kind, tag.stage) * sizeof(float)};
+    if (send)
+      VEC_PUSH(c->s, c->ns, c->cs, p);
+    else
+      VEC_PUSH(c->r, c->nr, c->cr, p);
+    pair_posts(R, c);
+    cudaEventRecord(g->mark[a], g->compute);
+    break;
+  }
+  case BE_OP_WAIT:
+    if (!g->paired[in->a[0]]) return false;
+    cudaStreamWaitEvent(g->compute, g->done[in->a[0]], 0);
+    cudaEventRecord(g->mark[a], g->compute);
+    break;
+  case BE_OP_ALLREDUCE: {
+    if (R->s->replicas > 1) {
+      g->at_reduce = true;
+      /* The last replica to arrive sums into replica 0's gradients, in replica order. */
+      for (int i = 0; i < R->n; i++)
+        if (R->g[i].rank == g->rank && !R->g[i].at_reduce) return false;
+      grank *g0 = NULL;
+      for (int i = 0; i < R->n; i++)
+        if (R->g[i].rank == g->rank && R->g[i].replica == 0) g0 = &R->g[i];
+      size_t n;
+      float *acc = rg_stage_grads(g0->m, in->a[0], &n);
+      cublasSetStream(g0->blas, g0->compute);
+      for (int i = 0; i < R->n; i++) {
+        grank *q = &R->g[i];
+        if (q->rank != g->rank || q == g0) continue;
+        cudaEventRecord(q->sync, q->compute);
+        cudaStreamWaitEvent(g0->compute, q->sync, 0);
+        size_t nq;
+        float *gq = rg_stage_grads(q->m, in->a[0], &nq);
+        const float one = 1;
+        cublasSaxpy(g0->blas, (int)n, &one, gq, 1, acc, 1);
+      }
+      cudaEventRecord(g0->mark[a], g0->compute);
+      for (int i = 0; i < R->n; i++) {
+        grank *q = &R->g[i];
+        if (q->rank != g->rank || q == g0) continue;
+        size_t nq;
+        float *gq = rg_stage_grads(q->m, in->a[0], &nq);
+        cudaStreamWaitEvent(q->compute, g0->mark[a], 0);
+        cudaMemcpyAsync(gq, acc, n * sizeof(float), cudaMemcpyDeviceToDevice, q->compute);
+        cudaEventRecord(q->mark[a], q->compute);
+        q->at_reduce = false;
+        q->pc++;
+      }
+      g0->at_reduce = false;
+      g0->pc++;
+      return true;
+    }
+    cudaEventRecord(g->mark[a], g->compute);
+    break;
+  }
+  default:
+    enqueue_compute(R, g, a, step);
+    cudaEventRecord(g->mark[a], g->compute);
+    break;
+  }
+  g->pc++;
+  return true;
+}
+
+/* nccl backend: enqueue the whole step of the one rank of this process. */
+static void step_nccl(gpu_run *R, grank *g, int step) {
+#ifdef OCTO_HAVE_NCCL
+  const be_program *p = g->p;
+  for (int a = 0; a < p->ncode && !R->failed; a++) {
+    const be_inst *in = &p->code[a];
+    if (in->op == BE_OP_SEND || in->op == BE_OP_RECV) {
+      /* One group: every consecutive SEND/RECV, after the compute stream's work so far. */
+      cudaEventRecord(g->ready[in->a[1]], g->compute);
+      cudaStreamWaitEvent(g->comm, g->ready[in->a[1]], 0);
+      int b = a;
+      ncclGroupStart();
+      while (b < p->ncode && (p->code[b].op == BE_OP_SEND || p->code[b].op == BE_OP_RECV))
+        enqueue_nccl_msg(R, g, b++);
+      ncclGroupEnd();
+      for (int k = a; k < b; k++) {
+        cudaEventRecord(g->done[p->code[k].a[1]], g->comm);
+        cudaEventRecord(g->mark[k], g->comm);
+      }
+      a = b - 1;
+    } else if (in->op == BE_OP_WAIT) {
+      cudaStreamWaitEvent(g->compute, g->done[in->a[0]], 0);
+      cudaEventRecord(g->mark[a], g->compute);
+    } else if (in->op == BE_OP_ALLREDUCE) {
+      size_t n;
+      float *gr = rg_stage_grads(g->m, in->a[0], &n);
+      if (R->s->replicas > 1)
+        ncclAllReduce(gr, gr, n, ncclFloat32, ncclSum, g->reduce, g->compute);
+      cudaEventRecord(g->mark[a], g->compute);
+    } else {
+      enqueue_compute(R, g, a, step);
+      cudaEventRecord(g->mark[a], g->compute);
+    }
+  }
+#else
+  (void)R;
+  (void)g;
+  (void)step;
+#endif
+}
+
+/* After step 'step' completed: per-instruction spans from the markers into each rank's figures. */
+static void collect_step(gpu_run *R, int step) {
+  for (int i = 0; i < R->n; i++) {
+    grank *g = &R->g[i];
+    const be_program *p = g->p;
+    float last_ms = 0, ms = 0;
+    for (int a = 0; a < p->ncode; a++) {
+      const be_inst *in = &p->code[a];
+      cudaEventElapsedTime(&ms, g->start, g->mark[a]);
+      bool compute = (be_ops[in->op].flags & (BE_COMPUTE | BE_END)) != 0;
+      bool on_compute = in->op != BE_OP_SEND && in->op != BE_OP_RECV;
+      if (!on_compute) continue;
+      double t0 = last_ms * 1e-3, t1 = ms * 1e-3;
+      if (t1 < t0) t1 = t0;
+      if (compute) g->st->busy_s += t1 - t0;
+      if (in->op == BE_OP_WAIT) g->st->wait_s += t1 - t0;
+      if (R->o->trace && (compute || in->op == BE_OP_WAIT)) {
+        bool staged = be_ops[in->op].nops > 1 && (be_ops[in->op].flags & BE_COMPUTE);
+        double base = 0;
+        for (int k = 0; k < step; k++) base += g->st->step_s[k];
+        rt_event e = {in->op, staged || in->op == BE_OP_ALLREDUCE ? in->a[0] : -1,
+                      staged ? in->a[1] : -1, step, base + t0, base + t1};
+        VEC_PUSH(g->st->ev, g->st->nev, g->st->ev_cap, e);
+      }
+      last_ms = ms;
+    }
+    g->st->step_s[step] = last_ms * 1e-3;
+    float loss = 0;
+    cudaMemcpy(&loss, g->d_loss, sizeof loss, cudaMemcpyDeviceToHost);
+    g->st->loss[step] = loss;
+  }
+}
+
+/* Set up rank g (its model, streams, buffers, events). Returns false with R failed. */
+static bool grank_init(gpu_run *R, grank *g, int device, bool bf16, const rt_opts *mo) {
+  const be_stream *s = R->s;
+  strbuf err = {0};
+  g->p = &s->ranks[g->rank];
+  g->m = rg_model_new(s, mo, device, bf16, &err);
+  if (!g->m) {
+    run_fail(R, "rank %d: %s", g->rank, strbuf_cstr(&err));
+    strbuf_free(&err);
+    return false;
+  }
+  if (R->o->check) {
+    g->ref = rt_model_new(s, mo, &err);
+    for (int i = 0; g->ref && i < s->nstages; i++) rt_model_init_stage(g->ref, i);
+  }
+  strbuf_free(&err);
+  for (int i = 0; i < s->nstages; i++)
+    if (s->stages[i].rank == g->rank) rg_model_init_stage(g->m, i);
+  cudaStreamCreateWithFlags(&g->compute, cudaStreamNonBlocking);
+  cudaStreamCreateWithFlags(&g->comm, cudaStreamNonBlocking);
+  int ns = g->p->nslots ? g->p->nslots : 1;
+  g->buf = xcalloc((size_t)ns, sizeof *g->buf);
+  g->ready = xcalloc((size_t)ns, sizeof *g->ready);
+  g->done = xcalloc((size_t)ns, sizeof *g->done);
+  g->paired = xcalloc((size_t)ns, sizeof *g->paired);
+  g->posted_at = xcalloc((size_t)ns, sizeof *g->posted_at);
+  size_t *floats = xcalloc((size_t)ns, sizeof *floats);
+  for (int a = 0; a < g->p->ncode; a++)
+    for (int k = 0; k < be_ops[g->p->code[a].op].nops; k++) {
+      be_tensor_ref t;
+      if (!be_operand_tensor(s, &g->p->code[a], k, &t)) continue;
+      size_t n = rg_tensor_floats(g->m, t.kind, t.stage);
+      if (n > floats[g->p->code[a].a[k]]) floats[g->p->code[a].a[k]] = n;
+    }
+  bool ok = true;
+  for (int i = 0; i < g->p->nslots; i++) {
+    if (floats[i] && cudaMalloc((void **)&g->buf[i], floats[i] * sizeof(float)) != cudaSuccess)
+      ok = false;
+    cudaEventCreateWithFlags(&g->ready[i], cudaEventDisableTiming);
+    cudaEventCreateWithFlags(&g->done[i], cudaEventDisableTiming);
+  }
+  free(floats);
+  g->mark = xcalloc((size_t)(g->p->ncode ? g->p->ncode : 1), sizeof *g->mark);
+  for (int a = 0; a < g->p->ncode; a++) cudaEventCreate(&g->mark[a]);
+  cudaEventCreate(&g->start);
+  cudaEventCreateWithFlags(&g->sync, cudaEventDisableTiming);
+  if (cudaMalloc((void **)&g->d_loss, sizeof(float)) != cudaSuccess) ok = false;
+  cublasCreate(&g->blas);
+  if (!ok) run_fail(R, "rank %d: out of device memory for its buffers", g->rank);
+  return ok;
+}
+
+static void grank_free(grank *g) {
+  if (!g->p) return;
+  for (int i = 0; i < g->p->nslots; i++) {
+    cudaFree(g->buf[i]);
+    cudaEventDestroy(g->ready[i]);
+    cudaEventDestroy(g->done[i]);
+  }
+  for (int a = 0; a < g->p->ncode && g->mark; a++) cudaEventDestroy(g->mark[a]);
+  cudaEventDestroy(g->start);
+  cudaEventDestroy(g->sync);
+  cudaFree(g->d_loss);
+  cublasDestroy(g->blas);
+  cudaStreamDestroy(g->compute);
+  cudaStreamDestroy(g->comm);
+  free(g->buf);
+  free(g->ready);
+  free(g->done);
+  free(g->paired);
+  free(g->posted_at);
+  free(g->mark);
+  rg_model_free(g->m);
+  rt_model_free(g->ref);
+}
+
+/* Run every step: enqueue (cooperatively for cuda), then let the watchdog declare it done. */
+static void run_steps(gpu_run *R) {
+  const be_stream *s = R->s;
+  int steps = R->o->steps > 0 ? R->o->steps : 1;
+  for (int step = 0; step < steps && !R->failed; step++) {
+    for (int i = 0; i < R->n; i++) {
+      grank *g = &R->g[i];
+      if (g->ref) g->st->ref_loss[step] = rt_reference_step(g->ref, step, s->replicas);
+      cudaMemsetAsync(g->d_loss, 0, sizeof(float), g->compute);
+      cudaEventRecord(g->start, g->compute);
+      g->pc = 0;
+      g->at_reduce = false;
+    }
+    if (R->nccl) {
+      step_nccl(R, &R->g[0], step);
+    } else {
+      bool left = true;
+      while (left && !R->failed) {
+        bool moved = false;
+        left = false;
+        for (int i = 0; i < R->n; i++) {
+          grank *g = &R->g[i];
+          while (g->pc < g->p->ncode && !g->at_reduce && step_cuda(R, g, step)) moved = true;
+          if (g->pc < g->p->ncode) left = true;
+        }
+        if (left && !moved) {
+          for (int i = 0; i < R->n; i++) {
+            grank *g = &R->g[i];
+            if (g->pc >= g->p->ncode) continue;
+            char what[120] = "";
+            if (g->p->code[g->pc].op == BE_OP_WAIT)
+              describe(what, sizeof what, g->p, g->posted_at[g->p->code[g->pc].a[0]]);
+            run_fail(R, "rank %d at %04d (%s)%s%s: no rank can go on (the stream deadlocks)",
+                     g->rank, g->pc, be_ops[g->p->code[g->pc].op].name, what[0] ? ": " : "",
+                     what);
+          }
+        }
+      }
+    }
+    pthread_mutex_lock(&R->mu);
+    R->step = step;
+    R->step_done = false;
+    pthread_cond_broadcast(&R->cv);
+    while (!R->step_done && !R->failed) pthread_cond_wait(&R->cv, &R->mu);
+    R->step = -1;
+    pthread_mutex_unlock(&R->mu);
+    if (!R->failed) collect_step(R, step);
+    for (int i = 0; i < R->n; i++) {
+      const char *e = rg_model_error(R->g[i].m);
+      if (e) run_fail(R, "rank %d: %s", R->g[i].rank, e);
+    }
+  }
+}
+
+/* Run R (its ranks set up) with the watchdog; fills the ranks' stats status. */
+static void run_all(gpu_run *R) {
+  pthread_mutex_init(&R->mu, NULL);
+  pthread_cond_init(&R->cv, NULL);
+  R->step = -1;
+  pthread_t th;
+  bool watched = pthread_create(&th, NULL, watchdog, R) == 0;
+  if (!watched) run_fail(R, "cannot start the watchdog thread");
+  else run_steps(R);
+  pthread_mutex_lock(&R->mu);
+  R->stop = true;
+  pthread_cond_broadcast(&R->cv);
+  pthread_mutex_unlock(&R->mu);
+  if (watched) pthread_join(th, NULL);
+  pthread_cond_destroy(&R->cv);
+  pthread_mutex_destroy(&R->mu);
+}
+
+int rt_run_cuda(const be_stream *s, const rt_opts *mo, const rt_run_opts *o, bool bf16,
+                rt_rank_stats *stats) {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    rt_rank_stats_init(&stats[0], 0, 0, o->steps > 0 ? o->steps : 1);
+    snprintf(stats[0].err, sizeof stats[0].err, "no CUDA device is visible");
+    stats[0].status = RT_FAILED;
+    return -1;
+  }
+  gpu_run R;
+  memset(&R, 0, sizeof R);
+  R.s = s;
+  R.o = o;
+  R.n = s->nranks * s->replicas;
+  R.g = xcalloc((size_t)R.n, sizeof *R.g);
+  chans = xcalloc((size_t)s->replicas * s->nranks * s->nranks, sizeof *chans);
+  int steps = o->steps > 0 ? o->steps : 1;
+  bool ok = true;
+  for (int w = 0; w < R.n; w++) {
+    rt_rank_stats_init(&stats[w], w % s->nranks, w / s->nranks, steps);
+    R.g[w].rank = w % s->nranks;
+    R.g[w].replica = w / s->nranks;
+    R.g[w].st = &stats[w];
+  }
+  for (int w = 0; w < R.n && ok; w++) ok = grank_init(&R, &R.g[w], 0, bf16, mo);
+  if (ok) run_all(&R);
+  if (R.failed) {
+    snprintf(stats[0].err, sizeof stats[0].err, "%s", R.why);
+    stats[0].status = RT_FAILED;
+  }
+  cudaDeviceSynchronize();
+  for (int w = 0; w < R.n; w++) grank_free(&R.g[w]);
+  for (size_t i = 0; i < (size_t)s->replicas * s->nranks * s->nranks; i++) {
+    free(chans[i].s);
+    free(chans[i].r);
+  }
+  free(chans);
+  chans = NULL;
+  free(R.g);
+  return R.failed ? -1 : 0;
+}
+
+#ifdef OCTO_HAVE_NCCL
+int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
+                 const rt_run_opts *o, bool bf16, const char *trace_path) {
+  MPI_Init(argc, argv);
+  int me, world;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  strbuf err = {0};
+  be_stream *s = be_read_file(path, &err);
+  int rc = RT_EXIT_OK;
+  if (!s) {
+    if (me == 0) fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(&err));
+    rc = RT_EXIT_INPUT;
+  } else if (world != s->nranks * s->replicas) {
+    if (me == 0)
+      fprintf(stderr, "octo-run: error: %s is a plan for %d x %d = %d processes, but mpirun "
+              "started %d\n", path, (int)s->nranks, (int)s->replicas,
+              (int)(s->nranks * s->replicas), world);
+    rc = RT_EXIT_INPUT;
+  }
+  /* Local rank: the processes on this machine, in world order. */
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node);
+  int local = 0, ndev = 0;
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_free(&node);
+  if (rc == RT_EXIT_OK && (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0)) {
+    fprintf(stderr, "octo-run: error: process %d: no CUDA device is visible\n", me);
+    rc = RT_EXIT_INPUT;
+  }
+  int worst = rc;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (worst != RT_EXIT_OK) {
+    be_stream_free(s);
+    strbuf_free(&err);
+    MPI_Finalize();
+    return worst;
+  }
+  int device = local % ndev;
+  cudaSetDevice(device);
+  int rank = me % s->nranks, replica = me / s->nranks, steps = o->steps > 0 ? o->steps : 1;
+  gpu_run R;
+  memset(&R, 0, sizeof R);
+  R.s = s;
+  R.o = o;
+  R.n = 1;
+  R.nccl = true;
+  R.g = xcalloc(1, sizeof *R.g);
+  rt_rank_stats st;
+  rt_rank_stats_init(&st, rank, replica, steps);
+  grank *g = &R.g[0];
+  g->rank = rank;
+  g->replica = replica;
+  g->st = &st;
+  /* Communicators: the world for point-to-point, and one per pipeline rank for the all-reduce;
+   * NCCL ids made on the first process of each and broadcast with MPI. */
+  ncclUniqueId id;
+  if (me == 0) ncclGetUniqueId(&id);
+  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclResult_t e = ncclCommInitRank(&g->pipe, world, id, me);
+  MPI_Comm group;
+  MPI_Comm_split(MPI_COMM_WORLD, rank, replica, &group);
+  if (e == ncclSuccess && s->replicas > 1) {
+    ncclUniqueId rid;
+    if (replica == 0) ncclGetUniqueId(&rid);
+    MPI_Bcast(&rid, sizeof rid, MPI_BYTE, 0, group);
+    e = ncclCommInitRank(&g->reduce, s->replicas, rid, replica);
+  }
+  MPI_Comm_free(&group);
+  if (e != ncclSuccess) {
+    fprintf(stderr, "octo-run: error: rank %d: NCCL initialization failed: %s\n", rank,
+            ncclGetErrorString(e));
+    MPI_Abort(MPI_COMM_WORLD, RT_EXIT_RUNTIME);
+  }
+  if (grank_init(&R, g, device, bf16, mo)) {
+    /* Warm up every peer pair this rank talks to before timing (NCCL connects a pair on its
+     * first message): one float each way with every peer, in one group. The pairs are
+     * symmetric: a stage boundary carries activations one way and gradients the other. */
+    bool *peer = xcalloc((size_t)s->nranks, sizeof *peer);
+    for (int a = 0; a < g->p->ncode; a++)
+      if (g->p->code[a].op == BE_OP_SEND || g->p->code[a].op == BE_OP_RECV)
+        peer[g->p->code[a].a[0]] = true;
+    float *warm = NULL;
+    cudaMalloc((void **)&warm, 2 * (size_t)s->nranks * sizeof *warm);
+    ncclGroupStart();
+    for (int q = 0; q < s->nranks; q++)
+      if (peer[q] && warm) {
+        ncclSend(warm + 2 * q, 1, ncclFloat32, replica * s->nranks + q, g->pipe, g->comm);
+        ncclRecv(warm + 2 * q + 1, 1, ncclFloat32, replica * s->nranks + q, g->pipe, g->comm);
+      }
+    ncclGroupEnd();
+    cudaStreamSynchronize(g->comm);
+    cudaFree(warm);
+    free(peer);
+    MPI_Barrier(MPI_COMM_WORLD);
+    run_all(&R);
+  }
+  if (R.failed) {
+    fprintf(stderr, "octo-run: error: %s\n", R.why);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, RT_EXIT_RUNTIME);
+  }
+  char what[64];
+  snprintf(what, sizeof what, "nccl (%d GPUs)", world);
+  rc = rt_mpi_report(s, o, &st, path, what, trace_path);
+  cudaDeviceSynchronize();
+  ncclCommDestroy(g->pipe);
+  if (g->reduce) ncclCommDestroy(g->reduce);
+  grank_free(g);
+  free(R.g);
+  rt_rank_stats_free(&st);
+  be_stream_free(s);
+  strbuf_free(&err);
+  MPI_Finalize();
+  return rc;
+}
+#endif
