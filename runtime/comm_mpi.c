@@ -191,8 +191,8 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
   return rc;
 }
 
-int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
-                const rt_run_opts *o, const char *trace_path) {
+int rt_mpi_start(int *argc, char ***argv, const char *path, const rt_opts *mo,
+                 be_stream **out) {
   MPI_Init(argc, argv);
   int me, world;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -219,7 +219,6 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
     }
     rt_model_free(probe);
   }
-  int tag_ub_ok = 1;
   if (rc == RT_EXIT_OK) {
     void *ub;
     int flag;
@@ -228,17 +227,26 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
       if (me == 0)
         fprintf(stderr, "octo-run: error: %d stages x %d microbatches need more message tags "
                 "than this MPI offers (%d)\n", (int)s->nstages, (int)s->nmb, *(int *)ub);
-      tag_ub_ok = 0;
       rc = RT_EXIT_INPUT;
     }
   }
-  (void)tag_ub_ok;
+  strbuf_free(&err);
   if (rc != RT_EXIT_OK) {
     be_stream_free(s);
-    strbuf_free(&err);
     MPI_Finalize();
     return rc;
   }
+  *out = s;
+  return RT_EXIT_OK;
+}
+
+int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
+                const rt_run_opts *o, const char *trace_path) {
+  be_stream *s;
+  int rc = rt_mpi_start(argc, argv, path, mo, &s);
+  if (rc != RT_EXIT_OK) return rc;
+  int me;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
   int rank = me % s->nranks, replica = me / s->nranks;
   mpi_comm mc;
   MPI_Comm_dup(MPI_COMM_WORLD, &mc.pipe);
@@ -254,13 +262,12 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
     _Exit(9); /* a crash, as far as the other processes can tell */
   }
   char what[64];
-  snprintf(what, sizeof what, "mpi (%d processes)", world);
+  snprintf(what, sizeof what, "mpi (%d processes)", (int)(s->nranks * s->replicas));
   rc = rt_mpi_report(s, o, &st, path, what, trace_path);
   rt_rank_stats_free(&st);
   MPI_Comm_free(&mc.pipe);
   MPI_Comm_free(&mc.replicas);
   be_stream_free(s);
-  strbuf_free(&err);
   MPI_Finalize();
   return rc;
 }

@@ -629,30 +629,19 @@ int rt_run_cuda(const be_stream *s, const rt_opts *mo, const rt_run_opts *o, boo
 #ifdef OCTO_HAVE_NCCL
 int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
                  const rt_run_opts *o, bool bf16, const char *trace_path) {
-  MPI_Init(argc, argv);
+  be_stream *s;
+  int rc = rt_mpi_start(argc, argv, path, mo, &s);
+  if (rc != RT_EXIT_OK) return rc;
   int me, world;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  strbuf err = {0};
-  be_stream *s = be_read_file(path, &err);
-  int rc = RT_EXIT_OK;
-  if (!s) {
-    if (me == 0) fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(&err));
-    rc = RT_EXIT_INPUT;
-  } else if (world != s->nranks * s->replicas) {
-    if (me == 0)
-      fprintf(stderr, "octo-run: error: %s is a plan for %d x %d = %d processes, but mpirun "
-              "started %d\n", path, (int)s->nranks, (int)s->replicas,
-              (int)(s->nranks * s->replicas), world);
-    rc = RT_EXIT_INPUT;
-  }
   /* Local rank: the processes on this machine, in world order. */
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node);
   int local = 0, ndev = 0;
   MPI_Comm_rank(node, &local);
   MPI_Comm_free(&node);
-  if (rc == RT_EXIT_OK && (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0)) {
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     fprintf(stderr, "octo-run: error: process %d: no CUDA device is visible\n", me);
     rc = RT_EXIT_INPUT;
   }
@@ -660,7 +649,6 @@ int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
   MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (worst != RT_EXIT_OK) {
     be_stream_free(s);
-    strbuf_free(&err);
     MPI_Finalize();
     return worst;
   }
@@ -738,7 +726,6 @@ int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
   free(R.g);
   rt_rank_stats_free(&st);
   be_stream_free(s);
-  strbuf_free(&err);
   MPI_Finalize();
   return rc;
 }

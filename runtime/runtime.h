@@ -199,6 +199,13 @@ int rt_run_threads(const be_stream *s, const rt_opts *mo, const rt_run_opts *o,
 int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
                 const rt_run_opts *o, const char *trace_path);
 
+/* The common start of the MPI launchers: MPI_Init (main's argc and argv), read the stream at
+ * path on every process, check the world size (ranks x replicas), the model's options (data
+ * file, scale) and MPI's tag range; world rank 0 prints any problem. Returns RT_EXIT_OK with *s
+ * the stream (the caller frees it and finalizes MPI), or an exit status after MPI_Finalize.
+ * Defined when built with MPI. */
+int rt_mpi_start(int *argc, char ***argv, const char *path, const rt_opts *mo, be_stream **s);
+
 /* For the MPI launchers (mpi and nccl backends): gather every process's figures (mine) on world
  * rank 0, which prints the run line ("PATH: ... backend BACKEND, N steps"), the report and writes
  * the trace; every process returns the exit status. Defined when built with MPI. */
