@@ -54,6 +54,7 @@ typedef struct grank {
   cudaEvent_t sync;            /* cuda backend: its compute stream reached the all-reduce */
   float *d_loss;               /* device: the step's sum of microbatch losses */
   int pc;                      /* cuda backend: next instruction of the step */
+  int enqueued;                /* markers recorded this step (read by the watchdog: atomic) */
   bool at_reduce;              /* cuda backend: waiting at an ALLREDUCE for the other replicas */
   rt_rank_stats *st;           /* its figures */
   cublasHandle_t blas;         /* for the single-process all-reduce */
@@ -73,20 +74,27 @@ typedef struct gpu_run {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int step;                    /* step enqueued and watched, -1 none */
-  bool step_done, stop, failed;
+  bool step_done, stop;        /* the watched step completed; the watchdog must stop */
+  bool failed, claimed;        /* the run failed (atomic); its message is being written */
   char why[480];               /* failure (fits rt_rank_stats.err) */
 } gpu_run;
 
-/* Record the first failure. */
+/* Record the first failure (from either thread). */
 static void run_fail(gpu_run *R, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void run_fail(gpu_run *R, const char *fmt, ...) {
-  if (R->failed) return;
+  bool no = false;
+  if (!__atomic_compare_exchange_n(&R->claimed, &no, true, false, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_ACQUIRE))
+    return;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(R->why, sizeof R->why, fmt, ap);
   va_end(ap);
-  R->failed = true;
+  __atomic_store_n(&R->failed, true, __ATOMIC_RELEASE);
 }
+
+/* Whether the run failed. */
+static bool failed(gpu_run *R) { return __atomic_load_n(&R->failed, __ATOMIC_ACQUIRE); }
 
 /* "recv act s0 mb1 <- rank 0" of the SEND or RECV at address a of program p. */
 static void describe(char *out, size_t n, const be_program *p, int a) {
@@ -100,32 +108,40 @@ static void describe(char *out, size_t n, const be_program *p, int a) {
  * (Markers of the compute stream complete in program order; a communication marker before a
  * finished compute marker has finished too, since compute waited for it.) */
 static int first_unfinished(const grank *g, int from) {
-  int hi = g->p->ncode;
+  int hi = __atomic_load_n(&g->enqueued, __ATOMIC_ACQUIRE);
   for (int a = from > 0 ? from : 0; a < hi; a++)
     if (cudaEventQuery(g->mark[a]) == cudaErrorNotReady) return a;
   return hi;
 }
+/* (The host may not have enqueued the whole step yet: the result is at most 'enqueued'.) */
 
 /* The watchdog: polls the markers of the step being run; declares it done, or failed when no
  * rank progressed for the timeout (or NCCL reported an asynchronous error). */
 static void *watchdog(void *arg) {
   gpu_run *R = arg;
   int *where = xcalloc((size_t)R->n, sizeof *where);
+  int *enq = xcalloc((size_t)R->n, sizeof *enq);
   double last = now_s();
+  int seen = -1;
   pthread_mutex_lock(&R->mu);
   while (!R->stop) {
-    if (R->step < 0 || R->step_done || R->failed) {
+    if (R->step < 0 || R->step_done || failed(R)) {
       pthread_cond_wait(&R->cv, &R->mu);
-      last = now_s();
-      for (int i = 0; i < R->n; i++) where[i] = -1;
       continue;
+    }
+    if (R->step != seen) { /* a new step: start watching from its first instruction */
+      seen = R->step;
+      last = now_s();
+      for (int i = 0; i < R->n; i++) where[i] = enq[i] = 0;
     }
     pthread_mutex_unlock(&R->mu);
     bool all = true, moved = false;
     for (int i = 0; i < R->n; i++) {
+      int e = __atomic_load_n(&R->g[i].enqueued, __ATOMIC_ACQUIRE);
       int a = first_unfinished(&R->g[i], where[i]);
-      if (a != where[i]) moved = true;
+      if (a != where[i] || e != enq[i]) moved = true; /* the GPU or the host went on */
       where[i] = a;
+      enq[i] = e;
       all &= a == R->g[i].p->ncode;
     }
     char nccl_err[200] = "";
@@ -145,7 +161,7 @@ static void *watchdog(void *arg) {
       R->step_done = true;
       pthread_cond_broadcast(&R->cv);
     } else if (nccl_err[0] || t - last > R->o->timeout) {
-      for (int i = 0; i < R->n && !R->failed; i++) {
+      for (int i = 0; i < R->n && !failed(R); i++) {
         const grank *g = &R->g[i];
         int a = where[i];
         if (a >= g->p->ncode) continue;
@@ -176,10 +192,18 @@ static void *watchdog(void *arg) {
   }
   pthread_mutex_unlock(&R->mu);
   free(where);
+  free(enq);
   return NULL;
 }
 
 /* ---- Instructions ------------------------------------------------------------------------- */
+
+/* Record the marker of g's instruction at address a on 'stream' and publish it to the watchdog.
+ * Pre: markers are recorded in address order within a step. */
+static void marked(grank *g, int a, cudaStream_t stream) {
+  cudaEventRecord(g->mark[a], stream);
+  __atomic_store_n(&g->enqueued, a + 1, __ATOMIC_RELEASE);
+}
 
 /* Channels of the cuda backend: unpaired posts per (replica, from, to), like the cpu hub. */
 typedef struct gpost {
@@ -238,8 +262,11 @@ static void enqueue_compute(gpu_run *R, grank *g, int a, int step) {
         size_t n;
         rt_stage_grads(g->ref, i, &n);
         float *host = xmalloc((n ? n : 1) * sizeof *host);
-        cudaStreamSynchronize(g->compute);
-        if (rg_stage_grads_to_host(g->m, i, host, n) == 0) {
+        while (cudaStreamQuery(g->compute) == cudaErrorNotReady && !failed(R)) {
+          struct timespec nap = {0, 100000}; /* poll, so that the watchdog can fail the run */
+          nanosleep(&nap, NULL);
+        }
+        if (!failed(R) && rg_stage_grads_to_host(g->m, i, host, n) == 0) {
           float *refg = rt_stage_grads(g->ref, i, &n);
           double num = 0, den = 0;
           for (size_t k = 0; k < n; k++) {
@@ -304,13 +331,13 @@ static bool step_cuda(gpu_run *R, grank *g, int step) {
     else
       VEC_PUSH(c->r, c->nr, c->cr, p);
     pair_posts(R, c);
-    cudaEventRecord(g->mark[a], g->compute);
+    marked(g, a, g->compute);
     break;
   }
   case BE_OP_WAIT:
     if (!g->paired[in->a[0]]) return false;
     cudaStreamWaitEvent(g->compute, g->done[in->a[0]], 0);
-    cudaEventRecord(g->mark[a], g->compute);
+    marked(g, a, g->compute);
     break;
   case BE_OP_ALLREDUCE: {
     if (R->s->replicas > 1) {
@@ -334,7 +361,7 @@ static bool step_cuda(gpu_run *R, grank *g, int step) {
         const float one = 1;
         cublasSaxpy(g0->blas, (int)n, &one, gq, 1, acc, 1);
       }
-      cudaEventRecord(g0->mark[a], g0->compute);
+      marked(g0, a, g0->compute);
       for (int i = 0; i < R->n; i++) {
         grank *q = &R->g[i];
         if (q->rank != g->rank || q == g0) continue;
@@ -342,7 +369,7 @@ static bool step_cuda(gpu_run *R, grank *g, int step) {
         float *gq = rg_stage_grads(q->m, in->a[0], &nq);
         cudaStreamWaitEvent(q->compute, g0->mark[a], 0);
         cudaMemcpyAsync(gq, acc, n * sizeof(float), cudaMemcpyDeviceToDevice, q->compute);
-        cudaEventRecord(q->mark[a], q->compute);
+        marked(q, a, q->compute);
         q->at_reduce = false;
         q->pc++;
       }
@@ -350,12 +377,12 @@ static bool step_cuda(gpu_run *R, grank *g, int step) {
       g0->pc++;
       return true;
     }
-    cudaEventRecord(g->mark[a], g->compute);
+    marked(g, a, g->compute);
     break;
   }
   default:
     enqueue_compute(R, g, a, step);
-    cudaEventRecord(g->mark[a], g->compute);
+    marked(g, a, g->compute);
     break;
   }
   g->pc++;
@@ -366,7 +393,7 @@ static bool step_cuda(gpu_run *R, grank *g, int step) {
 static void step_nccl(gpu_run *R, grank *g, int step) {
 #ifdef OCTO_HAVE_NCCL
   const be_program *p = g->p;
-  for (int a = 0; a < p->ncode && !R->failed; a++) {
+  for (int a = 0; a < p->ncode && !failed(R); a++) {
     const be_inst *in = &p->code[a];
     if (in->op == BE_OP_SEND || in->op == BE_OP_RECV) {
       /* One group: every consecutive SEND/RECV, after the compute stream's work so far. */
@@ -379,21 +406,21 @@ static void step_nccl(gpu_run *R, grank *g, int step) {
       ncclGroupEnd();
       for (int k = a; k < b; k++) {
         cudaEventRecord(g->done[p->code[k].a[1]], g->comm);
-        cudaEventRecord(g->mark[k], g->comm);
+        marked(g, k, g->comm);
       }
       a = b - 1;
     } else if (in->op == BE_OP_WAIT) {
       cudaStreamWaitEvent(g->compute, g->done[in->a[0]], 0);
-      cudaEventRecord(g->mark[a], g->compute);
+      marked(g, a, g->compute);
     } else if (in->op == BE_OP_ALLREDUCE) {
       size_t n;
       float *gr = rg_stage_grads(g->m, in->a[0], &n);
       if (R->s->replicas > 1)
         ncclAllReduce(gr, gr, n, ncclFloat32, ncclSum, g->reduce, g->compute);
-      cudaEventRecord(g->mark[a], g->compute);
+      marked(g, a, g->compute);
     } else {
       enqueue_compute(R, g, a, step);
-      cudaEventRecord(g->mark[a], g->compute);
+      marked(g, a, g->compute);
     }
   }
 #else
@@ -516,7 +543,7 @@ static void grank_free(grank *g) {
 static void run_steps(gpu_run *R) {
   const be_stream *s = R->s;
   int steps = R->o->steps > 0 ? R->o->steps : 1;
-  for (int step = 0; step < steps && !R->failed; step++) {
+  for (int step = 0; step < steps && !failed(R); step++) {
     for (int i = 0; i < R->n; i++) {
       grank *g = &R->g[i];
       if (g->ref) g->st->ref_loss[step] = rt_reference_step(g->ref, step, s->replicas);
@@ -524,12 +551,20 @@ static void run_steps(gpu_run *R) {
       cudaEventRecord(g->start, g->compute);
       g->pc = 0;
       g->at_reduce = false;
+      __atomic_store_n(&g->enqueued, 0, __ATOMIC_RELEASE);
     }
+    /* The watchdog watches the step while it is enqueued, so that a host blocked in a CUDA or
+     * NCCL call is caught too. */
+    pthread_mutex_lock(&R->mu);
+    R->step = step;
+    R->step_done = false;
+    pthread_cond_broadcast(&R->cv);
+    pthread_mutex_unlock(&R->mu);
     if (R->nccl) {
       step_nccl(R, &R->g[0], step);
     } else {
       bool left = true;
-      while (left && !R->failed) {
+      while (left && !failed(R)) {
         bool moved = false;
         left = false;
         for (int i = 0; i < R->n; i++) {
@@ -552,13 +587,10 @@ static void run_steps(gpu_run *R) {
       }
     }
     pthread_mutex_lock(&R->mu);
-    R->step = step;
-    R->step_done = false;
-    pthread_cond_broadcast(&R->cv);
-    while (!R->step_done && !R->failed) pthread_cond_wait(&R->cv, &R->mu);
+    while (!R->step_done && !failed(R)) pthread_cond_wait(&R->cv, &R->mu);
     R->step = -1;
     pthread_mutex_unlock(&R->mu);
-    if (!R->failed) collect_step(R, step);
+    if (!failed(R)) collect_step(R, step);
     for (int i = 0; i < R->n; i++) {
       const char *e = rg_model_error(R->g[i].m);
       if (e) run_fail(R, "rank %d: %s", R->g[i].rank, e);
@@ -610,7 +642,7 @@ int rt_run_cuda(const be_stream *s, const rt_opts *mo, const rt_run_opts *o, boo
   }
   for (int w = 0; w < R.n && ok; w++) ok = grank_init(&R, &R.g[w], 0, bf16, mo);
   if (ok) run_all(&R);
-  if (R.failed) {
+  if (failed(&R)) {
     snprintf(stats[0].err, sizeof stats[0].err, "%s", R.why);
     stats[0].status = RT_FAILED;
   }
@@ -623,7 +655,7 @@ int rt_run_cuda(const be_stream *s, const rt_opts *mo, const rt_run_opts *o, boo
   free(chans);
   chans = NULL;
   free(R.g);
-  return R.failed ? -1 : 0;
+  return failed(&R) ? -1 : 0;
 }
 
 #ifdef OCTO_HAVE_NCCL
@@ -711,7 +743,7 @@ int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
     MPI_Barrier(MPI_COMM_WORLD);
     run_all(&R);
   }
-  if (R.failed) {
+  if (failed(&R)) {
     fprintf(stderr, "octo-run: error: %s\n", R.why);
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, RT_EXIT_RUNTIME);
