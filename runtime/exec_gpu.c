@@ -70,6 +70,7 @@ typedef struct gpu_run {
   grank *g;                    /* ranks of this process */
   int n;
   bool nccl;                   /* nccl backend (else cuda) */
+  int device;                  /* CUDA device of the ranks (made current in the watchdog) */
   /* watchdog */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -123,6 +124,7 @@ static void *watchdog(void *arg) {
   int *enq = xcalloc((size_t)R->n, sizeof *enq);
   double last = now_s();
   int seen = -1;
+  cudaSetDevice(R->device); /* not device 0's context in every process of a node */
   pthread_mutex_lock(&R->mu);
   while (!R->stop) {
     if (R->step < 0 || R->step_done || failed(R)) {
@@ -148,8 +150,10 @@ static void *watchdog(void *arg) {
 #ifdef OCTO_HAVE_NCCL
     if (R->nccl)
       for (int i = 0; i < R->n && !nccl_err[0]; i++) {
-        ncclResult_t e = ncclSuccess;
+        ncclResult_t e = ncclSuccess, e2 = ncclSuccess;
         ncclCommGetAsyncError(R->g[i].pipe, &e);
+        if (R->g[i].reduce) ncclCommGetAsyncError(R->g[i].reduce, &e2);
+        if (e == ncclSuccess || e == ncclInProgress) e = e2;
         if (e != ncclSuccess && e != ncclInProgress)
           snprintf(nccl_err, sizeof nccl_err, "%s", ncclGetErrorString(e));
       }
@@ -267,15 +271,8 @@ static void enqueue_compute(gpu_run *R, grank *g, int a, int step) {
           nanosleep(&nap, NULL);
         }
         if (!failed(R) && rg_stage_grads_to_host(g->m, i, host, n) == 0) {
-          float *refg = rt_stage_grads(g->ref, i, &n);
-          double num = 0, den = 0;
-          for (size_t k = 0; k < n; k++) {
-            double d = fabs((double)host[k] - refg[k]);
-            if (d > num) num = d;
-            if (fabs(refg[k]) > den) den = fabs(refg[k]);
-          }
-          double rel = den > 0 ? num / den : num;
-          if (rel > g->st->grad_diff[step]) g->st->grad_diff[step] = rel;
+          double rel = rt_grad_diff_array(host, n, g->ref, i);
+          if (rel > g->st->grad_diff[step] || rel != rel) g->st->grad_diff[step] = rel;
         }
         free(host);
       }
@@ -370,6 +367,8 @@ static bool step_cuda(gpu_run *R, grank *g, int step) {
         cudaStreamWaitEvent(q->compute, g0->mark[a], 0);
         cudaMemcpyAsync(gq, acc, n * sizeof(float), cudaMemcpyDeviceToDevice, q->compute);
         marked(q, a, q->compute);
+        /* replica 0's next work (its STEP zeroes acc) must not start before q copied the sum */
+        cudaStreamWaitEvent(g0->compute, q->mark[a], 0);
         q->at_reduce = false;
         q->pc++;
       }
@@ -403,7 +402,10 @@ static void step_nccl(gpu_run *R, grank *g, int step) {
       ncclGroupStart();
       while (b < p->ncode && (p->code[b].op == BE_OP_SEND || p->code[b].op == BE_OP_RECV))
         enqueue_nccl_msg(R, g, b++);
-      ncclGroupEnd();
+      ncclResult_t ge = ncclGroupEnd();
+      if (ge != ncclSuccess && ge != ncclInProgress)
+        run_fail(R, "rank %d at %04d (%s): ncclGroupEnd: %s", g->rank, a, be_ops[in->op].name,
+                 ncclGetErrorString(ge));
       for (int k = a; k < b; k++) {
         cudaEventRecord(g->done[p->code[k].a[1]], g->comm);
         marked(g, k, g->comm);
@@ -415,8 +417,11 @@ static void step_nccl(gpu_run *R, grank *g, int step) {
     } else if (in->op == BE_OP_ALLREDUCE) {
       size_t n;
       float *gr = rg_stage_grads(g->m, in->a[0], &n);
+      ncclResult_t re = ncclSuccess;
       if (R->s->replicas > 1)
-        ncclAllReduce(gr, gr, n, ncclFloat32, ncclSum, g->reduce, g->compute);
+        re = ncclAllReduce(gr, gr, n, ncclFloat32, ncclSum, g->reduce, g->compute);
+      if (re != ncclSuccess && re != ncclInProgress)
+        run_fail(R, "rank %d at %04d (ALLREDUCE): %s", g->rank, a, ncclGetErrorString(re));
       marked(g, a, g->compute);
     } else {
       enqueue_compute(R, g, a, step);
@@ -458,7 +463,9 @@ static void collect_step(gpu_run *R, int step) {
     }
     g->st->step_s[step] = last_ms * 1e-3;
     float loss = 0;
-    cudaMemcpy(&loss, g->d_loss, sizeof loss, cudaMemcpyDeviceToHost);
+    cudaError_t e = cudaMemcpy(&loss, g->d_loss, sizeof loss, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) /* e.g. a kernel's asynchronous fault, which no later call reports */
+      run_fail(R, "rank %d: step %d: %s", g->rank, step + 1, cudaGetErrorString(e));
     g->st->loss[step] = loss;
   }
 }
@@ -517,18 +524,18 @@ static bool grank_init(gpu_run *R, grank *g, int device, bool bf16, const rt_opt
 
 static void grank_free(grank *g) {
   if (!g->p) return;
-  for (int i = 0; i < g->p->nslots; i++) {
+  for (int i = 0; g->buf && i < g->p->nslots; i++) { /* NULL when grank_init stopped early */
     cudaFree(g->buf[i]);
     cudaEventDestroy(g->ready[i]);
     cudaEventDestroy(g->done[i]);
   }
   for (int a = 0; a < g->p->ncode && g->mark; a++) cudaEventDestroy(g->mark[a]);
-  cudaEventDestroy(g->start);
-  cudaEventDestroy(g->sync);
+  if (g->start) cudaEventDestroy(g->start);
+  if (g->sync) cudaEventDestroy(g->sync);
   cudaFree(g->d_loss);
-  cublasDestroy(g->blas);
-  cudaStreamDestroy(g->compute);
-  cudaStreamDestroy(g->comm);
+  if (g->blas) cublasDestroy(g->blas);
+  if (g->compute) cudaStreamDestroy(g->compute);
+  if (g->comm) cudaStreamDestroy(g->comm);
   free(g->buf);
   free(g->ready);
   free(g->done);
@@ -693,6 +700,7 @@ int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
   R.o = o;
   R.n = 1;
   R.nccl = true;
+  R.device = device;
   R.g = xcalloc(1, sizeof *R.g);
   rt_rank_stats st;
   rt_rank_stats_init(&st, rank, replica, steps);

@@ -637,19 +637,33 @@ static double tensor_diff(const float *a, const float *b, size_t n) {
   return mb > 0 ? md / mb : md;
 }
 
-double rt_grad_diff(const rt_model *a, const rt_model *b, int st_i) {
-  if (st_i < 0 || st_i >= a->nstages || st_i >= b->nstages) return 0;
-  const mstage *sa = &a->stages[st_i], *sb = &b->stages[st_i];
-  if (!sa->init || !sb->init || sa->nparams != sb->nparams) return INFINITY;
+/* The largest per-tensor difference between gradients ga and gb of stage st_i of m (both in
+ * rt_stage_grads order). */
+static double grads_diff(const rt_model *m, int st_i, const float *ga, const float *gb) {
+  const mstage *sa = &m->stages[st_i];
   double worst = 0;
   for (int i = sa->first; i < sa->end; i++) {
-    const mlayer *L = &a->layers[i];
-    double d = tensor_diff(sa->g + L->w_off, sb->g + L->w_off, L->w_n);
+    const mlayer *L = &m->layers[i];
+    double d = tensor_diff(ga + L->w_off, gb + L->w_off, L->w_n);
     if (L->b_n) {
-      double db = tensor_diff(sa->g + L->b_off, sb->g + L->b_off, L->b_n);
+      double db = tensor_diff(ga + L->b_off, gb + L->b_off, L->b_n);
       if (db > d || db != db) d = db;
     }
     if (d > worst || d != d) worst = d;
   }
   return worst;
+}
+
+double rt_grad_diff(const rt_model *a, const rt_model *b, int st_i) {
+  if (st_i < 0 || st_i >= a->nstages || st_i >= b->nstages) return 0;
+  const mstage *sa = &a->stages[st_i], *sb = &b->stages[st_i];
+  if (!sa->init || !sb->init || sa->nparams != sb->nparams) return INFINITY;
+  return grads_diff(a, st_i, sa->g, sb->g);
+}
+
+double rt_grad_diff_array(const float *g, size_t n, const rt_model *b, int st_i) {
+  if (st_i < 0 || st_i >= b->nstages) return 0;
+  const mstage *sb = &b->stages[st_i];
+  if (!sb->init || (size_t)sb->nparams != n) return INFINITY;
+  return grads_diff(b, st_i, g, sb->g);
 }

@@ -100,6 +100,9 @@ double rt_reference_step(rt_model *m, int step, int replicas);
 /* Largest, over the parameter tensors of stage st, of max|a - b| / max|b| between the gradients
  * of a and b (0 when both are zero). Pre: st initialized in both. */
 double rt_grad_diff(const rt_model *a, const rt_model *b, int st);
+/* The same, with a's gradients given as an array g of n floats in rt_stage_grads order (a GPU
+ * model's, copied to the host). INFINITY when n is not the stage's parameter count. */
+double rt_grad_diff_array(const float *g, size_t n, const rt_model *b, int st);
 
 /* ---- Transports ------------------------------------------------------------------------------ */
 
