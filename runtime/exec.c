@@ -203,7 +203,10 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
   int aborted = 0;
   for (int i = 0; i < n; i++) {
     if (stats[i].status == RT_FAILED || stats[i].status == RT_DIED) {
-      strbuf_printf(errs, "error: %s%s\n", s->replicas > 1 ? "" : "", stats[i].err);
+      if (s->replicas > 1)
+        strbuf_printf(errs, "error: replica %d: %s\n", stats[i].replica, stats[i].err);
+      else
+        strbuf_printf(errs, "error: %s\n", stats[i].err);
       rc = RT_EXIT_RUNTIME;
     }
     aborted += stats[i].status == RT_ABORTED;
