@@ -37,8 +37,23 @@ static void clear(strbuf *sb) {
 /* "s" when n is not 1: the plural ending of a count. */
 static const char *plural(long long n) { return n == 1 ? "" : "s"; }
 
-/* Append a byte count the way the IR printer writes sizes ("1.5GiB"). */
-static void put_bytes(strbuf *out, double bytes) { ir_format_value(out, IR_T_BYTES, bytes); }
+/* A size for people: in the largest binary unit (B, KiB, MiB, GiB, TiB) that keeps it at least
+ * 1, with at most two decimals and no trailing zeros ("512B", "1.5GiB", "37216MiB" is "36.34GiB").
+ * The exact sizes are in the file; the listing is for reading. */
+static void put_bytes(strbuf *out, double bytes) {
+  static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (u < 4 && bytes >= 1024) {
+    bytes /= 1024;
+    u++;
+  }
+  char num[64];
+  snprintf(num, sizeof num, "%.2f", bytes);
+  char *end = num + strlen(num);
+  while (end > num && end[-1] == '0') *--end = 0;
+  if (end > num && end[-1] == '.') *--end = 0;
+  strbuf_printf(out, "%s%s", num, unit[u]);
+}
 
 /* Name of tensor kind t, or NULL when t is out of range. */
 static const char *tensor_name(int32_t t) {

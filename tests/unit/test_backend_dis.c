@@ -70,18 +70,17 @@ static void emit(be_stream *s, int r, be_opcode op, int32_t a0, int32_t a1, int3
 
 enum { KIB = 1024, MIB = 1024 * 1024 };
 
-/* The expected rank line: fixed part 'head' ("rank 0: $d0 h100, node 0; stages s0; 7 slots"),
- * then the figures be_mem_stats gives, formatted as the disassembler documents. */
-static void rank_line(strbuf *out, const be_stream *s, int r, const char *head) {
+/* The expected rank line: 'head' ("rank 0: $d0 h100, node 0; stages s0; 7 slots") and the
+ * figures of be_mem_stats as the listing rounds them ('figures'), checked against be_mem_stats'
+ * exact values (arena, peak live, its address, activations). */
+static void rank_line(strbuf *out, const be_stream *s, int r, const char *head, double arena,
+                      double live, int at, double act, const char *figures) {
   be_mem m = be_mem_stats(s, r);
-  strbuf_printf(out, "%s, ", head);
-  ir_format_value(out, IR_T_BYTES, m.arena_bytes);
-  strbuf_puts(out, "; peak live ");
-  ir_format_value(out, IR_T_BYTES, m.peak_live);
-  if (m.peak_at >= 0) strbuf_printf(out, " at %04d", m.peak_at);
-  strbuf_puts(out, "; activations ");
-  ir_format_value(out, IR_T_BYTES, m.peak_stash);
-  strbuf_putc(out, '\n');
+  UNIT_CHECK_EQ_DBL(m.arena_bytes, arena);
+  UNIT_CHECK_EQ_DBL(m.peak_live, live);
+  UNIT_CHECK(m.peak_at == at);
+  UNIT_CHECK_EQ_DBL(m.peak_stash, act);
+  strbuf_printf(out, "%s, %s\n", head, figures);
 }
 
 /* Two ranks, two stages (s0: layers 0-1 on rank 0, s1: layer 2 on rank 1), two microbatches,
@@ -169,16 +168,18 @@ void test_backend_dis_listing(void) {
               "; stage s0: layers %0..%1 on rank 0; out 8MiB [1x4096x1024] x2, stash 100MiB, "
               "wstash 1.5GiB\n"
               "; stage s1: layer %2 on rank 1; out 8MiB [1x4096x1024] x2, stash 100MiB, wstash 0B\n");
-  rank_line(&want, s, 0, "rank 0: $d0 h100, node 0; stage s0; 7 slots");
+  rank_line(&want, s, 0, "rank 0: $d0 h100, node 0; stage s0; 7 slots", 1802256.0 * KIB,
+            1760.0 * MIB, 8, 1736.0 * MIB,
+            "1.72GiB; peak live 1.72GiB at 0008; activations 1.7GiB");
   strbuf_puts(
       &want,
       "  slot %0  input   16KiB     at 0B\n"
       "  slot %1  act     8MiB      at 16KiB\n"
-      "  slot %2  stash   100MiB    at 8208KiB\n"
-      "  slot %3  act     8MiB      at 110608KiB\n"
-      "  slot %4  stash   100MiB    at 118800KiB\n"
-      "  slot %5  grad    8MiB      at 221200KiB\n"
-      "  slot %6  wstash  1.5GiB    at 229392KiB\n"
+      "  slot %2  stash   100MiB    at 8.02MiB\n"
+      "  slot %3  act     8MiB      at 108.02MiB\n"
+      "  slot %4  stash   100MiB    at 116.02MiB\n"
+      "  slot %5  grad    8MiB      at 216.02MiB\n"
+      "  slot %6  wstash  1.5GiB    at 224.02MiB\n"
       "  0000  LOAD      s0 mb0 %0                         ; input mb0\n"
       "  0001  FWD       s0 mb0 %0 %1 %2 -                 ; forward s0 mb0\n"
       "  0002  FREE      %0                                ; free input s0 mb0\n"
@@ -207,7 +208,8 @@ void test_backend_dis_listing(void) {
       "replicas\n"
       "  0025  STEP                                        ; optimizer step (adam)\n"
       "\n");
-  rank_line(&want, s, 1, "rank 1: $d4 a100, node 1; stage s1; 5 slots");
+  rank_line(&want, s, 1, "rank 1: $d4 a100, node 1; stage s1; 5 slots", 132.0 * MIB,
+            124.0 * MIB, 12, 100.0 * MIB, "132MiB; peak live 124MiB at 0012; activations 100MiB");
   strbuf_puts(
       &want,
       "  slot %0  act     8MiB      at 0B\n"
