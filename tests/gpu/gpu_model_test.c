@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "gpu.h"
+#include "../unit/stream_fixture.h"
 
 static int failures; /* failed checks */
 
@@ -26,50 +27,8 @@ static int failures; /* failed checks */
     }                                                                                            \
   } while (0)
 
-/* ---- Streams built by hand (as tests/unit/test_runtime_model.c) ----------------------------- */
+/* Streams are built by hand with tests/unit/stream_fixture.h. */
 
-/* Give layer l of s the parameter (name, value). */
-static void gt_param(be_stream *s, int l, const char *name, double value) {
-  be_layer *L = &s->layers[l];
-  L->params = xrealloc(L->params, (size_t)(L->nparams + 1) * sizeof *L->params);
-  L->params[L->nparams].name = xstrdup(name);
-  L->params[L->nparams].value = value;
-  L->nparams++;
-}
-
-/* A stream of the given layer kinds (NULL-terminated) cut into stages at 'cuts' (first layer of
- * stages 1..nstages-1), one rank per stage. */
-static be_stream *gt_stream(const char *const *kinds, int nstages, const int *cuts, int nmb,
-                            int replicas, int micro_batch, int seq, const char *opt) {
-  be_stream *s = xcalloc(1, sizeof *s);
-  s->model = xstrdup("gpu-test");
-  s->dtype = xstrdup("fp32");
-  s->optimizer = xstrdup(opt);
-  s->nmb = nmb;
-  s->replicas = replicas;
-  s->micro_batch = micro_batch;
-  s->seq = seq;
-  int n = 0;
-  while (kinds[n]) n++;
-  s->nlayers = n;
-  s->layers = xcalloc((size_t)n, sizeof *s->layers);
-  for (int i = 0; i < n; i++) {
-    char name[16];
-    snprintf(name, sizeof name, "l%d", i);
-    s->layers[i].name = xstrdup(name);
-    s->layers[i].kind = xstrdup(kinds[i]);
-  }
-  s->nstages = nstages;
-  s->nranks = nstages;
-  s->stages = xcalloc((size_t)nstages, sizeof *s->stages);
-  s->ranks = xcalloc((size_t)nstages, sizeof *s->ranks);
-  for (int i = 0; i < nstages; i++) {
-    s->stages[i].first = i == 0 ? 0 : cuts[i - 1];
-    s->stages[i].end = i == nstages - 1 ? n : cuts[i];
-    s->stages[i].rank = i;
-  }
-  return s;
-}
 
 /* ---- Comparison ----------------------------------------------------------------------------- */
 
@@ -270,9 +229,9 @@ static const char *const kinds5[] = {"embedding", "attention", "mlp", "moe", "lm
  * microbatches, 2 replicas; odd sizes (h 40, V 77, T 2 x 13). */
 static be_stream *stream5(const char *opt) {
   static const int cuts[] = {2, 4};
-  be_stream *s = gt_stream(kinds5, 3, cuts, 3, 2, 2, 13, opt);
-  gt_param(s, 1, "hidden", 40);
-  gt_param(s, 4, "vocab", 77);
+  be_stream *s = fx_stream("gpu-test", kinds5, 3, cuts, 3, 2, 2, 13, opt);
+  fx_param(s, 1, "hidden", 40);
+  fx_param(s, 4, "vocab", 77);
   return s;
 }
 
@@ -299,8 +258,8 @@ static void test_equivalence(void) {
    * the embedding; 4 microbatches, 1 replica. */
   static const char *const kinds[] = {"embedding", "mlp", "mamba2", "custom", NULL};
   static const int cuts[] = {1};
-  s = gt_stream(kinds, 2, cuts, 4, 1, 1, 9, "sgd");
-  gt_param(s, 1, "hidden", 24);
+  s = fx_stream("gpu-test", kinds, 2, cuts, 4, 1, 1, 9, "sgd");
+  fx_param(s, 1, "hidden", 24);
   if (run_pair(s, false, 0.1, 2, w)) {
     expect("float32 no head", 1, &w[0], 1e-4, 1e-4);
     expect("float32 no head", 2, &w[1], 1e-4, 1e-4);
@@ -335,7 +294,7 @@ static void test_errors(int ndev) {
   /* A stream without any hidden size cannot be profiled. */
   static const char *const kinds[] = {"embedding", "mlp", NULL};
   static const int cuts[] = {1};
-  be_stream *s2 = gt_stream(kinds, 2, cuts, 1, 1, 1, 8, "sgd");
+  be_stream *s2 = fx_stream("gpu-test", kinds, 2, cuts, 1, 1, 1, 8, "sgd");
   CHECK(rg_profile(s2, 0, 1, 1, &p, &err) == -1 && strstr(strbuf_cstr(&err), "hidden"),
         "no hidden: %s", strbuf_cstr(&err));
   free(p);
@@ -350,20 +309,20 @@ static void test_profile(void) {
   static const char *const kinds[] = {"embedding", "attention", "mlp", "attention", "mamba2",
                                       "moe", "custom", "lm_head", NULL};
   static const int cuts[] = {4};
-  be_stream *s = gt_stream(kinds, 2, cuts, 4, 1, 1, 1024, "adam");
-  gt_param(s, 0, "hidden", 1024);
-  gt_param(s, 0, "vocab", 32000);
-  gt_param(s, 1, "hidden", 1024);
-  gt_param(s, 1, "heads", 16);
-  gt_param(s, 1, "kv_heads", 4);
-  gt_param(s, 1, "head_dim", 64);
-  gt_param(s, 2, "hidden", 1024);
-  gt_param(s, 2, "ffn", 4096);
-  gt_param(s, 2, "gated", 1);
-  gt_param(s, 4, "expand", 2);
-  gt_param(s, 5, "experts", 8);
-  gt_param(s, 5, "top_k", 2);
-  gt_param(s, 5, "expert_ffn", 1024);
+  be_stream *s = fx_stream("gpu-test", kinds, 2, cuts, 4, 1, 1, 1024, "adam");
+  fx_param(s, 0, "hidden", 1024);
+  fx_param(s, 0, "vocab", 32000);
+  fx_param(s, 1, "hidden", 1024);
+  fx_param(s, 1, "heads", 16);
+  fx_param(s, 1, "kv_heads", 4);
+  fx_param(s, 1, "head_dim", 64);
+  fx_param(s, 2, "hidden", 1024);
+  fx_param(s, 2, "ffn", 4096);
+  fx_param(s, 2, "gated", 1);
+  fx_param(s, 4, "expand", 2);
+  fx_param(s, 5, "experts", 8);
+  fx_param(s, 5, "top_k", 2);
+  fx_param(s, 5, "expert_ffn", 1024);
   strbuf err = {0}, json = {0};
   rg_layer_profile *p = NULL;
   int n = rg_profile(s, 0, 2, 5, &p, &err);

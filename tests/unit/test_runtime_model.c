@@ -10,53 +10,11 @@
 #include <unistd.h>
 
 #include "runtime.h"
+#include "stream_fixture.h"
 #include "unit.h"
 
-/* ---- Streams built by hand ------------------------------------------------------------------ */
+/* Streams are built by hand with stream_fixture.h. */
 
-/* Give layer l of s the parameter (name, value). */
-static void rm_param(be_stream *s, int l, const char *name, double value) {
-  be_layer *L = &s->layers[l];
-  L->params = xrealloc(L->params, (size_t)(L->nparams + 1) * sizeof *L->params);
-  L->params[L->nparams].name = xstrdup(name);
-  L->params[L->nparams].value = value;
-  L->nparams++;
-}
-
-/* A stream of the given layer kinds (NULL-terminated list) cut into stages at 'cuts' (the first
- * layer of stages 1..nstages-1), one rank per stage, and nmb, replicas, micro_batch, seq and the
- * optimizer as given. No parameters are set. */
-static be_stream *rm_stream(const char *const *kinds, int nstages, const int *cuts, int nmb,
-                            int replicas, int micro_batch, int seq, const char *opt) {
-  be_stream *s = xcalloc(1, sizeof *s);
-  s->model = xstrdup("test");
-  s->dtype = xstrdup("fp32");
-  s->optimizer = xstrdup(opt);
-  s->nmb = nmb;
-  s->replicas = replicas;
-  s->micro_batch = micro_batch;
-  s->seq = seq;
-  int n = 0;
-  while (kinds[n]) n++;
-  s->nlayers = n;
-  s->layers = xcalloc((size_t)n, sizeof *s->layers);
-  for (int i = 0; i < n; i++) {
-    char name[16];
-    snprintf(name, sizeof name, "l%d", i);
-    s->layers[i].name = xstrdup(name);
-    s->layers[i].kind = xstrdup(kinds[i]);
-  }
-  s->nstages = nstages;
-  s->nranks = nstages;
-  s->stages = xcalloc((size_t)nstages, sizeof *s->stages);
-  s->ranks = xcalloc((size_t)nstages, sizeof *s->ranks);
-  for (int i = 0; i < nstages; i++) {
-    s->stages[i].first = i == 0 ? 0 : cuts[i - 1];
-    s->stages[i].end = i == nstages - 1 ? n : cuts[i];
-    s->stages[i].rank = i;
-  }
-  return s;
-}
 
 static const char *const rm_kinds5[] = {"embedding", "attention", "mlp", "moe", "lm_head", NULL};
 
@@ -65,10 +23,10 @@ static const char *const rm_kinds5[] = {"embedding", "attention", "mlp", "moe", 
 static be_stream *rm_stream5(int nmb, int replicas, int micro_batch, int seq, const char *opt,
                              double hidden, double vocab) {
   static const int cuts[] = {2, 4};
-  be_stream *s = rm_stream(rm_kinds5, 3, cuts, nmb, replicas, micro_batch, seq, opt);
-  rm_param(s, 1, "hidden", hidden);
-  rm_param(s, 3, "hidden", 4 * hidden); /* ignored: the first one counts */
-  rm_param(s, 4, "vocab", vocab);
+  be_stream *s = fx_stream("test", rm_kinds5, 3, cuts, nmb, replicas, micro_batch, seq, opt);
+  fx_param(s, 1, "hidden", hidden);
+  fx_param(s, 3, "hidden", 4 * hidden); /* ignored: the first one counts */
+  fx_param(s, 4, "vocab", vocab);
   return s;
 }
 
@@ -122,7 +80,7 @@ void test_runtime_model_floats(void) {
   /* No parameters and no lm_head: h 16, V 32 (targets mod 16), the output is T x h. */
   static const char *const kinds[] = {"custom", "mamba", "attention", NULL};
   static const int cuts[] = {1};
-  s = rm_stream(kinds, 2, cuts, 2, 1, 1, 8, "sgd");
+  s = fx_stream("test", kinds, 2, cuts, 2, 1, 1, 8, "sgd");
   m = rm_model(s, 1, 1, 0.1, false);
   UNIT_CHECK(rt_tensor_floats(m, BE_T_INPUT, 0) == 8);
   UNIT_CHECK(rt_tensor_floats(m, BE_T_ACT, 0) == 8 * 16);
@@ -132,8 +90,8 @@ void test_runtime_model_floats(void) {
   be_stream_free(s);
   /* A single-layer model whose only layer is called lm_head is still an embedding. */
   static const char *const one[] = {"lm_head", NULL};
-  s = rm_stream(one, 1, NULL, 1, 1, 1, 4, "sgd");
-  rm_param(s, 0, "vocab", 50);
+  s = fx_stream("test", one, 1, NULL, 1, 1, 1, 4, "sgd");
+  fx_param(s, 0, "vocab", 50);
   m = rm_model(s, 1, 1, 0.1, false);
   UNIT_CHECK(rt_tensor_floats(m, BE_T_ACT, 0) == 4 * 16);
   rt_model_free(m);
@@ -407,7 +365,7 @@ void test_runtime_model_pipelined(void) {
   /* 4 layers without lm_head in 2 stages (the first only the embedding), 4 microbatches, SGD. */
   static const char *const kinds[] = {"embedding", "mlp", "mamba", "custom", NULL};
   static const int cuts[] = {1};
-  s = rm_stream(kinds, 2, cuts, 4, 1, 1, 8, "sgd");
+  s = fx_stream("test", kinds, 2, cuts, 4, 1, 1, 8, "sgd");
   rm_check_pipelined(s, 0.1, 3);
   be_stream_free(s);
 }
