@@ -16,7 +16,7 @@
 /* ---- Tables -------------------------------------------------------------------------------- */
 
 typedef enum be_opcode {
-#define ISA_OP(ID, NAME, FLAGS, NOPS, K0, K1, K2, K3, K4, K5, SYN) BE_OP_##ID,
+#define ISA_OP(ID, NAME, TRACE, FLAGS, NOPS, K0, K1, K2, K3, K4, K5, SYN) BE_OP_##ID,
 #include "isa.def"
 #undef ISA_OP
   BE_OP_COUNT
@@ -49,6 +49,7 @@ enum { BE_MAX_OPERANDS = 6 };
 
 typedef struct be_op_info {
   const char *name;                   /* mnemonic ("FWD") */
+  const char *trace;                  /* name in timelines ("F", "BW"; isa.def TRACE) */
   unsigned flags;                     /* be_flag bits */
   int nops;                           /* operand count */
   be_operand_kind kinds[BE_MAX_OPERANDS]; /* operand kinds (BE_K_NONE past nops) */
@@ -174,6 +175,12 @@ uint64_t be_tensor_bytes(const be_stream *s, be_tensor_kind kind, int stage);
  * slots, for absent optional slots, and for WAIT and FREE, which name a buffer, not a tensor.
  * Pre: the operands are in range (a validated stream, or checked by the caller). */
 bool be_operand_tensor(const be_stream *s, const be_inst *in, int k, be_tensor_ref *t);
+
+/* Append the name of tensor t, "act s3 mb7" (a kind out of range prints as its number). */
+void be_tensor_text(strbuf *sb, be_tensor_ref t);
+/* Append what SEND or RECV instruction 'in' does: "send act s3 mb7 -> rank 4" or
+ * "recv grad s2 mb1 <- rank 3". */
+void be_msg_text(strbuf *sb, const be_inst *in);
 
 /* Free s and everything it owns (NULL is fine). */
 void be_stream_free(be_stream *s);

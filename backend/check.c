@@ -101,11 +101,9 @@ typedef struct checker {
   kmap by_seq;  /* (from, to, send, seq) -> message index */
 } checker;
 
-/* "send act s3 mb7 -> rank 4" or "recv grad s2 mb1 <- rank 3". */
-static void describe(strbuf *sb, const msg *m) {
-  const char *t = m->tensor >= 0 && m->tensor < BE_T_COUNT ? be_tensors[m->tensor].name : "?";
-  strbuf_printf(sb, "%s %s s%d mb%d %s rank %d", m->send ? "send" : "recv", t, m->stage, m->mb,
-                m->send ? "->" : "<-", m->peer);
+/* "send act s3 mb7 -> rank 4" or "recv grad s2 mb1 <- rank 3": the instruction that posted m. */
+static void describe(strbuf *sb, const checker *c, const msg *m) {
+  be_msg_text(sb, &c->s->ranks[m->rank].code[m->addr]);
 }
 
 /* "rank R at ADDR (OP %S)" for rank r's current instruction. */
@@ -201,10 +199,10 @@ static int match(checker *c, strbuf *err) {
       if (q->tensor != m->tensor || q->stage != m->stage || q->mb != m->mb) {
         strbuf_printf(err, "message order mismatch between rank %d and rank %d: the send at "
                       "%04d on rank %d (", m->rank, m->peer, m->addr, m->rank);
-        describe(err, m);
+        describe(err, c, m);
         strbuf_printf(err, ") would be paired with the receive at %04d on rank %d (", q->addr,
                       q->rank);
-        describe(err, q);
+        describe(err, c, q);
         strbuf_puts(err, "): NCCL pairs the messages between two ranks in posting order");
         return -1;
       }
@@ -223,12 +221,12 @@ static int waits_for(checker *c, int r, strbuf *sb) {
   const msg *m = &c->msgs[st->slot_msg[in->a[0]]];
   where(sb, c, r);
   strbuf_puts(sb, " waits for ");
-  describe(sb, m);
+  describe(sb, c, m);
   const msg *b = m;
   if (m->group != front_group(c, r)) {
     b = &c->msgs[st->posted[st->head]];
     strbuf_puts(sb, ", queued behind ");
-    describe(sb, b);
+    describe(sb, c, b);
     strbuf_printf(sb, " posted at %04d", b->addr);
   }
   int pi = partner(c, b);

@@ -96,70 +96,24 @@ static strbuf *slot_label(dis_rank *dr, int32_t v) {
   return v >= 0 && v < dr->nslots ? &dr->label[v] : NULL;
 }
 
-/* Set the label of slot v (if it is one) to "NAME sS mbM". */
-static void set_label(dis_rank *dr, int32_t v, const char *name, int32_t stage, int32_t mb) {
-  strbuf *l = slot_label(dr, v);
-  if (!l) return;
-  clear(l);
-  strbuf_printf(l, "%s s%d mb%d", name, (int)stage, (int)mb);
-}
-
-/* Append the tag "T sS mbM" of a SEND or RECV. */
-static void put_tag(strbuf *out, const be_inst *in) {
-  const char *t = tensor_name(in->a[2]);
-  if (t) strbuf_printf(out, "%s s%d mb%d", t, (int)in->a[3], (int)in->a[4]);
-  else strbuf_printf(out, "%d s%d mb%d", (int)in->a[2], (int)in->a[3], (int)in->a[4]);
-}
-
 /* Append the comment of instruction 'in' of a rank of s (without "; ") and update the rank's
  * slot state dr with what the instruction does to its slots. */
 static void put_comment(strbuf *out, const be_stream *s, const be_inst *in, dis_rank *dr,
                         const be_program *p) {
   const int32_t *a = in->a;
   switch ((be_opcode)in->op) {
-  case BE_OP_LOAD:
-    strbuf_printf(out, "input mb%d", (int)a[1]);
-    set_label(dr, a[2], "input", a[0], a[1]);
-    break;
-  case BE_OP_FWD:
-    strbuf_printf(out, "forward s%d mb%d", (int)a[0], (int)a[1]);
-    set_label(dr, a[3], "act", a[0], a[1]);
-    set_label(dr, a[4], "stash", a[0], a[1]);
-    set_label(dr, a[5], "wstash", a[0], a[1]);
-    break;
-  case BE_OP_LOSS:
-    strbuf_printf(out, "loss mb%d", (int)a[1]);
-    set_label(dr, a[3], "grad", s->nstages, a[1]);
-    break;
+  case BE_OP_LOAD: strbuf_printf(out, "input mb%d", (int)a[1]); break;
+  case BE_OP_FWD: strbuf_printf(out, "forward s%d mb%d", (int)a[0], (int)a[1]); break;
+  case BE_OP_LOSS: strbuf_printf(out, "loss mb%d", (int)a[1]); break;
   case BE_OP_BWD_IN:
     strbuf_printf(out, "input-gradient backward s%d mb%d", (int)a[0], (int)a[1]);
-    set_label(dr, a[5], "grad", a[0], a[1]);
     break;
   case BE_OP_BWD_W:
     strbuf_printf(out, "weight-gradient backward s%d mb%d", (int)a[0], (int)a[1]);
     break;
-  case BE_OP_BWD:
-    strbuf_printf(out, "backward s%d mb%d", (int)a[0], (int)a[1]);
-    set_label(dr, a[5], "grad", a[0], a[1]);
-    break;
+  case BE_OP_BWD: strbuf_printf(out, "backward s%d mb%d", (int)a[0], (int)a[1]); break;
   case BE_OP_SEND:
-  case BE_OP_RECV: {
-    bool send = in->op == BE_OP_SEND;
-    size_t start = out->len;
-    strbuf_puts(out, send ? "send " : "recv ");
-    put_tag(out, in);
-    strbuf_printf(out, " %s rank %d", send ? "->" : "<-", (int)a[0]);
-    strbuf *l = slot_label(dr, a[1]);
-    if (l) {
-      clear(&dr->msg[a[1]]);
-      strbuf_append(&dr->msg[a[1]], out->data + start, out->len - start);
-      if (!send) {
-        clear(l);
-        put_tag(l, in);
-      }
-    }
-    break;
-  }
+  case BE_OP_RECV: be_msg_text(out, in); break;
   case BE_OP_WAIT: {
     strbuf_puts(out, "wait for ");
     if (slot_label(dr, a[0]) && dr->msg[a[0]].len) strbuf_puts(out, strbuf_cstr(&dr->msg[a[0]]));
@@ -187,6 +141,24 @@ static void put_comment(strbuf *out, const be_stream *s, const be_inst *in, dis_
     strbuf_printf(out, "optimizer step (%s)", s->optimizer ? s->optimizer : "?");
     break;
   case BE_OP_COUNT: break;
+  }
+  /* What the instruction leaves in its slots: the tensor a new buffer holds (what FREE names),
+   * and the message posted on it (what WAIT names). */
+  for (int k = 0; k < be_ops[in->op].nops; k++) {
+    be_role role = be_operands[be_ops[in->op].kinds[k]].role;
+    strbuf *l = slot_label(dr, a[k]);
+    be_tensor_ref t;
+    if (!l || (role != BE_ROLE_DEF && role != BE_ROLE_RECV && role != BE_ROLE_SEND) ||
+        !be_operand_tensor(s, in, k, &t))
+      continue;
+    if (role != BE_ROLE_SEND) {
+      clear(l);
+      be_tensor_text(l, t);
+    }
+    if (role != BE_ROLE_DEF) {
+      clear(&dr->msg[a[k]]);
+      be_msg_text(&dr->msg[a[k]], in);
+    }
   }
 }
 

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cost.h"
 #include "sim.h"
 
 /* A tensor of the lowering, before slots are assigned. */
@@ -443,11 +444,6 @@ static void assign_slots(lower *L) {
   }
 }
 
-/* Element size of activations at training precision 'dtype' (fp8 keeps bf16 activations). */
-static int act_elem(const char *dtype) {
-  return strcmp(dtype, "fp32") == 0 || strcmp(dtype, "tf32") == 0 ? 4 : 2;
-}
-
 /* Add shape (elem, dims) to the stream unless present; returns its index. */
 static int add_shape(be_stream *s, int elem, int ndim, const int64_t *dim) {
   for (int i = 0; i < s->nshapes; i++) {
@@ -507,7 +503,7 @@ static void build_tables(lower *L) {
     p->type = xstrdup(m->devices[dv].type);
     p->node = (int32_t)ir_field_value(&m->devices[dv].rec, IR_F_DEVICE_node);
   }
-  int elem = act_elem(s->dtype);
+  int elem = (int)cost_act_elem_bytes(m);
   s->stages = xcalloc((size_t)L->nst, sizeof *s->stages);
   for (int st = 0; st < L->nst; st++) {
     const ir_stage *is = &m->stages[st];

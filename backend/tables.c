@@ -11,8 +11,8 @@
 #define BE_FLAGS_MEM BE_MEM
 #define BE_FLAGS_END BE_END
 const be_op_info be_ops[BE_OP_COUNT] = {
-#define ISA_OP(ID, NAME, FLAGS, NOPS, K0, K1, K2, K3, K4, K5, SYN)                              \
-  {NAME, BE_FLAGS_##FLAGS, NOPS, {BE_K_##K0, BE_K_##K1, BE_K_##K2, BE_K_##K3, BE_K_##K4,      \
+#define ISA_OP(ID, NAME, TRACE, FLAGS, NOPS, K0, K1, K2, K3, K4, K5, SYN)                       \
+  {NAME, TRACE, BE_FLAGS_##FLAGS, NOPS, {BE_K_##K0, BE_K_##K1, BE_K_##K2, BE_K_##K3, BE_K_##K4,      \
                                   BE_K_##K5}, SYN},
 #include "isa.def"
 #undef ISA_OP
@@ -41,6 +41,21 @@ int be_emit(be_program *p, be_opcode op, int nargs, const int32_t *args) {
   for (int i = 0; i < nargs && i < BE_MAX_OPERANDS; i++) in.a[i] = args[i];
   VEC_PUSH(p->code, p->ncode, p->code_cap, in);
   return p->ncode - 1;
+}
+
+void be_tensor_text(strbuf *sb, be_tensor_ref t) {
+  if ((int)t.kind >= 0 && t.kind < BE_T_COUNT)
+    strbuf_printf(sb, "%s s%d mb%d", be_tensors[t.kind].name, (int)t.stage, (int)t.mb);
+  else
+    strbuf_printf(sb, "%d s%d mb%d", (int)t.kind, (int)t.stage, (int)t.mb);
+}
+
+void be_msg_text(strbuf *sb, const be_inst *in) {
+  bool send = in->op == BE_OP_SEND;
+  be_tensor_ref t = {(be_tensor_kind)in->a[2], in->a[3], in->a[4]};
+  strbuf_puts(sb, send ? "send " : "recv ");
+  be_tensor_text(sb, t);
+  strbuf_printf(sb, " %s rank %d", send ? "->" : "<-", (int)in->a[0]);
 }
 
 void be_stream_free(be_stream *s) {

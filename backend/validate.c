@@ -476,9 +476,14 @@ static int check_rank(vctx *v, int r) {
       break;
     }
     if ((rc = check_operands(v, p))) break;
+    /* The tensor each slot operand must hold (or will hold): be_operand_tensor's rules. */
     vlabel want[BE_MAX_OPERANDS];
     memset(want, 0, sizeof want);
     be_opcode op = (be_opcode)v->in->op;
+    for (int k = 0; k < be_ops[op].nops; k++) {
+      be_tensor_ref t;
+      if (be_operand_tensor(s, v->in, k, &t)) want[k] = mklabel(t.kind, t.stage, t.mb);
+    }
     int32_t stg = a[0], m = a[1];
     if ((be_ops[op].flags & BE_COMPUTE) || op == BE_OP_ALLREDUCE) {
       if (s->stages[stg].rank != r) {
@@ -489,38 +494,21 @@ static int check_rank(vctx *v, int r) {
     switch (op) {
     case BE_OP_LOAD:
       if (stg != 0) rc = fail_at(v, "only the first stage loads input, not stage %d", (int)stg);
-      want[2] = mklabel(BE_T_INPUT, 0, m);
-      break;
-    case BE_OP_FWD:
-      want[2] = stg == 0 ? mklabel(BE_T_INPUT, 0, m) : mklabel(BE_T_ACT, stg - 1, m);
-      want[3] = mklabel(BE_T_ACT, stg, m);
-      want[4] = mklabel(BE_T_STASH, stg, m);
-      want[5] = mklabel(BE_T_WSTASH, stg, m);
       break;
     case BE_OP_LOSS:
       if (stg != s->nstages - 1)
         rc = fail_at(v, "the loss is computed on the last stage (%d), not stage %d",
                      (int)s->nstages - 1, (int)stg);
-      want[2] = mklabel(BE_T_ACT, stg, m);
-      want[3] = mklabel(BE_T_GRAD, s->nstages, m);
       break;
     case BE_OP_BWD_IN:
     case BE_OP_BWD:
-      want[2] = mklabel(BE_T_GRAD, stg + 1, m);
-      want[3] = mklabel(BE_T_STASH, stg, m);
-      want[4] = mklabel(BE_T_WSTASH, stg, m);
-      want[5] = mklabel(BE_T_GRAD, stg, m);
       if (stg == 0 && a[5] != -1)
         rc = fail_at(v, "the first stage has no input gradient: the last operand must be -1");
       else if (stg != 0 && a[5] == -1)
         rc = fail_at(v, "stage %d needs a buffer for its input gradient", (int)stg);
       break;
-    case BE_OP_BWD_W:
-      want[2] = mklabel(BE_T_WSTASH, stg, m);
-      break;
     case BE_OP_SEND:
     case BE_OP_RECV:
-      want[1] = mklabel(a[2], a[3], a[4]);
       rc = check_message(v, op == BE_OP_SEND);
       break;
     case BE_OP_ALLREDUCE:

@@ -17,13 +17,6 @@ typedef struct bench_size {
   int devices, per_device, mb; /* pipeline devices, stages per device, microbatches */
 } bench_size;
 
-/* Monotonic wall time in seconds. */
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* The plan: D devices, D*V one-layer stages with costs varying up to 2x (a deterministic
  * pattern), 4 MiB activations, 16 MiB outputs, a 450 GB/s link with 3 us latency. */
 static ir_module *make_module(const bench_size *b) {
@@ -76,12 +69,12 @@ static double time_runs(const sim_model *p, const ir_module *m, const sim_opts *
                         sim_result *r, double *makespan) {
   double best = 1e30;
   for (int i = 0; i < reps; i++) {
-    double t0 = now_s();
+    double t0 = support_seconds();
     if (sim_run(p, m, o, r) != SIM_OK) {
       fprintf(stderr, "sim_speed: simulation failed\n");
       exit(1);
     }
-    double t = now_s() - t0;
+    double t = support_seconds() - t0;
     if (t < best) best = t;
   }
   *makespan = r->makespan;

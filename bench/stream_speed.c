@@ -17,12 +17,6 @@ typedef struct bench_size {
   int devices, per_device, mb; /* pipeline devices, stages per device, microbatches */
 } bench_size;
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* D devices, D*V one-layer stages with costs and activations varying up to 2x (a deterministic
  * pattern), 16 MiB outputs, a 450 GB/s link with 3 us latency, scheduled. NULL when the passes
  * refuse the shape. */
@@ -61,12 +55,7 @@ static ir_module *make_plan(const bench_size *b, diag_engine *d) {
            "partition{method=uniform, chunks=%d},place{method=%s},schedule{method=%s}",
            b->per_device, b->per_device > 1 ? "interleaved" : "sequential",
            b->per_device > 1 ? "interleaved-1f1b" : "1f1b");
-  pass_pipeline pl = {0};
-  pass_manager_opts po = {0};
-  pass_status st = pass_pipeline_parse(&pl, text, d) == 0 ? pass_pipeline_run(&pl, m, &po, d)
-                                                           : PASS_FAILED;
-  pass_pipeline_free(&pl);
-  if (st != PASS_OK) {
+  if (pass_run_text(m, text, d) != PASS_OK) {
     ir_module_free(m);
     return NULL;
   }
@@ -83,9 +72,9 @@ int main(void) {
     const bench_size *b = &sizes[i];
     ir_module *m = make_plan(b, d);
     if (!m) continue;
-    double t0 = now_s();
+    double t0 = support_seconds();
     be_stream *s = be_lower(m, d, diag_mkloc(0, 0, 0, 0));
-    double t_lower = now_s() - t0;
+    double t_lower = support_seconds() - t0;
     if (!s) {
       ir_module_free(m);
       continue;
@@ -99,18 +88,18 @@ int main(void) {
         worst = mm.arena_bytes / mm.peak_live;
     }
     strbuf err = {0}, bin = {0};
-    t0 = now_s();
+    t0 = support_seconds();
     int ok = be_validate(s, &err) == 0;
-    double t_valid = now_s() - t0;
-    t0 = now_s();
+    double t_valid = support_seconds() - t0;
+    t0 = support_seconds();
     ok &= be_check(s, &err) == 0;
-    double t_check = now_s() - t0;
-    t0 = now_s();
+    double t_check = support_seconds() - t0;
+    t0 = support_seconds();
     be_write(s, &bin);
-    double t_write = now_s() - t0;
-    t0 = now_s();
+    double t_write = support_seconds() - t0;
+    t0 = support_seconds();
     be_stream *back = be_read((const uint8_t *)bin.data, bin.len, &err);
-    double t_read = now_s() - t0;
+    double t_read = support_seconds() - t0;
     char label[40];
     snprintf(label, sizeof label, "%d x %d x %d", b->devices, b->per_device, b->mb);
     printf("%-16s %8ld %9.1f %9.1f %9.1f %9.1f %9.1f %9.2f %7.3f%s\n", label, instrs,

@@ -94,6 +94,8 @@ double cost_bytes_per_param(const ir_module *m, double *grad) {
   return dt->weight + g + state;
 }
 
+double cost_act_elem_bytes(const ir_module *m) { return setup_dtype(m)->act; }
+
 /* ---- Building a breakdown ---- */
 
 /* Append a part; divides its numbers by t when split. */

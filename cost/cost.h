@@ -90,6 +90,9 @@ void cost_layer_breakdown(const ir_module *m, const ir_layer *l, cost_breakdown 
  * part divided by data when zero >= 1); *grad (may be NULL) receives the gradient bytes alone.
  * Pre: m->train's dtype, optimizer, zero, data, fp32_grads are valid or unset. */
 double cost_bytes_per_param(const ir_module *m, double *grad);
+/* Bytes of an activation element at m's training precision (fp32 and tf32: 4; bf16, fp16 and fp8,
+ * which keeps bf16 activations: 2). */
+double cost_act_elem_bytes(const ir_module *m);
 
 /* ---- Estimates ---- */
 

@@ -35,9 +35,7 @@ static void run_baseline(const ir_module *m, const char *name, const char *pipel
   }
   diag_engine *d = diag_new(f);
   ir_module *c = ir_module_clone(m);
-  pass_pipeline pl = {0};
-  pass_manager_opts pm = {0};
-  if (pass_pipeline_parse(&pl, pipeline, d) == 0 && pass_pipeline_run(&pl, c, &pm, d) == PASS_OK) {
+  if (pass_run_text(c, pipeline, d) == PASS_OK) {
     sim_model *p = sim_model_build(c, d);
     sim_result r = {0};
     if (p && sim_run(p, c, NULL, &r) == SIM_OK) {
@@ -62,7 +60,6 @@ static void run_baseline(const ir_module *m, const char *name, const char *pipel
     sim_result_free(&r);
     sim_model_free(p);
   }
-  pass_pipeline_free(&pl);
   ir_module_free(c);
   diag_free(d);
   fclose(f);

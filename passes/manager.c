@@ -503,6 +503,15 @@ static void unknown_pass(diag_engine *d, diag_loc loc, const char *name) {
   }
 }
 
+pass_status pass_run_text(ir_module *m, const char *text, diag_engine *d) {
+  pass_pipeline pl = {0};
+  pass_manager_opts po = {0};
+  pass_status st = pass_pipeline_parse(&pl, text, d) == 0 ? pass_pipeline_run(&pl, m, &po, d)
+                                                           : PASS_FAILED;
+  pass_pipeline_free(&pl);
+  return st;
+}
+
 int pass_pipeline_parse(pass_pipeline *pl, const char *text, diag_engine *d) {
   pparser p;
   memset(&p, 0, sizeof p);

@@ -286,6 +286,10 @@ int pass_check_name_list(const char *list, const char *flag, const char *prog, F
 pass_status pass_pipeline_run(const pass_pipeline *pl, ir_module *m, const pass_manager_opts *o,
                               diag_engine *d);
 
+/* Parse pipeline 'text' and run it on m without instrumentation (pass_pipeline_parse, then
+ * pass_pipeline_run). Returns PASS_FAILED when the text does not parse. */
+pass_status pass_run_text(ir_module *m, const char *text, diag_engine *d);
+
 /* ---- octo-opt driver --------------------------------------------------------------------------*/
 
 /* What octo-opt was asked to do (after its command line was parsed by the tool). */

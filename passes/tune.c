@@ -63,12 +63,6 @@ typedef struct tuner {
   double ref;              /* makespan of the reference plan for progress (S-1F1B) */
 } tuner;
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static uint64_t rng_next(tuner *t) {
   t->rng ^= t->rng >> 12;
   t->rng ^= t->rng << 25;
@@ -266,7 +260,7 @@ static bool tune_move(const tuner *t, const tune_plan *cur, int kind, int s, int
 /* Print a progress line on the terminal (at most every 0.2 s unless 'last'). */
 static void tune_progress(tuner *t, const tune_score *best, bool last) {
   if (!t->o->progress) return;
-  double now = now_s();
+  double now = support_seconds();
   if (!last && now - t->last_print < 0.2) return;
   t->last_print = now;
   fprintf(stderr, "\rtune: iteration %d, %d plans, best step %.3f ms", t->iters, t->evals,
@@ -281,7 +275,7 @@ static void tune_progress(tuner *t, const tune_score *best, bool last) {
 static void tune_descend(tuner *t, tune_plan *cur, tune_score *cs, tune_plan *cand,
                          tune_plan *best_n, const tune_score *global_best) {
   for (;;) {
-    if (now_s() - t->t0 > t->o->budget) return;
+    if (support_seconds() - t->t0 > t->o->budget) return;
     t->iters++;
     tune_busy(t, cur);
     int hot = 0, cold = 0;
@@ -460,12 +454,8 @@ static void plan_from_module(const ir_module *m, tune_plan *pl) {
 static bool plan_from_pipeline(const ir_module *m, const char *text, diag_engine *quiet,
                                tune_plan *pl, int cap) {
   ir_module *c = ir_module_clone(m);
-  pass_pipeline pl_ = {0};
-  pass_manager_opts pm = {0};
-  bool ok = pass_pipeline_parse(&pl_, text, quiet) == 0 &&
-            pass_pipeline_run(&pl_, c, &pm, quiet) == PASS_OK && c->nstages <= cap;
+  bool ok = pass_run_text(c, text, quiet) == PASS_OK && c->nstages <= cap;
   if (ok) plan_from_module(c, pl);
-  pass_pipeline_free(&pl_);
   ir_module_free(c);
   return ok;
 }
@@ -490,7 +480,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
   t.kmax = o->max_stages > 0 ? o->max_stages : 4 * t.p;
   if (t.kmax > t.n) t.kmax = t.n;
   if (t.kmax < t.p) t.kmax = t.p < t.n ? t.p : t.n;
-  t.t0 = now_s();
+  t.t0 = support_seconds();
   t.rng = o->seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
   if (!t.rng) t.rng = 1;
   t.sink = fopen("/dev/null", "w");
@@ -558,7 +548,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
   if (best.k > 0) {
     /* Each of the best starting plans is improved first: their local optima differ. */
     tune_score cs;
-    for (int i = 0; i < pool.n && now_s() - t.t0 <= o->budget; i++) {
+    for (int i = 0; i < pool.n && support_seconds() - t.t0 <= o->budget; i++) {
       plan_copy(&cur, &pool.plan[i]);
       cs = pool.score[i];
       tune_descend(&t, &cur, &cs, &cand, &nb, &bs);
@@ -571,7 +561,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
     plan_copy(&cur, &best);
     cs = tune_eval(&t, &cur);
     int idle_rounds = 0;
-    while (idle_rounds < o->restarts && now_s() - t.t0 <= o->budget) {
+    while (idle_rounds < o->restarts && support_seconds() - t.t0 <= o->budget) {
       tune_descend(&t, &cur, &cs, &cand, &nb, &bs);
       if (score_better(&cs, &bs)) {
         bs = cs;
@@ -625,15 +615,10 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
                     best.knobs.split ? "true" : "false", best.knobs.mem_margin);
       snprintf(st->start, sizeof st->start, "tuned");
     }
-    pass_pipeline pl = {0};
-    pass_manager_opts pm = {0};
-    if (pass_pipeline_parse(&pl, strbuf_cstr(&text), d) != 0 ||
-        pass_pipeline_run(&pl, m, &pm, d) != PASS_OK)
-      rc = 1;
-    pass_pipeline_free(&pl);
+    if (pass_run_text(m, strbuf_cstr(&text), d) != PASS_OK) rc = 1;
     strbuf_free(&text);
   }
-  st->seconds = now_s() - t.t0;
+  st->seconds = support_seconds() - t.t0;
   for (int i = 0; i < TUNE_SEEDS; i++) plan_free(&pool.plan[i]);
   plan_free(&best);
   plan_free(&cur);

@@ -48,16 +48,10 @@ static int mp_irecv(void *ctx, int peer, be_tensor_ref tag, void *buf, size_t by
              : -1;
 }
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static int mp_wait(void *ctx, rt_req *r, double timeout, strbuf *err) {
   (void)ctx;
   MPI_Request *q = r->impl;
-  double until = now_s() + timeout;
+  double until = support_seconds() + timeout;
   int flag = 0;
   for (long spin = 0; !flag; spin++) {
     if (MPI_Test(q, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
@@ -65,7 +59,7 @@ static int mp_wait(void *ctx, rt_req *r, double timeout, strbuf *err) {
       return -1;
     }
     if (flag) break;
-    if (now_s() > until) return 1;
+    if (support_seconds() > until) return 1;
     if (spin > 1000) {
       struct timespec nap = {0, 20000}; /* 20 us once the message is late */
       nanosleep(&nap, NULL);

@@ -10,20 +10,6 @@
 
 #include "runtime.h"
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-/* "recv act s0 mb1 <- rank 0" for SEND or RECV instruction in. */
-static void describe_msg(strbuf *sb, const be_inst *in) {
-  bool send = in->op == BE_OP_SEND;
-  strbuf_printf(sb, "%s %s s%d mb%d %s rank %d", send ? "send" : "recv",
-                be_tensors[in->a[2]].name, (int)in->a[3], (int)in->a[4], send ? "->" : "<-",
-                (int)in->a[0]);
-}
-
 /* Record a failure of rank r at address pc into st (first one wins). */
 static void failed_at(rt_rank_stats *st, const be_stream *s, int r, int pc, const char *what) {
   if (st->status != RT_OK) return;
@@ -41,6 +27,13 @@ void rt_rank_stats_free(rt_rank_stats *st) {
   st->step_s = st->loss = st->ref_loss = st->grad_diff = NULL;
   st->ev = NULL;
   st->nev = st->ev_cap = 0;
+}
+
+void rt_record(rt_rank_stats *st, const be_inst *in, int step, double t0, double t1) {
+  bool staged = be_ops[in->op].nops > 1 && (be_ops[in->op].flags & BE_COMPUTE);
+  rt_event e = {in->op, staged || in->op == BE_OP_ALLREDUCE ? in->a[0] : -1,
+                staged ? in->a[1] : -1, step, t0, t1};
+  VEC_PUSH(st->ev, st->nev, st->ev_cap, e);
 }
 
 void rt_rank_stats_init(rt_rank_stats *st, int rank, int replica, int steps) {
@@ -88,10 +81,10 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
   rt_req *req = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *req);
   int *posted_at = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *posted_at);
 
-  double t_run = now_s();
+  double t_run = support_seconds();
   for (int step = 0; step < steps && st->status == RT_OK; step++) {
     if (ref) st->ref_loss[step] = rt_reference_step(ref, step, s->replicas);
-    double t_step = now_s();
+    double t_step = support_seconds();
     for (int pc = 0; pc < p->ncode && st->status == RT_OK; pc++) {
       const be_inst *in = &p->code[pc];
       const int32_t *a = in->a;
@@ -101,7 +94,7 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
         st->status = RT_DIED;
         break;
       }
-      double t0 = now_s();
+      double t0 = support_seconds();
       bool compute = true;
       switch ((be_opcode)in->op) {
       case BE_OP_LOAD: rt_load(m, step, replica, a[1], buf[a[2]]); break;
@@ -132,7 +125,7 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
         int rc = c->wait(c->ctx, &req[a[0]], o->timeout, &why);
         if (rc != 0) {
           strbuf what = {0};
-          describe_msg(&what, &p->code[posted_at[a[0]]]);
+          be_msg_text(&what, &p->code[posted_at[a[0]]]);
           if (rc == 1)
             strbuf_printf(&what, " (posted at %04d) did not complete within %g s",
                           posted_at[a[0]], o->timeout);
@@ -145,7 +138,7 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
           strbuf_free(&what);
         }
         strbuf_free(&why);
-        st->wait_s += now_s() - t0;
+        st->wait_s += support_seconds() - t0;
         break;
       }
       case BE_OP_FREE: compute = false; break;
@@ -172,16 +165,12 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
         break;
       default: break;
       }
-      double t1 = now_s();
+      double t1 = support_seconds();
       if (compute) st->busy_s += t1 - t0;
-      if (o->trace && (compute || in->op == BE_OP_WAIT)) {
-        bool staged = be_ops[in->op].nops > 1 && (be_ops[in->op].flags & BE_COMPUTE);
-        rt_event e = {in->op, staged ? a[0] : (in->op == BE_OP_ALLREDUCE ? a[0] : -1),
-                      staged ? a[1] : -1, step, t0 - t_run, t1 - t_run};
-        VEC_PUSH(st->ev, st->nev, st->ev_cap, e);
-      }
+      if (o->trace && (compute || in->op == BE_OP_WAIT))
+        rt_record(st, in, step, t0 - t_run, t1 - t_run);
     }
-    st->step_s[step] = now_s() - t_step;
+    st->step_s[step] = support_seconds() - t_step;
   }
   if (st->status == RT_FAILED) c->fail(c->ctx, st->err);
   c->leave(c->ctx);
@@ -278,11 +267,7 @@ void rt_trace(const be_stream *s, const rt_rank_stats *stats, int n, strbuf *out
                   "\"args\": {\"name\": \"wait\"}}", pid);
     for (int k = 0; k < x->nev; k++) {
       const rt_event *e = &x->ev[k];
-      static const char *const kind[BE_OP_COUNT] = {
-          [BE_OP_LOAD] = "LOAD", [BE_OP_FWD] = "F",    [BE_OP_LOSS] = "LOSS",
-          [BE_OP_BWD_IN] = "B",  [BE_OP_BWD_W] = "W",  [BE_OP_BWD] = "BW",
-          [BE_OP_WAIT] = "WAIT", [BE_OP_ALLREDUCE] = "ALLREDUCE", [BE_OP_STEP] = "OPTIM"};
-      const char *k_name = e->op < BE_OP_COUNT && kind[e->op] ? kind[e->op] : "?";
+      const char *k_name = e->op < BE_OP_COUNT ? be_ops[e->op].trace : "?";
       char name[64];
       if (e->mb >= 0)
         snprintf(name, sizeof name, "%s s%d mb%d", k_name, (int)e->stage, (int)e->mb);

@@ -31,12 +31,6 @@
 #include <nccl.h>
 #endif
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* One rank of one replica on the GPU. */
 typedef struct grank {
   int rank, replica;           /* who */
@@ -97,12 +91,12 @@ static void run_fail(gpu_run *R, const char *fmt, ...) {
 /* Whether the run failed. */
 static bool failed(gpu_run *R) { return __atomic_load_n(&R->failed, __ATOMIC_ACQUIRE); }
 
-/* "recv act s0 mb1 <- rank 0" of the SEND or RECV at address a of program p. */
+/* "recv act s0 mb1 <- rank 0": the SEND or RECV at address a of program p, into out (n bytes). */
 static void describe(char *out, size_t n, const be_program *p, int a) {
-  const be_inst *in = &p->code[a];
-  bool send = in->op == BE_OP_SEND;
-  snprintf(out, n, "%s %s s%d mb%d %s rank %d", send ? "send" : "recv", be_tensors[in->a[2]].name,
-           (int)in->a[3], (int)in->a[4], send ? "->" : "<-", (int)in->a[0]);
+  strbuf sb = {0};
+  be_msg_text(&sb, &p->code[a]);
+  snprintf(out, n, "%s", strbuf_cstr(&sb));
+  strbuf_free(&sb);
 }
 
 /* Index of the first instruction of g, from 'from' on, whose marker has not completed, or ncode.
@@ -122,7 +116,7 @@ static void *watchdog(void *arg) {
   gpu_run *R = arg;
   int *where = xcalloc((size_t)R->n, sizeof *where);
   int *enq = xcalloc((size_t)R->n, sizeof *enq);
-  double last = now_s();
+  double last = support_seconds();
   int seen = -1;
   cudaSetDevice(R->device); /* not device 0's context in every process of a node */
   pthread_mutex_lock(&R->mu);
@@ -133,7 +127,7 @@ static void *watchdog(void *arg) {
     }
     if (R->step != seen) { /* a new step: start watching from its first instruction */
       seen = R->step;
-      last = now_s();
+      last = support_seconds();
       for (int i = 0; i < R->n; i++) where[i] = enq[i] = 0;
     }
     pthread_mutex_unlock(&R->mu);
@@ -158,7 +152,7 @@ static void *watchdog(void *arg) {
           snprintf(nccl_err, sizeof nccl_err, "%s", ncclGetErrorString(e));
       }
 #endif
-    double t = now_s();
+    double t = support_seconds();
     if (moved) last = t;
     pthread_mutex_lock(&R->mu);
     if (all) {
@@ -452,12 +446,9 @@ static void collect_step(gpu_run *R, int step) {
       if (compute) g->st->busy_s += t1 - t0;
       if (in->op == BE_OP_WAIT) g->st->wait_s += t1 - t0;
       if (R->o->trace && (compute || in->op == BE_OP_WAIT)) {
-        bool staged = be_ops[in->op].nops > 1 && (be_ops[in->op].flags & BE_COMPUTE);
         double base = 0;
         for (int k = 0; k < step; k++) base += g->st->step_s[k];
-        rt_event e = {in->op, staged || in->op == BE_OP_ALLREDUCE ? in->a[0] : -1,
-                      staged ? in->a[1] : -1, step, base + t0, base + t1};
-        VEC_PUSH(g->st->ev, g->st->nev, g->st->ev_cap, e);
+        rt_record(g->st, in, step, base + t0, base + t1);
       }
       last_ms = ms;
     }

@@ -181,6 +181,10 @@ enum { RT_OK = 0, RT_FAILED = 1, RT_ABORTED = 2, RT_DIED = 3 };
  * other ranks through c->fail. Returns st->status. */
 int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
                  const rt_run_opts *o, rt_comm *c, rt_rank_stats *st);
+/* Add instruction 'in' of step 'step', run from t0 to t1 seconds, to st's timeline: its stage and
+ * microbatch when it has them (compute instructions, ALLREDUCE's stage). */
+void rt_record(rt_rank_stats *st, const be_inst *in, int step, double t0, double t1);
+
 /* Zero st for rank 'rank' of replica 'replica' and allocate its per-step arrays (zeroed). */
 void rt_rank_stats_init(rt_rank_stats *st, int rank, int replica, int steps);
 void rt_rank_stats_free(rt_rank_stats *st);

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void *oom(void) {
   fputs("octopipe: out of memory\n", stderr);
@@ -27,6 +28,12 @@ void *xrealloc(void *p, size_t n) {
 }
 
 char *xstrdup(const char *s) { return xstrndup(s, strlen(s)); }
+
+double support_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
 
 char *xstrndup(const char *s, size_t n) {
   char *p = xmalloc(n + 1);

@@ -23,6 +23,9 @@ void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
 
+/* Seconds on the monotonic clock (for durations; the origin is arbitrary). */
+double support_seconds(void);
+
 /* Grow array 'arr' (element count 'n', capacity 'cap') so one more element fits. */
 #define VEC_RESERVE(arr, n, cap)                                                                 \
   do {                                                                                           \

@@ -67,16 +67,6 @@ static void usage(FILE *f) {
         f);
 }
 
-/* Parse and run pipeline 'text' on m. Returns the manager's status. */
-static pass_status run_text(ir_module *m, const char *text, diag_engine *d) {
-  pass_pipeline pl = {0};
-  pass_manager_opts po = {0};
-  pass_status st = pass_pipeline_parse(&pl, text, d) == 0 ? pass_pipeline_run(&pl, m, &po, d)
-                                                           : PASS_FAILED;
-  pass_pipeline_free(&pl);
-  return st;
-}
-
 /* The plan octoc makes when --passes is not given: costs, then (with devices to plan for) the
  * tuner's plan (which is never slower than the best classic plan), simulated; *st receives the
  * tuner's figures. A partition given in the spec is kept instead: one stage per device runs
@@ -85,7 +75,7 @@ static pass_status default_plan(ir_module *m, const octoc_opts *o, pass_tune_sta
                                 bool *tuned, diag_engine *d) {
   *tuned = false;
   if (m->ndevices == 0) return PASS_OK; /* nothing to cost on, nothing to plan */
-  pass_status ps = run_text(m, "cost", d);
+  pass_status ps = pass_run_text(m, "cost", d);
   if (ps != PASS_OK) return ps;
   if (m->nstages > 0) {
     int v = m->nstages / m->ndevices; /* the front end checked that it divides */
@@ -93,7 +83,7 @@ static pass_status default_plan(ir_module *m, const octoc_opts *o, pass_tune_sta
     strbuf_printf(&text, "partition{method=explicit, chunks=%d},place{method=%s},"
                   "schedule{method=%s},simulate", v, v > 1 ? "interleaved" : "sequential",
                   v > 1 ? "adaptive" : "1f1b");
-    ps = run_text(m, strbuf_cstr(&text), d);
+    ps = pass_run_text(m, strbuf_cstr(&text), d);
     strbuf_free(&text);
     return ps;
   }
@@ -103,7 +93,7 @@ static pass_status default_plan(ir_module *m, const octoc_opts *o, pass_tune_sta
   to.progress = isatty(2) && !o->verify_diags;
   *tuned = true;
   if (pass_tune(m, &to, st, d, ir_diag_loc(m->loc)) != 0) return PASS_FAILED;
-  return run_text(m, "simulate", d);
+  return pass_run_text(m, "simulate", d);
 }
 
 /* Compile one source and append its output to 'out'. Returns 0 on success, 1 on an input error,
@@ -119,7 +109,7 @@ static int compile_one(diag_engine *d, uint32_t src, const octoc_opts *o, strbuf
   } else {
     pass_tune_stats ts = {0};
     bool tuned = false;
-    pass_status st = o->passes ? run_text(m, o->passes, d) : default_plan(m, o, &ts, &tuned, d);
+    pass_status st = o->passes ? pass_run_text(m, o->passes, d) : default_plan(m, o, &ts, &tuned, d);
     if (st != PASS_OK) {
       rc = st == PASS_INTERNAL ? 2 : 1;
     } else {

@@ -12,14 +12,6 @@
 #include "passes.h"
 #include "unit.h"
 
-/* Deterministic pseudo-random numbers (xorshift64*). */
-static uint64_t tb_rng(uint64_t *s) {
-  *s ^= *s >> 12;
-  *s ^= *s << 25;
-  *s ^= *s >> 27;
-  return *s * 2685821657736338717ull;
-}
-
 /* A module of n custom layers with random costs (activation memory split between B and W) on p
  * devices of one node, mb microbatches, 'data' replicas. */
 static ir_module *tb_model(uint64_t *seed, int n, int p, int mb, int data) {
@@ -38,26 +30,17 @@ static ir_module *tb_model(uint64_t *seed, int n, int p, int mb, int data) {
   }
   for (int i = 0; i < n; i++) {
     ir_layer *l = ir_module_add_layer(m, "l", IR_KIND_CUSTOM);
-    double f = (0.1 + (double)(tb_rng(seed) % 1000) / 1000 * 1.9) * 1e-3;
-    double act = (double)(1 + tb_rng(seed) % 64) * 1048576;
-    double act_w = (double)(tb_rng(seed) % 3) * act / 4; /* 0, 1/4 or 1/2 of act */
+    double f = (0.1 + (double)(unit_rng(seed) % 1000) / 1000 * 1.9) * 1e-3;
+    double act = (double)(1 + unit_rng(seed) % 64) * 1048576;
+    double act_w = (double)(unit_rng(seed) % 3) * act / 4; /* 0, 1/4 or 1/2 of act */
     static const int fields[] = {IR_F_COST_f,     IR_F_COST_b,   IR_F_COST_w,     IR_F_COST_act,
                                  IR_F_COST_act_w, IR_F_COST_out, IR_F_COST_param, IR_F_COST_grad};
     /* Outputs of 64 KiB, or empty as the cost model makes an LM head's. */
-    double out = tb_rng(seed) % 4 == 0 ? 0 : 2 * 64 * 256 * 2;
+    double out = unit_rng(seed) % 4 == 0 ? 0 : 2 * 64 * 256 * 2;
     double v[] = {f, f * 1.1, f * 0.9, act, act_w, out, 1e8, 1e6};
     for (int k = 0; k < 8; k++) ir_field_set(&l->cost, fields[k], v[k]);
   }
   return m;
-}
-
-static pass_status tb_run(ir_module *m, const char *text, diag_engine *d) {
-  pass_pipeline pl = {0};
-  pass_manager_opts po = {0};
-  pass_status st = pass_pipeline_parse(&pl, text, d) == 0 ? pass_pipeline_run(&pl, m, &po, d)
-                                                           : PASS_FAILED;
-  pass_pipeline_free(&pl);
-  return st;
 }
 
 /* Lower m and check that the stream validates and checks, that a write/read round trip keeps
@@ -132,7 +115,7 @@ void test_backend_classic(void) {
         FILE *null = fopen("/dev/null", "w");
         diag_engine *q = diag_new(null);
         /* A method may refuse a shape (interleaving needs m divisible by p, ...). */
-        if (tb_run(m, plans[k], q) == PASS_OK) {
+        if (pass_run_text(m, plans[k], q) == PASS_OK) {
           char what[300];
           snprintf(what, sizeof what, "p=%d m=%d %s", p, mb, plans[k]);
           UNIT_CHECK(tb_lower_ok(m, what));
@@ -150,23 +133,23 @@ void test_backend_classic(void) {
  * fused backward). */
 static void tb_random_plan(ir_module *m, uint64_t *seed) {
   int n = m->nlayers, p = m->ndevices;
-  int k = 1 + (int)(tb_rng(seed) % (uint64_t)(n < 3 * p ? n : 3 * p));
+  int k = 1 + (int)(unit_rng(seed) % (uint64_t)(n < 3 * p ? n : 3 * p));
   ir_module_clear_plan(m);
   /* k - 1 distinct cut points among 1..n-1. */
   bool *cut = calloc((size_t)n, sizeof *cut);
   for (int c = 0; c < k - 1;) {
-    int at = 1 + (int)(tb_rng(seed) % (uint64_t)(n - 1));
+    int at = 1 + (int)(unit_rng(seed) % (uint64_t)(n - 1));
     if (!cut[at]) cut[at] = true, c++;
   }
   int first = 0;
   for (int i = 1; i <= n; i++)
     if (i == n || cut[i]) {
-      ir_module_add_stage(m, first, i)->device = (int)(tb_rng(seed) % (uint64_t)p);
+      ir_module_add_stage(m, first, i)->device = (int)(unit_rng(seed) % (uint64_t)p);
       first = i;
     }
   free(cut);
   int nst = m->nstages, mb = (int)ir_field_value(&m->train, IR_F_TRAIN_microbatches);
-  bool fused = tb_rng(seed) % 2;
+  bool fused = unit_rng(seed) % 2;
   m->schedules = calloc((size_t)p, sizeof *m->schedules);
   /* state per (stage, mb): 0 nothing, 1 F done, 2 B done, 3 W done */
   int *state = calloc((size_t)nst * mb, sizeof *state);
@@ -181,7 +164,7 @@ static void tb_random_plan(ir_module *m, uint64_t *seed) {
                           : st == 2 && !fused;
         if (ok) ready[nready++] = s * mb + j;
       }
-    int c = ready[tb_rng(seed) % (uint64_t)nready];
+    int c = ready[unit_rng(seed) % (uint64_t)nready];
     int s = c / mb, j = c % mb;
     int st = state[c];
     ir_op_kind kind = st == 0 ? IR_OP_F : st == 1 ? (fused ? IR_OP_BW : IR_OP_B) : IR_OP_W;
@@ -196,9 +179,9 @@ static void tb_random_plan(ir_module *m, uint64_t *seed) {
 void test_backend_random_plans(void) {
   uint64_t seed = 2026;
   for (int it = 0; it < 300; it++) {
-    int p = 1 + (int)(tb_rng(&seed) % 6), mb = 1 + (int)(tb_rng(&seed) % 9);
-    int n = 1 + (int)(tb_rng(&seed) % 14);
-    ir_module *m = tb_model(&seed, n, p, mb, 1 + (int)(tb_rng(&seed) % 2));
+    int p = 1 + (int)(unit_rng(&seed) % 6), mb = 1 + (int)(unit_rng(&seed) % 9);
+    int n = 1 + (int)(unit_rng(&seed) % 14);
+    ir_module *m = tb_model(&seed, n, p, mb, 1 + (int)(unit_rng(&seed) % 2));
     tb_random_plan(m, &seed);
     char what[64];
     snprintf(what, sizeof what, "random plan %d", it);

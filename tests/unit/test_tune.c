@@ -10,14 +10,6 @@
 #include "passes.h"
 #include "unit.h"
 
-/* Deterministic pseudo-random numbers (xorshift64*). */
-static uint64_t tt_rng(uint64_t *s) {
-  *s ^= *s >> 12;
-  *s ^= *s << 25;
-  *s ^= *s >> 27;
-  return *s * 2685821657736338717ull;
-}
-
 /* A module of n custom layers with random F (B = F x 1.1, W = F x 0.9), activations and
  * parameters, on p devices of one node (100 GB/s, 5 us), mb microbatches, memory limit 'lim'
  * bytes. */
@@ -37,9 +29,9 @@ static ir_module *tt_model(uint64_t *seed, int n, int p, int mb, double lim) {
   for (int i = 0; i < n; i++) {
     ir_layer *l = ir_module_add_layer(m, "l", IR_KIND_CUSTOM);
     /* Heterogeneous: costs from 0.1 ms to 5 ms, one layer in four much heavier. */
-    double f = (0.1 + (double)(tt_rng(seed) % 1000) / 1000 * 1.9) * 1e-3;
-    if (tt_rng(seed) % 4 == 0) f *= 2.5;
-    double act = (double)(1 + tt_rng(seed) % 64) * 1048576;
+    double f = (0.1 + (double)(unit_rng(seed) % 1000) / 1000 * 1.9) * 1e-3;
+    if (unit_rng(seed) % 4 == 0) f *= 2.5;
+    double act = (double)(1 + unit_rng(seed) % 64) * 1048576;
     static const int fields[] = {IR_F_COST_f,     IR_F_COST_b,   IR_F_COST_w,     IR_F_COST_act,
                                  IR_F_COST_act_w, IR_F_COST_out, IR_F_COST_param, IR_F_COST_grad};
     double v[] = {f, f * 1.1, f * 0.9, act, act / 2, 8388608, 1e8, 0};
@@ -109,7 +101,7 @@ void test_tune_never_worse(void) {
   FILE *sink = tmpfile();
   diag_engine *q = diag_new(sink);
   for (int trial = 0; trial < 12; trial++) {
-    int p = 2 + trial % 3, n = 3 * p + (int)(tt_rng(&seed) % 6), mb = p * (1 + trial % 3);
+    int p = 2 + trial % 3, n = 3 * p + (int)(unit_rng(&seed) % 6), mb = p * (1 + trial % 3);
     ir_module *m = tt_model(&seed, n, p, mb, 1e12);
     pass_tune_stats st;
     UNIT_CHECK(pass_tune(m, &tt_opts, &st, q, diag_mkloc(0, 0, 0, 0)) == 0);

@@ -4,6 +4,7 @@
 #ifndef OCTO_UNIT_H
 #define OCTO_UNIT_H
 
+#include <stdint.h>
 #include <string.h>
 
 /* Record a failed check of the running test (prints "FAIL test: file:line: what"). */
@@ -33,6 +34,14 @@ void unit_fail_dbl(const char *file, int line, const char *what, double a, doubl
     double unit_a_ = (a), unit_b_ = (b);                                                         \
     if (!(unit_a_ == unit_b_)) unit_fail_dbl(__FILE__, __LINE__, #a " == " #b, unit_a_, unit_b_); \
   } while (0)
+
+/* Deterministic pseudo-random numbers for the tests (xorshift64*): the next number of state *s. */
+static inline uint64_t unit_rng(uint64_t *s) {
+  *s ^= *s >> 12;
+  *s ^= *s << 25;
+  *s ^= *s >> 27;
+  return *s * 2685821657736338717ull;
+}
 
 /* Every test: void name(void), listed once in tests.def. */
 #define UNIT_TEST(name) void name(void);
