@@ -1,0 +1,182 @@
+/* kcommon.c -- the building blocks the layer kernels share (kernels.h): the kernel table, GEMM
+ * through BLAS, RMSNorm and LayerNorm with their split gradients, activations. Norm statistics
+ * accumulate in double in a fixed order, so results do not depend on the thread that runs them. */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels.h"
+
+#define RT_KERNEL(ID, name, ops) extern const rt_kernel ops;
+#include "kernels.def"
+#undef RT_KERNEL
+
+const rt_kernel *const rt_kernels[RT_K_COUNT] = {
+#define RT_KERNEL(ID, name, ops) &ops,
+#include "kernels.def"
+#undef RT_KERNEL
+};
+
+const rt_kernel *rt_kernel_find(const char *kind) {
+  for (int i = 0; kind && i < RT_K_COUNT; i++)
+    if (strcmp(rt_kernels[i]->kind, kind) == 0) return rt_kernels[i];
+  return NULL;
+}
+
+size_t rt_ptensor_floats(const rt_ptensor *t) {
+  size_t n = 1;
+  for (int i = 0; i < t->ndim; i++) n *= (size_t)t->dim[i];
+  return n;
+}
+
+size_t rt_lplan_params(const rt_lplan *p) {
+  size_t n = 0;
+  for (int i = 0; i < p->npt; i++) n += rt_ptensor_floats(&p->pt[i]);
+  return n;
+}
+
+void rt_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int lda,
+             const float *B, int ldb, float beta, float *C, int ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) { /* BLAS may leave C alone when k = 0; the product is then zero */
+    for (int i = 0; i < m; i++)
+      for (int j = 0; j < n; j++) C[(size_t)i * ldc + j] = beta == 0 ? 0 : beta * C[(size_t)i * ldc + j];
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+              k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* ---- Norms ----------------------------------------------------------------------------------- */
+
+void rt_rmsnorm_fwd(int rows, int n, const float *x, const float *gamma, float *y, float *rstd) {
+  for (int r = 0; r < rows; r++) {
+    const float *xr = x + (size_t)r * n;
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
+    float rs = (float)(1.0 / sqrt(ss / n + RT_NORM_EPS));
+    rstd[r] = rs;
+    float *yr = y + (size_t)r * n;
+    for (int i = 0; i < n; i++) yr[i] = xr[i] * rs * gamma[i];
+  }
+}
+
+void rt_rmsnorm_bwd_in(int rows, int n, const float *x, const float *gamma, const float *rstd,
+                       const float *dy, float *dx, bool acc) {
+  for (int r = 0; r < rows; r++) {
+    const float *xr = x + (size_t)r * n, *dyr = dy + (size_t)r * n;
+    float *dxr = dx + (size_t)r * n;
+    double rs = rstd[r], dot = 0;
+    for (int i = 0; i < n; i++) dot += (double)dyr[i] * gamma[i] * xr[i];
+    /* d/dx (x * rs * g) = rs * (g * dy - x * rs^2 * mean(g * dy * x)) */
+    double c = dot * rs * rs / n;
+    for (int i = 0; i < n; i++) {
+      float v = (float)(rs * ((double)dyr[i] * gamma[i] - (double)xr[i] * c));
+      dxr[i] = acc ? dxr[i] + v : v;
+    }
+  }
+}
+
+void rt_rmsnorm_bwd_w(int rows, int n, const float *x, const float *rstd, const float *dy,
+                      float *dgamma) {
+  for (int i = 0; i < n; i++) {
+    double s = 0;
+    for (int r = 0; r < rows; r++) s += (double)dy[(size_t)r * n + i] * x[(size_t)r * n + i] * rstd[r];
+    dgamma[i] += (float)s;
+  }
+}
+
+void rt_layernorm_fwd(int rows, int n, const float *x, const float *gamma, const float *beta,
+                      float *y, float *mean, float *rstd) {
+  for (int r = 0; r < rows; r++) {
+    const float *xr = x + (size_t)r * n;
+    double mu = 0, var = 0;
+    for (int i = 0; i < n; i++) mu += xr[i];
+    mu /= n;
+    for (int i = 0; i < n; i++) var += ((double)xr[i] - mu) * ((double)xr[i] - mu);
+    var /= n;
+    double rs = 1.0 / sqrt(var + RT_NORM_EPS);
+    mean[r] = (float)mu;
+    rstd[r] = (float)rs;
+    float *yr = y + (size_t)r * n;
+    for (int i = 0; i < n; i++) yr[i] = (float)(((double)xr[i] - mu) * rs) * gamma[i] + beta[i];
+  }
+}
+
+void rt_layernorm_bwd_in(int rows, int n, const float *x, const float *gamma, const float *mean,
+                         const float *rstd, const float *dy, float *dx, bool acc) {
+  for (int r = 0; r < rows; r++) {
+    const float *xr = x + (size_t)r * n, *dyr = dy + (size_t)r * n;
+    float *dxr = dx + (size_t)r * n;
+    double mu = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
+    for (int i = 0; i < n; i++) {
+      double g = (double)dyr[i] * gamma[i], xh = ((double)xr[i] - mu) * rs;
+      s1 += g;
+      s2 += g * xh;
+    }
+    s1 /= n;
+    s2 /= n;
+    for (int i = 0; i < n; i++) {
+      double g = (double)dyr[i] * gamma[i], xh = ((double)xr[i] - mu) * rs;
+      float v = (float)(rs * (g - s1 - xh * s2));
+      dxr[i] = acc ? dxr[i] + v : v;
+    }
+  }
+}
+
+void rt_layernorm_bwd_w(int rows, int n, const float *x, const float *mean, const float *rstd,
+                        const float *dy, float *dgamma, float *dbeta) {
+  for (int i = 0; i < n; i++) {
+    double sg = 0, sb = 0;
+    for (int r = 0; r < rows; r++) {
+      double d = dy[(size_t)r * n + i];
+      sg += d * ((double)x[(size_t)r * n + i] - mean[r]) * rstd[r];
+      sb += d;
+    }
+    dgamma[i] += (float)sg;
+    dbeta[i] += (float)sb;
+  }
+}
+
+/* ---- Activations ----------------------------------------------------------------------------- */
+
+float rt_sigmoid(float z) {
+  return z >= 0 ? 1.0f / (1.0f + expf(-z)) : expf(z) / (1.0f + expf(z));
+}
+
+float rt_softplus(float z) { return z > 20.0f ? z : log1pf(expf(z)); }
+
+float rt_silu(float z) { return z * rt_sigmoid(z); }
+
+float rt_silu_grad(float z) {
+  float s = rt_sigmoid(z);
+  return s * (1.0f + z * (1.0f - s));
+}
+
+float rt_act_fwd(rt_act a, float z) {
+  switch (a) {
+  case RT_ACT_RELU: return z > 0 ? z : 0;
+  case RT_ACT_RELU2: return z > 0 ? z * z : 0;
+  case RT_ACT_GELU: return (float)(0.5 * z * (1.0 + erf(z * M_SQRT1_2)));
+  case RT_ACT_SILU: return rt_silu(z);
+  case RT_ACT_TANH: return tanhf(z);
+  }
+  return z;
+}
+
+float rt_act_grad(rt_act a, float z) {
+  switch (a) {
+  case RT_ACT_RELU: return z > 0 ? 1.0f : 0.0f;
+  case RT_ACT_RELU2: return z > 0 ? 2.0f * z : 0.0f;
+  case RT_ACT_GELU: {
+    double cdf = 0.5 * (1.0 + erf(z * M_SQRT1_2)), pdf = exp(-0.5 * (double)z * z) / sqrt(2 * M_PI);
+    return (float)(cdf + z * pdf);
+  }
+  case RT_ACT_SILU: return rt_silu_grad(z);
+  case RT_ACT_TANH: {
+    float t = tanhf(z);
+    return 1.0f - t * t;
+  }
+  }
+  return 1.0f;
+}

@@ -1,0 +1,152 @@
+/* kernels.h -- the layer kernels of the runtime: one entry per layer kind of ir/layer_kinds.def
+ * (runtime/kernels.def), each with its real math split the way zero-bubble schedules need it:
+ * forward (F), input gradient (B) and weight gradient (W) as separate functions. The CPU model
+ * (model.c) and the tests use this table; every kernel is float32, row-major, deterministic
+ * (same inputs, same bits), and single-threaded apart from BLAS, which runs one thread per rank.
+ * docs/runtime.md ("Real layers") gives each kind's definition; tests/runtime/torch_ref.py
+ * rebuilds every kind in PyTorch from the same weights. */
+#ifndef OCTO_RT_KERNELS_H
+#define OCTO_RT_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "support.h"
+
+/* Activation functions (the order of ir/enums.def's ACT type, whose numbers streams carry). */
+typedef enum rt_act { RT_ACT_RELU, RT_ACT_RELU2, RT_ACT_GELU, RT_ACT_SILU, RT_ACT_TANH } rt_act;
+
+/* The dimensions of one layer as it runs (already divided by the scale). Fields a kind does not
+ * use are 0. Tokens are laid out sequence-major: token t of sequence b is row b * S + t. */
+typedef struct rt_ldims {
+  int B;             /* sequences per microbatch */
+  int S;             /* tokens per sequence (the layer's own; vit: its tokens) */
+  int in_S;          /* tokens per sequence of the layer's input (embedding splicing, first vit) */
+  int in_w;          /* width per token of the layer's input (1 for token ids) */
+  int hidden;        /* model width (attention, mlp, moe, mamba2, vit, lm_head, embedding) */
+  int heads;         /* attention / vit: query heads; mamba2: SSM heads */
+  int kv_heads;      /* attention: key/value heads (divides heads); vit: = heads */
+  int head_dim;      /* attention / vit / mamba2: width of one head */
+  int ffn;           /* mlp / vit: intermediate width; moe: one expert's intermediate width */
+  bool gated;        /* mlp / moe / vit: gated linear unit (up * act(gate)) */
+  rt_act act;        /* mlp / moe / vit: activation */
+  bool causal;       /* attention: causal mask */
+  int window;        /* attention: sliding window in tokens (0: none) */
+  int experts;       /* moe: routed experts */
+  int top_k;         /* moe: experts per token */
+  int shared;        /* moe: shared experts (always active, each of width ffn) */
+  int state;         /* mamba2: SSM state size per group (d_state) */
+  int groups;        /* mamba2: B/C groups (divides heads) */
+  int conv;          /* mamba2: causal depthwise convolution width */
+  int inner;         /* mamba2: inner width = heads * head_dim */
+  int chunk;         /* mamba2: SSD chunk length */
+  int vocab;         /* embedding / lm_head: vocabulary */
+  int out_w;         /* custom: output width per token */
+} rt_ldims;
+
+/* How a parameter tensor starts. */
+typedef enum rt_init {
+  RT_INIT_UNIFORM, /* uniform in [-scale, scale] from the layer's generator */
+  RT_INIT_CONST,   /* every element = scale (0 for biases, 1 for norm weights) */
+  RT_INIT_ALOG,    /* mamba2 A_log: log(uniform in [1, 16]) per head */
+  RT_INIT_DTBIAS   /* mamba2 dt_bias: inverse softplus of dt log-uniform in [1e-3, 1e-1] */
+} rt_init;
+
+/* One parameter tensor of a layer (its shape is for dumps and the PyTorch check). */
+typedef struct rt_ptensor {
+  const char *name; /* short name, unique in the layer ("wq", "norm", "experts.w1") */
+  int ndim;         /* 1..3 */
+  int dim[3];       /* extents, outermost first; their product is the float count */
+  rt_init init;     /* how it starts */
+  float scale;      /* uniform bound or constant */
+} rt_ptensor;
+
+/* Most parameter tensors a layer has. */
+#define RT_MAX_PT 24
+
+/* What a kernel needs for a layer of given dimensions: its parameter tensors, laid out in this
+ * order in one contiguous array (and the gradient array likewise), and the floats it keeps from
+ * F for B and W ("save": also where B leaves what W needs). */
+typedef struct rt_lplan {
+  int npt;                 /* parameter tensors */
+  rt_ptensor pt[RT_MAX_PT]; /* in layout order */
+  size_t save_floats;      /* floats of one saved-state block */
+  int out_w;               /* output width per token */
+} rt_lplan;
+
+/* Floats of parameter tensor t. */
+size_t rt_ptensor_floats(const rt_ptensor *t);
+/* Floats of all the plan's parameters. */
+size_t rt_lplan_params(const rt_lplan *p);
+
+/* The kernels of one layer kind. Pointers: w the layer's parameters (rt_lplan order), g its
+ * gradients, save its saved-state block (save_floats), x its input (B*in_S x in_w), y its output
+ * (B*S x out_w), dy the gradient of the loss with respect to y, dx that with respect to x. */
+typedef struct rt_kernel {
+  const char *kind; /* layer kind spelling of ir/layer_kinds.def */
+  /* Check d for this kind and fill p. Returns 0, or -1 with the reason appended to err (e.g.
+   * "heads 6 not divisible by kv_heads 4"); the caller names the layer. */
+  int (*plan)(const rt_ldims *d, rt_lplan *p, strbuf *err);
+  /* F: y from x; keeps in save what B and W need. */
+  void (*fwd)(const rt_ldims *d, const float *w, const float *x, float *y, float *save);
+  /* B: dx from dy (dx NULL: not needed, the layer is the model's first); leaves in save what W
+   * needs. Pre: fwd ran on this save block. Must not write g. */
+  void (*bwd_in)(const rt_ldims *d, const float *w, float *save, const float *dy, float *dx);
+  /* W: adds this microbatch's weight gradients to g. Pre: bwd_in ran on this save block. */
+  void (*bwd_w)(const rt_ldims *d, const float *w, const float *save, float *g);
+} rt_kernel;
+
+/* The table (kernels.def), indexed by rt_kernel_id. */
+typedef enum rt_kernel_id {
+#define RT_KERNEL(ID, name, ops) RT_K_##ID,
+#include "kernels.def"
+#undef RT_KERNEL
+  RT_K_COUNT
+} rt_kernel_id;
+extern const rt_kernel *const rt_kernels[RT_K_COUNT];
+
+/* The kernel of layer kind 'kind', or NULL when the runtime has none. */
+const rt_kernel *rt_kernel_find(const char *kind);
+
+/* ---- Shared building blocks (kcommon.c), for the kernels ----------------------------------- */
+
+/* C (m x n) = alpha * op(A) op(B) + beta * C, row-major, op transposes when ta / tb; lda, ldb, ldc
+ * the row strides as stored. Through BLAS (cblas_sgemm). */
+void rt_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int lda,
+             const float *B, int ldb, float beta, float *C, int ldc);
+
+/* RMSNorm over rows of width n: y = x / rms(x) * gamma, rms = sqrt(mean(x^2) + eps); rstd (one
+ * per row) receives 1 / rms. Rows: 'rows'. */
+#define RT_NORM_EPS 1e-5f
+void rt_rmsnorm_fwd(int rows, int n, const float *x, const float *gamma, float *y, float *rstd);
+/* Input gradient of rt_rmsnorm_fwd: dx (+)= d/dx given dy; accumulate into dx when acc. */
+void rt_rmsnorm_bwd_in(int rows, int n, const float *x, const float *gamma, const float *rstd,
+                       const float *dy, float *dx, bool acc);
+/* Weight gradient: dgamma += sum over rows of dy * x * rstd. */
+void rt_rmsnorm_bwd_w(int rows, int n, const float *x, const float *rstd, const float *dy,
+                      float *dgamma);
+
+/* LayerNorm over rows of width n with weight gamma and bias beta (vit): y = (x - mean) * rstd *
+ * gamma + beta; mean and rstd (one per row) saved. */
+void rt_layernorm_fwd(int rows, int n, const float *x, const float *gamma, const float *beta,
+                      float *y, float *mean, float *rstd);
+void rt_layernorm_bwd_in(int rows, int n, const float *x, const float *gamma, const float *mean,
+                         const float *rstd, const float *dy, float *dx, bool acc);
+/* dgamma += sum dy * xhat, dbeta += sum dy. */
+void rt_layernorm_bwd_w(int rows, int n, const float *x, const float *mean, const float *rstd,
+                        const float *dy, float *dgamma, float *dbeta);
+
+/* Activation a of z (gelu: the exact erf form, as torch's default). */
+float rt_act_fwd(rt_act a, float z);
+/* Its derivative at z. */
+float rt_act_grad(rt_act a, float z);
+
+/* silu(z) = z * sigmoid(z) and its derivative. */
+float rt_silu(float z);
+float rt_silu_grad(float z);
+/* softplus(z) = log(1 + exp(z)), stable; its derivative is the sigmoid. */
+float rt_softplus(float z);
+float rt_sigmoid(float z);
+
+#endif
