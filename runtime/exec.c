@@ -52,7 +52,14 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
   rt_rank_stats_init(st, rank, replica, steps);
   strbuf err = {0};
   rt_model *m = rt_model_new(s, mo, &err);
-  rt_model *ref = o->check && m ? rt_model_new(s, mo, &err) : NULL;
+  rt_opts ref_o = *mo;
+  ref_o.dump = NULL; /* the reference never dumps */
+  if (m) ref_o.scale = rt_model_scale(m);
+  rt_model *ref = o->check && m ? rt_model_new(s, &ref_o, &err) : NULL;
+  if (m && rank == 0 && replica == 0 && rt_model_dump_index(m, &err) != 0) {
+    rt_model_free(m);
+    m = NULL;
+  }
   if (!m || (o->check && !ref)) {
     snprintf(st->err, sizeof st->err, "rank %d: %s", rank, strbuf_cstr(&err));
     st->status = RT_FAILED;
@@ -84,6 +91,7 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
   double t_run = support_seconds();
   for (int step = 0; step < steps && st->status == RT_OK; step++) {
     if (ref) st->ref_loss[step] = rt_reference_step(ref, step, s->replicas);
+    rt_model_set_step(m, step, replica);
     double t_step = support_seconds();
     for (int pc = 0; pc < p->ncode && st->status == RT_OK; pc++) {
       const be_inst *in = &p->code[pc];
@@ -99,9 +107,18 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
       switch ((be_opcode)in->op) {
       case BE_OP_LOAD: rt_load(m, step, replica, a[1], buf[a[2]]); break;
       case BE_OP_FWD: rt_forward(m, a[0], a[1], buf[a[2]], buf[a[3]]); break;
-      case BE_OP_LOSS:
-        st->loss[step] += rt_loss(m, step, replica, a[1], buf[a[2]], buf[a[3]]);
+      case BE_OP_LOSS: {
+        double l = rt_loss(m, step, replica, a[1], buf[a[2]], buf[a[3]]);
+        st->loss[step] += l;
+        if (!isfinite(l)) {
+          char what[96];
+          snprintf(what, sizeof what, "step %d: the loss of microbatch %d is %s", step + 1,
+                   (int)a[1], isnan(l) ? "NaN" : "infinite");
+          failed_at(st, s, rank, pc, what);
+          st->status = RT_NONFINITE;
+        }
         break;
+      }
       case BE_OP_BWD_IN: rt_backward_input(m, a[0], a[1], buf[a[2]], a[5] >= 0 ? buf[a[5]] : NULL); break;
       case BE_OP_BWD_W: rt_backward_weight(m, a[0], a[1]); break;
       case BE_OP_BWD:
@@ -152,8 +169,17 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
         break;
       }
       case BE_OP_STEP:
-        for (int i = 0; i < s->nstages; i++) {
+        for (int i = 0; i < s->nstages && st->status == RT_OK; i++) {
           if (s->stages[i].rank != rank) continue;
+          strbuf why = {0};
+          if (!rt_stage_finite(m, i, &why)) {
+            strbuf what = {0};
+            strbuf_printf(&what, "step %d: stage %d, %s", step + 1, i, strbuf_cstr(&why));
+            failed_at(st, s, rank, pc, strbuf_cstr(&what));
+            st->status = RT_NONFINITE;
+            strbuf_free(&what);
+          }
+          strbuf_free(&why);
           if (ref) {
             double d = rt_grad_diff(m, ref, i);
             if (d > st->grad_diff[step]) st->grad_diff[step] = d;
@@ -172,7 +198,7 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
     }
     st->step_s[step] = support_seconds() - t_step;
   }
-  if (st->status == RT_FAILED) c->fail(c->ctx, st->err);
+  if (st->status == RT_FAILED || st->status == RT_NONFINITE) c->fail(c->ctx, st->err);
   c->leave(c->ctx);
   for (int i = 0; i < p->nslots; i++) free(buf[i]);
   free(buf);
@@ -191,12 +217,14 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
   /* Failures first: the ranks that failed or died, then how many stopped because of them. */
   int aborted = 0;
   for (int i = 0; i < n; i++) {
-    if (stats[i].status == RT_FAILED || stats[i].status == RT_DIED) {
+    if (stats[i].status == RT_FAILED || stats[i].status == RT_DIED ||
+        stats[i].status == RT_NONFINITE) {
       if (s->replicas > 1)
         strbuf_printf(errs, "error: replica %d: %s\n", stats[i].replica, stats[i].err);
       else
         strbuf_printf(errs, "error: %s\n", stats[i].err);
-      rc = RT_EXIT_RUNTIME;
+      if (rc != RT_EXIT_NUMERIC)
+        rc = stats[i].status == RT_NONFINITE ? RT_EXIT_NUMERIC : RT_EXIT_RUNTIME;
     }
     aborted += stats[i].status == RT_ABORTED;
   }

@@ -36,7 +36,7 @@ typedef struct grank {
   int rank, replica;           /* who */
   const be_program *p;         /* its program */
   rg_model *m;                 /* its stand-in model (its stages) */
-  rt_model *ref;               /* --check: the CPU sequential reference (all stages) */
+  rt_si_model *ref;               /* --check: the CPU sequential reference (all stages) */
   cudaStream_t compute, comm;  /* its streams */
   float **buf;                 /* per slot: device buffer */
   cudaEvent_t *ready;          /* per slot: the compute stream reached the SEND or RECV */
@@ -258,14 +258,14 @@ static void enqueue_compute(gpu_run *R, grank *g, int a, int step) {
       if (s->stages[i].rank != g->rank) continue;
       if (g->ref) { /* compare this stage's gradients with the sequential reference's */
         size_t n;
-        rt_stage_grads(g->ref, i, &n);
+        rt_si_stage_grads(g->ref, i, &n);
         float *host = xmalloc((n ? n : 1) * sizeof *host);
         while (cudaStreamQuery(g->compute) == cudaErrorNotReady && !failed(R)) {
           struct timespec nap = {0, 100000}; /* poll, so that the watchdog can fail the run */
           nanosleep(&nap, NULL);
         }
         if (!failed(R) && rg_stage_grads_to_host(g->m, i, host, n) == 0) {
-          double rel = rt_grad_diff_array(host, n, g->ref, i);
+          double rel = rt_si_grad_diff_array(host, n, g->ref, i);
           if (rel > g->st->grad_diff[step] || rel != rel) g->st->grad_diff[step] = rel;
         }
         free(host);
@@ -273,7 +273,7 @@ static void enqueue_compute(gpu_run *R, grank *g, int a, int step) {
       rg_step(g->m, cs, i);
     }
     if (g->ref)
-      for (int i = 0; i < s->nstages; i++) rt_step(g->ref, i);
+      for (int i = 0; i < s->nstages; i++) rt_si_step(g->ref, i);
     break;
   }
   default: break;
@@ -473,8 +473,8 @@ static bool grank_init(gpu_run *R, grank *g, int device, bool bf16, const rt_opt
     return false;
   }
   if (R->o->check) {
-    g->ref = rt_model_new(s, mo, &err);
-    for (int i = 0; g->ref && i < s->nstages; i++) rt_model_init_stage(g->ref, i);
+    g->ref = rt_si_new(s, mo, &err);
+    for (int i = 0; g->ref && i < s->nstages; i++) rt_si_init_stage(g->ref, i);
   }
   strbuf_free(&err);
   for (int i = 0; i < s->nstages; i++)
@@ -534,7 +534,7 @@ static void grank_free(grank *g) {
   free(g->posted_at);
   free(g->mark);
   rg_model_free(g->m);
-  rt_model_free(g->ref);
+  rt_si_free(g->ref);
 }
 
 /* Run every step: enqueue (cooperatively for cuda), then let the watchdog declare it done. */
@@ -544,7 +544,7 @@ static void run_steps(gpu_run *R) {
   for (int step = 0; step < steps && !failed(R); step++) {
     for (int i = 0; i < R->n; i++) {
       grank *g = &R->g[i];
-      if (g->ref) g->st->ref_loss[step] = rt_reference_step(g->ref, step, s->replicas);
+      if (g->ref) g->st->ref_loss[step] = rt_si_reference_step(g->ref, step, s->replicas);
       cudaMemsetAsync(g->d_loss, 0, sizeof(float), g->compute);
       cudaEventRecord(g->start, g->compute);
       g->pc = 0;

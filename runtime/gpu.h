@@ -9,12 +9,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "runtime.h"
+#include "standin.h"
 
 /* ---- The stand-in model on a GPU ------------------------------------------------------------ */
 
 /* The model of one rank on one GPU: the same layers, dimensions, initialization, data, loss,
- * split backward and optimizer as rt_model (runtime.h), with parameters, gradients, optimizer
+ * split backward and optimizer as rt_si_model (runtime.h), with parameters, gradients, optimizer
  * state and the per-(stage, microbatch) saved state in device memory. Opaque. */
 typedef struct rg_model rg_model;
 
@@ -30,7 +30,7 @@ typedef struct rg_model rg_model;
 /* Build the model of stream s on CUDA device 'device' (dimensions only). With bf16, the GEMMs
  * take bf16 copies of their inputs and accumulate in float32 (speed); otherwise everything is
  * float32 with TF32 disabled (equivalence with the CPU backend). NULL with the reason in err
- * ("no CUDA device is visible (...)", no such device, out of memory, the rt_model_new errors). */
+ * ("no CUDA device is visible (...)", no such device, out of memory, the rt_si_new errors). */
 rg_model *rg_model_new(const be_stream *s, const rt_opts *o, int device, bool bf16, strbuf *err);
 /* Synchronizes the device, then frees everything (NULL is fine). */
 void rg_model_free(rg_model *m);
@@ -39,11 +39,11 @@ void rg_model_free(rg_model *m);
  * program), or NULL. */
 const char *rg_model_error(const rg_model *m);
 
-/* Initialize stage st's parameters: the same values as rt_model_init_stage (generated on the host
+/* Initialize stage st's parameters: the same values as rt_si_init_stage (generated on the host
  * with the same generator, then copied), gradients and optimizer state zero. Idempotent. */
 void rg_model_init_stage(rg_model *m, int st);
 
-/* rt_tensor_floats of the same stream and options. */
+/* rt_si_tensor_floats of the same stream and options. */
 size_t rg_tensor_floats(const rg_model *m, be_tensor_kind k, int stage);
 
 /* The operations of runtime.h, enqueued on CUDA stream 'stream' (nothing waits on the host);
@@ -59,7 +59,7 @@ void rg_backward_weight(rg_model *m, void *stream, int st, int mb);
 float *rg_stage_grads(rg_model *m, int st, size_t *n);
 void rg_step(rg_model *m, void *stream, int st);
 
-/* Copy stage st's gradients (rg_stage_grads order, which is rt_stage_grads order) to host
+/* Copy stage st's gradients (rg_stage_grads order, which is rt_si_stage_grads order) to host
  * memory 'out' of n floats after synchronizing the device. Returns 0, or -1 when n differs or
  * the copy failed (rg_model_error says why). */
 int rg_stage_grads_to_host(rg_model *m, int st, float *out, size_t n);

@@ -73,7 +73,7 @@ typedef struct gslot {
 } gslot;
 
 struct rg_model {
-  rt_model *cpu;       /* the CPU model: dimensions, data, initial values */
+  rt_si_model *cpu;       /* the CPU model: dimensions, data, initial values */
   int device;          /* CUDA device */
   bool dev_ok;         /* the device was made current (CUDA calls are possible) */
   bool bf16;           /* bf16 GEMM inputs */
@@ -380,11 +380,11 @@ void rg_model_free(rg_model *m) {
   free(m->layers);
   free(m->slots);
   free(m->htmp);
-  rt_model_free(m->cpu);
+  rt_si_free(m->cpu);
   free(m);
 }
 
-/* Lay out m's layers and stages as model.c does (rt_model_new). */
+/* Lay out m's layers and stages as model.c does (rt_si_new). */
 static void layout(rg_model *m, const be_stream *s, bool head) {
   m->layers = (glayer *)xcalloc((size_t)m->nlayers, sizeof *m->layers);
   for (int i = 0; i < m->nlayers; i++) {
@@ -430,13 +430,13 @@ static rg_model *new_fail(rg_model *m, strbuf *err, const char *what, const char
 
 rg_model *rg_model_new(const be_stream *s, const rt_opts *o, int device, bool bf16,
                        strbuf *err) {
-  rt_model *cpu = rt_model_new(s, o, err);
+  rt_si_model *cpu = rt_si_new(s, o, err);
   if (!cpu) return NULL;
   rg_model *m = (rg_model *)xcalloc(1, sizeof *m);
   m->cpu = cpu;
   m->device = device;
   m->bf16 = bf16;
-  rt_model_dims d = rt_model_get_dims(cpu);
+  rt_si_dims d = rt_si_get_dims(cpu);
   m->nlayers = s->nlayers;
   m->nstages = s->nstages;
   m->nmb = d.nmb;
@@ -535,7 +535,7 @@ void rg_model_init_stage(rg_model *m, int si) {
   if (st->init || !op_begin(m, op)) return;
   size_t n = st->nparams, bytes = n * sizeof(float);
   float *hw = (float *)xmalloc(n ? bytes : 1);
-  if (rt_model_init_values(m->cpu, si, hw, n) != 0) {
+  if (rt_si_init_values(m->cpu, si, hw, n) != 0) {
     set_error(m, "%s: stage %d: the parameter layout differs from the CPU model's", op, si);
     free(hw);
     return;
@@ -566,7 +566,7 @@ static gstage *stage_of(rg_model *m, int si) {
 }
 
 size_t rg_tensor_floats(const rg_model *m, be_tensor_kind k, int stage) {
-  return rt_tensor_floats(m->cpu, k, stage);
+  return rt_si_tensor_floats(m->cpu, k, stage);
 }
 
 /* ---- Data ---------------------------------------------------------------------------------- */
@@ -592,7 +592,7 @@ void rg_load(rg_model *m, void *stream, int step, int replica, int mb, float *to
   if (!op_begin(m, op)) return;
   gslot *sl = slot_take(m, op);
   if (!sl) return;
-  rt_load(m->cpu, step, replica, mb, (float *)sl->host);
+  rt_si_load(m->cpu, step, replica, mb, (float *)sl->host);
   if (cuda_ok(m, cudaMemcpyAsync(tokens, sl->host, (size_t)m->T * sizeof(float),
                                  cudaMemcpyHostToDevice, s), op, "cudaMemcpyAsync"))
     slot_release(m, sl, s, op);
@@ -653,12 +653,12 @@ void rg_loss(rg_model *m, void *stream, int step, int replica, int mb, const flo
   /* Targets: the next tokens of the stream, i.e. tokens 1..T-1 of this microbatch and token 0
    * of the next one (the next microbatch, replica or step: the next stream position). */
   int *tg = (int *)sl->host;
-  rt_load(m->cpu, step, replica, mb, m->htmp);
+  rt_si_load(m->cpu, step, replica, mb, m->htmp);
   for (int t = 0; t + 1 < T; t++) tg[t] = (int)m->htmp[t + 1] % C;
   int nstep = step, nrep = replica, nmb = mb + 1;
   if (nmb == m->nmb) nmb = 0, nrep++;
   if (nrep == m->replicas) nrep = 0, nstep++;
-  rt_load(m->cpu, nstep, nrep, nmb, m->htmp);
+  rt_si_load(m->cpu, nstep, nrep, nmb, m->htmp);
   tg[T - 1] = (int)m->htmp[0] % C;
   if (!cuda_ok(m, cudaMemcpyAsync(sl->target, tg, (size_t)T * sizeof(int),
                                   cudaMemcpyHostToDevice, s), op, "cudaMemcpyAsync"))

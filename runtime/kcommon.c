@@ -3,6 +3,7 @@
  * accumulate in double in a fixed order, so results do not depend on the thread that runs them. */
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -35,9 +36,15 @@ size_t rt_lplan_params(const rt_lplan *p) {
   return n;
 }
 
+/* Once per process: BLAS runs one thread per calling thread (every rank is one thread or
+ * process; results must not depend on how BLAS splits the work). */
+static pthread_once_t kc_blas_once = PTHREAD_ONCE_INIT;
+static void kc_blas_init(void) { openblas_set_num_threads(1); }
+
 void rt_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc) {
   if (m <= 0 || n <= 0) return;
+  pthread_once(&kc_blas_once, kc_blas_init);
   if (k <= 0) { /* BLAS may leave C alone when k = 0; the product is then zero */
     for (int i = 0; i < m; i++)
       for (int j = 0; j < n; j++) C[(size_t)i * ldc + j] = beta == 0 ? 0 : beta * C[(size_t)i * ldc + j];
@@ -179,4 +186,39 @@ float rt_act_grad(rt_act a, float z) {
   }
   }
   return 1.0f;
+}
+
+/* ---- Initialization -------------------------------------------------------------------------- */
+
+/* splitmix64 step: the next draw of the generator with state *st. */
+static uint64_t kc_next(uint64_t *st) {
+  uint64_t z = (*st += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+/* Uniform double in [0, 1). */
+static double kc_unit(uint64_t *st) { return (double)(kc_next(st) >> 11) * 0x1p-53; }
+
+void rt_kernel_init_params(const rt_lplan *p, uint64_t seed, float *w) {
+  for (int i = 0; i < p->npt; i++) {
+    const rt_ptensor *t = &p->pt[i];
+    size_t n = rt_ptensor_floats(t);
+    uint64_t st = seed ^ ((uint64_t)(i + 1) * 0xd1b54a32d192ed03ULL);
+    kc_next(&st);
+    for (size_t k = 0; k < n; k++) {
+      switch (t->init) {
+      case RT_INIT_UNIFORM: w[k] = (float)((2.0 * kc_unit(&st) - 1.0) * t->scale); break;
+      case RT_INIT_CONST: w[k] = t->scale; break;
+      case RT_INIT_ALOG: w[k] = (float)log(1.0 + 15.0 * kc_unit(&st)); break;
+      case RT_INIT_DTBIAS: {
+        double dt = exp(log(1e-3) + (log(1e-1) - log(1e-3)) * kc_unit(&st));
+        w[k] = (float)(dt + log(-expm1(-dt))); /* softplus^-1(dt) */
+        break;
+      }
+      }
+    }
+    w += n;
+  }
 }

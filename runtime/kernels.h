@@ -109,6 +109,34 @@ extern const rt_kernel *const rt_kernels[RT_K_COUNT];
 /* The kernel of layer kind 'kind', or NULL when the runtime has none. */
 const rt_kernel *rt_kernel_find(const char *kind);
 
+/* Fill w (rt_lplan_params(p) floats) with the initial values of p's tensors: uniform ones from a
+ * generator seeded by (seed, tensor index), so a layer's weights depend only on the seed. */
+void rt_kernel_init_params(const rt_lplan *p, uint64_t seed, float *w);
+
+/* ---- Dumps (dump.c): NumPy files of a layer's tensors, for users and the PyTorch check ------ */
+
+/* Write the float32 array a of ndim (1..4) extents dim as a NumPy .npy file at path. Returns 0,
+ * or -1 with "PATH: reason" appended to err. */
+int rt_npy_write(const char *path, const float *a, int ndim, const int64_t *dim, strbuf *err);
+
+/* The tensors of one layer run on one microbatch; dx and g may be NULL (not computed). */
+typedef struct rt_dump_tensors {
+  const float *x, *y, *dy, *dx; /* input, output, output gradient, input gradient */
+  const float *w, *g;           /* parameters and their gradients (rt_lplan order) */
+} rt_dump_tensors;
+
+/* Write the tensors of layer 'name' to directory dir as NAME.x.npy, NAME.y.npy, NAME.dy.npy,
+ * NAME.dx.npy (when t->dx is set), NAME.w.PARAM.npy and NAME.g.PARAM.npy. Pre: t->w and t->g
+ * set. Returns 0, or -1 with the reason in err. */
+int rt_dump_layer(const char *dir, const char *name, const rt_ldims *d, const rt_lplan *p,
+                  const rt_dump_tensors *t, strbuf *err);
+/* Append the layer's JSON object for index.json (name, kind, dims, parameter names and shapes,
+ * the file prefix, whether NAME.dx.npy exists) to index, after a comma when index is not empty. */
+void rt_dump_entry(strbuf *index, const char *name, const char *kind, const rt_ldims *d,
+                   const rt_lplan *p, bool has_dx);
+/* Write dir/index.json: {"format": "octopipe-dump", "version": 1, "layers": [INDEX]}. */
+int rt_dump_index(const char *dir, const strbuf *index, strbuf *err);
+
 /* ---- Shared building blocks (kcommon.c), for the kernels ----------------------------------- */
 
 /* C (m x n) = alpha * op(A) op(B) + beta * C, row-major, op transposes when ta / tb; lda, ldb, ldc

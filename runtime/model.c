@@ -1,51 +1,46 @@
-/* model.c -- the CPU stand-in model of a stream (runtime.h, "Model"): layer 0 is an embedding,
- * a final "lm_head" layer is a linear projection to the vocabulary, every other layer is a
- * residual dense block y = x + tanh(x W + b); all sized from the stream's layer dimensions
- * divided by the scale. It provides deterministic counter-based initialization, synthetic or file
- * data, softmax cross-entropy, the split backward (B: input gradient, W: weight gradient) with
- * the state saved per (stage, microbatch), SGD and Adam, and the sequential reference step that
- * pipelined runs are checked against. All arithmetic is plain float storage with double
- * accumulation in a fixed order, so every rank running the same binary computes bit-identical
- * per-microbatch results. A model is used by one thread at a time (it owns scratch buffers). */
+/* model.c -- the model of a stream as the CPU runtime trains it (runtime.h, "Model"): every layer
+ * of the stream with its real math from the kernel table (kernels.h), sized from the layer's
+ * parameters divided by the scale; deterministic initialization, synthetic or file data, softmax
+ * cross-entropy, the split backward (B, then W) with the state saved per (stage, microbatch),
+ * SGD and Adam, the sequential reference step, finiteness checks and --dump. Between layers
+ * whose shapes disagree (a spec's approximation, e.g. a vision encoder's class token or a
+ * projector's width) a parameter-free adapter keeps the last tokens and zero-pads or cuts the
+ * width; an embedding after other layers splices their tokens in front of its own. A model is
+ * used by one thread at a time (it owns scratch buffers). docs/runtime.md describes it. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "runtime.h"
 
-/* ---- Definitions --------------------------------------------------------------------------- */
-
-/* Largest width, vocabulary or token count accepted (tokens must be exact as floats). */
+/* Largest dimension accepted (token ids must be exact as floats). */
 #define RT_MAX_DIM (1 << 24)
+/* Floating-point work of one step that the automatic scale aims below (a few seconds on a core). */
+#define RT_AUTO_FLOPS 3e9
+/* Largest automatic scale. */
+#define RT_AUTO_MAX 1024
 
-/* What stand-in a layer is. */
-typedef enum lkind {
-  LK_EMB,   /* layer 0: table E[V][h], out[t] = E[tok[t]] */
-  LK_DENSE, /* y = x + tanh(x W + b), W[h][h], b[h] */
-  LK_HEAD   /* last layer of kind "lm_head": logits = x W, W[h][V] */
-} lkind;
-
-/* One layer of the stand-in model: its shape and where its data lives inside its stage's
- * parameter arrays and inside a saved-state block of its stage. */
+/* One layer as the runtime runs it. */
 typedef struct mlayer {
-  lkind kind;   /* stand-in kind */
-  int in;       /* input width per token (1 for the embedding: the token id) */
-  int out;      /* output width per token (h, or V for the lm_head) */
-  size_t w_off; /* offset of W (or E) in the stage's parameter/gradient arrays */
-  size_t w_n;   /* floats of W (or E) */
-  size_t b_off; /* offset of b (dense only) */
-  size_t b_n;   /* floats of b (0 unless dense) */
-  size_t x_off; /* offset of the saved input (T x in) in a state block */
-  size_t a_off; /* offset of the saved tanh(xW+b) (T x h; dense only) */
-  size_t d_off; /* offset of the saved output gradient (T x out): dz, dlogits or dy */
+  const char *name;   /* the stream's layer name */
+  const rt_kernel *k; /* its kind's kernels */
+  rt_ldims d;         /* dimensions at the model's scale */
+  rt_lplan p;         /* parameters and saved state */
+  size_t w_off, nw;   /* its parameters in the stage's arrays */
+  size_t sv_off;      /* its saved state in the stage's state block */
+  int prev_S, prev_w; /* tokens per sequence and width of what it receives (the previous layer's
+                         output; for layer 0 the stream's input) */
+  bool splice;        /* an embedding after other layers: their prev_S tokens come first */
+  bool adapt;         /* its input shape differs from what it receives: adapter */
 } mlayer;
 
 /* A saved (stage, microbatch) state between F, B and W. */
 typedef struct msaved {
   float *buf;  /* state block (state_floats), NULL when nothing is in flight */
-  bool b_done; /* rt_backward_input ran (the d slots are filled) */
+  bool b_done; /* rt_backward_input ran */
 } msaved;
 
 /* A stage: its layer range, parameters, gradients, optimizer state and saved states. */
@@ -53,7 +48,7 @@ typedef struct mstage {
   int first, end;      /* layer range [first, end) */
   bool init;           /* parameters allocated and initialized */
   size_t nparams;      /* floats of w (and of g, am, av) */
-  float *w;            /* parameters of all its layers, in layer order (W or E, then b) */
+  float *w;            /* parameters of all its layers, in layer order */
   float *g;            /* gradients, same layout */
   float *am, *av;      /* Adam first and second moments (NULL for SGD) */
   long adam_t;         /* Adam steps taken */
@@ -62,26 +57,34 @@ typedef struct mstage {
   msaved *saved;       /* nmb saved states */
 } mstage;
 
+/* Copies of one layer's tensors for --dump, kept from F to W of the dumped microbatch. */
+typedef struct mdump {
+  float *x, *y, *dy, *dx; /* kernel input, output, output gradient, input gradient (or NULL) */
+} mdump;
+
 struct rt_model {
-  int nlayers;       /* layers */
-  int nstages;       /* stages */
-  int nmb;           /* microbatches per step */
-  int replicas;      /* data-parallel replicas of the stream */
-  int h;             /* model width */
-  int V;             /* vocabulary */
-  int T;             /* tokens per microbatch */
-  int maxw;          /* max(h, V) */
-  bool head;         /* the last layer is an lm_head */
-  bool adam;         /* optimizer is Adam (else SGD) */
-  double lr;         /* learning rate */
-  uint64_t seed;     /* initialization and synthetic data seed */
-  mlayer *layers;    /* nlayers layers */
-  mstage *stages;    /* nstages stages */
-  unsigned char *data; /* data file bytes, or NULL for synthetic data */
-  size_t data_len;   /* their count (> 0 when data is set) */
-  int *perm;         /* synthetic data: the successor of each token (a permutation of [0, V)) */
-  double *dacc;      /* scratch: max(h, V) double accumulators */
-  int *tok;          /* scratch: T + 1 token ids */
+  int nlayers, nstages; /* layers, stages */
+  int nmb;              /* microbatches per step */
+  int replicas;         /* data-parallel replicas of the stream */
+  int scale;            /* the scale in force */
+  int B;                /* sequences per microbatch */
+  int S;                /* tokens per sequence of the data (an embedding's, else the last layer's) */
+  int V;                /* vocabulary of the data (an embedding's or lm_head's, else the output width) */
+  int prefix;           /* leading positions of each sequence without a loss (spliced tokens) */
+  bool adam;            /* optimizer is Adam (else SGD) */
+  double lr;            /* learning rate */
+  uint64_t seed;        /* initialization and synthetic data seed */
+  int step, replica;    /* what the data of rt_forward comes from (rt_model_set_step) */
+  const char *dump;     /* --dump directory, or NULL */
+  mdump *dumps;         /* per layer, while dumping */
+  mlayer *layers;       /* nlayers layers */
+  mstage *stages;       /* nstages stages */
+  unsigned char *data;  /* data file bytes, or NULL for synthetic data */
+  size_t data_len;      /* their count (> 0 when data is set) */
+  int *perm;            /* synthetic data: the successor of each token (a permutation of [0, V)) */
+  size_t scratch_n;     /* floats of each scratch buffer */
+  float *scr[3];        /* scratch buffers for the layers of a stage */
+  int *tok;             /* scratch: B x S + 1 token ids */
 };
 
 /* ---- Random numbers ------------------------------------------------------------------------ */
@@ -101,45 +104,167 @@ static uint64_t next64(uint64_t *st) {
   return mix64(*st);
 }
 
-/* Uniform double in [0, 1) from the next draw (53 bits). */
-static double next_unit(uint64_t *st) { return (double)(next64(st) >> 11) * 0x1p-53; }
+/* ---- Dimensions ---------------------------------------------------------------------------- */
 
-/* ---- Construction -------------------------------------------------------------------------- */
-
-/* Value of the first parameter named 'name' over the layers in order; false when none has it. */
-static bool find_param(const be_stream *s, const char *name, double *v) {
-  for (int i = 0; i < s->nlayers; i++)
-    for (int k = 0; k < s->layers[i].nparams; k++)
-      if (s->layers[i].params[k].name && strcmp(s->layers[i].params[k].name, name) == 0) {
-        *v = s->layers[i].params[k].value;
-        return true;
-      }
-  return false;
+/* Layer l's parameter 'name', or dflt when the stream does not carry it. */
+static double lparam(const be_layer *l, const char *name, double dflt) {
+  for (int k = 0; k < l->nparams; k++)
+    if (l->params[k].name && strcmp(l->params[k].name, name) == 0) return l->params[k].value;
+  return dflt;
 }
 
-/* Dimension value / scale rounded, at least lo; -1 when it is not finite or above RT_MAX_DIM. */
-static long scaled_dim(double value, int scale, long lo) {
-  double d = value / scale;
-  if (!(d == d) || d > RT_MAX_DIM) return -1;
-  long r = d < lo ? lo : lround(d);
+/* value / scale rounded to a multiple of 'mult', at least lo; -1 when not finite or too large. */
+static long sdim(double value, int scale, long lo, long mult) {
+  double v = value / scale / mult;
+  if (!(v == v) || v * mult > RT_MAX_DIM) return -1;
+  long r = lround(v) * mult;
   return r < lo ? lo : r;
 }
 
-/* Append "PATH: reason" to err when err is set. */
-static void file_err(strbuf *err, const char *path, const char *reason) {
-  if (err) strbuf_printf(err, "%s: %s", path, reason);
+/* Fill L->d from stream layer l at scale k (tokens B per microbatch, seq the stream's); prev_S
+ * and prev_w are what the layer receives. Returns false with the reason in err. */
+static bool layer_dims(const be_stream *s, const be_layer *l, int k, int prev_S, int prev_w,
+                       mlayer *L, strbuf *err) {
+  rt_ldims *d = &L->d;
+  memset(d, 0, sizeof *d);
+  d->B = s->micro_batch;
+  double hidden = lparam(l, "hidden", 0);
+  long h = sdim(hidden, k, 4, 1);
+  long S = sdim(lparam(l, "seq", s->seq), k, 4, 1);
+  const char *kind = l->kind ? l->kind : "";
+  d->hidden = (int)h;
+  d->S = (int)S;
+  d->act = (rt_act)(int)lparam(l, "act", RT_ACT_SILU);
+  d->gated = lparam(l, "gated", 1) != 0;
+  if (strcmp(kind, "embedding") == 0 || strcmp(kind, "lm_head") == 0) {
+    d->vocab = (int)sdim(lparam(l, "vocab", 0), k, 8, 1);
+  } else if (strcmp(kind, "attention") == 0 || strcmp(kind, "vit") == 0) {
+    double heads = lparam(l, "heads", 0);
+    d->heads = (int)heads;
+    d->kv_heads = strcmp(kind, "vit") == 0 ? d->heads : (int)lparam(l, "kv_heads", heads);
+    double hd = lparam(l, "head_dim", heads > 0 ? hidden / heads : 0);
+    /* rotary needs an even head width */
+    d->head_dim = (int)sdim(hd, k, 2, strcmp(kind, "vit") == 0 ? 1 : 2);
+    d->causal = lparam(l, "causal", 1) != 0;
+    long win = (long)lparam(l, "window", 0);
+    d->window = win > 0 ? (int)sdim((double)win, k, 1, 1) : 0;
+    if (strcmp(kind, "vit") == 0) {
+      double patch = lparam(l, "patch", 14), image = lparam(l, "image", 336);
+      double tokens = lparam(l, "tokens", floor(image / patch) * floor(image / patch) + 1);
+      d->S = (int)sdim(tokens, k, 4, 1);
+      d->ffn = (int)sdim(lparam(l, "ffn", 0), k, 1, 1);
+      d->gated = lparam(l, "gated", 0) != 0;
+      d->act = (rt_act)(int)lparam(l, "act", RT_ACT_GELU);
+      d->causal = false;
+    }
+  } else if (strcmp(kind, "mlp") == 0) {
+    d->ffn = (int)sdim(lparam(l, "ffn", 0), k, 1, 1);
+  } else if (strcmp(kind, "moe") == 0) {
+    d->experts = (int)lparam(l, "experts", 0);
+    d->top_k = (int)lparam(l, "top_k", 0);
+    d->shared = (int)lparam(l, "shared_experts", 0);
+    d->ffn = (int)sdim(lparam(l, "expert_ffn", 0), k, 1, 1);
+  } else if (strcmp(kind, "mamba2") == 0) {
+    double hd = lparam(l, "head_dim", 64), expand = lparam(l, "expand", 2);
+    d->heads = (int)lparam(l, "heads", hd > 0 ? expand * hidden / hd : 0);
+    d->head_dim = (int)sdim(hd, k, 1, 1);
+    d->inner = d->heads * d->head_dim;
+    d->state = (int)sdim(lparam(l, "state", 128), k, 1, 1);
+    d->groups = (int)lparam(l, "groups", 8);
+    d->conv = (int)lparam(l, "conv", 4);
+    d->chunk = (int)sdim(lparam(l, "chunk", 256), k, 1, 1);
+  } else if (strcmp(kind, "custom") == 0) {
+    /* its output tensor's bytes per microbatch, in elements of the training precision */
+    double elem = s->dtype && strcmp(s->dtype, "fp32") == 0 ? 4 : 2;
+    double out = lparam(l, "out", 0) / elem / ((double)s->micro_batch * s->seq);
+    d->out_w = out >= 1 ? (int)sdim(out, k, 1, 1) : prev_w;
+    d->S = prev_S;
+    d->hidden = d->out_w;
+  }
+  if (h < 0 || S < 0 || d->vocab < 0 || d->ffn < 0 || d->head_dim < 0 || d->state < 0 ||
+      d->chunk < 0 || d->window < 0 || d->out_w < 0) {
+    strbuf_printf(err, "too large at scale %d", k);
+    return false;
+  }
+  /* The kernel's input: ids for an embedding, the previous width for a custom layer, else the
+   * layer's own width (an adapter fills it when the previous layer disagrees). */
+  bool emb = strcmp(kind, "embedding") == 0;
+  d->in_S = d->S;
+  d->in_w = emb ? 1 : strcmp(kind, "custom") == 0 ? prev_w : d->hidden;
+  L->prev_S = prev_S;
+  L->prev_w = prev_w;
+  L->splice = emb && prev_w > 0;
+  L->adapt = !emb && prev_w > 0 && (prev_S != d->in_S || prev_w != d->in_w);
+  if (L->splice && (prev_w != d->hidden || prev_S >= d->S)) {
+    strbuf_printf(err,
+                  "an embedding after other layers splices their %d tokens of width %d in front "
+                  "of its %d tokens of width %d: it needs fewer tokens of the same width",
+                  prev_S, prev_w, d->S, d->hidden);
+    return false;
+  }
+  return true;
 }
 
-/* Append msg to err when err is set. */
-static void set_err(strbuf *err, const char *msg) {
-  if (err) strbuf_puts(err, msg);
+/* Build every layer at scale k into m->layers (allocated by the caller). Returns false with
+ * "layer NAME (KIND): reason" in err. */
+static bool build_layers(rt_model *m, const be_stream *s, int k, strbuf *err) {
+  int prev_S = 0, prev_w = 0;
+  for (int i = 0; i < s->nlayers; i++) {
+    const be_layer *l = &s->layers[i];
+    mlayer *L = &m->layers[i];
+    memset(L, 0, sizeof *L);
+    L->name = l->name ? l->name : "?";
+    L->k = rt_kernel_find(l->kind);
+    strbuf why = {0};
+    bool ok = L->k != NULL;
+    if (!ok) strbuf_printf(&why, "the runtime has no kernels for this kind");
+    ok = ok && layer_dims(s, l, k, prev_S, prev_w, L, &why);
+    if (ok && i == 0 && strcmp(l->kind, "embedding") != 0 && strcmp(l->kind, "custom") == 0) {
+      /* a model that starts with a custom layer takes features of its own width */
+      L->d.in_w = L->d.out_w ? L->d.out_w : L->d.hidden;
+      L->d.hidden = L->d.in_w;
+      L->d.out_w = L->d.in_w;
+    }
+    ok = ok && L->k->plan(&L->d, &L->p, &why) == 0;
+    if (!ok) {
+      strbuf_printf(err, "layer %s (%s): %s", L->name, l->kind ? l->kind : "?",
+                    strbuf_cstr(&why));
+      strbuf_free(&why);
+      return false;
+    }
+    strbuf_free(&why);
+    L->nw = rt_lplan_params(&L->p);
+    prev_S = L->d.S;
+    prev_w = L->p.out_w;
+  }
+  return true;
 }
+
+/* Floating-point operations of one training step of the model as built (F + B + W ~ 3 x F;
+ * a forward GEMM costs 2 per weight and token; attention adds its score and value products). */
+static double step_flops(const rt_model *m) {
+  double f = 0;
+  for (int i = 0; i < m->nlayers; i++) {
+    const mlayer *L = &m->layers[i];
+    const rt_ldims *d = &L->d;
+    double T = (double)d->B * d->S, w = (double)L->nw;
+    if (strcmp(L->k->kind, "moe") == 0 && d->experts > 0) /* only top_k of the experts run */
+      w = w * (d->top_k + d->shared) / (d->experts + d->shared);
+    if (strcmp(L->k->kind, "embedding") == 0) w = 0;
+    f += 2 * w * T;
+    if (d->heads && d->head_dim && strcmp(L->k->kind, "mamba2") != 0)
+      f += 4.0 * d->B * d->S * (double)d->S * d->heads * d->head_dim;
+  }
+  return 3 * f * m->nmb * m->replicas;
+}
+
+/* ---- Construction -------------------------------------------------------------------------- */
 
 /* Read file 'path' into m->data. Returns false with the reason in err. */
 static bool load_data(rt_model *m, const char *path, strbuf *err) {
   FILE *f = fopen(path, "rb");
   if (!f) {
-    file_err(err, path, strerror(errno));
+    strbuf_printf(err, "%s: %s", path, strerror(errno));
     return false;
   }
   strbuf sb = {0};
@@ -149,14 +274,9 @@ static bool load_data(rt_model *m, const char *path, strbuf *err) {
   while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) strbuf_append(&sb, chunk, n);
   int e = ferror(f) ? (errno ? errno : EIO) : 0;
   fclose(f);
-  if (e) {
+  if (e || sb.len == 0) {
     strbuf_free(&sb);
-    file_err(err, path, strerror(e));
-    return false;
-  }
-  if (sb.len == 0) {
-    strbuf_free(&sb);
-    file_err(err, path, "empty data file");
+    strbuf_printf(err, "%s: %s", path, e ? strerror(e) : "empty data file");
     return false;
   }
   m->data = (unsigned char *)sb.data;
@@ -180,15 +300,15 @@ static void make_perm(rt_model *m) {
 /* Check the stream's counts and stage ranges; false with the reason in err. */
 static bool check_stream(const be_stream *s, strbuf *err) {
   if (s->nlayers < 1 || !s->layers) {
-    set_err(err, "stream has no layers");
+    strbuf_puts(err, "stream has no layers");
     return false;
   }
   if (s->nstages < 1 || !s->stages) {
-    set_err(err, "stream has no stages");
+    strbuf_puts(err, "stream has no stages");
     return false;
   }
   if (s->nmb < 1 || s->micro_batch < 1 || s->seq < 1) {
-    set_err(err, "stream needs at least one microbatch, sequence and token");
+    strbuf_puts(err, "stream needs at least one microbatch, sequence and token");
     return false;
   }
   for (int i = 0; i < s->nstages; i++) {
@@ -196,92 +316,127 @@ static bool check_stream(const be_stream *s, strbuf *err) {
     int want = i == 0 ? 0 : s->stages[i - 1].end;
     if (st->first != want || st->end <= st->first || st->end > s->nlayers ||
         (i == s->nstages - 1 && st->end != s->nlayers)) {
-      if (err)
-        strbuf_printf(err, "stage %d: layers [%d, %d) do not continue the partition of %d layers",
-                      i, (int)st->first, (int)st->end, (int)s->nlayers);
+      strbuf_printf(err, "stage %d: layers [%d, %d) do not continue the partition of %d layers", i,
+                    (int)st->first, (int)st->end, (int)s->nlayers);
       return false;
     }
   }
   return true;
 }
 
+/* Choose the scale: o->scale, or (0) the smallest power of two whose step fits RT_AUTO_FLOPS. */
+static bool choose_scale(rt_model *m, const be_stream *s, const rt_opts *o, strbuf *err) {
+  if (o->scale > 0) {
+    m->scale = o->scale;
+    return build_layers(m, s, o->scale, err);
+  }
+  strbuf why = {0};
+  for (int k = 1; k <= RT_AUTO_MAX; k *= 2) {
+    strbuf_free(&why);
+    if (build_layers(m, s, k, &why) && step_flops(m) <= RT_AUTO_FLOPS) {
+      m->scale = k;
+      strbuf_free(&why);
+      return true;
+    }
+  }
+  strbuf_printf(err, "no scale up to %d runs this model on a CPU (%s)", RT_AUTO_MAX,
+                why.len ? strbuf_cstr(&why) : "too much work per step");
+  strbuf_free(&why);
+  return false;
+}
+
 rt_model *rt_model_new(const be_stream *s, const rt_opts *o, strbuf *err) {
-  if (o->scale < 1) {
-    if (err) strbuf_printf(err, "scale must be at least 1 (got %d)", o->scale);
+  if (o->scale < 0) {
+    strbuf_printf(err, "scale must be at least 1 (got %d)", o->scale);
     return NULL;
   }
   if (!check_stream(s, err)) return NULL;
-  double hv = 0, vv = 0;
-  long h = find_param(s, "hidden", &hv) ? scaled_dim(hv, o->scale, 4) : 16;
-  long V = find_param(s, "vocab", &vv) ? scaled_dim(vv, o->scale, 8) : 32;
-  long seq = s->seq / o->scale < 4 ? 4 : s->seq / o->scale;
-  long long T = (long long)s->micro_batch * seq;
-  if (h < 0 || V < 0 || T > RT_MAX_DIM) {
-    if (err)
-      strbuf_printf(err, "model too large at scale %d (hidden %g, vocab %g, %lld tokens)",
-                    o->scale, hv, vv, T);
-    return NULL;
-  }
   rt_model *m = xcalloc(1, sizeof *m);
   m->nlayers = s->nlayers;
   m->nstages = s->nstages;
   m->nmb = s->nmb;
   m->replicas = s->replicas < 1 ? 1 : s->replicas;
-  m->h = (int)h;
-  m->V = (int)V;
-  m->T = (int)T;
-  m->maxw = m->h > m->V ? m->h : m->V;
-  m->head = s->nlayers > 1 && s->layers[s->nlayers - 1].kind &&
-            strcmp(s->layers[s->nlayers - 1].kind, "lm_head") == 0;
+  m->B = s->micro_batch;
   m->adam = s->optimizer && strcmp(s->optimizer, "adam") == 0;
   m->lr = o->lr;
   m->seed = o->seed;
+  m->dump = o->dump;
+  m->layers = xcalloc((size_t)m->nlayers, sizeof *m->layers);
+  if (!choose_scale(m, s, o, err)) {
+    rt_model_free(m);
+    return NULL;
+  }
+  /* The data: the first embedding's sequence and vocabulary, else the lm_head's, else the
+   * output's width; spliced positions carry no loss. */
+  const mlayer *last = &m->layers[m->nlayers - 1];
+  m->S = last->d.S;
+  m->V = last->p.out_w;
+  for (int i = m->nlayers - 1; i >= 0; i--)
+    if (strcmp(m->layers[i].k->kind, "lm_head") == 0) m->V = m->layers[i].d.vocab;
+  for (int i = m->nlayers - 1; i >= 0; i--)
+    if (strcmp(m->layers[i].k->kind, "embedding") == 0) {
+      m->S = m->layers[i].d.S;
+      m->V = m->layers[i].d.vocab;
+      m->prefix = m->layers[i].splice ? m->layers[i].prev_S : 0;
+    }
+  if (last->d.S != m->S || (long long)m->B * m->S > RT_MAX_DIM) {
+    strbuf_printf(err, "layer %s (%s): its output has %d tokens per sequence, the data %d",
+                  last->name, last->k->kind, last->d.S, m->S);
+    rt_model_free(m);
+    return NULL;
+  }
   if (o->data && !load_data(m, o->data, err)) {
-    free(m);
+    rt_model_free(m);
     return NULL;
   }
   make_perm(m);
-  m->dacc = xmalloc((size_t)m->maxw * sizeof *m->dacc);
-  m->tok = xmalloc(((size_t)m->T + 1) * sizeof *m->tok);
-
-  m->layers = xcalloc((size_t)m->nlayers, sizeof *m->layers);
+  m->tok = xmalloc(((size_t)m->B * m->S + 1) * sizeof *m->tok);
+  size_t big = 1;
   for (int i = 0; i < m->nlayers; i++) {
-    mlayer *L = &m->layers[i];
-    L->kind = i == 0 ? LK_EMB : (i == m->nlayers - 1 && m->head) ? LK_HEAD : LK_DENSE;
-    L->in = L->kind == LK_EMB ? 1 : m->h;
-    L->out = L->kind == LK_HEAD ? m->V : m->h;
+    const mlayer *L = &m->layers[i];
+    size_t B = (size_t)m->B;
+    size_t a = B * L->d.in_S * L->d.in_w, b = B * L->d.S * L->p.out_w;
+    size_t c = B * (size_t)L->prev_S * L->prev_w;
+    if (a > big) big = a;
+    if (b > big) big = b;
+    if (c > big) big = c;
   }
+  m->scratch_n = big;
+  for (int i = 0; i < 3; i++) m->scr[i] = xmalloc(big * sizeof *m->scr[i]);
   m->stages = xcalloc((size_t)m->nstages, sizeof *m->stages);
   for (int si = 0; si < m->nstages; si++) {
     mstage *st = &m->stages[si];
     st->first = s->stages[si].first;
     st->end = s->stages[si].end;
-    size_t p = 0, q = 0, T_ = (size_t)m->T;
+    size_t p = 0, q = 0;
     for (int i = st->first; i < st->end; i++) {
       mlayer *L = &m->layers[i];
       L->w_off = p;
-      L->w_n = L->kind == LK_EMB ? (size_t)m->V * m->h : (size_t)m->h * L->out;
-      p += L->w_n;
-      L->b_off = p;
-      L->b_n = L->kind == LK_DENSE ? (size_t)m->h : 0;
-      p += L->b_n;
-      L->x_off = q;
-      q += T_ * L->in;
-      L->a_off = q;
-      q += L->kind == LK_DENSE ? T_ * m->h : 0;
-      L->d_off = q;
-      q += T_ * L->out;
+      p += L->nw;
+      L->sv_off = q;
+      q += L->p.save_floats;
     }
     st->nparams = p;
     st->state_floats = q;
     st->saved = xcalloc((size_t)m->nmb, sizeof *st->saved);
   }
+  if (m->dump) m->dumps = xcalloc((size_t)m->nlayers, sizeof *m->dumps);
   return m;
+}
+
+/* Free layer i's dump copies. */
+static void dump_free(rt_model *m, int i) {
+  mdump *D = &m->dumps[i];
+  free(D->x);
+  free(D->y);
+  free(D->dy);
+  free(D->dx);
+  memset(D, 0, sizeof *D);
 }
 
 void rt_model_free(rt_model *m) {
   if (!m) return;
-  for (int si = 0; si < m->nstages; si++) {
+  for (int si = 0; m->stages && si < m->nstages; si++) {
     mstage *st = &m->stages[si];
     for (int k = 0; k < m->nmb; k++) free(st->saved[k].buf);
     free(st->saved);
@@ -290,52 +445,41 @@ void rt_model_free(rt_model *m) {
     free(st->am);
     free(st->av);
   }
+  for (int i = 0; m->dumps && i < m->nlayers; i++) dump_free(m, i);
+  free(m->dumps);
   free(m->stages);
   free(m->layers);
   free(m->data);
   free(m->perm);
-  free(m->dacc);
+  for (int i = 0; i < 3; i++) free(m->scr[i]);
   free(m->tok);
   free(m);
 }
 
-/* Fill w (the stage's nparams floats) with stage st's initial parameters: each layer's W (or E)
- * from its own generator, b zero. */
-static void init_values(const rt_model *m, const mstage *st, float *w) {
-  memset(w, 0, st->nparams * sizeof *w);
-  for (int i = st->first; i < st->end; i++) {
-    const mlayer *L = &m->layers[i];
-    uint64_t rs = mix64(m->seed ^ ((uint64_t)(i + 1) * 0xd1b54a32d192ed03ULL));
-    double a = L->kind == LK_EMB ? 1.0 : sqrt(3.0 / m->h);
-    float *wl = w + L->w_off;
-    for (size_t k = 0; k < L->w_n; k++) wl[k] = (float)((2.0 * next_unit(&rs) - 1.0) * a);
-  }
+int rt_model_scale(const rt_model *m) { return m->scale; }
+
+void rt_model_set_step(rt_model *m, int step, int replica) {
+  m->step = step;
+  m->replica = replica;
 }
 
 void rt_model_init_stage(rt_model *m, int st_i) {
   if (st_i < 0 || st_i >= m->nstages) return;
   mstage *st = &m->stages[st_i];
   if (st->init) return;
-  st->w = xmalloc(st->nparams * sizeof *st->w);
-  st->g = xcalloc(st->nparams, sizeof *st->g);
+  st->w = xmalloc((st->nparams ? st->nparams : 1) * sizeof *st->w);
+  st->g = xcalloc(st->nparams ? st->nparams : 1, sizeof *st->g);
   if (m->adam) {
-    st->am = xcalloc(st->nparams, sizeof *st->am);
-    st->av = xcalloc(st->nparams, sizeof *st->av);
+    st->am = xcalloc(st->nparams ? st->nparams : 1, sizeof *st->am);
+    st->av = xcalloc(st->nparams ? st->nparams : 1, sizeof *st->av);
   }
   st->b1t = st->b2t = 1.0;
-  init_values(m, st, st->w);
+  for (int i = st->first; i < st->end; i++) {
+    const mlayer *L = &m->layers[i];
+    rt_kernel_init_params(&L->p, mix64(m->seed ^ ((uint64_t)(i + 1) * 0xd1b54a32d192ed03ULL)),
+                          st->w + L->w_off);
+  }
   st->init = true;
-}
-
-rt_model_dims rt_model_get_dims(const rt_model *m) {
-  rt_model_dims d = {m->h, m->V, m->T, m->nmb, m->replicas, m->head, m->adam, m->lr};
-  return d;
-}
-
-int rt_model_init_values(const rt_model *m, int st, float *w, size_t n) {
-  if (st < 0 || st >= m->nstages || n != m->stages[st].nparams) return -1;
-  init_values(m, &m->stages[st], w);
-  return 0;
 }
 
 /* Stage st, initialized on first use (init is deterministic and idempotent). */
@@ -344,27 +488,28 @@ static mstage *stage_of(rt_model *m, int st) {
   return &m->stages[st];
 }
 
-/* Output width per token of stage st (that of its last layer). */
-static int stage_out(const rt_model *m, int st) {
-  return m->layers[m->stages[st].end - 1].out;
-}
-
 size_t rt_tensor_floats(const rt_model *m, be_tensor_kind k, int stage) {
-  size_t T = (size_t)m->T;
+  const mlayer *L0 = &m->layers[0];
   switch (k) {
-  case BE_T_INPUT: return T;
-  case BE_T_ACT: return stage >= 0 && stage < m->nstages ? T * stage_out(m, stage) : 0;
-  case BE_T_GRAD: return stage >= 1 && stage <= m->nstages ? T * stage_out(m, stage - 1) : 0;
+  case BE_T_INPUT: return (size_t)m->B * L0->d.in_S * L0->d.in_w;
+  case BE_T_ACT:
+    if (stage < 0 || stage >= m->nstages) return 0;
+    return (size_t)m->B * m->layers[m->stages[stage].end - 1].d.S *
+           m->layers[m->stages[stage].end - 1].p.out_w;
+  case BE_T_GRAD:
+    if (stage < 1 || stage > m->nstages) return 0;
+    return rt_tensor_floats(m, BE_T_ACT, stage - 1);
   default: return 0;
   }
 }
 
 /* ---- Data ---------------------------------------------------------------------------------- */
 
-/* Token at stream position p. */
+/* Token at stream position p: the data file's byte, or the synthetic chain (a random start per
+ * sequence, then each token's successor in the permutation). */
 static int token_at(const rt_model *m, uint64_t p) {
   if (m->data) return m->data[p % m->data_len] % m->V;
-  uint64_t start = p - p % (uint64_t)m->T;
+  uint64_t start = p - p % (uint64_t)m->S;
   int t = (int)(mix64(mix64(m->seed ^ 0x5345515354415254ULL) ^ mix64(start)) % (uint64_t)m->V);
   for (uint64_t q = start; q < p; q++) t = m->perm[t];
   return t;
@@ -374,7 +519,7 @@ static int token_at(const rt_model *m, uint64_t p) {
 static void tokens_from(const rt_model *m, uint64_t p, int n, int *out) {
   for (int i = 0; i < n; i++) {
     uint64_t q = p + (uint64_t)i;
-    if (i == 0 || m->data || q % (uint64_t)m->T == 0) out[i] = token_at(m, q);
+    if (i == 0 || m->data || q % (uint64_t)m->S == 0) out[i] = token_at(m, q);
     else out[i] = m->perm[out[i - 1]];
   }
 }
@@ -382,81 +527,124 @@ static void tokens_from(const rt_model *m, uint64_t p, int n, int *out) {
 /* Stream position of token 0 of (step, replica, mb). */
 static uint64_t mb_pos(const rt_model *m, int step, int replica, int mb) {
   return (((uint64_t)step * (uint64_t)m->replicas + (uint64_t)replica) * (uint64_t)m->nmb +
-          (uint64_t)mb) * (uint64_t)m->T;
+          (uint64_t)mb) * (uint64_t)m->B * (uint64_t)m->S;
 }
 
-void rt_load(rt_model *m, int step, int replica, int mb, float *tokens) {
-  tokens_from(m, mb_pos(m, step, replica, mb), m->T, m->tok);
-  for (int i = 0; i < m->T; i++) tokens[i] = (float)m->tok[i];
+/* Token ids of microbatch mb of the current step and replica as floats into ids (B x S). */
+static void load_ids(rt_model *m, int step, int replica, int mb, float *ids) {
+  int T = m->B * m->S;
+  tokens_from(m, mb_pos(m, step, replica, mb), T, m->tok);
+  for (int i = 0; i < T; i++) ids[i] = (float)m->tok[i];
 }
 
-/* Token id stored in a float, clamped into [0, V) (0 for anything that is not a valid id). */
-static int token_id(const rt_model *m, float f) {
-  return f >= 0 && f < (float)m->V ? (int)f : 0;
+void rt_load(rt_model *m, int step, int replica, int mb, float *in) {
+  const mlayer *L0 = &m->layers[0];
+  if (strcmp(L0->k->kind, "embedding") == 0) {
+    load_ids(m, step, replica, mb, in);
+    return;
+  }
+  /* Dense features (e.g. embedded image patches), uniform in [-1, 1) from the position. */
+  size_t n = rt_tensor_floats(m, BE_T_INPUT, 0);
+  uint64_t st = mix64(m->seed ^ 0x494d414745ULL ^ mix64(mb_pos(m, step, replica, mb) + 1));
+  for (size_t i = 0; i < n; i++) in[i] = (float)((double)(next64(&st) >> 11) * 0x1p-52 - 1.0);
 }
 
 /* ---- Forward and loss ---------------------------------------------------------------------- */
 
-/* Forward of layer L: x (T x in) -> y (T x out); a (T x h) receives tanh(xW+b) for dense. */
-static void layer_forward(rt_model *m, const mlayer *L, const float *w, const float *x, float *a,
-                          float *y) {
-  int T = m->T, h = m->h;
-  double *acc = m->dacc;
-  if (L->kind == LK_EMB) {
-    for (int t = 0; t < T; t++) {
-      const float *row = w + L->w_off + (size_t)token_id(m, x[t]) * h;
-      memcpy(y + (size_t)t * h, row, (size_t)h * sizeof *y);
+/* Adapter: a tensor of B sequences of prev_S tokens of width prev_w into one of in_S tokens of
+ * width in_w, keeping each sequence's last tokens and the first columns (zeros where none). */
+static void adapt_fwd(const rt_model *m, const mlayer *L, const float *in, float *out) {
+  int S0 = L->prev_S, w0 = L->prev_w, S1 = L->d.in_S, w1 = L->d.in_w, cw = w0 < w1 ? w0 : w1;
+  for (int b = 0; b < m->B; b++)
+    for (int t = 0; t < S1; t++) {
+      int src = t + S0 - S1;
+      float *o = out + ((size_t)b * S1 + t) * w1;
+      memset(o, 0, (size_t)w1 * sizeof *o);
+      if (src >= 0) memcpy(o, in + ((size_t)b * S0 + src) * w0, (size_t)cw * sizeof *o);
     }
-    return;
-  }
-  const float *W = w + L->w_off;
-  int n = L->out;
-  for (int t = 0; t < T; t++) {
-    const float *xt = x + (size_t)t * h;
-    for (int k = 0; k < n; k++) acc[k] = L->kind == LK_DENSE ? (double)w[L->b_off + k] : 0.0;
-    for (int i = 0; i < h; i++) {
-      double xi = xt[i];
-      const float *Wi = W + (size_t)i * n;
-      for (int k = 0; k < n; k++) acc[k] += xi * Wi[k];
+}
+
+/* Its transpose: the gradient of the adapter's input from that of its output. */
+static void adapt_bwd(const rt_model *m, const mlayer *L, const float *dout, float *din) {
+  int S0 = L->prev_S, w0 = L->prev_w, S1 = L->d.in_S, w1 = L->d.in_w, cw = w0 < w1 ? w0 : w1;
+  memset(din, 0, (size_t)m->B * S0 * w0 * sizeof *din);
+  for (int b = 0; b < m->B; b++)
+    for (int t = 0; t < S1; t++) {
+      int src = t + S0 - S1;
+      if (src >= 0)
+        memcpy(din + ((size_t)b * S0 + src) * w0, dout + ((size_t)b * S1 + t) * w1,
+               (size_t)cw * sizeof *din);
     }
-    float *yt = y + (size_t)t * n;
-    if (L->kind == LK_HEAD) {
-      for (int k = 0; k < n; k++) yt[k] = (float)acc[k];
-    } else {
-      float *at = a + (size_t)t * h;
-      for (int k = 0; k < n; k++) {
-        at[k] = (float)tanh(acc[k]);
-        yt[k] = xt[k] + at[k];
-      }
-    }
-  }
+}
+
+/* A scratch buffer that is neither a nor b. */
+static float *other_scr(rt_model *m, const float *a, const float *b) {
+  for (int i = 0; i < 3; i++)
+    if (m->scr[i] != a && m->scr[i] != b) return m->scr[i];
+  return NULL;
+}
+
+/* Copy of n floats of a (for --dump). */
+static float *dup_floats(const float *a, size_t n) {
+  float *c = xmalloc((n ? n : 1) * sizeof *c);
+  memcpy(c, a, n * sizeof *c);
+  return c;
+}
+
+/* Whether microbatch mb of the current step is the one --dump writes. */
+static bool dumping(const rt_model *m, int mb) {
+  return m->dump && m->step == 0 && m->replica == 0 && mb == 0;
 }
 
 void rt_forward(rt_model *m, int st_i, int mb, const float *in, float *out) {
   if (st_i < 0 || st_i >= m->nstages || mb < 0 || mb >= m->nmb) return;
   mstage *st = stage_of(m, st_i);
   msaved *sv = &st->saved[mb];
-  if (!sv->buf) sv->buf = xmalloc(st->state_floats * sizeof *sv->buf);
+  if (!sv->buf) sv->buf = xmalloc((st->state_floats ? st->state_floats : 1) * sizeof *sv->buf);
   sv->b_done = false;
-  float *blk = sv->buf;
-  const mlayer *L0 = &m->layers[st->first];
-  memcpy(blk + L0->x_off, in, (size_t)m->T * L0->in * sizeof *in);
+  const float *cur = in;
   for (int i = st->first; i < st->end; i++) {
-    const mlayer *L = &m->layers[i];
-    float *y = i + 1 < st->end ? blk + m->layers[i + 1].x_off : out;
-    layer_forward(m, L, st->w, blk + L->x_off, blk + L->a_off, y);
+    mlayer *L = &m->layers[i];
+    const float *x = cur;
+    if (L->splice) {
+      float *ids = other_scr(m, cur, NULL);
+      load_ids(m, m->step, m->replica, mb, ids);
+      x = ids;
+    } else if (L->adapt) {
+      float *a = other_scr(m, cur, NULL);
+      adapt_fwd(m, L, cur, a);
+      x = a;
+    }
+    float *y = other_scr(m, cur, x);
+    L->k->fwd(&L->d, st->w + L->w_off, x, y, sv->buf + L->sv_off);
+    if (dumping(m, mb)) {
+      dump_free(m, i);
+      m->dumps[i].x = dup_floats(x, (size_t)m->B * L->d.in_S * L->d.in_w);
+      m->dumps[i].y = dup_floats(y, (size_t)m->B * L->d.S * L->p.out_w);
+    }
+    if (L->splice) /* the previous layers' tokens come first in each sequence */
+      for (int b = 0; b < m->B; b++)
+        memcpy(y + (size_t)b * L->d.S * L->d.hidden, cur + (size_t)b * L->prev_S * L->prev_w,
+               (size_t)L->prev_S * L->prev_w * sizeof *y);
+    cur = y;
   }
+  memcpy(out, cur, rt_tensor_floats(m, BE_T_ACT, st_i) * sizeof *out);
 }
 
 double rt_loss(rt_model *m, int step, int replica, int mb, const float *out, float *grad) {
-  int T = m->T, C = stage_out(m, m->nstages - 1);
+  int S = m->S, C = m->layers[m->nlayers - 1].p.out_w, T = m->B * S;
   tokens_from(m, mb_pos(m, step, replica, mb) + 1, T, m->tok);
-  double scale = 1.0 / ((double)T * m->nmb * m->replicas);
+  int counted = m->B * (S - m->prefix);
+  double scale = 1.0 / ((double)counted * m->nmb * m->replicas);
   double total = 0;
-  for (int t = 0; t < T; t++) {
-    const float *o = out + (size_t)t * C;
-    float *g = grad + (size_t)t * C;
-    int target = m->tok[t] % C;
+  for (int r = 0; r < T; r++) {
+    const float *o = out + (size_t)r * C;
+    float *g = grad + (size_t)r * C;
+    if (r % S < m->prefix) {
+      memset(g, 0, (size_t)C * sizeof *g);
+      continue;
+    }
+    int target = m->tok[r] % C;
     double mx = o[0];
     for (int c = 1; c < C; c++)
       if (o[c] > mx) mx = o[c];
@@ -468,83 +656,62 @@ double rt_loss(rt_model *m, int step, int replica, int mb, const float *out, flo
       g[c] = (float)((p - (c == target ? 1.0 : 0.0)) * scale);
     }
   }
-  return total / T;
+  return total / counted;
 }
 
 /* ---- Backward ------------------------------------------------------------------------------ */
-
-/* Input-gradient backward of L: dy (its saved d slot, T x out) -> dx (T x in; may be NULL).
- * Dense layers turn dy into dz in place; the head keeps dlogits as they are. */
-static void layer_backward_input(rt_model *m, const mlayer *L, const float *w, float *dy,
-                                 const float *a, float *dx) {
-  int T = m->T, h = m->h, n = L->out;
-  if (L->kind == LK_EMB) return;
-  const float *W = w + L->w_off;
-  for (int t = 0; t < T; t++) {
-    float *dyt = dy + (size_t)t * n;
-    if (L->kind == LK_DENSE) {
-      const float *at = a + (size_t)t * h;
-      if (dx) memcpy(dx + (size_t)t * h, dyt, (size_t)h * sizeof *dx);
-      for (int k = 0; k < h; k++) dyt[k] = (float)((double)dyt[k] * (1.0 - (double)at[k] * at[k]));
-    }
-    if (!dx) continue;
-    float *dxt = dx + (size_t)t * h;
-    for (int i = 0; i < h; i++) {
-      const float *Wi = W + (size_t)i * n;
-      double acc = L->kind == LK_DENSE ? (double)dxt[i] : 0.0;
-      for (int k = 0; k < n; k++) acc += (double)dyt[k] * Wi[k];
-      dxt[i] = (float)acc;
-    }
-  }
-}
 
 void rt_backward_input(rt_model *m, int st_i, int mb, const float *grad, float *dx) {
   if (st_i < 0 || st_i >= m->nstages || mb < 0 || mb >= m->nmb) return;
   mstage *st = stage_of(m, st_i);
   msaved *sv = &st->saved[mb];
   if (!sv->buf) return; /* no forward: precondition broken */
-  float *blk = sv->buf;
-  const mlayer *Ll = &m->layers[st->end - 1];
-  memcpy(blk + Ll->d_off, grad, (size_t)m->T * Ll->out * sizeof *grad);
+  float *cur = m->scr[0];
+  memcpy(cur, grad, rt_tensor_floats(m, BE_T_ACT, st_i) * sizeof *cur);
   for (int i = st->end - 1; i >= st->first; i--) {
-    const mlayer *L = &m->layers[i];
-    float *d = i > st->first ? blk + m->layers[i - 1].d_off : dx;
-    layer_backward_input(m, L, st->w, blk + L->d_off, blk + L->a_off, d);
+    mlayer *L = &m->layers[i];
+    bool need = i > 0 && (i > st->first || dx);
+    float *dprev = NULL;
+    if (L->splice) {
+      /* the spliced tokens' gradient goes back; the table's rows see the rest */
+      dprev = other_scr(m, cur, NULL);
+      for (int b = 0; b < m->B; b++) {
+        float *g = cur + (size_t)b * L->d.S * L->d.hidden;
+        size_t n = (size_t)L->prev_S * L->prev_w;
+        memcpy(dprev + (size_t)b * n, g, n * sizeof *g);
+        memset(g, 0, n * sizeof *g);
+      }
+      L->k->bwd_in(&L->d, st->w + L->w_off, sv->buf + L->sv_off, cur, NULL);
+    } else {
+      float *dk = need ? other_scr(m, cur, NULL) : NULL;
+      L->k->bwd_in(&L->d, st->w + L->w_off, sv->buf + L->sv_off, cur, dk);
+      if (dk && L->adapt) {
+        dprev = other_scr(m, cur, dk);
+        adapt_bwd(m, L, dk, dprev);
+      } else {
+        dprev = dk;
+      }
+      if (dumping(m, mb)) m->dumps[i].dx = dk ? dup_floats(dk, (size_t)m->B * L->d.in_S * L->d.in_w) : NULL;
+    }
+    if (dumping(m, mb)) m->dumps[i].dy = dup_floats(cur, (size_t)m->B * L->d.S * L->p.out_w);
+    cur = dprev;
+    if (!cur) break;
   }
+  if (dx && cur) memcpy(dx, cur, rt_tensor_floats(m, BE_T_GRAD, st_i) * sizeof *dx);
   sv->b_done = true;
 }
 
-/* Weight-gradient backward of L into the stage's gradients g from its saved x and d. */
-static void layer_backward_weight(rt_model *m, const mlayer *L, float *g, const float *x,
-                                  const float *d) {
-  int T = m->T, h = m->h, n = L->out;
-  double *acc = m->dacc;
-  if (L->kind == LK_EMB) {
-    for (int t = 0; t < T; t++) {
-      float *gr = g + L->w_off + (size_t)token_id(m, x[t]) * h;
-      const float *dt = d + (size_t)t * h;
-      for (int k = 0; k < h; k++) gr[k] += dt[k];
-    }
-    return;
-  }
-  float *gW = g + L->w_off;
-  for (int i = 0; i < h; i++) {
-    for (int k = 0; k < n; k++) acc[k] = 0;
-    for (int t = 0; t < T; t++) {
-      double xi = x[(size_t)t * h + i];
-      const float *dt = d + (size_t)t * n;
-      for (int k = 0; k < n; k++) acc[k] += xi * dt[k];
-    }
-    float *gi = gW + (size_t)i * n;
-    for (int k = 0; k < n; k++) gi[k] = (float)((double)gi[k] + acc[k]);
-  }
-  if (L->kind == LK_DENSE) {
-    for (int k = 0; k < h; k++) acc[k] = 0;
-    for (int t = 0; t < T; t++)
-      for (int k = 0; k < h; k++) acc[k] += d[(size_t)t * h + k];
-    float *gb = g + L->b_off;
-    for (int k = 0; k < h; k++) gb[k] = (float)((double)gb[k] + acc[k]);
-  }
+/* Write layer i's dump (its copies, the stage's weights and this microbatch's gradient g). */
+static void dump_layer(rt_model *m, int i, const float *w, const float *g) {
+  mlayer *L = &m->layers[i];
+  mdump *D = &m->dumps[i];
+  if (!D->x || !D->y || !D->dy) return;
+  rt_dump_tensors t = {D->x, D->y, D->dy, D->dx, w, g};
+  strbuf err = {0};
+  if (rt_dump_layer(m->dump, L->name, &L->d, &L->p, &t, &err) != 0)
+    fprintf(stderr, "octo-run: --dump: %s\n", strbuf_cstr(&err));
+  strbuf_free(&err);
+  dump_free(m, i);
 }
 
 void rt_backward_weight(rt_model *m, int st_i, int mb) {
@@ -554,11 +721,29 @@ void rt_backward_weight(rt_model *m, int st_i, int mb) {
   if (!sv->buf || !sv->b_done) return; /* no B: precondition broken */
   for (int i = st->first; i < st->end; i++) {
     const mlayer *L = &m->layers[i];
-    layer_backward_weight(m, L, st->g, sv->buf + L->x_off, sv->buf + L->d_off);
+    L->k->bwd_w(&L->d, st->w + L->w_off, sv->buf + L->sv_off, st->g + L->w_off);
+    if (dumping(m, mb)) { /* this microbatch's own gradient, into a zeroed copy */
+      float *g1 = xcalloc(L->nw ? L->nw : 1, sizeof *g1);
+      L->k->bwd_w(&L->d, st->w + L->w_off, sv->buf + L->sv_off, g1);
+      dump_layer(m, i, st->w + L->w_off, g1);
+      free(g1);
+    }
   }
   free(sv->buf);
   sv->buf = NULL;
   sv->b_done = false;
+}
+
+int rt_model_dump_index(const rt_model *m, strbuf *err) {
+  if (!m->dump) return 0;
+  strbuf index = {0};
+  for (int i = 0; i < m->nlayers; i++) {
+    const mlayer *L = &m->layers[i];
+    rt_dump_entry(&index, L->name, L->k->kind, &L->d, &L->p, i > 0 && !L->splice);
+  }
+  int rc = rt_dump_index(m->dump, &index, err);
+  strbuf_free(&index);
+  return rc;
 }
 
 /* ---- Gradients and optimizer --------------------------------------------------------------- */
@@ -571,6 +756,26 @@ float *rt_stage_grads(rt_model *m, int st_i, size_t *n) {
   mstage *st = stage_of(m, st_i);
   *n = st->nparams;
   return st->g;
+}
+
+bool rt_stage_finite(const rt_model *m, int st_i, strbuf *why) {
+  if (st_i < 0 || st_i >= m->nstages || !m->stages[st_i].init) return true;
+  const mstage *st = &m->stages[st_i];
+  for (int i = st->first; i < st->end; i++) {
+    const mlayer *L = &m->layers[i];
+    const float *g = st->g + L->w_off;
+    for (int t = 0; t < L->p.npt; t++) {
+      size_t n = rt_ptensor_floats(&L->p.pt[t]);
+      for (size_t k = 0; k < n; k++)
+        if (!isfinite(g[k])) {
+          strbuf_printf(why, "layer %s (%s): gradient of %s[%zu] is %s", L->name, L->k->kind,
+                        L->p.pt[t].name, k, isnan(g[k]) ? "NaN" : "infinite");
+          return false;
+        }
+      g += n;
+    }
+  }
+  return true;
 }
 
 void rt_step(rt_model *m, int st_i) {
@@ -600,16 +805,23 @@ void rt_step(rt_model *m, int st_i) {
 /* ---- Reference and comparison -------------------------------------------------------------- */
 
 double rt_reference_step(rt_model *m, int step, int replicas) {
-  size_t big = (size_t)m->T * m->maxw;
-  float *tokens = xmalloc((size_t)m->T * sizeof *tokens);
+  size_t big = 1;
+  for (int s = 0; s < m->nstages; s++) {
+    size_t n = rt_tensor_floats(m, BE_T_ACT, s);
+    if (n > big) big = n;
+  }
+  size_t nin = rt_tensor_floats(m, BE_T_INPUT, 0);
+  float *in = xmalloc(nin * sizeof *in);
   float *act = xmalloc((size_t)m->nstages * big * sizeof *act); /* output of each stage */
   float *ga = xmalloc(big * sizeof *ga), *gb = xmalloc(big * sizeof *gb);
   double total = 0;
-  for (int r = 0; r < replicas; r++)
+  int keep_step = m->step, keep_replica = m->replica;
+  for (int r = 0; r < replicas; r++) {
+    rt_model_set_step(m, step, r);
     for (int mb = 0; mb < m->nmb; mb++) {
-      rt_load(m, step, r, mb, tokens);
+      rt_load(m, step, r, mb, in);
       for (int s = 0; s < m->nstages; s++)
-        rt_forward(m, s, mb, s == 0 ? tokens : act + (size_t)(s - 1) * big, act + (size_t)s * big);
+        rt_forward(m, s, mb, s == 0 ? in : act + (size_t)(s - 1) * big, act + (size_t)s * big);
       total += rt_loss(m, step, r, mb, act + (size_t)(m->nstages - 1) * big, ga);
       for (int s = m->nstages - 1; s >= 0; s--) {
         rt_backward_input(m, s, mb, ga, s == 0 ? NULL : gb);
@@ -619,7 +831,9 @@ double rt_reference_step(rt_model *m, int step, int replicas) {
         gb = t;
       }
     }
-  free(tokens);
+  }
+  rt_model_set_step(m, keep_step, keep_replica);
+  free(in);
   free(act);
   free(ga);
   free(gb);
@@ -637,33 +851,20 @@ static double tensor_diff(const float *a, const float *b, size_t n) {
   return mb > 0 ? md / mb : md;
 }
 
-/* The largest per-tensor difference between gradients ga and gb of stage st_i of m (both in
- * rt_stage_grads order). */
-static double grads_diff(const rt_model *m, int st_i, const float *ga, const float *gb) {
-  const mstage *sa = &m->stages[st_i];
-  double worst = 0;
-  for (int i = sa->first; i < sa->end; i++) {
-    const mlayer *L = &m->layers[i];
-    double d = tensor_diff(ga + L->w_off, gb + L->w_off, L->w_n);
-    if (L->b_n) {
-      double db = tensor_diff(ga + L->b_off, gb + L->b_off, L->b_n);
-      if (db > d || db != db) d = db;
-    }
-    if (d > worst || d != d) worst = d;
-  }
-  return worst;
-}
-
 double rt_grad_diff(const rt_model *a, const rt_model *b, int st_i) {
   if (st_i < 0 || st_i >= a->nstages || st_i >= b->nstages) return 0;
   const mstage *sa = &a->stages[st_i], *sb = &b->stages[st_i];
   if (!sa->init || !sb->init || sa->nparams != sb->nparams) return INFINITY;
-  return grads_diff(a, st_i, sa->g, sb->g);
-}
-
-double rt_grad_diff_array(const float *g, size_t n, const rt_model *b, int st_i) {
-  if (st_i < 0 || st_i >= b->nstages) return 0;
-  const mstage *sb = &b->stages[st_i];
-  if (!sb->init || (size_t)sb->nparams != n) return INFINITY;
-  return grads_diff(b, st_i, g, sb->g);
+  double worst = 0;
+  for (int i = sa->first; i < sa->end; i++) {
+    const mlayer *L = &a->layers[i];
+    size_t off = L->w_off;
+    for (int t = 0; t < L->p.npt; t++) {
+      size_t n = rt_ptensor_floats(&L->p.pt[t]);
+      double d = tensor_diff(sa->g + off, sb->g + off, n);
+      if (d > worst || d != d) worst = d;
+      off += n;
+    }
+  }
+  return worst;
 }

@@ -1,9 +1,10 @@
 /* runtime.h -- the runtime: executes instruction streams (backend.h) with real float32
  * arithmetic. Three parts:
- *   - the model (model.c): stand-in layers for the stream's layers, sized from their dimensions
- *     divided by a scale, with deterministic initialization, forward, loss, the split backward
- *     (input gradient, then weight gradient), the optimizer step, synthetic or file data, and a
- *     sequential reference step (all microbatches through the unpartitioned model);
+ *   - the model (model.c): the stream's layers with their real math (the kernel table,
+ *     kernels.h), sized from their dimensions divided by a scale, with deterministic
+ *     initialization, forward, loss, the split backward (input gradient, then weight gradient),
+ *     the optimizer step, synthetic or file data, and a sequential reference step (all
+ *     microbatches through the unpartitioned model);
  *   - transports (comm_threads.c, comm_mpi.c): point-to-point messages with the posting,
  *     matching and completion semantics the deadlock checker assumes, and the all-reduce over
  *     data-parallel replicas;
@@ -22,62 +23,56 @@
 
 /* ---- Model --------------------------------------------------------------------------------- */
 
-/* How the stand-in model is built and trained. */
+/* How the model is built and trained. */
 typedef struct rt_opts {
-  int scale;         /* hidden size, vocabulary and sequence length are divided by it (>= 1) */
+  int scale;         /* widths, vocabulary and sequence lengths are divided by it (>= 1); 0: the
+                        smallest power of two whose step is a few seconds of CPU work */
   uint64_t seed;     /* initialization and synthetic data */
   double lr;         /* learning rate of SGD or Adam (the stream names the optimizer) */
   const char *data;  /* text file whose bytes are the token stream, or NULL for synthetic data */
+  const char *dump;  /* directory for --dump (every layer's tensors of step 0, microbatch 0 of
+                        replica 0), or NULL */
 } rt_opts;
 
-/* The stand-in model of a stream for one rank of one replica: dimensions of every layer,
- * parameters and gradients of the stages it initialized, and the state saved between F, B and W
- * of each (stage, microbatch) in flight. Opaque. */
+/* The model of a stream for one rank of one replica: every layer with its kernels (kernels.h)
+ * at the scale in force, parameters and gradients of the stages it initialized, and the state
+ * saved between F, B and W of each (stage, microbatch) in flight. Opaque. */
 typedef struct rt_model rt_model;
 
 /* Build the model of stream s (dimensions only; no stage initialized). Returns NULL with the
- * reason appended to err (a data file that cannot be read or is empty, a scale < 1). */
+ * reason appended to err: a layer the runtime cannot run at this scale ("layer attn.3
+ * (attention): heads 6 is not a multiple of kv_heads 4"), a data file that cannot be read or is
+ * empty, a negative scale. */
 rt_model *rt_model_new(const be_stream *s, const rt_opts *o, strbuf *err);
 void rt_model_free(rt_model *m);
+/* The scale in force (o->scale, or the one chosen for 0). */
+int rt_model_scale(const rt_model *m);
+/* The step and replica whose data rt_forward's spliced embeddings read (the interpreter sets it
+ * at every step; the reference sets it itself). */
+void rt_model_set_step(rt_model *m, int step, int replica);
 
 /* Allocate and initialize the parameters (and zeroed gradients and optimizer state) of stage st.
  * Deterministic: the values depend only on the seed and the layer index, so every rank and the
  * reference build the same weights. Idempotent. */
 void rt_model_init_stage(rt_model *m, int st);
 
-/* The stand-in's dimensions, for other implementations of the same model (gpu_model.cu), which
- * lay out each stage's parameters as model.c does: per layer in order, W (E[V][h] for layer 0,
- * W[h][V] for an lm_head, W[h][h] for a dense layer) then b[h] (dense layers only). */
-typedef struct rt_model_dims {
-  int h, V, T;       /* width, vocabulary, tokens per microbatch */
-  int nmb, replicas; /* microbatches per step, data-parallel replicas (>= 1) */
-  bool head;         /* the last layer is an lm_head (layer 0 is always the embedding) */
-  bool adam;         /* the optimizer is Adam (else SGD) */
-  double lr;         /* learning rate */
-} rt_model_dims;
-rt_model_dims rt_model_get_dims(const rt_model *m);
-
-/* Write stage st's initial parameters (the values rt_model_init_stage gives it, in
- * rt_stage_grads order) into w of n floats, without initializing st in m. Returns 0, or -1 when
- * st is out of range or n is not the stage's parameter count. */
-int rt_model_init_values(const rt_model *m, int st, float *w, size_t n);
-
-/* Number of floats of tensor (kind, stage) at runtime: INPUT holds the microbatch's token ids
- * (as floats), ACT s the output of stage s, GRAD s the gradient of the input of stage s (grad
- * nstages: of the last stage's output). 0 for STASH and WSTASH, which the model keeps itself. */
+/* Number of floats of tensor (kind, stage) at runtime: INPUT the first layer's input (token ids
+ * as floats, or dense features when the model does not start with an embedding), ACT s the
+ * output of stage s, GRAD s the gradient of the input of stage s (grad nstages: of the last
+ * stage's output). 0 for STASH and WSTASH, which the model keeps itself. */
 size_t rt_tensor_floats(const rt_model *m, be_tensor_kind k, int stage);
 
-/* Token ids of microbatch mb of replica 'replica' at step 'step' into tokens
- * (rt_tensor_floats(INPUT) floats). */
-void rt_load(rt_model *m, int step, int replica, int mb, float *tokens);
+/* The input of microbatch mb of replica 'replica' at step 'step' (rt_tensor_floats(INPUT)). */
+void rt_load(rt_model *m, int step, int replica, int mb, float *in);
 
-/* Forward of stage st on microbatch mb: in -> out; keeps what the backward needs. Pre: stage
- * initialized; in holds the stage's input (tokens for stage 0). */
+/* Forward of stage st on microbatch mb: in -> out; keeps what the backward needs. Pre: in holds
+ * the stage's input. */
 void rt_forward(rt_model *m, int st, int mb, const float *in, float *out);
 
-/* Cross-entropy loss of microbatch mb (targets: the next tokens of the same data) from the last
- * stage's output; writes into grad the gradient of the step's loss (the mean over all tokens of
- * all microbatches of all replicas) with respect to out. Returns the microbatch's mean loss. */
+/* Cross-entropy loss of microbatch mb (targets: the next tokens of the same data; spliced
+ * positions carry none) from the last stage's output; writes into grad the gradient of the
+ * step's loss (the mean over all counted tokens of all microbatches of all replicas) with
+ * respect to out. Returns the microbatch's mean loss. */
 double rt_loss(rt_model *m, int step, int replica, int mb, const float *out, float *grad);
 
 /* Input-gradient backward (B) of stage st on mb: grad (of the stage's output) -> dx (of its
@@ -89,6 +84,9 @@ void rt_backward_weight(rt_model *m, int st, int mb);
 
 /* The gradients of stage st as one contiguous array of *n floats (for the all-reduce). */
 float *rt_stage_grads(rt_model *m, int st, size_t *n);
+/* True when every gradient of stage st is finite; else false with "layer NAME (KIND): gradient
+ * of PARAM[i] is NaN" appended to why. */
+bool rt_stage_finite(const rt_model *m, int st, strbuf *why);
 /* Optimizer step of stage st (SGD or Adam), then zero its gradients. */
 void rt_step(rt_model *m, int st);
 
@@ -100,9 +98,10 @@ double rt_reference_step(rt_model *m, int step, int replicas);
 /* Largest, over the parameter tensors of stage st, of max|a - b| / max|b| between the gradients
  * of a and b (0 when both are zero). Pre: st initialized in both. */
 double rt_grad_diff(const rt_model *a, const rt_model *b, int st);
-/* The same, with a's gradients given as an array g of n floats in rt_stage_grads order (a GPU
- * model's, copied to the host). INFINITY when n is not the stage's parameter count. */
-double rt_grad_diff_array(const float *g, size_t n, const rt_model *b, int st);
+
+/* With a dump directory: write its index.json (every layer's kind, dimensions and parameters;
+ * each rank writes the .npy files of its own layers). Returns 0, or -1 with the reason in err. */
+int rt_model_dump_index(const rt_model *m, strbuf *err);
 
 /* ---- Transports ------------------------------------------------------------------------------ */
 
@@ -160,7 +159,8 @@ typedef struct rt_event {
 typedef struct rt_rank_stats {
   int rank, replica;   /* who */
   int status;          /* RT_OK, RT_FAILED (it failed: err says why), RT_ABORTED (another rank
-                          failed), RT_DIED (stopped by die_rank) */
+                          failed), RT_DIED (stopped by die_rank), RT_NONFINITE (a loss or
+                          gradient was NaN or infinite: err names the step, layer and tensor) */
   char err[512];       /* its error message */
   double *step_s;      /* per step: wall time from its start to its STEP */
   double *loss;        /* per step: sum of its microbatches' losses (last stage only, else 0) */
@@ -172,7 +172,7 @@ typedef struct rt_rank_stats {
   int nev, ev_cap;
 } rt_rank_stats;
 
-enum { RT_OK = 0, RT_FAILED = 1, RT_ABORTED = 2, RT_DIED = 3 };
+enum { RT_OK = 0, RT_FAILED = 1, RT_ABORTED = 2, RT_DIED = 3, RT_NONFINITE = 4 };
 
 /* Run rank 'rank' of replica 'replica': build its model (stages it runs), allocate its buffers,
  * interpret its program o->steps times on transport c; fills *st (allocating its arrays; free
@@ -220,12 +220,13 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
                   const char *path, const char *backend, const char *trace_path);
 
 /* Exit statuses of octo-run (docs/runtime.md). */
-enum { RT_EXIT_OK = 0, RT_EXIT_INPUT = 1, RT_EXIT_RUNTIME = 3, RT_EXIT_CHECK = 4 };
+enum { RT_EXIT_OK = 0, RT_EXIT_INPUT = 1, RT_EXIT_RUNTIME = 3, RT_EXIT_CHECK = 4,
+       RT_EXIT_NUMERIC = 5 };
 
 /* Print the run's figures from every rank's stats (n = nranks x replicas entries): per step the
  * time and the loss (and, with check, the sequential loss and the gradient difference), per rank
- * the busy and waiting time; or the failure. Returns the exit status: RT_EXIT_RUNTIME when a rank
- * failed or died, RT_EXIT_CHECK when a loss or gradient differs from the reference by more than
+ * the busy and waiting time; or the failure. Returns the exit status: RT_EXIT_NUMERIC when a
+ * loss or gradient was not finite, RT_EXIT_RUNTIME when a rank failed or died, RT_EXIT_CHECK when a loss or gradient differs from the reference by more than
  * 1e-5 (relative), else RT_EXIT_OK. */
 int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *stats, int n,
                   strbuf *out, strbuf *errs);

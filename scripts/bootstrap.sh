@@ -26,6 +26,7 @@ done
 [ -f /usr/include/zlib.h ] || missing="$missing zlib1g-dev"
 command -v mpirun >/dev/null 2>&1 || missing="$missing openmpi-bin"
 command -v mpicc >/dev/null 2>&1 || missing="$missing libopenmpi-dev"
+[ -f /usr/include/x86_64-linux-gnu/cblas.h ] || [ -f /usr/include/cblas.h ] || missing="$missing libopenblas-dev"
 if [ -n "$missing" ]; then
   echo "bootstrap: installing$missing"
   sudo=""

@@ -1,14 +1,16 @@
 /* octo-run.c -- the runtime tool: runs an instruction stream (.ois) for some training steps with
- * real float32 arithmetic on the stand-in model, with every rank a thread (--backend=cpu) or an
- * MPI process (--backend=mpi, under mpirun), and prints per step the time and the loss (with
- * --check also the sequential run's loss and the largest gradient difference), per rank the busy
- * and waiting time; --trace writes the timeline. Exit codes (docs/runtime.md): 0 success, 1 bad
- * input or command line, 3 a rank failed (timeout, transport error, a rank that died), 4 --check
- * found a difference above 1e-5. */
+ * real float32 arithmetic on the plan's model (every layer with its real math, at a scale), with
+ * every rank a thread (--backend=cpu) or an MPI process (--backend=mpi, under mpirun), and prints
+ * per step the time and the loss (with --check also the sequential run's loss and the largest
+ * gradient difference), per rank the busy and waiting time; --trace writes the timeline, --dump
+ * every layer's tensors. Exit codes (docs/runtime.md): 0 success, 1 bad input or command line,
+ * 3 a rank failed (timeout, transport error, a rank that died), 4 --check found a difference
+ * above 1e-5, 5 a loss or gradient was NaN or infinite. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "backend.h"
 #include "runtime.h"
@@ -25,7 +27,9 @@ static void usage(FILE *out) {
           "       mpirun -np N " PROG " PLAN.ois --backend=mpi|nccl [options]\n"
           "       " PROG " PLAN.ois --profile=FILE.json\n\n"
           "Runs an OctoPipe instruction stream (octoc --emit=stream) with real float32\n"
-          "arithmetic on a stand-in model sized from the plan's layers (docs/runtime.md).\n\n"
+          "arithmetic on the plan's model: every layer with its real math, its widths,\n"
+          "vocabulary and sequence divided by the scale (docs/runtime.md). The GPU backends\n"
+          "still run a stand-in model.\n\n"
           "options:\n"
           "  --backend=cpu|mpi  every rank a thread of this process (default), or an MPI process\n"
           "  --backend=cuda     every rank in this process on one GPU (streams per rank)\n"
@@ -34,7 +38,11 @@ static void usage(FILE *out) {
           "  --profile=FILE     measure each layer kind's F, B, W at full size on this GPU and\n"
           "                     write the profile JSON the cost model reads (docs/cost-model.md)\n"
           "  --steps=N          training steps (default 1)\n"
-          "  --scale=K          divide hidden size, vocabulary and sequence length by K (default 64)\n"
+          "  --scale=K|auto     divide widths, vocabulary and sequence lengths by K; auto (the\n"
+          "                     default) picks the smallest power of two whose step is a few\n"
+          "                     seconds of CPU work (GPU backends: 64)\n"
+          "  --dump=DIR         write every layer's input, output, weights and gradients of\n"
+          "                     step 1, microbatch 0 as .npy files and DIR/index.json\n"
           "  --seed=S           initialization and synthetic data (default 1)\n"
           "  --lr=X             learning rate (default 0.01)\n"
           "  --data=FILE        use FILE's bytes as the token stream instead of synthetic data\n"
@@ -47,7 +55,7 @@ static void usage(FILE *out) {
           "  --help, --version\n\n"
           "exit status: 0 success, 1 bad input or command line (or no GPU for a GPU backend),\n"
           "3 a rank failed (timeout, transport or NCCL error, a rank that died), 4 --check\n"
-          "found a difference.\n");
+          "found a difference, 5 a loss or gradient was NaN or infinite.\n");
 }
 
 /* Whether arg starts with prefix; *value then points just after it. */
@@ -117,7 +125,7 @@ static int write_profile(const be_stream *s, const char *path) {
 int main(int argc, char **argv) {
   const char *input = NULL, *trace_path = NULL, *backend = "cpu", *profile = NULL;
   bool bf16 = false;
-  rt_opts mo = {64, 1, 0.01, NULL};
+  rt_opts mo = {0, 1, 0.01, NULL, NULL};
   rt_run_opts o = {1, 60, false, false, -1, -1};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
@@ -137,8 +145,15 @@ int main(int argc, char **argv) {
       if (!number(v, 1, 1e6, &x) || x != (int)x) return bad_value("--steps", v, "a count >= 1");
       o.steps = (int)x;
     } else if (starts(a, "--scale=", &v)) {
-      if (!number(v, 1, 1e9, &x) || x != (int)x) return bad_value("--scale", v, "a whole number >= 1");
-      mo.scale = (int)x;
+      if (strcmp(v, "auto") == 0)
+        mo.scale = 0;
+      else if (!number(v, 1, 1e9, &x) || x != (int)x)
+        return bad_value("--scale", v, "a whole number >= 1 or auto");
+      else
+        mo.scale = (int)x;
+    } else if (starts(a, "--dump=", &v)) {
+      if (!*v) return bad_value("--dump", v, "a directory");
+      mo.dump = v;
     } else if (starts(a, "--seed=", &v)) {
       if (!number(v, 0, 1e18, &x) || x != (double)(uint64_t)x)
         return bad_value("--seed", v, "a non-negative whole number");
@@ -182,6 +197,15 @@ int main(int argc, char **argv) {
     return RT_EXIT_INPUT;
   }
   bool gpu = strcmp(backend, "cuda") == 0 || strcmp(backend, "nccl") == 0 || profile;
+  if (gpu && mo.scale == 0) mo.scale = 64; /* the GPU stand-in's scale */
+  if (gpu && mo.dump) {
+    fputs(PROG ": error: --dump needs the cpu or mpi backend\n", stderr);
+    return RT_EXIT_INPUT;
+  }
+  if (mo.dump && mkdir(mo.dump, 0777) != 0 && errno != EEXIST) {
+    fprintf(stderr, PROG ": error: --dump=%s: %s\n", mo.dump, strerror(errno));
+    return RT_EXIT_INPUT;
+  }
 #ifndef OCTO_HAVE_CUDA
   if (gpu) {
     fputs(PROG ": error: this octo-run was built without CUDA (the GPU backends and --profile "
@@ -222,6 +246,7 @@ int main(int argc, char **argv) {
     be_stream_free(s);
     return RT_EXIT_INPUT;
   }
+  mo.scale = rt_model_scale(probe); /* every rank builds the same */
   rt_model_free(probe);
 #ifdef OCTO_HAVE_CUDA
   if (profile) {
@@ -249,10 +274,10 @@ int main(int argc, char **argv) {
   } else {
     strbuf out = {0}, errs = {0};
     printf("%s: %d rank%s x %d replica%s, %d stages, %d microbatches; backend %s, "
-           "%d step%s\n", input, (int)s->nranks, s->nranks == 1 ? "" : "s", (int)s->replicas,
+           "%d step%s, scale %d\n", input, (int)s->nranks, s->nranks == 1 ? "" : "s", (int)s->replicas,
            s->replicas == 1 ? "" : "s", (int)s->nstages, (int)s->nmb,
            cuda ? (bf16 ? "cuda (one GPU, bf16)" : "cuda (one GPU)") : "cpu (threads)", o.steps,
-           o.steps == 1 ? "" : "s");
+           o.steps == 1 ? "" : "s", mo.scale);
     rc = rt_report_run(s, &o, stats, world, &out, &errs);
     fputs(strbuf_cstr(&out), stdout);
     fflush(stdout);

@@ -44,9 +44,9 @@ static double rel_diff(const float *a, const float *b, size_t n) {
   return mb > 0 ? md / mb : md;
 }
 
-/* Largest rel_diff over the parameter tensors of stage st (layout of runtime.h's rt_model_dims:
+/* Largest rel_diff over the parameter tensors of stage st (layout of runtime.h's rt_si_dims:
  * per layer W or E, then b for dense layers) between GPU gradients a and CPU gradients b. */
-static double grad_diff(const be_stream *s, rt_model_dims d, int st, const float *a,
+static double grad_diff(const be_stream *s, rt_si_dims d, int st, const float *a,
                         const float *b) {
   size_t off = 0;
   double worst = 0;
@@ -98,24 +98,24 @@ static float *dev_floats(size_t n) {
  * differences (stage outputs, loss gradients, input gradients, loss, weight gradients). Tokens
  * must be equal. Returns false when something could not be set up. */
 static bool run_pair(const be_stream *s, bool bf16, double lr, int steps, worst *wst) {
-  rt_opts o = {1, 42, lr, NULL};
+  rt_opts o = {1, 42, lr, NULL, NULL};
   strbuf err = {0};
-  rt_model *cpu = rt_model_new(s, &o, &err);
+  rt_si_model *cpu = rt_si_new(s, &o, &err);
   rg_model *gpu = cpu ? rg_model_new(s, &o, 0, bf16, &err) : NULL;
   CHECK(cpu && gpu, "model: %s", strbuf_cstr(&err));
   strbuf_free(&err);
   if (!cpu || !gpu) {
-    rt_model_free(cpu);
+    rt_si_free(cpu);
     return false;
   }
   int S = s->nstages, M = s->nmb, R = s->replicas;
-  rt_model_dims d = rt_model_get_dims(cpu);
+  rt_si_dims d = rt_si_get_dims(cpu);
   for (int st = 0; st < S; st++) {
-    rt_model_init_stage(cpu, st);
+    rt_si_init_stage(cpu, st);
     rg_model_init_stage(gpu, st);
-    CHECK(rg_tensor_floats(gpu, BE_T_ACT, st) == rt_tensor_floats(cpu, BE_T_ACT, st), "act %d", st);
+    CHECK(rg_tensor_floats(gpu, BE_T_ACT, st) == rt_si_tensor_floats(cpu, BE_T_ACT, st), "act %d", st);
   }
-  size_t T = rt_tensor_floats(cpu, BE_T_INPUT, 0), big = T * (size_t)(d.h > d.V ? d.h : d.V);
+  size_t T = rt_si_tensor_floats(cpu, BE_T_INPUT, 0), big = T * (size_t)(d.h > d.V ? d.h : d.V);
   cudaStream_t cs;
   cudaStreamCreate(&cs);
   /* Host: CPU tensors, and GPU results copied back. */
@@ -135,21 +135,21 @@ static bool run_pair(const be_stream *s, bool bf16, double lr, int steps, worst 
     cudaMemsetAsync(d_loss, 0, sizeof(float), cs);
     for (int r = 0; r < R; r++) {
       for (int mb = 0; mb < M; mb++) {
-        rt_load(cpu, step, r, mb, tok);
+        rt_si_load(cpu, step, r, mb, tok);
         rg_load(gpu, cs, step, r, mb, d_tok);
         to_host(cs, tok_g, d_tok, T);
         CHECK(memcmp(tok, tok_g, T * sizeof *tok) == 0, "tokens of step %d replica %d mb %d",
               step, r, mb);
         for (int st = 0; st < S; st++) {
-          size_t n = rt_tensor_floats(cpu, BE_T_ACT, st);
-          rt_forward(cpu, st, mb, st ? act + (size_t)(st - 1) * big : tok, act + (size_t)st * big);
+          size_t n = rt_si_tensor_floats(cpu, BE_T_ACT, st);
+          rt_si_forward(cpu, st, mb, st ? act + (size_t)(st - 1) * big : tok, act + (size_t)st * big);
           rg_forward(gpu, cs, st, mb, st ? d_act + (size_t)(st - 1) * big : d_tok,
                      d_act + (size_t)st * big);
           to_host(cs, h, d_act + (size_t)st * big, n);
           keep(&w->act, rel_diff(h, act + (size_t)st * big, n));
         }
-        size_t nl = rt_tensor_floats(cpu, BE_T_GRAD, S);
-        loss += rt_loss(cpu, step, r, mb, act + (size_t)(S - 1) * big, gout + (size_t)mb * big);
+        size_t nl = rt_si_tensor_floats(cpu, BE_T_GRAD, S);
+        loss += rt_si_loss(cpu, step, r, mb, act + (size_t)(S - 1) * big, gout + (size_t)mb * big);
         rg_loss(gpu, cs, step, r, mb, d_act + (size_t)(S - 1) * big, d_gout + (size_t)mb * big,
                 d_loss);
         to_host(cs, h, d_gout + (size_t)mb * big, nl);
@@ -160,10 +160,10 @@ static bool run_pair(const be_stream *s, bool bf16, double lr, int steps, worst 
         for (int st = S - 1; st >= 0; st--) {
           const float *gin = st == S - 1 ? gout + (size_t)mb * big : dx + (size_t)(st + 1) * big;
           const float *dgin = st == S - 1 ? d_gout + (size_t)mb * big : d_dx + (size_t)(st + 1) * big;
-          rt_backward_input(cpu, st, mb, gin, st ? dx + (size_t)st * big : NULL);
+          rt_si_backward_input(cpu, st, mb, gin, st ? dx + (size_t)st * big : NULL);
           rg_backward_input(gpu, cs, st, mb, dgin, st ? d_dx + (size_t)st * big : NULL);
           if (st) {
-            size_t n = rt_tensor_floats(cpu, BE_T_GRAD, st);
+            size_t n = rt_si_tensor_floats(cpu, BE_T_GRAD, st);
             to_host(cs, h, d_dx + (size_t)st * big, n);
             keep(&w->dx, rel_diff(h, dx + (size_t)st * big, n));
           }
@@ -171,7 +171,7 @@ static bool run_pair(const be_stream *s, bool bf16, double lr, int steps, worst 
       /* Then W, first microbatch first. */
       for (int mb = 0; mb < M; mb++)
         for (int st = 0; st < S; st++) {
-          rt_backward_weight(cpu, st, mb);
+          rt_si_backward_weight(cpu, st, mb);
           rg_backward_weight(gpu, cs, st, mb);
         }
     }
@@ -180,7 +180,7 @@ static bool run_pair(const be_stream *s, bool bf16, double lr, int steps, worst 
     keep(&w->loss, fabs(lg - loss) / fabs(loss));
     for (int st = 0; st < S; st++) {
       size_t n = 0, ng = 0;
-      float *gc = rt_stage_grads(cpu, st, &n);
+      float *gc = rt_si_stage_grads(cpu, st, &n);
       CHECK(rg_stage_grads(gpu, st, &ng) != NULL && ng == n, "stage %d: %zu gradients, CPU %zu",
             st, ng, n);
       float *gg = xmalloc((n ? n : 1) * sizeof *gg);
@@ -189,7 +189,7 @@ static bool run_pair(const be_stream *s, bool bf16, double lr, int steps, worst 
             rg_model_error(gpu) ? rg_model_error(gpu) : "-1");
       keep(&w->grad, grad_diff(s, d, st, gg, gc));
       free(gg);
-      rt_step(cpu, st);
+      rt_si_step(cpu, st);
       rg_step(gpu, cs, st);
     }
     cudaStreamSynchronize(cs);
@@ -208,7 +208,7 @@ static bool run_pair(const be_stream *s, bool bf16, double lr, int steps, worst 
   cudaFree(d_loss);
   cudaStreamDestroy(cs);
   rg_model_free(gpu);
-  rt_model_free(cpu);
+  rt_si_free(cpu);
   return ok;
 }
 
@@ -275,7 +275,7 @@ static void test_equivalence(void) {
 
 static void test_errors(int ndev) {
   be_stream *s = stream5("sgd");
-  rt_opts o = {1, 1, 0.1, NULL};
+  rt_opts o = {1, 1, 0.1, NULL, NULL};
   strbuf err = {0};
   rg_model *m = rg_model_new(s, &o, ndev, false, &err);
   CHECK(m == NULL && err.len > 0, "device %d accepted", ndev);

@@ -1,4 +1,4 @@
-/* test_runtime_model.c -- unit tests of the runtime's stand-in model (runtime.h, "Model") on
+/* test_runtime_model.c -- unit tests of the runtime's model (runtime.h, "Model") on
  * streams built by hand: tensor sizes from the scaled dimensions, the data stream and targets,
  * a finite-difference check of the gradients, equality of pipelined (split B/W, any microbatch
  * order, replicas summed) and sequential gradients, deterministic initialization, training that
@@ -18,21 +18,47 @@
 
 static const char *const rm_kinds5[] = {"embedding", "attention", "mlp", "moe", "lm_head", NULL};
 
-/* The usual test stream: 5 layers (embedding, 3 dense, lm_head) in 3 stages [0,2) [2,4) [4,5),
- * hidden 'hidden' on layer 1 and vocab 'vocab' on layer 4. */
+/* Give layer l of s the parameters of its kind for width h, vocabulary V: attention 2 heads
+ * of h / 2 (1 kv head), mlp ffn 2h, moe 4 experts (top 2, width h, 1 shared), mamba2 2 heads of
+ * h / 2 with state 4, vit 2 heads and ffn 2h. */
+static void rm_params(be_stream *s, int l, double h, double V) {
+  const char *k = s->layers[l].kind;
+  fx_param(s, l, "hidden", h);
+  if (!strcmp(k, "embedding") || !strcmp(k, "lm_head")) fx_param(s, l, "vocab", V);
+  if (!strcmp(k, "attention") || !strcmp(k, "vit")) {
+    fx_param(s, l, "heads", 2);
+    fx_param(s, l, "head_dim", h / 2);
+  }
+  if (!strcmp(k, "attention")) fx_param(s, l, "kv_heads", 1);
+  if (!strcmp(k, "mlp") || !strcmp(k, "vit")) fx_param(s, l, "ffn", 2 * h);
+  if (!strcmp(k, "moe")) {
+    fx_param(s, l, "experts", 4);
+    fx_param(s, l, "top_k", 2);
+    fx_param(s, l, "expert_ffn", h);
+    fx_param(s, l, "shared_experts", 1);
+  }
+  if (!strcmp(k, "mamba2")) {
+    fx_param(s, l, "heads", 2);
+    fx_param(s, l, "head_dim", h / 2);
+    fx_param(s, l, "state", 4);
+    fx_param(s, l, "groups", 1);
+    fx_param(s, l, "chunk", 4);
+  }
+}
+
+/* The usual test stream: 5 layers (embedding, attention, mlp, moe, lm_head) in 3 stages [0,2)
+ * [2,4) [4,5), width 'hidden' and vocabulary 'vocab'. */
 static be_stream *rm_stream5(int nmb, int replicas, int micro_batch, int seq, const char *opt,
                              double hidden, double vocab) {
   static const int cuts[] = {2, 4};
   be_stream *s = fx_stream("test", rm_kinds5, 3, cuts, nmb, replicas, micro_batch, seq, opt);
-  fx_param(s, 1, "hidden", hidden);
-  fx_param(s, 3, "hidden", 4 * hidden); /* ignored: the first one counts */
-  fx_param(s, 4, "vocab", vocab);
+  for (int l = 0; l < 5; l++) rm_params(s, l, hidden, vocab);
   return s;
 }
 
 /* A model of s that must build; every stage initialized when 'init'. */
 static rt_model *rm_model(const be_stream *s, int scale, uint64_t seed, double lr, bool init) {
-  rt_opts o = {scale, seed, lr, NULL};
+  rt_opts o = {scale, seed, lr, NULL, NULL};
   strbuf err = {0};
   rt_model *m = rt_model_new(s, &o, &err);
   UNIT_CHECK(m != NULL);
@@ -54,46 +80,32 @@ static void rm_zero_grads(rt_model *m, int nstages) {
 /* ---- Sizes ----------------------------------------------------------------------------------- */
 
 void test_runtime_model_floats(void) {
-  /* hidden 70 / 4 = 17.5 -> 18, vocab 100 / 4 = 25, T = 2 x (32 / 4) = 16. */
-  be_stream *s = rm_stream5(3, 1, 2, 32, "sgd", 70, 100);
+  /* hidden 72 / 4 = 18, vocab 100 / 4 = 25, T = 2 x (32 / 4) = 16. */
+  be_stream *s = rm_stream5(3, 1, 2, 32, "sgd", 72, 100);
   rt_model *m = rm_model(s, 4, 1, 0.1, false);
+  UNIT_CHECK(rt_model_scale(m) == 4);
   UNIT_CHECK(rt_tensor_floats(m, BE_T_INPUT, 0) == 16);
   UNIT_CHECK(rt_tensor_floats(m, BE_T_ACT, 0) == 16 * 18);
   UNIT_CHECK(rt_tensor_floats(m, BE_T_ACT, 1) == 16 * 18);
   UNIT_CHECK(rt_tensor_floats(m, BE_T_ACT, 2) == 16 * 25);
   UNIT_CHECK(rt_tensor_floats(m, BE_T_GRAD, 0) == 0);
   UNIT_CHECK(rt_tensor_floats(m, BE_T_GRAD, 1) == 16 * 18);
-  UNIT_CHECK(rt_tensor_floats(m, BE_T_GRAD, 2) == 16 * 18);
   UNIT_CHECK(rt_tensor_floats(m, BE_T_GRAD, 3) == 16 * 25);
   UNIT_CHECK(rt_tensor_floats(m, BE_T_STASH, 1) == 0);
   UNIT_CHECK(rt_tensor_floats(m, BE_T_WSTASH, 1) == 0);
   rt_model_free(m);
-  be_stream_free(s);
-  /* Scale 1: seq below 4 -> 4 tokens per sequence; vocab 6 -> 8; hidden 3 -> 4. */
-  s = rm_stream5(3, 1, 3, 2, "sgd", 3, 6);
-  m = rm_model(s, 1, 1, 0.1, false);
-  UNIT_CHECK(rt_tensor_floats(m, BE_T_INPUT, 0) == 12);
-  UNIT_CHECK(rt_tensor_floats(m, BE_T_ACT, 0) == 12 * 4);
-  UNIT_CHECK(rt_tensor_floats(m, BE_T_ACT, 2) == 12 * 8);
+  /* Scale 0 picks a power of two; this small model runs at full size. */
+  m = rm_model(s, 0, 1, 0.1, false);
+  UNIT_CHECK(rt_model_scale(m) == 1);
   rt_model_free(m);
   be_stream_free(s);
-  /* No parameters and no lm_head: h 16, V 32 (targets mod 16), the output is T x h. */
-  static const char *const kinds[] = {"custom", "mamba", "attention", NULL};
-  static const int cuts[] = {1};
-  s = fx_stream("test", kinds, 2, cuts, 2, 1, 1, 8, "sgd");
-  m = rm_model(s, 1, 1, 0.1, false);
-  UNIT_CHECK(rt_tensor_floats(m, BE_T_INPUT, 0) == 8);
-  UNIT_CHECK(rt_tensor_floats(m, BE_T_ACT, 0) == 8 * 16);
-  UNIT_CHECK(rt_tensor_floats(m, BE_T_ACT, 1) == 8 * 16);
-  UNIT_CHECK(rt_tensor_floats(m, BE_T_GRAD, 2) == 8 * 16);
-  rt_model_free(m);
-  be_stream_free(s);
-  /* A single-layer model whose only layer is called lm_head is still an embedding. */
-  static const char *const one[] = {"lm_head", NULL};
-  s = fx_stream("test", one, 1, NULL, 1, 1, 1, 4, "sgd");
-  fx_param(s, 0, "vocab", 50);
-  m = rm_model(s, 1, 1, 0.1, false);
-  UNIT_CHECK(rt_tensor_floats(m, BE_T_ACT, 0) == 4 * 16);
+  /* A large model: the automatic scale divides until a step is small, and the sizes follow. */
+  s = rm_stream5(8, 1, 1, 4096, "adam", 4096, 128000);
+  m = rm_model(s, 0, 1, 0.1, false);
+  int k = rt_model_scale(m);
+  UNIT_CHECK(k >= 16 && (k & (k - 1)) == 0);
+  UNIT_CHECK(rt_tensor_floats(m, BE_T_INPUT, 0) == (size_t)(4096 / k));
+  UNIT_CHECK(rt_tensor_floats(m, BE_T_ACT, 0) == (size_t)(4096 / k) * (4096 / k));
   rt_model_free(m);
   be_stream_free(s);
 }
@@ -179,7 +191,7 @@ void test_runtime_model_data(void) {
   static const char text[] = "hello world";
   UNIT_CHECK(write(fd, text, 11) == 11);
   close(fd);
-  rt_opts o = {1, 7, 0.1, path};
+  rt_opts o = {1, 7, 0.1, path, NULL};
   strbuf err = {0};
   m = rt_model_new(s, &o, &err);
   UNIT_CHECK(m != NULL);
@@ -210,9 +222,9 @@ static void rm_nudge(rt_model *m, int nstages, int st, size_t j, float delta) {
   rt_step(m, st);
 }
 
-void test_runtime_model_gradcheck(void) {
-  /* h 8, V 12, T 4, 2 microbatches, 2 replicas, SGD with lr 1 (used only to nudge weights). */
-  be_stream *s = rm_stream5(2, 2, 1, 4, "sgd", 8, 12);
+/* Finite-difference check of the whole model's loss (2 replicas) against the gradients of every
+ * stage of s (3 stages, SGD): the 4 largest gradients of each stage and 4 spread-out entries. */
+static void rm_gradcheck(const be_stream *s) {
   rt_model *m = rm_model(s, 1, 3, 1.0, true);
   rm_zero_grads(m, 3);
   double l0 = rt_reference_step(m, 0, 2);
@@ -269,6 +281,26 @@ void test_runtime_model_gradcheck(void) {
   rm_zero_grads(m, 3);
   UNIT_CHECK(fabs(rt_reference_step(m, 0, 2) - l0) < 1e-6);
   rt_model_free(m);
+}
+
+void test_runtime_model_gradcheck(void) {
+  /* h 8, V 12, T 4, 2 microbatches, 2 replicas, SGD with lr 1 (used only to nudge weights). */
+  be_stream *s = rm_stream5(2, 2, 1, 4, "sgd", 8, 12);
+  rm_gradcheck(s);
+  be_stream_free(s);
+  /* A vision-language model: a vit over 5 tokens of width 8, an mlp of width 16 over 4 tokens
+   * (the adapter drops the first token and pads the width), an embedding of 8 tokens that
+   * splices the 4 image tokens in front, attention and the head; mamba2 in the middle. */
+  static const char *const kinds[] = {"vit", "mlp", "embedding", "mamba2", "attention",
+                                      "lm_head", NULL};
+  static const int cuts[] = {2, 4};
+  s = fx_stream("vlm", kinds, 3, cuts, 2, 2, 1, 8, "sgd");
+  rm_params(s, 0, 8, 12);
+  fx_param(s, 0, "tokens", 5);
+  rm_params(s, 1, 16, 12);
+  fx_param(s, 1, "seq", 4);
+  for (int l = 2; l < 6; l++) rm_params(s, l, 16, 12);
+  rm_gradcheck(s);
   be_stream_free(s);
 }
 
@@ -363,9 +395,10 @@ void test_runtime_model_pipelined(void) {
   rm_check_pipelined(s, 1e-2, 3);
   be_stream_free(s);
   /* 4 layers without lm_head in 2 stages (the first only the embedding), 4 microbatches, SGD. */
-  static const char *const kinds[] = {"embedding", "mlp", "mamba", "custom", NULL};
-  static const int cuts[] = {1};
-  s = fx_stream("test", kinds, 2, cuts, 4, 1, 1, 8, "sgd");
+  static const char *const kinds[] = {"embedding", "mlp", "mamba2", "custom", NULL};
+  static const int cut1[] = {1};
+  s = fx_stream("test", kinds, 2, cut1, 4, 1, 1, 8, "sgd");
+  for (int l = 0; l < 4; l++) rm_params(s, l, 8, 16);
   rm_check_pipelined(s, 0.1, 3);
   be_stream_free(s);
 }
@@ -445,9 +478,8 @@ static void rm_check_fails(const be_stream *s, rt_opts o, const char *want) {
 
 void test_runtime_model_errors(void) {
   be_stream *s = rm_stream5(2, 1, 1, 8, "sgd", 16, 16);
-  rm_check_fails(s, (rt_opts){0, 1, 0.1, NULL}, "scale must be at least 1");
-  rm_check_fails(s, (rt_opts){-3, 1, 0.1, NULL}, "scale must be at least 1");
-  rm_check_fails(s, (rt_opts){1, 1, 0.1, "/nonexistent/octo.txt"},
+  rm_check_fails(s, (rt_opts){-3, 1, 0.1, NULL, NULL}, "scale must be at least 1");
+  rm_check_fails(s, (rt_opts){1, 1, 0.1, "/nonexistent/octo.txt", NULL},
                  "/nonexistent/octo.txt: No such file or directory");
   char path[] = "/tmp/octo_model_empty_XXXXXX";
   int fd = mkstemp(path);
@@ -455,16 +487,76 @@ void test_runtime_model_errors(void) {
   close(fd);
   strbuf want = {0};
   strbuf_printf(&want, "%s: empty data file", path);
-  rm_check_fails(s, (rt_opts){1, 1, 0.1, path}, strbuf_cstr(&want));
+  rm_check_fails(s, (rt_opts){1, 1, 0.1, path, NULL}, strbuf_cstr(&want));
   strbuf_free(&want);
   unlink(path);
   /* A partition with a gap. */
   s->stages[1].first = 3;
-  rm_check_fails(s, (rt_opts){1, 1, 0.1, NULL}, "stage 1: layers [3, 4)");
+  rm_check_fails(s, (rt_opts){1, 1, 0.1, NULL, NULL}, "stage 1: layers [3, 4)");
   s->stages[1].first = 2;
   /* Dimensions past the float-exact range. */
   s->layers[4].params[0].value = 1e12;
-  rm_check_fails(s, (rt_opts){1, 1, 0.1, NULL}, "model too large");
+  rm_check_fails(s, (rt_opts){1, 1, 0.1, NULL, NULL}, "layer l4 (lm_head): too large at scale 1");
+  s->layers[4].params[0].value = 16;
+  /* Heads that the key/value heads do not divide; a kind without kernels. */
+  fx_param(s, 1, "kv_heads", 3); /* the first value of a name counts: replace it */
+  for (int k = 0; k < s->layers[1].nparams; k++)
+    if (!strcmp(s->layers[1].params[k].name, "kv_heads")) s->layers[1].params[k].value = 3;
+  rm_check_fails(s, (rt_opts){1, 1, 0.1, NULL, NULL}, "layer l1 (attention): heads 2 is not a multiple of kv_heads 3");
+  free(s->layers[1].kind);
+  s->layers[1].kind = xstrdup("conv3d");
+  rm_check_fails(s, (rt_opts){1, 1, 0.1, NULL, NULL}, "layer l1 (conv3d): the runtime has no kernels for this kind");
   rt_model_free(NULL);
+  be_stream_free(s);
+}
+
+/* ---- Numerics and dumps ---------------------------------------------------------------------- */
+
+void test_runtime_model_nonfinite(void) {
+  be_stream *s = rm_stream5(1, 1, 1, 8, "sgd", 16, 16);
+  rt_model *m = rm_model(s, 1, 1, 0.1, true);
+  rt_reference_step(m, 0, 1);
+  strbuf why = {0};
+  for (int st = 0; st < 3; st++) UNIT_CHECK(rt_stage_finite(m, st, &why));
+  size_t n;
+  float *g = rt_stage_grads(m, 1, &n);
+  g[17] = NAN; /* stage 1 = layers l2 (mlp: norm[16], w1 ...) */
+  UNIT_CHECK(!rt_stage_finite(m, 1, &why));
+  UNIT_CHECK_STREQ(strbuf_cstr(&why), "layer l2 (mlp): gradient of w1[1] is NaN");
+  strbuf_free(&why);
+  rt_model_free(m);
+  be_stream_free(s);
+}
+
+void test_runtime_model_dump(void) {
+  char dir[] = "/tmp/octo_dump_XXXXXX";
+  UNIT_CHECK(mkdtemp(dir) != NULL);
+  be_stream *s = rm_stream5(2, 1, 1, 8, "sgd", 16, 16);
+  rt_opts o = {1, 1, 0.1, NULL, dir};
+  strbuf err = {0};
+  rt_model *m = rt_model_new(s, &o, &err);
+  UNIT_CHECK(m && rt_model_dump_index(m, &err) == 0);
+  for (int st = 0; m && st < 3; st++) rt_model_init_stage(m, st);
+  rt_model_set_step(m, 0, 0);
+  rm_pipelined_step(m, s, 0, 0);
+  /* Every layer's files of microbatch 0; no dx for the embedding (token ids). */
+  static const char *const files[] = {"index.json", "l0.x.npy", "l0.y.npy", "l0.dy.npy",
+                                      "l0.w.table.npy", "l0.g.table.npy", "l1.dx.npy",
+                                      "l3.g.experts.w2.npy", "l4.g.w.npy", NULL};
+  for (int i = 0; files[i]; i++) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+    if (access(path, R_OK) != 0) printf("  missing %s\n", path);
+    UNIT_CHECK(access(path, R_OK) == 0);
+    unlink(path);
+  }
+  char path[128];
+  snprintf(path, sizeof path, "%s/l0.dx.npy", dir);
+  UNIT_CHECK(access(path, R_OK) != 0);
+  char rm[160];
+  snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+  UNIT_CHECK(system(rm) == 0);
+  strbuf_free(&err);
+  rt_model_free(m);
   be_stream_free(s);
 }

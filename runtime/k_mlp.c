@@ -1,0 +1,220 @@
+/* k_mlp.c -- the "mlp" layer kernel (pre-norm residual feed-forward block) and the feed-forward
+ * block it shares with the moe kernel (k_ffn.h).
+ *
+ * Definition. Dimensions: hidden (= in_w = out_w), ffn, gated, act, B, S; N = B * S tokens, token
+ * t of sequence b is row b * S + t. Parameters, in layout order:
+ *   "norm" [hidden]       RMSNorm weight, constant 1
+ *   "w1"   [hidden, ffn]  uniform in +-sqrt(3 / hidden)
+ *   "w3"   [hidden, ffn]  (gated only) uniform in +-sqrt(3 / hidden)
+ *   "w2"   [ffn, hidden]  uniform in +-0.5 * sqrt(3 / ffn)
+ * Forward: h = RMSNorm(x) * norm (rt_rmsnorm_fwd, eps RT_NORM_EPS); a = h w1;
+ *   gated: z = act(a) * (h w3)  (SwiGLU for silu, GeGLU for gelu);  plain: z = act(a);
+ *   y = x + z w2.
+ * Split backward: bwd_in computes dh and dx and leaves dy, dh, da (and du = dL/d(h w3)) in the
+ * save block; bwd_w accumulates the gradients of norm, w1, w3, w2 from the save block only.
+ * Every projection goes through rt_gemm (BLAS); reductions of the norm run in double. */
+#include <math.h>
+#include <string.h>
+
+#include "k_ffn.h"
+
+/* ---- The shared feed-forward block (k_ffn.h) ------------------------------------------------ */
+
+void rt_ffn_fwd(const rt_ffn *f, int r, const float *h, const float *w1, const float *w3,
+                const float *w2, float *a, float *u, float *z, float *out, float beta) {
+  if (r <= 0) return;
+  int H = f->hidden, F = f->ffn;
+  size_t n = (size_t)r * F;
+  rt_gemm(false, false, r, F, H, 1.0f, h, H, w1, F, 0.0f, a, F);
+  if (f->gated) {
+    rt_gemm(false, false, r, F, H, 1.0f, h, H, w3, F, 0.0f, u, F);
+    for (size_t i = 0; i < n; i++) z[i] = rt_act_fwd(f->act, a[i]) * u[i];
+  } else {
+    for (size_t i = 0; i < n; i++) z[i] = rt_act_fwd(f->act, a[i]);
+  }
+  rt_gemm(false, false, r, H, F, 1.0f, z, F, w2, H, beta, out, H);
+}
+
+void rt_ffn_bwd_act(const rt_ffn *f, int r, const float *a, const float *u, const float *dz,
+                    float *da, float *du) {
+  size_t n = r > 0 ? (size_t)r * f->ffn : 0;
+  if (f->gated) {
+    for (size_t i = 0; i < n; i++) {
+      float g = dz[i]; /* read before da[i] is written: dz may be da */
+      du[i] = g * rt_act_fwd(f->act, a[i]);
+      da[i] = g * rt_act_grad(f->act, a[i]) * u[i];
+    }
+  } else {
+    for (size_t i = 0; i < n; i++) da[i] = dz[i] * rt_act_grad(f->act, a[i]);
+  }
+}
+
+void rt_ffn_bwd_h(const rt_ffn *f, int r, const float *w1, const float *w3, const float *da,
+                  const float *du, float *dh, float beta) {
+  if (r <= 0) return;
+  int H = f->hidden, F = f->ffn;
+  rt_gemm(false, true, r, H, F, 1.0f, da, F, w1, F, beta, dh, H);
+  if (f->gated) rt_gemm(false, true, r, H, F, 1.0f, du, F, w3, F, 1.0f, dh, H);
+}
+
+void rt_ffn_bwd_w(const rt_ffn *f, int r, const float *h, const float *da, const float *du,
+                  const float *z, const float *dout, float *g1, float *g3, float *g2) {
+  if (r <= 0) return;
+  int H = f->hidden, F = f->ffn;
+  rt_gemm(true, false, H, F, r, 1.0f, h, H, da, F, 1.0f, g1, F);
+  if (f->gated) rt_gemm(true, false, H, F, r, 1.0f, h, H, du, F, 1.0f, g3, F);
+  rt_gemm(true, false, F, H, r, 1.0f, z, F, dout, H, 1.0f, g2, H);
+}
+
+/* ---- The mlp kernel --------------------------------------------------------------------------- */
+
+/* Offsets (in floats) of the parts of an mlp save block, and its size. */
+typedef struct mlp_layout {
+  size_t x;     /* N x hidden: the layer's input (fwd) */
+  size_t rstd;  /* N: 1 / rms of each row (fwd) */
+  size_t h;     /* N x hidden: normed input (fwd) */
+  size_t a;     /* N x ffn: h w1 (fwd) */
+  size_t u;     /* N x ffn: h w3, gated only (fwd) */
+  size_t z;     /* N x ffn: act(a) [* u] (fwd) */
+  size_t dy;    /* N x hidden: gradient of the output (bwd_in) */
+  size_t dh;    /* N x hidden: gradient of h (bwd_in) */
+  size_t da;    /* N x ffn: gradient of a (bwd_in) */
+  size_t du;    /* N x ffn: gradient of u, gated only (bwd_in) */
+  size_t total; /* floats of the whole block */
+} mlp_layout;
+
+/* The save layout for dimensions d. Pre: d passed mlp_plan. */
+static mlp_layout mlp_layout_of(const rt_ldims *d) {
+  size_t N = (size_t)d->B * d->S, nh = N * d->hidden, nf = N * d->ffn, uf = d->gated ? nf : 0;
+  mlp_layout l;
+  l.x = 0;
+  l.rstd = l.x + nh;
+  l.h = l.rstd + N;
+  l.a = l.h + nh;
+  l.u = l.a + nf;
+  l.z = l.u + uf;
+  l.dy = l.z + nf;
+  l.dh = l.dy + nh;
+  l.da = l.dh + nh;
+  l.du = l.da + nf;
+  l.total = l.du + uf;
+  return l;
+}
+
+/* The feed-forward shape of dimensions d. */
+static rt_ffn mlp_ffn(const rt_ldims *d) {
+  rt_ffn f = {d->hidden, d->ffn, d->gated, d->act};
+  return f;
+}
+
+/* Fills *t with tensor 'name' of extents [d0] (d1 = 0) or [d0, d1], its init and scale. */
+static void mlp_tensor(rt_ptensor *t, const char *name, int d0, int d1, rt_init init, float scale) {
+  t->name = name;
+  t->ndim = d1 > 0 ? 2 : 1;
+  t->dim[0] = d0;
+  t->dim[1] = d1 > 0 ? d1 : 0;
+  t->dim[2] = 0;
+  t->init = init;
+  t->scale = scale;
+}
+
+/* Check d and fill p: see the file comment. Returns 0, or -1 with the reason appended to err. */
+static int mlp_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
+  if (d->B <= 0 || d->S <= 0 || d->hidden <= 0 || d->ffn <= 0) {
+    strbuf_printf(err, "mlp needs positive B, S, hidden and ffn (got %d, %d, %d, %d)", d->B, d->S,
+                  d->hidden, d->ffn);
+    return -1;
+  }
+  if (d->in_w != 0 && d->in_w != d->hidden) {
+    strbuf_printf(err, "mlp input width %d differs from hidden %d", d->in_w, d->hidden);
+    return -1;
+  }
+  if (d->in_S != 0 && d->in_S != d->S) {
+    strbuf_printf(err, "mlp input tokens %d differ from its tokens %d", d->in_S, d->S);
+    return -1;
+  }
+  if ((int)d->act < RT_ACT_RELU || (int)d->act > RT_ACT_TANH) {
+    strbuf_printf(err, "mlp activation %d unknown", (int)d->act);
+    return -1;
+  }
+  int H = d->hidden, F = d->ffn, n = 0;
+  float s1 = sqrtf(3.0f / H), s2 = 0.5f * sqrtf(3.0f / F);
+  mlp_tensor(&p->pt[n++], "norm", H, 0, RT_INIT_CONST, 1.0f);
+  mlp_tensor(&p->pt[n++], "w1", H, F, RT_INIT_UNIFORM, s1);
+  if (d->gated) mlp_tensor(&p->pt[n++], "w3", H, F, RT_INIT_UNIFORM, s1);
+  mlp_tensor(&p->pt[n++], "w2", F, H, RT_INIT_UNIFORM, s2);
+  p->npt = n;
+  p->save_floats = mlp_layout_of(d).total;
+  p->out_w = H;
+  return 0;
+}
+
+/* Parameter pointers of an mlp layer within w (or its gradient g). */
+typedef struct mlp_params {
+  float *norm; /* [hidden] */
+  float *w1;   /* [hidden, ffn] */
+  float *w3;   /* [hidden, ffn], NULL when not gated */
+  float *w2;   /* [ffn, hidden] */
+} mlp_params;
+
+/* Split w (the plan's layout) into its tensors. */
+static mlp_params mlp_params_of(const rt_ldims *d, const float *w) {
+  size_t H = d->hidden, HF = H * d->ffn;
+  float *base = (float *)w;
+  mlp_params m;
+  m.norm = base;
+  m.w1 = base + H;
+  m.w3 = d->gated ? m.w1 + HF : NULL;
+  m.w2 = m.w1 + (d->gated ? 2 : 1) * HF;
+  return m;
+}
+
+/* F: y = x + FFN(RMSNorm(x) * norm). Pre: save holds save_floats. Post: save has x, rstd, h, a,
+ * u, z. x and y may be the same array. */
+static void mlp_fwd(const rt_ldims *d, const float *w, const float *x, float *y, float *save) {
+  mlp_layout l = mlp_layout_of(d);
+  mlp_params m = mlp_params_of(d, w);
+  rt_ffn f = mlp_ffn(d);
+  int N = d->B * d->S;
+  size_t nh = (size_t)N * d->hidden;
+  memcpy(save + l.x, x, nh * sizeof *x);
+  rt_rmsnorm_fwd(N, d->hidden, save + l.x, m.norm, save + l.h, save + l.rstd);
+  if (y != x) memcpy(y, save + l.x, nh * sizeof *y);
+  rt_ffn_fwd(&f, N, save + l.h, m.w1, m.w3, m.w2, save + l.a, save + l.u, save + l.z, y, 1.0f);
+}
+
+/* B: dz = dy w2^T; da = dz * act'(a) [* u], du = dz * act(a); dh = da w1^T [+ du w3^T];
+ * dx = dy + the RMSNorm input gradient of dh.
+ * Pre: mlp_fwd ran on save. Post: save has dy, dh, da, du; dx (when not NULL) written; dx and dy
+ * may be the same array. */
+static void mlp_bwd_in(const rt_ldims *d, const float *w, float *save, const float *dy,
+                       float *dx) {
+  mlp_layout l = mlp_layout_of(d);
+  mlp_params m = mlp_params_of(d, w);
+  rt_ffn f = mlp_ffn(d);
+  int N = d->B * d->S, H = d->hidden, F = d->ffn;
+  size_t nh = (size_t)N * H;
+  memcpy(save + l.dy, dy, nh * sizeof *dy);
+  /* dz is built in the da slot, then turned into da in place (elementwise) */
+  rt_gemm(false, true, N, F, H, 1.0f, save + l.dy, H, m.w2, H, 0.0f, save + l.da, F);
+  rt_ffn_bwd_act(&f, N, save + l.a, save + l.u, save + l.da, save + l.da, save + l.du);
+  rt_ffn_bwd_h(&f, N, m.w1, m.w3, save + l.da, save + l.du, save + l.dh, 0.0f);
+  if (dx) {
+    if (dx != dy) memcpy(dx, save + l.dy, nh * sizeof *dx);
+    rt_rmsnorm_bwd_in(N, H, save + l.x, m.norm, save + l.rstd, save + l.dh, dx, true);
+  }
+}
+
+/* W: g += the gradients of norm, w1, w3, w2. Pre: mlp_bwd_in ran on save. Reads save only. */
+static void mlp_bwd_w(const rt_ldims *d, const float *w, const float *save, float *g) {
+  (void)w;
+  mlp_layout l = mlp_layout_of(d);
+  mlp_params gp = mlp_params_of(d, g);
+  rt_ffn f = mlp_ffn(d);
+  int N = d->B * d->S;
+  rt_rmsnorm_bwd_w(N, d->hidden, save + l.x, save + l.rstd, save + l.dh, gp.norm);
+  rt_ffn_bwd_w(&f, N, save + l.h, save + l.da, save + l.du, save + l.z, save + l.dy, gp.w1, gp.w3,
+               gp.w2);
+}
+
+const rt_kernel rt_k_mlp = {"mlp", mlp_plan, mlp_fwd, mlp_bwd_in, mlp_bwd_w};

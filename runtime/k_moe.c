@@ -1,0 +1,436 @@
+/* k_moe.c -- the "moe" layer kernel: a pre-norm residual mixture-of-experts feed-forward block
+ * with top-k routing (Mixtral style) and optional shared experts.
+ *
+ * Definition. Dimensions: hidden (= in_w = out_w), experts E, top_k K (1 <= K <= E), ffn (one
+ * expert's intermediate width), shared (shared experts, each of width ffn, 0 for none), gated,
+ * act, B, S; N = B * S tokens, token t of sequence b is row b * S + t. Parameters, in layout order:
+ *   "norm"       [hidden]            RMSNorm weight, constant 1
+ *   "router"     [hidden, E]         uniform in +-sqrt(3 / hidden)
+ *   "experts.w1" [E, hidden, ffn]    uniform in +-sqrt(3 / hidden)
+ *   "experts.w3" [E, hidden, ffn]    (gated only) uniform in +-sqrt(3 / hidden)
+ *   "experts.w2" [E, ffn, hidden]    uniform in +-0.5 * sqrt(3 / ffn)
+ *   and when shared > 0:
+ *   "shared.w1"  [shared, hidden, ffn]  as experts.w1
+ *   "shared.w3"  [shared, hidden, ffn]  (gated only) as experts.w3
+ *   "shared.w2"  [shared, ffn, hidden]  as experts.w2
+ * Forward: h = RMSNorm(x) * norm (rt_rmsnorm_fwd); logits = h router; per token, the K experts of
+ * largest logit are selected (ties: the lower expert index first; slot k holds the k-th largest);
+ * the routing weights are the softmax over the K selected logits (the router gets its gradient
+ * through this softmax; the selection itself is not differentiated);
+ *   FFN_e(h) = (act(h W1_e) [* (h W3_e)]) W2_e  (gated: SwiGLU for silu, GeGLU for gelu),
+ *   routed = sum_k weight_k * FFN_{e_k}(h),  shared = sum_s FFN_s(h),  y = x + routed + shared.
+ * Dropless: every token reaches all its K experts; there is no capacity limit and no auxiliary
+ * (load-balancing) loss.
+ * Implementation: the N * K (token, slot) pairs are grouped per expert by a counting sort (within
+ * an expert in token order), each expert's rows are gathered and run through its FFN with rt_gemm,
+ * and its weighted outputs are added to their tokens' rows, expert after expert in index order,
+ * so every sum has a fixed order and the result is deterministic. The save block keeps the selection as floats (expert indices, exact) and the
+ * grouping is recomputed from it in each phase. Split backward: bwd_in leaves dy, dh, the router
+ * logits' gradient and every FFN's pre-activation gradients in the save block; bwd_w accumulates
+ * all weight gradients from it. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "k_ffn.h"
+
+/* Offsets (in floats) of the parts of a moe save block, and its size. R = N * K routed rows in
+ * expert-grouped order; "shared" parts are per shared expert, N rows each. */
+typedef struct moe_layout {
+  size_t x;     /* N x hidden: the layer's input (fwd) */
+  size_t rstd;  /* N: 1 / rms of each row (fwd) */
+  size_t h;     /* N x hidden: normed input (fwd) */
+  size_t sel;   /* N x K: selected expert of each slot, as a float (fwd) */
+  size_t wt;    /* N x K: routing weight of each slot (fwd) */
+  size_t ra;    /* R x ffn: routed h W1_e (fwd) */
+  size_t ru;    /* R x ffn: routed h W3_e, gated only (fwd) */
+  size_t rz;    /* R x ffn: routed act(a) [* u] (fwd) */
+  size_t sa;    /* shared x N x ffn: shared h W1_s (fwd) */
+  size_t su;    /* shared x N x ffn: shared h W3_s, gated only (fwd) */
+  size_t sz;    /* shared x N x ffn: shared act(a) [* u] (fwd) */
+  size_t dy;    /* N x hidden: gradient of the output (bwd_in) */
+  size_t dh;    /* N x hidden: gradient of h (bwd_in) */
+  size_t dlog;  /* N x E: gradient of the router logits (bwd_in) */
+  size_t rda;   /* R x ffn: gradient of ra (bwd_in) */
+  size_t rdu;   /* R x ffn: gradient of ru, gated only (bwd_in) */
+  size_t sda;   /* shared x N x ffn: gradient of sa (bwd_in) */
+  size_t sdu;   /* shared x N x ffn: gradient of su, gated only (bwd_in) */
+  size_t total; /* floats of the whole block */
+} moe_layout;
+
+/* The save layout for dimensions d. Pre: d passed moe_plan. */
+static moe_layout moe_layout_of(const rt_ldims *d) {
+  size_t N = (size_t)d->B * d->S, K = d->top_k, R = N * K, nh = N * d->hidden;
+  size_t rf = R * d->ffn, ruf = d->gated ? rf : 0;
+  size_t sf = (size_t)d->shared * N * d->ffn, suf = d->gated ? sf : 0;
+  moe_layout l;
+  l.x = 0;
+  l.rstd = l.x + nh;
+  l.h = l.rstd + N;
+  l.sel = l.h + nh;
+  l.wt = l.sel + R;
+  l.ra = l.wt + R;
+  l.ru = l.ra + rf;
+  l.rz = l.ru + ruf;
+  l.sa = l.rz + rf;
+  l.su = l.sa + sf;
+  l.sz = l.su + suf;
+  l.dy = l.sz + sf;
+  l.dh = l.dy + nh;
+  l.dlog = l.dh + nh;
+  l.rda = l.dlog + N * d->experts;
+  l.rdu = l.rda + rf;
+  l.sda = l.rdu + ruf;
+  l.sdu = l.sda + sf;
+  l.total = l.sdu + suf;
+  return l;
+}
+
+/* The feed-forward shape of one expert (routed or shared) of dimensions d. */
+static rt_ffn moe_ffn(const rt_ldims *d) {
+  rt_ffn f = {d->hidden, d->ffn, d->gated, d->act};
+  return f;
+}
+
+/* Fills *t with tensor 'name' of extents [d0] (d1 = d2 = 0), [d0, d1] (d2 = 0) or [d0, d1, d2],
+ * its init and scale. */
+static void moe_tensor(rt_ptensor *t, const char *name, int d0, int d1, int d2, rt_init init,
+                       float scale) {
+  t->name = name;
+  t->ndim = d2 > 0 ? 3 : d1 > 0 ? 2 : 1;
+  t->dim[0] = d0;
+  t->dim[1] = d1 > 0 ? d1 : 0;
+  t->dim[2] = d2 > 0 ? d2 : 0;
+  t->init = init;
+  t->scale = scale;
+}
+
+/* Check d and fill p: see the file comment. Returns 0, or -1 with the reason appended to err. */
+static int moe_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
+  if (d->B <= 0 || d->S <= 0 || d->hidden <= 0 || d->ffn <= 0) {
+    strbuf_printf(err, "moe needs positive B, S, hidden and ffn (got %d, %d, %d, %d)", d->B, d->S,
+                  d->hidden, d->ffn);
+    return -1;
+  }
+  if (d->experts <= 0) {
+    strbuf_printf(err, "moe needs at least one expert (got experts %d)", d->experts);
+    return -1;
+  }
+  if (d->top_k < 1 || d->top_k > d->experts) {
+    strbuf_printf(err, "moe top_k %d outside 1..experts (%d)", d->top_k, d->experts);
+    return -1;
+  }
+  if (d->shared < 0) {
+    strbuf_printf(err, "moe shared experts %d negative", d->shared);
+    return -1;
+  }
+  if (d->in_w != 0 && d->in_w != d->hidden) {
+    strbuf_printf(err, "moe input width %d differs from hidden %d", d->in_w, d->hidden);
+    return -1;
+  }
+  if (d->in_S != 0 && d->in_S != d->S) {
+    strbuf_printf(err, "moe input tokens %d differ from its tokens %d", d->in_S, d->S);
+    return -1;
+  }
+  if ((int)d->act < RT_ACT_RELU || (int)d->act > RT_ACT_TANH) {
+    strbuf_printf(err, "moe activation %d unknown", (int)d->act);
+    return -1;
+  }
+  if ((double)d->B * d->S * d->top_k > (double)INT32_MAX / 2) {
+    strbuf_printf(err, "moe routes too many rows (%d x %d tokens x top_k %d)", d->B, d->S,
+                  d->top_k);
+    return -1;
+  }
+  int H = d->hidden, F = d->ffn, E = d->experts, Sh = d->shared, n = 0;
+  float s1 = sqrtf(3.0f / H), s2 = 0.5f * sqrtf(3.0f / F);
+  moe_tensor(&p->pt[n++], "norm", H, 0, 0, RT_INIT_CONST, 1.0f);
+  moe_tensor(&p->pt[n++], "router", H, E, 0, RT_INIT_UNIFORM, s1);
+  moe_tensor(&p->pt[n++], "experts.w1", E, H, F, RT_INIT_UNIFORM, s1);
+  if (d->gated) moe_tensor(&p->pt[n++], "experts.w3", E, H, F, RT_INIT_UNIFORM, s1);
+  moe_tensor(&p->pt[n++], "experts.w2", E, F, H, RT_INIT_UNIFORM, s2);
+  if (Sh > 0) {
+    moe_tensor(&p->pt[n++], "shared.w1", Sh, H, F, RT_INIT_UNIFORM, s1);
+    if (d->gated) moe_tensor(&p->pt[n++], "shared.w3", Sh, H, F, RT_INIT_UNIFORM, s1);
+    moe_tensor(&p->pt[n++], "shared.w2", Sh, F, H, RT_INIT_UNIFORM, s2);
+  }
+  p->npt = n;
+  p->save_floats = moe_layout_of(d).total;
+  p->out_w = H;
+  return 0;
+}
+
+/* Parameter pointers of a moe layer within w (or its gradient g). */
+typedef struct moe_params {
+  float *norm;   /* [hidden] */
+  float *router; /* [hidden, E] */
+  float *ew1;    /* [E, hidden, ffn] */
+  float *ew3;    /* [E, hidden, ffn], NULL when not gated */
+  float *ew2;    /* [E, ffn, hidden] */
+  float *sw1;    /* [shared, hidden, ffn], NULL when shared = 0 */
+  float *sw3;    /* [shared, hidden, ffn], NULL when not gated or shared = 0 */
+  float *sw2;    /* [shared, ffn, hidden], NULL when shared = 0 */
+} moe_params;
+
+/* Split w (the plan's layout) into its tensors. */
+static moe_params moe_params_of(const rt_ldims *d, const float *w) {
+  size_t H = d->hidden, HF = H * d->ffn, E = d->experts, Sh = d->shared;
+  float *q = (float *)w;
+  moe_params m;
+  m.norm = q;
+  q += H;
+  m.router = q;
+  q += H * E;
+  m.ew1 = q;
+  q += E * HF;
+  m.ew3 = d->gated ? q : NULL;
+  q += d->gated ? E * HF : 0;
+  m.ew2 = q;
+  q += E * HF;
+  m.sw1 = Sh ? q : NULL;
+  q += Sh * HF;
+  m.sw3 = Sh && d->gated ? q : NULL;
+  q += d->gated ? Sh * HF : 0;
+  m.sw2 = Sh ? q : NULL;
+  return m;
+}
+
+/* The per-expert grouping of the N * K (token, slot) pairs, rebuilt from the saved selection. */
+typedef struct moe_route {
+  int *off;  /* E + 1: expert e's rows are off[e] .. off[e + 1] - 1 of the grouped order */
+  int *pair; /* R: grouped row r holds pair t * K + k (token t, slot k) */
+  int max;   /* the most rows of one expert (sizes the per-expert buffers) */
+} moe_route;
+
+/* Group the pairs by the selected expert sel (N x K floats), within an expert by token index.
+ * Post: *rt filled (free with moe_route_free). */
+static void moe_route_build(const rt_ldims *d, const float *sel, moe_route *rt) {
+  int E = d->experts, R = d->B * d->S * d->top_k;
+  rt->off = xcalloc((size_t)E + 1, sizeof *rt->off);
+  rt->pair = xmalloc((size_t)R * sizeof *rt->pair);
+  for (int i = 0; i < R; i++) rt->off[(int)sel[i] + 1]++;
+  rt->max = 0;
+  for (int e = 0; e < E; e++) {
+    if (rt->off[e + 1] > rt->max) rt->max = rt->off[e + 1];
+    rt->off[e + 1] += rt->off[e];
+  }
+  int *next = xmalloc((size_t)E * sizeof *next);
+  memcpy(next, rt->off, (size_t)E * sizeof *next);
+  for (int i = 0; i < R; i++) /* pairs in token order, so each expert's rows are too */
+    rt->pair[next[(int)sel[i]]++] = i;
+  free(next);
+}
+
+/* Release what moe_route_build allocated. */
+static void moe_route_free(moe_route *rt) {
+  free(rt->off);
+  free(rt->pair);
+}
+
+/* Gather expert e's rows: out[j] = scale_j * src[token of grouped row off[e] + j] (width n), with
+ * scale_j the routing weight wt of that row's pair when wt is not NULL, else 1. Returns the row
+ * count. Pre: out holds rt->max rows. */
+static int moe_gather(const rt_ldims *d, const moe_route *rt, int e, int n, const float *src,
+                      const float *wt, float *out) {
+  int K = d->top_k, o = rt->off[e], c = rt->off[e + 1] - o;
+  for (int j = 0; j < c; j++) {
+    int p = rt->pair[o + j];
+    const float *s = src + (size_t)(p / K) * n;
+    float *q = out + (size_t)j * n;
+    if (wt) {
+      float w = wt[p];
+      for (int i = 0; i < n; i++) q[i] = w * s[i];
+    } else {
+      memcpy(q, s, (size_t)n * sizeof *q);
+    }
+  }
+  return c;
+}
+
+/* Scatter-add expert e's rows: dst[token of grouped row off[e] + j] += scale_j * src[j] (width n),
+ * scale_j as in moe_gather. Called for e = 0, 1, ... in order, so every token's sum has a fixed
+ * order (its experts by index). */
+static void moe_scatter_add(const rt_ldims *d, const moe_route *rt, int e, int n, const float *src,
+                            const float *wt, float *dst) {
+  int K = d->top_k, o = rt->off[e], c = rt->off[e + 1] - o;
+  for (int j = 0; j < c; j++) {
+    int p = rt->pair[o + j];
+    float w = wt ? wt[p] : 1.0f, *q = dst + (size_t)(p / K) * n;
+    const float *s = src + (size_t)j * n;
+    for (int i = 0; i < n; i++) q[i] += w * s[i];
+  }
+}
+
+/* Select each token's top K experts by logit (ties: lower index first; slot k the k-th largest)
+ * and their softmax weights. Post: sel (N x K, indices as floats) and wt (N x K) written. */
+static void moe_select(const rt_ldims *d, const float *logits, float *sel, float *wt) {
+  int N = d->B * d->S, E = d->experts, K = d->top_k;
+  bool *taken = xmalloc((size_t)E * sizeof *taken);
+  double *ex = xmalloc((size_t)K * sizeof *ex);
+  for (int t = 0; t < N; t++) {
+    const float *lr = logits + (size_t)t * E;
+    memset(taken, 0, (size_t)E * sizeof *taken);
+    for (int k = 0; k < K; k++) {
+      int best = -1;
+      for (int e = 0; e < E; e++)
+        if (!taken[e] && (best < 0 || lr[e] > lr[best])) best = e;
+      taken[best] = true;
+      sel[(size_t)t * K + k] = (float)best;
+    }
+    double mx = lr[(int)sel[(size_t)t * K]], sum = 0;
+    for (int k = 0; k < K; k++) {
+      ex[k] = exp((double)lr[(int)sel[(size_t)t * K + k]] - mx);
+      sum += ex[k];
+    }
+    for (int k = 0; k < K; k++) wt[(size_t)t * K + k] = (float)(ex[k] / sum);
+  }
+  free(ex);
+  free(taken);
+}
+
+/* F: y = x + routed + shared (file comment). Pre: save holds save_floats. Post: save has x, rstd,
+ * h, sel, wt and every expert's a, u, z. x and y may be the same array. */
+static void moe_fwd(const rt_ldims *d, const float *w, const float *x, float *y, float *save) {
+  moe_layout l = moe_layout_of(d);
+  moe_params m = moe_params_of(d, w);
+  rt_ffn f = moe_ffn(d);
+  int N = d->B * d->S, H = d->hidden, F = d->ffn, E = d->experts;
+  size_t nh = (size_t)N * H, HF = (size_t)H * F, NF = (size_t)N * F;
+  memcpy(save + l.x, x, nh * sizeof *x);
+  rt_rmsnorm_fwd(N, H, save + l.x, m.norm, save + l.h, save + l.rstd);
+  float *logits = xmalloc((size_t)N * E * sizeof *logits);
+  rt_gemm(false, false, N, E, H, 1.0f, save + l.h, H, m.router, E, 0.0f, logits, E);
+  moe_select(d, logits, save + l.sel, save + l.wt);
+  free(logits);
+
+  /* routed experts on their gathered rows, added to y expert by expert */
+  if (y != x) memcpy(y, save + l.x, nh * sizeof *y);
+  moe_route rt;
+  moe_route_build(d, save + l.sel, &rt);
+  float *hg = xmalloc((size_t)rt.max * H * sizeof *hg);
+  float *og = xmalloc((size_t)rt.max * H * sizeof *og);
+  for (int e = 0; e < E; e++) {
+    int c = moe_gather(d, &rt, e, H, save + l.h, NULL, hg);
+    size_t of = (size_t)rt.off[e] * F;
+    rt_ffn_fwd(&f, c, hg, m.ew1 + e * HF, d->gated ? m.ew3 + e * HF : NULL, m.ew2 + e * HF,
+               save + l.ra + of, save + l.ru + of, save + l.rz + of, og, 0.0f);
+    moe_scatter_add(d, &rt, e, H, og, save + l.wt, y);
+  }
+  free(hg);
+  free(og);
+  moe_route_free(&rt);
+
+  /* shared experts on every token */
+  for (int s = 0; s < d->shared; s++)
+    rt_ffn_fwd(&f, N, save + l.h, m.sw1 + s * HF, d->gated ? m.sw3 + s * HF : NULL,
+               m.sw2 + s * HF, save + l.sa + s * NF, save + l.su + s * NF, save + l.sz + s * NF, y,
+               1.0f);
+}
+
+/* B: dx from dy through the shared and routed experts, the routing softmax, the router and the
+ * norm. Pre: moe_fwd ran on save. Post: save has dy, dh, dlog and every expert's da, du; dx (when
+ * not NULL) written; dx and dy may be the same array. */
+static void moe_bwd_in(const rt_ldims *d, const float *w, float *save, const float *dy,
+                       float *dx) {
+  moe_layout l = moe_layout_of(d);
+  moe_params m = moe_params_of(d, w);
+  rt_ffn f = moe_ffn(d);
+  int N = d->B * d->S, H = d->hidden, F = d->ffn, E = d->experts, K = d->top_k, R = N * K;
+  size_t nh = (size_t)N * H, HF = (size_t)H * F, NF = (size_t)N * F;
+  memcpy(save + l.dy, dy, nh * sizeof *dy);
+  const float *sel = save + l.sel, *wt = save + l.wt;
+
+  /* routed experts: G = dy W2_e^T per row (unweighted); dL/dweight = G . z; dz = weight * G */
+  moe_route rt;
+  moe_route_build(d, sel, &rt);
+  float *buf = xmalloc((size_t)rt.max * H * sizeof *buf);
+  double *dwt = xmalloc((size_t)R * sizeof *dwt);
+  for (int e = 0; e < E; e++) {
+    int o = rt.off[e], c = moe_gather(d, &rt, e, H, save + l.dy, NULL, buf);
+    if (c == 0) continue;
+    float *G = save + l.rda + (size_t)o * F; /* turned into da in place below */
+    rt_gemm(false, true, c, F, H, 1.0f, buf, H, m.ew2 + e * HF, H, 0.0f, G, F);
+    for (int r = o; r < o + c; r++) {
+      float *gr = save + l.rda + (size_t)r * F;
+      const float *zr = save + l.rz + (size_t)r * F;
+      double dot = 0;
+      for (int j = 0; j < F; j++) dot += (double)gr[j] * zr[j];
+      dwt[rt.pair[r]] = dot;
+      float c0 = wt[rt.pair[r]];
+      for (int j = 0; j < F; j++) gr[j] *= c0;
+    }
+    size_t of = (size_t)o * F;
+    rt_ffn_bwd_act(&f, c, save + l.ra + of, save + l.ru + of, G, G, save + l.rdu + of);
+  }
+
+  /* the routing softmax over the selected logits, then the router */
+  float *dlog = save + l.dlog;
+  memset(dlog, 0, (size_t)N * E * sizeof *dlog);
+  for (int t = 0; t < N; t++) {
+    double s = 0;
+    for (int k = 0; k < K; k++) s += (double)wt[t * K + k] * dwt[t * K + k];
+    for (int k = 0; k < K; k++)
+      dlog[(size_t)t * E + (int)sel[t * K + k]] = (float)(wt[t * K + k] * (dwt[t * K + k] - s));
+  }
+  free(dwt);
+  rt_gemm(false, true, N, H, E, 1.0f, dlog, E, m.router, E, 0.0f, save + l.dh, H);
+
+  /* dh of the routed experts, per expert on its rows, added back expert by expert */
+  for (int e = 0; e < E; e++) {
+    int o = rt.off[e], c = rt.off[e + 1] - o;
+    size_t of = (size_t)o * F;
+    rt_ffn_bwd_h(&f, c, m.ew1 + e * HF, d->gated ? m.ew3 + e * HF : NULL, save + l.rda + of,
+                 save + l.rdu + of, buf, 0.0f);
+    moe_scatter_add(d, &rt, e, H, buf, NULL, save + l.dh);
+  }
+  free(buf);
+  moe_route_free(&rt);
+
+  /* shared experts */
+  for (int s = 0; s < d->shared; s++) {
+    float *da = save + l.sda + s * NF, *du = save + l.sdu + s * NF;
+    rt_gemm(false, true, N, F, H, 1.0f, save + l.dy, H, m.sw2 + s * HF, H, 0.0f, da, F);
+    rt_ffn_bwd_act(&f, N, save + l.sa + s * NF, save + l.su + s * NF, da, da, du);
+    rt_ffn_bwd_h(&f, N, m.sw1 + s * HF, d->gated ? m.sw3 + s * HF : NULL, da, du, save + l.dh,
+                 1.0f);
+  }
+
+  if (dx) {
+    if (dx != dy) memcpy(dx, save + l.dy, nh * sizeof *dx);
+    rt_rmsnorm_bwd_in(N, H, save + l.x, m.norm, save + l.rstd, save + l.dh, dx, true);
+  }
+}
+
+/* W: g += the gradients of every parameter tensor. Pre: moe_bwd_in ran on save. Reads save (and
+ * nothing of w). */
+static void moe_bwd_w(const rt_ldims *d, const float *w, const float *save, float *g) {
+  (void)w;
+  moe_layout l = moe_layout_of(d);
+  moe_params gp = moe_params_of(d, g);
+  rt_ffn f = moe_ffn(d);
+  int N = d->B * d->S, H = d->hidden, F = d->ffn, E = d->experts;
+  size_t HF = (size_t)H * F, NF = (size_t)N * F;
+  rt_rmsnorm_bwd_w(N, H, save + l.x, save + l.rstd, save + l.dh, gp.norm);
+  rt_gemm(true, false, H, E, N, 1.0f, save + l.h, H, save + l.dlog, E, 1.0f, gp.router, E);
+
+  moe_route rt;
+  moe_route_build(d, save + l.sel, &rt);
+  float *hg = xmalloc((size_t)rt.max * H * sizeof *hg);
+  float *dog = xmalloc((size_t)rt.max * H * sizeof *dog); /* gradient of the expert's output */
+  for (int e = 0; e < E; e++) {
+    int c = moe_gather(d, &rt, e, H, save + l.h, NULL, hg);
+    moe_gather(d, &rt, e, H, save + l.dy, save + l.wt, dog);
+    size_t of = (size_t)rt.off[e] * F;
+    rt_ffn_bwd_w(&f, c, hg, save + l.rda + of, save + l.rdu + of, save + l.rz + of, dog,
+                 gp.ew1 + e * HF, d->gated ? gp.ew3 + e * HF : NULL, gp.ew2 + e * HF);
+  }
+  free(hg);
+  free(dog);
+  moe_route_free(&rt);
+
+  for (int s = 0; s < d->shared; s++)
+    rt_ffn_bwd_w(&f, N, save + l.h, save + l.sda + s * NF, save + l.sdu + s * NF,
+                 save + l.sz + s * NF, save + l.dy, gp.sw1 + s * HF,
+                 d->gated ? gp.sw3 + s * HF : NULL, gp.sw2 + s * HF);
+}
+
+const rt_kernel rt_k_moe = {"moe", moe_plan, moe_fwd, moe_bwd_in, moe_bwd_w};

@@ -1,0 +1,56 @@
+"""PyTorch reference of the attention layer kind (runtime/k_attention.c): pre-norm (RMSNorm)
+grouped-query self-attention with rotary embedding (rotate-half, theta 10000), causal and
+sliding-window masks, and a residual connection. Written as the textbook formulation."""
+import math
+
+import torch
+
+
+def _rms_norm(x, weight, eps=1e-5):
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
+
+
+def _rotate_half(t):
+    half = t.shape[-1] // 2
+    return torch.cat([-t[..., half:], t[..., :half]], dim=-1)
+
+
+def _rotary(t, theta=10000.0):
+    """t: [B, heads, S, hd]; rotate each pair (i, i + hd/2) by angle pos * theta^(-2i/hd)."""
+    S, hd = t.shape[-2], t.shape[-1]
+    inv_freq = theta ** (-torch.arange(0, hd, 2, dtype=t.dtype) / hd)
+    angles = torch.outer(torch.arange(S, dtype=t.dtype), inv_freq)  # [S, hd/2]
+    angles = torch.cat([angles, angles], dim=-1)  # [S, hd]
+    return t * angles.cos() + _rotate_half(t) * angles.sin()
+
+
+def _mask(S, causal, window):
+    """allowed[t, j]: key j is visible from query t."""
+    t = torch.arange(S).unsqueeze(1)
+    j = torch.arange(S).unsqueeze(0)
+    allowed = torch.ones(S, S, dtype=torch.bool)
+    if causal:
+        allowed &= j <= t
+    if window > 0:
+        allowed &= (t - j < window) if causal else ((t - j).abs() < window)
+    return allowed
+
+
+def forward(dims, x, p):
+    B, S, hidden = dims["B"], dims["S"], dims["hidden"]
+    H, KV, hd = dims["heads"], dims["kv_heads"], dims["head_dim"]
+    causal, window = bool(dims["causal"]), int(dims["window"])
+
+    h = _rms_norm(x, p["norm"])
+    q = (h @ p["wq"]).view(B, S, H, hd).transpose(1, 2)
+    k = (h @ p["wk"]).view(B, S, KV, hd).transpose(1, 2)
+    v = (h @ p["wv"]).view(B, S, KV, hd).transpose(1, 2)
+    q, k = _rotary(q), _rotary(k)
+    k = k.repeat_interleave(H // KV, dim=1)
+    v = v.repeat_interleave(H // KV, dim=1)
+
+    scores = q @ k.transpose(-1, -2) / math.sqrt(hd)
+    scores = scores.masked_fill(~_mask(S, causal, window), float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    o = (probs @ v).transpose(1, 2).reshape(B * S, H * hd)
+    return x + o @ p["wo"]

@@ -1,0 +1,10 @@
+"""PyTorch reference of the "embedding" layer kind (runtime/k_basic.c): a table lookup of the
+token ids (an id outside [0, vocab) reads row 0)."""
+import torch
+
+
+def forward(dims, x, p):
+    """y [B*S, hidden] from token ids x [B*S, 1] and the table p["table"] [vocab, hidden]."""
+    ids = x[:, 0].long()
+    ids = torch.where((ids >= 0) & (ids < dims["vocab"]), ids, torch.zeros_like(ids))
+    return p["table"][ids]

@@ -1,0 +1,62 @@
+"""PyTorch reference of the "moe" layer kind (runtime/k_moe.c): a pre-norm residual
+mixture-of-experts block. h = RMSNorm(x) * norm; logits = h router; each token takes the top_k
+experts of largest logit (ties: lower expert index first), weighted by the softmax over the
+selected logits (Mixtral style; the selection is not differentiated, the weights are);
+y = x + sum_k weight_k FFN_{e_k}(h) + sum_s FFN_s(h), FFN(h) = (act(h W1) [* (h W3)]) W2.
+Dropless, no capacity limit, no auxiliary loss. Written from the definition, not from the C
+code: a masked loop over experts instead of a grouping permutation."""
+import torch
+import torch.nn.functional as F
+
+EPS = 1e-5  # RT_NORM_EPS
+
+
+def _act(code, z):
+    """Activation of rt_act code (0 relu, 1 relu2, 2 gelu (erf form), 3 silu, 4 tanh)."""
+    if code == 0:
+        return F.relu(z)
+    if code == 1:
+        return F.relu(z) ** 2
+    if code == 2:
+        return F.gelu(z)
+    if code == 3:
+        return F.silu(z)
+    if code == 4:
+        return torch.tanh(z)
+    raise ValueError("unknown activation %r" % (code,))
+
+
+def _ffn(dims, h, w1, w3, w2):
+    z = _act(int(dims["act"]), h @ w1)
+    if dims["gated"]:
+        z = z * (h @ w3)
+    return z @ w2
+
+
+def forward(dims, x, p):
+    """y [B*S, hidden] from x [B*S, hidden] and parameters p ("norm", "router", "experts.w1",
+    ["experts.w3",] "experts.w2", and with shared experts "shared.w1", ["shared.w3",] "shared.w2")."""
+    E, K, gated = int(dims["experts"]), int(dims["top_k"]), bool(dims["gated"])
+    h = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + EPS) * p["norm"]
+    logits = h @ p["router"]
+    # torch.topk does not promise an order among equal values; a stable descending sort does
+    # (lower index first), and its first K columns are the top K in descending order.
+    sel = torch.sort(logits.detach(), dim=-1, descending=True, stable=True).indices[:, :K]
+    weights = torch.softmax(logits.gather(1, sel), dim=-1)  # [N, K]
+
+    routed = torch.zeros_like(x)
+    for e in range(E):
+        mask = sel == e  # [N, K]; at most one slot per token
+        idx = mask.any(dim=-1).nonzero().squeeze(1)
+        if idx.numel() == 0:
+            continue
+        we = (weights * mask).sum(dim=-1)[idx]
+        w3 = p["experts.w3"][e] if gated else None
+        out = _ffn(dims, h[idx], p["experts.w1"][e], w3, p["experts.w2"][e])
+        routed = routed.index_add(0, idx, we[:, None] * out)
+
+    shared = torch.zeros_like(x)
+    for s in range(int(dims.get("shared", 0) or 0)):
+        w3 = p["shared.w3"][s] if gated else None
+        shared = shared + _ffn(dims, h, p["shared.w1"][s], w3, p["shared.w2"][s])
+    return x + routed + shared

@@ -1,0 +1,39 @@
+"""PyTorch reference of the vit layer kind (runtime/k_attention.c): a pre-norm transformer
+encoder layer (LayerNorm, full multi-head self-attention with biases, residual; LayerNorm, MLP
+with optional gate, residual). Written as the textbook formulation."""
+import math
+
+import torch
+import torch.nn.functional as F
+
+_ACTS = {
+    0: torch.relu,
+    1: lambda a: torch.relu(a) ** 2,
+    2: F.gelu,  # exact erf form
+    3: F.silu,
+    4: torch.tanh,
+}
+
+
+def forward(dims, x, p):
+    B, S, hidden = dims["B"], dims["S"], dims["hidden"]
+    H, hd = dims["heads"], dims["head_dim"]
+    act = _ACTS[int(dims["act"])]
+
+    h = F.layer_norm(x, (hidden,), p["ln1.w"], p["ln1.b"], eps=1e-5)
+
+    def heads(t):
+        return t.view(B, S, H, hd).transpose(1, 2)
+
+    q = heads(h @ p["wq"] + p["bq"])
+    k = heads(h @ p["wk"] + p["bk"])
+    v = heads(h @ p["wv"] + p["bv"])
+    probs = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hd), dim=-1)
+    o = (probs @ v).transpose(1, 2).reshape(B * S, H * hd)
+    x1 = x + o @ p["wo"] + p["bo"]
+
+    h2 = F.layer_norm(x1, (hidden,), p["ln2.w"], p["ln2.b"], eps=1e-5)
+    z = act(h2 @ p["w1"] + p["b1"])
+    if dims["gated"]:
+        z = z * (h2 @ p["w3"] + p["b3"])
+    return x1 + z @ p["w2"] + p["b2"]

@@ -1,0 +1,336 @@
+/* kernel_cases.c -- small fixed configurations of every layer kind (runtime/kernels.h), run three
+ * ways:
+ *   octo_kernel_cases check-fd             finite-difference check of every input and weight
+ *                                          gradient, determinism, and that B without dx leaves
+ *                                          W's gradients unchanged;
+ *   octo_kernel_cases dump DIR             write each case's tensors as an octo-run --dump would
+ *                                          (for tests/runtime/torch_ref.py);
+ *   octo_kernel_cases check-fixtures DIR   compare y, dx and every weight gradient with the
+ *                                          PyTorch results committed in DIR (relative 1e-4).
+ * Exit status 0 when every case passes, 1 otherwise. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+
+/* One case: a name, a kind, its dimensions (in_S and in_w default to S and hidden). */
+typedef struct kcase {
+  const char *name; /* file prefix of its tensors */
+  const char *kind; /* layer kind */
+  rt_ldims d;       /* dimensions */
+} kcase;
+
+static const kcase kc_cases[] = {
+    {"embedding", "embedding", {.B = 2, .S = 6, .in_w = 1, .hidden = 8, .vocab = 11}},
+    {"lm_head", "lm_head", {.B = 2, .S = 6, .hidden = 8, .vocab = 13}},
+    {"custom_res", "custom", {.B = 2, .S = 4, .in_w = 8, .out_w = 8}},
+    {"custom_proj", "custom", {.B = 2, .S = 4, .in_w = 8, .out_w = 5}},
+    {"attn_gqa", "attention",
+     {.B = 2, .S = 8, .hidden = 16, .heads = 4, .kv_heads = 2, .head_dim = 4, .causal = true}},
+    {"attn_window", "attention",
+     {.B = 2, .S = 8, .hidden = 16, .heads = 4, .kv_heads = 2, .head_dim = 4, .causal = true,
+      .window = 3}},
+    {"attn_mqa", "attention",
+     {.B = 1, .S = 7, .hidden = 12, .heads = 2, .kv_heads = 1, .head_dim = 6, .causal = true}},
+    {"attn_full", "attention",
+     {.B = 2, .S = 5, .hidden = 16, .heads = 2, .kv_heads = 2, .head_dim = 8}},
+    {"mlp_swiglu", "mlp", {.B = 2, .S = 6, .hidden = 16, .ffn = 24, .gated = true, .act = RT_ACT_SILU}},
+    {"mlp_geglu", "mlp", {.B = 2, .S = 6, .hidden = 16, .ffn = 24, .gated = true, .act = RT_ACT_GELU}},
+    {"mlp_relu2", "mlp", {.B = 2, .S = 6, .hidden = 16, .ffn = 24, .act = RT_ACT_RELU2}},
+    {"mlp_gelu", "mlp", {.B = 2, .S = 6, .hidden = 16, .ffn = 24, .act = RT_ACT_GELU}},
+    {"moe_shared", "moe",
+     {.B = 2, .S = 6, .hidden = 16, .experts = 4, .top_k = 2, .ffn = 8, .shared = 1, .gated = true,
+      .act = RT_ACT_SILU}},
+    {"moe_top1", "moe",
+     {.B = 2, .S = 6, .hidden = 16, .experts = 3, .top_k = 1, .ffn = 8, .act = RT_ACT_RELU}},
+    {"mamba2_chunk4", "mamba2",
+     {.B = 2, .S = 10, .hidden = 8, .heads = 4, .head_dim = 4, .inner = 16, .state = 4, .groups = 2,
+      .conv = 4, .chunk = 4}},
+    {"mamba2_chunk16", "mamba2",
+     {.B = 2, .S = 10, .hidden = 8, .heads = 4, .head_dim = 4, .inner = 16, .state = 4, .groups = 1,
+      .conv = 4, .chunk = 16}},
+    {"vit_gelu", "vit",
+     {.B = 2, .S = 5, .hidden = 16, .heads = 2, .kv_heads = 2, .head_dim = 8, .ffn = 24,
+      .act = RT_ACT_GELU}},
+    {"vit_gated", "vit",
+     {.B = 2, .S = 5, .hidden = 16, .heads = 2, .kv_heads = 2, .head_dim = 8, .ffn = 24,
+      .gated = true, .act = RT_ACT_SILU}},
+};
+enum { KC_N = sizeof kc_cases / sizeof kc_cases[0] };
+
+/* A case run once: its plan, tensors and results. */
+typedef struct krun {
+  const rt_kernel *k; /* the kind's kernels */
+  rt_ldims d;         /* dimensions, in_S and in_w filled */
+  rt_lplan p;         /* plan */
+  size_t nx, ny, nw;  /* floats of x, y, w */
+  float *x, *y, *dy, *dx, *w, *g, *save; /* tensors */
+} krun;
+
+/* xorshift64* draw in [-1, 1). */
+static double kc_rand(uint64_t *s) {
+  *s ^= *s >> 12;
+  *s ^= *s << 25;
+  *s ^= *s >> 27;
+  return (double)((*s * 0x2545F4914F6CDD1DULL) >> 11) * 0x1p-52 - 1.0;
+}
+
+/* L = sum(y * dy) in double. */
+static double kc_loss(const krun *r) {
+  double l = 0;
+  for (size_t i = 0; i < r->ny; i++) l += (double)r->y[i] * r->dy[i];
+  return l;
+}
+
+/* Set up case c: plan, weights (the kind's initialization, then perturbed so that norms and
+ * biases are not trivial), input and output gradient. Returns false with the reason printed. */
+static bool kc_setup(const kcase *c, krun *r) {
+  memset(r, 0, sizeof *r);
+  r->d = c->d;
+  if (!r->d.in_S) r->d.in_S = r->d.S;
+  if (!r->d.in_w) r->d.in_w = r->d.hidden;
+  r->k = rt_kernel_find(c->kind);
+  strbuf err = {0};
+  if (!r->k || r->k->plan(&r->d, &r->p, &err) != 0) {
+    printf("FAIL %s: no plan: %s\n", c->name, strbuf_cstr(&err));
+    strbuf_free(&err);
+    return false;
+  }
+  strbuf_free(&err);
+  r->nx = (size_t)r->d.B * r->d.in_S * r->d.in_w;
+  r->ny = (size_t)r->d.B * r->d.S * r->p.out_w;
+  r->nw = rt_lplan_params(&r->p);
+  r->x = xmalloc(r->nx * sizeof *r->x);
+  r->y = xcalloc(r->ny, sizeof *r->y);
+  r->dy = xmalloc(r->ny * sizeof *r->dy);
+  r->dx = xcalloc(r->nx, sizeof *r->dx);
+  r->w = xmalloc((r->nw ? r->nw : 1) * sizeof *r->w);
+  r->g = xcalloc(r->nw ? r->nw : 1, sizeof *r->g);
+  r->save = xcalloc(r->p.save_floats ? r->p.save_floats : 1, sizeof *r->save);
+  uint64_t s = 0x1234567ULL + (uint64_t)strlen(c->name) * 977;
+  for (const char *q = c->name; *q; q++) s = s * 131 + (unsigned char)*q;
+  rt_kernel_init_params(&r->p, s, r->w);
+  float *w = r->w;
+  for (int i = 0; i < r->p.npt; i++) {
+    size_t n = rt_ptensor_floats(&r->p.pt[i]);
+    if (r->p.pt[i].init != RT_INIT_UNIFORM)
+      for (size_t k = 0; k < n; k++) w[k] += (float)(0.1 * kc_rand(&s));
+    w += n;
+  }
+  bool ids = r->d.in_w == 1 && strcmp(c->kind, "embedding") == 0;
+  for (size_t i = 0; i < r->nx; i++)
+    r->x[i] = ids ? (float)((kc_rand(&s) + 1.0) * 0.5 * r->d.vocab) : (float)kc_rand(&s);
+  if (ids)
+    for (size_t i = 0; i < r->nx; i++) r->x[i] = floorf(r->x[i]);
+  for (size_t i = 0; i < r->ny; i++) r->dy[i] = (float)kc_rand(&s);
+  return true;
+}
+
+/* F, B (with dx unless no_dx), W from zero gradients. */
+static void kc_run(krun *r, bool no_dx) {
+  memset(r->g, 0, r->nw * sizeof *r->g);
+  r->k->fwd(&r->d, r->w, r->x, r->y, r->save);
+  r->k->bwd_in(&r->d, r->w, r->save, r->dy, no_dx ? NULL : r->dx);
+  r->k->bwd_w(&r->d, r->w, r->save, r->g);
+}
+
+static void kc_free(krun *r) {
+  free(r->x);
+  free(r->y);
+  free(r->dy);
+  free(r->dx);
+  free(r->w);
+  free(r->g);
+  free(r->save);
+}
+
+/* Finite-difference check of the gradient an[] of tensor v (n floats) by central differences of
+ * L; samples up to 6 entries. Returns the worst error relative to the tensor's largest analytic
+ * gradient. */
+static double kc_fd(krun *r, float *v, const float *an, size_t n, uint64_t *s) {
+  double amax = 0;
+  for (size_t i = 0; i < n; i++) amax = fmax(amax, fabs(an[i]));
+  double worst = 0;
+  int samples = n < 6 ? (int)n : 6;
+  for (int k = 0; k < samples; k++) {
+    size_t i = n <= 6 ? (size_t)k : (size_t)((kc_rand(s) + 1.0) * 0.5 * (double)n) % n;
+    float keep = v[i];
+    float eps = 1e-2f * fmaxf(1.0f, fabsf(keep));
+    v[i] = keep + eps;
+    r->k->fwd(&r->d, r->w, r->x, r->y, r->save);
+    double lp = kc_loss(r);
+    v[i] = keep - eps;
+    r->k->fwd(&r->d, r->w, r->x, r->y, r->save);
+    double lm = kc_loss(r);
+    v[i] = keep;
+    double fd = (lp - lm) / (2.0 * eps);
+    double e = fabs(fd - an[i]) / fmax(amax, 1e-2); /* a zero gradient (a key bias) sees noise */
+    if (e > worst) worst = e;
+  }
+  return worst;
+}
+
+/* check-fd: every case. */
+static int kc_check_fd(void) {
+  int bad = 0;
+  for (int c = 0; c < KC_N; c++) {
+    krun r;
+    if (!kc_setup(&kc_cases[c], &r)) {
+      bad++;
+      continue;
+    }
+    kc_run(&r, false);
+    /* Determinism, and B without dx: the same y and g. */
+    float *y0 = xmalloc(r.ny * sizeof *y0), *g0 = xmalloc((r.nw ? r.nw : 1) * sizeof *g0);
+    float *dx0 = xmalloc(r.nx * sizeof *dx0);
+    memcpy(y0, r.y, r.ny * sizeof *y0);
+    memcpy(g0, r.g, r.nw * sizeof *g0);
+    memcpy(dx0, r.dx, r.nx * sizeof *dx0);
+    kc_run(&r, true);
+    bool same = memcmp(y0, r.y, r.ny * sizeof *y0) == 0 && memcmp(g0, r.g, r.nw * sizeof *g0) == 0;
+    kc_run(&r, false);
+    same = same && memcmp(dx0, r.dx, r.nx * sizeof *dx0) == 0;
+    bool finite = true;
+    for (size_t i = 0; i < r.ny; i++) finite = finite && isfinite(r.y[i]);
+    uint64_t s = 99 + (uint64_t)c;
+    double worst = 0;
+    const char *where = "x";
+    if (strcmp(r.k->kind, "embedding") != 0) worst = kc_fd(&r, r.x, dx0, r.nx, &s);
+    float *w = r.w;
+    const float *g = g0;
+    for (int i = 0; i < r.p.npt; i++) {
+      size_t n = rt_ptensor_floats(&r.p.pt[i]);
+      double e = kc_fd(&r, w, g, n, &s);
+      if (e > worst) {
+        worst = e;
+        where = r.p.pt[i].name;
+      }
+      w += n;
+      g += n;
+    }
+    bool ok = same && finite && worst <= 2e-2;
+    printf("%s %s (%s): finite-difference error %.2e (worst: %s)%s%s\n", ok ? "PASS" : "FAIL",
+           kc_cases[c].name, r.k->kind, worst, where, same ? "" : ", not deterministic",
+           finite ? "" : ", non-finite output");
+    bad += !ok;
+    free(y0);
+    free(g0);
+    free(dx0);
+    kc_free(&r);
+  }
+  printf("%d passed, %d failed\n", KC_N - bad, bad);
+  return bad ? 1 : 0;
+}
+
+/* dump DIR: every case's tensors and the index. */
+static int kc_dump(const char *dir) {
+  strbuf index = {0}, err = {0};
+  int rc = 0;
+  for (int c = 0; c < KC_N && rc == 0; c++) {
+    krun r;
+    if (!kc_setup(&kc_cases[c], &r)) return 1;
+    kc_run(&r, false);
+    bool ids = strcmp(r.k->kind, "embedding") == 0;
+    rt_dump_tensors t = {r.x, r.y, r.dy, ids ? NULL : r.dx, r.w, r.g};
+    rc = rt_dump_layer(dir, kc_cases[c].name, &r.d, &r.p, &t, &err);
+    rt_dump_entry(&index, kc_cases[c].name, r.k->kind, &r.d, &r.p, !ids);
+    kc_free(&r);
+  }
+  if (rc == 0) rc = rt_dump_index(dir, &index, &err);
+  if (rc) fprintf(stderr, "octo_kernel_cases: %s\n", strbuf_cstr(&err));
+  strbuf_free(&index);
+  strbuf_free(&err);
+  return rc ? 1 : 0;
+}
+
+/* Read a float32 .npy file of exactly n floats into a; false with the reason printed. */
+static bool kc_npy_read(const char *path, float *a, size_t n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    printf("  %s: cannot open\n", path);
+    return false;
+  }
+  unsigned char pre[10];
+  bool ok = fread(pre, 1, 10, f) == 10 && memcmp(pre, "\x93NUMPY", 6) == 0 && pre[6] == 1;
+  size_t hl = ok ? (size_t)pre[8] | (size_t)pre[9] << 8 : 0;
+  char hdr[1024];
+  ok = ok && hl < sizeof hdr && fread(hdr, 1, hl, f) == hl;
+  if (ok) {
+    hdr[hl] = 0;
+    ok = strstr(hdr, "'<f4'") && strstr(hdr, "'fortran_order': False");
+  }
+  ok = ok && fread(a, sizeof *a, n, f) == n && fgetc(f) == EOF;
+  fclose(f);
+  if (!ok) printf("  %s: not a float32 array of %zu elements\n", path, n);
+  return ok;
+}
+
+/* Largest |a - b| / max(max|b|, floor) over n floats. */
+static double kc_rel(const float *a, const float *b, size_t n, double floor) {
+  double md = 0, mb = floor;
+  for (size_t i = 0; i < n; i++) {
+    md = fmax(md, fabs((double)a[i] - b[i]));
+    mb = fmax(mb, fabs((double)b[i]));
+  }
+  return mb > 0 ? md / mb : md;
+}
+
+/* Compare n floats of a with fixture DIR/CASE.WHAT.npy; returns the relative error (INFINITY
+ * when the fixture cannot be read); floor: the least denominator (a gradient that is zero in
+ * exact arithmetic is compared on the layer's scale). */
+static double kc_cmp(const char *dir, const char *name, const char *what, const float *a,
+                     size_t n, double floor) {
+  strbuf path = {0};
+  strbuf_printf(&path, "%s/%s.%s.npy", dir, name, what);
+  float *ref = xmalloc((n ? n : 1) * sizeof *ref);
+  double e = kc_npy_read(strbuf_cstr(&path), ref, n) ? kc_rel(a, ref, n, floor) : INFINITY;
+  if (e > 1e-4) printf("  %s.%s: relative error %.3e\n", name, what, e);
+  free(ref);
+  strbuf_free(&path);
+  return e;
+}
+
+/* check-fixtures DIR: every case against PyTorch's results. */
+static int kc_check_fixtures(const char *dir) {
+  int bad = 0;
+  for (int c = 0; c < KC_N; c++) {
+    krun r;
+    if (!kc_setup(&kc_cases[c], &r)) {
+      bad++;
+      continue;
+    }
+    kc_run(&r, false);
+    const char *nm = kc_cases[c].name;
+    double worst = kc_cmp(dir, nm, "y", r.y, r.ny, 0);
+    if (strcmp(r.k->kind, "embedding") != 0)
+      worst = fmax(worst, kc_cmp(dir, nm, "dx", r.dx, r.nx, 0));
+    double floor = 0;
+    for (size_t i = 0; i < r.nw; i++) floor = fmax(floor, 1e-6 * fabs(r.g[i]));
+    const float *g = r.g;
+    for (int i = 0; i < r.p.npt; i++) {
+      size_t n = rt_ptensor_floats(&r.p.pt[i]);
+      strbuf what = {0};
+      strbuf_printf(&what, "g.%s", r.p.pt[i].name);
+      worst = fmax(worst, kc_cmp(dir, nm, strbuf_cstr(&what), g, n, floor));
+      strbuf_free(&what);
+      g += n;
+    }
+    bool ok = worst <= 1e-4;
+    printf("%s %s (%s): largest relative error against PyTorch %.2e\n", ok ? "PASS" : "FAIL", nm,
+           r.k->kind, worst);
+    bad += !ok;
+    kc_free(&r);
+  }
+  printf("%d passed, %d failed\n", KC_N - bad, bad);
+  return bad ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "check-fd") == 0) return kc_check_fd();
+  if (argc == 3 && strcmp(argv[1], "dump") == 0) return kc_dump(argv[2]);
+  if (argc == 3 && strcmp(argv[1], "check-fixtures") == 0) return kc_check_fixtures(argv[2]);
+  fprintf(stderr, "usage: octo_kernel_cases check-fd | dump DIR | check-fixtures DIR\n");
+  return 2;
+}
