@@ -121,6 +121,23 @@ static long sdim(double value, int scale, long lo, long mult) {
   return r < lo ? lo : r;
 }
 
+/* Heads of a head-structured width at scale k: 'heads' heads of width hd in 'units' groups
+ * (key/value heads, or Mamba-2's B/C groups; heads / units heads each). The head width is
+ * divided first, down to 4 (a multiple of mult); the rest of the division takes whole groups
+ * away, so the total width heads * hd shrinks by about k and the ratio heads / units stays. */
+static void heads_dims(double heads, double units, double hd, int k, int mult, int *heads_s,
+                       int *units_s, int *hd_s) {
+  double q = heads / units, width = heads * hd / k;
+  long lo = hd < 4 ? (long)hd : 4;
+  if (lo < mult) lo = mult;
+  long h1 = sdim(hd, k, lo, mult);
+  double u = width / ((double)h1 * q);
+  long u1 = lround(u < 1 ? 1 : u > units ? units : u);
+  *hd_s = (int)h1;
+  *units_s = (int)u1;
+  *heads_s = (int)(u1 * q);
+}
+
 /* Fill L->d from stream layer l at scale k (tokens B per microbatch, seq the stream's); prev_S
  * and prev_w are what the layer receives. Returns false with the reason in err. */
 static bool layer_dims(const be_stream *s, const be_layer *l, int k, int prev_S, int prev_w,
@@ -139,16 +156,21 @@ static bool layer_dims(const be_stream *s, const be_layer *l, int k, int prev_S,
   if (strcmp(kind, "embedding") == 0 || strcmp(kind, "lm_head") == 0) {
     d->vocab = (int)sdim(lparam(l, "vocab", 0), k, 8, 1);
   } else if (strcmp(kind, "attention") == 0 || strcmp(kind, "vit") == 0) {
+    bool vit = strcmp(kind, "vit") == 0;
     double heads = lparam(l, "heads", 0);
-    d->heads = (int)heads;
-    d->kv_heads = strcmp(kind, "vit") == 0 ? d->heads : (int)lparam(l, "kv_heads", heads);
+    double kv = vit ? heads : lparam(l, "kv_heads", heads);
     double hd = lparam(l, "head_dim", heads > 0 ? hidden / heads : 0);
-    /* rotary needs an even head width */
-    d->head_dim = (int)sdim(hd, k, 2, strcmp(kind, "vit") == 0 ? 1 : 2);
+    if (heads < 1 || kv < 1 || fmod(heads, kv) != 0) { /* the kernel's plan says why */
+      d->heads = (int)heads;
+      d->kv_heads = (int)kv;
+      d->head_dim = (int)sdim(hd, k, 2, 2);
+    } else {
+      heads_dims(heads, kv, hd, k, vit ? 1 : 2, &d->heads, &d->kv_heads, &d->head_dim);
+    }
     d->causal = lparam(l, "causal", 1) != 0;
     long win = (long)lparam(l, "window", 0);
     d->window = win > 0 ? (int)sdim((double)win, k, 1, 1) : 0;
-    if (strcmp(kind, "vit") == 0) {
+    if (vit) {
       double patch = lparam(l, "patch", 14), image = lparam(l, "image", 336);
       double tokens = lparam(l, "tokens", floor(image / patch) * floor(image / patch) + 1);
       d->S = (int)sdim(tokens, k, 4, 1);
@@ -166,13 +188,20 @@ static bool layer_dims(const be_stream *s, const be_layer *l, int k, int prev_S,
     d->ffn = (int)sdim(lparam(l, "expert_ffn", 0), k, 1, 1);
   } else if (strcmp(kind, "mamba2") == 0) {
     double hd = lparam(l, "head_dim", 64), expand = lparam(l, "expand", 2);
-    d->heads = (int)lparam(l, "heads", hd > 0 ? expand * hidden / hd : 0);
-    d->head_dim = (int)sdim(hd, k, 1, 1);
+    double heads = lparam(l, "heads", hd > 0 ? expand * hidden / hd : 0);
+    double groups = lparam(l, "groups", 8), state = lparam(l, "state", 128);
+    double chunk = lparam(l, "chunk", 256);
+    if (heads < 1 || groups < 1 || fmod(heads, groups) != 0) { /* the kernel's plan says why */
+      d->heads = (int)heads;
+      d->groups = (int)groups;
+      d->head_dim = (int)sdim(hd, k, 1, 1);
+    } else {
+      heads_dims(heads, groups, hd, k, 1, &d->heads, &d->groups, &d->head_dim);
+    }
     d->inner = d->heads * d->head_dim;
-    d->state = (int)sdim(lparam(l, "state", 128), k, 1, 1);
-    d->groups = (int)lparam(l, "groups", 8);
+    d->state = (int)sdim(state, k, state < 4 ? (long)state : 4, 1);
     d->conv = (int)lparam(l, "conv", 4);
-    d->chunk = (int)sdim(lparam(l, "chunk", 256), k, 1, 1);
+    d->chunk = (int)sdim(chunk, k, chunk < 8 ? (long)chunk : 8, 1);
   } else if (strcmp(kind, "custom") == 0) {
     /* its output tensor's bytes per microbatch, in elements of the training precision */
     double elem = s->dtype && strcmp(s->dtype, "fp32") == 0 ? 4 : 2;
@@ -254,6 +283,9 @@ static double step_flops(const rt_model *m) {
     f += 2 * w * T;
     if (d->heads && d->head_dim && strcmp(L->k->kind, "mamba2") != 0)
       f += 4.0 * d->B * d->S * (double)d->S * d->heads * d->head_dim;
+    if (strcmp(L->k->kind, "mamba2") == 0) /* the scan: within chunks and their states */
+      f += 2.0 * T * d->heads * ((double)d->chunk * (d->head_dim + d->state) +
+                                 2.0 * d->head_dim * d->state);
   }
   return 3 * f * m->nmb * m->replicas;
 }
@@ -804,6 +836,28 @@ void rt_step(rt_model *m, int st_i) {
 
 /* ---- Reference and comparison -------------------------------------------------------------- */
 
+/* One replica's part of the reference: every microbatch through every stage, accumulating into
+ * the stages' gradients. Returns the sum of the microbatch losses. */
+static double reference_replica(rt_model *m, int step, int r, size_t big, float *in, float *act,
+                                float *ga, float *gb) {
+  double total = 0;
+  rt_model_set_step(m, step, r);
+  for (int mb = 0; mb < m->nmb; mb++) {
+    rt_load(m, step, r, mb, in);
+    for (int s = 0; s < m->nstages; s++)
+      rt_forward(m, s, mb, s == 0 ? in : act + (size_t)(s - 1) * big, act + (size_t)s * big);
+    total += rt_loss(m, step, r, mb, act + (size_t)(m->nstages - 1) * big, ga);
+    for (int s = m->nstages - 1; s >= 0; s--) {
+      rt_backward_input(m, s, mb, ga, s == 0 ? NULL : gb);
+      rt_backward_weight(m, s, mb);
+      float *t = ga;
+      ga = gb;
+      gb = t;
+    }
+  }
+  return total;
+}
+
 double rt_reference_step(rt_model *m, int step, int replicas) {
   size_t big = 1;
   for (int s = 0; s < m->nstages; s++) {
@@ -814,24 +868,26 @@ double rt_reference_step(rt_model *m, int step, int replicas) {
   float *in = xmalloc(nin * sizeof *in);
   float *act = xmalloc((size_t)m->nstages * big * sizeof *act); /* output of each stage */
   float *ga = xmalloc(big * sizeof *ga), *gb = xmalloc(big * sizeof *gb);
+  /* Each replica's gradients apart, then summed in replica order: the all-reduce's sum. */
+  float **sum = xcalloc((size_t)m->nstages, sizeof *sum);
   double total = 0;
   int keep_step = m->step, keep_replica = m->replica;
   for (int r = 0; r < replicas; r++) {
-    rt_model_set_step(m, step, r);
-    for (int mb = 0; mb < m->nmb; mb++) {
-      rt_load(m, step, r, mb, in);
-      for (int s = 0; s < m->nstages; s++)
-        rt_forward(m, s, mb, s == 0 ? in : act + (size_t)(s - 1) * big, act + (size_t)s * big);
-      total += rt_loss(m, step, r, mb, act + (size_t)(m->nstages - 1) * big, ga);
-      for (int s = m->nstages - 1; s >= 0; s--) {
-        rt_backward_input(m, s, mb, ga, s == 0 ? NULL : gb);
-        rt_backward_weight(m, s, mb);
-        float *t = ga;
-        ga = gb;
-        gb = t;
-      }
+    for (int s = 0; r > 0 && s < m->nstages; s++) {
+      mstage *st = stage_of(m, s);
+      if (r == 1) sum[s] = xmalloc((st->nparams ? st->nparams : 1) * sizeof *sum[s]);
+      if (r == 1) memcpy(sum[s], st->g, st->nparams * sizeof *st->g);
+      memset(st->g, 0, st->nparams * sizeof *st->g);
+    }
+    total += reference_replica(m, step, r, big, in, act, ga, gb);
+    for (int s = 0; r > 0 && s < m->nstages; s++) {
+      mstage *st = &m->stages[s];
+      for (size_t k = 0; k < st->nparams; k++) sum[s][k] += st->g[k];
+      if (r == replicas - 1) memcpy(st->g, sum[s], st->nparams * sizeof *st->g);
     }
   }
+  for (int s = 0; s < m->nstages; s++) free(sum[s]);
+  free(sum);
   rt_model_set_step(m, keep_step, keep_replica);
   free(in);
   free(act);

@@ -91,8 +91,9 @@ bool rt_stage_finite(const rt_model *m, int st, strbuf *why);
 void rt_step(rt_model *m, int st);
 
 /* The sequential reference of one step: for each replica and microbatch in order, forward
- * through every stage, loss, backward through every stage (B then W), accumulating gradients.
- * Pre: every stage initialized. Returns the mean loss; leaves the gradients (no optimizer step). */
+ * through every stage, loss, backward through every stage (B then W), accumulating gradients;
+ * the replicas' gradients are summed in replica order, as the all-reduce does. Pre: every stage
+ * initialized, gradients zero. Returns the mean loss; leaves the gradients (no optimizer step). */
 double rt_reference_step(rt_model *m, int step, int replicas);
 
 /* Largest, over the parameter tensors of stage st, of max|a - b| / max|b| between the gradients

@@ -41,3 +41,11 @@ config.environment["MPIRUN"] = mpirun
 for var in ("HOME", "OMPI_MCA_plm_rsh_agent"):
     if var in os.environ:
         config.environment[var] = os.environ[var]
+# %torch_python: a Python with PyTorch and NumPy (Debian's python3-torch) for the checks against
+# PyTorch (tests/runtime/torch_ref.py); those tests need the "torch" feature and are skipped
+# where none is installed.
+for py in (sys.executable, "/usr/bin/python3"):
+    if py and os.system(py + " -c 'import torch, numpy' >/dev/null 2>&1") == 0:
+        config.available_features.add("torch")
+        config.substitutions.append(("%torch_python", py))
+        break
