@@ -149,10 +149,10 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
       stats[w].ev = (rt_event *)(evs + displs[w]);
     }
     strbuf out = {0}, errs = {0};
-    printf("%s: %d rank%s x %d replica%s, %d stages, %d microbatches; backend %s, %d step%s\n",
-           path, (int)s->nranks, s->nranks == 1 ? "" : "s", (int)s->replicas,
+    printf("%s: %d rank%s x %d replica%s, %d stages, %d microbatches; backend %s, %d step%s, "
+           "scale %d\n", path, (int)s->nranks, s->nranks == 1 ? "" : "s", (int)s->replicas,
            s->replicas == 1 ? "" : "s", (int)s->nstages, (int)s->nmb, backend, steps,
-           steps == 1 ? "" : "s");
+           steps == 1 ? "" : "s", mine->scale);
     rc = rt_report_run(s, o, stats, world, &out, &errs);
     fputs(strbuf_cstr(&out), stdout);
     fputs(strbuf_cstr(&errs), stderr);

@@ -68,6 +68,7 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
     rt_model_free(m);
     return st->status;
   }
+  st->scale = rt_model_scale(m);
   const be_program *p = &s->ranks[rank];
   for (int i = 0; i < s->nstages; i++) {
     if (s->stages[i].rank == rank) rt_model_init_stage(m, i);

@@ -634,6 +634,7 @@ int rt_run_cuda(const be_stream *s, const rt_opts *mo, const rt_run_opts *o, boo
   bool ok = true;
   for (int w = 0; w < R.n; w++) {
     rt_rank_stats_init(&stats[w], w % s->nranks, w / s->nranks, steps);
+    stats[w].scale = mo->scale;
     R.g[w].rank = w % s->nranks;
     R.g[w].replica = w / s->nranks;
     R.g[w].st = &stats[w];
@@ -695,6 +696,7 @@ int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
   R.g = xcalloc(1, sizeof *R.g);
   rt_rank_stats st;
   rt_rank_stats_init(&st, rank, replica, steps);
+  st.scale = mo->scale;
   grank *g = &R.g[0];
   g->rank = rank;
   g->replica = replica;

@@ -159,6 +159,7 @@ typedef struct rt_event {
 /* What one rank of one replica did. */
 typedef struct rt_rank_stats {
   int rank, replica;   /* who */
+  int scale;           /* the model's scale (rt_model_scale; 0 when it was not built) */
   int status;          /* RT_OK, RT_FAILED (it failed: err says why), RT_ABORTED (another rank
                           failed), RT_DIED (stopped by die_rank), RT_NONFINITE (a loss or
                           gradient was NaN or infinite: err names the step, layer and tensor) */
