@@ -88,18 +88,22 @@ static void mp_fail(void *ctx, const char *why) {
 /* Nothing to forget: a rank leaves with every message completed, or the job is aborted. */
 static void mp_leave(void *ctx) { (void)ctx; }
 
-/* The figures of one rank as doubles, for MPI_Gather: status, busy, wait, nev, then per step the
- * time, loss, reference loss and gradient difference. */
+/* Doubles before the per-step figures in a packed rank. */
+#define PACK_HEAD 5
+
+/* The figures of one rank as doubles, for MPI_Gather: status, busy, wait, nev, BLAS time, then
+ * per step the time, loss, reference loss and gradient difference. */
 static void pack(const rt_rank_stats *st, int steps, double *d) {
   d[0] = st->status;
   d[1] = st->busy_s;
   d[2] = st->wait_s;
   d[3] = st->nev;
+  d[4] = st->blas_s;
   for (int k = 0; k < steps; k++) {
-    d[4 + k] = st->step_s[k];
-    d[4 + steps + k] = st->loss[k];
-    d[4 + 2 * steps + k] = st->ref_loss[k];
-    d[4 + 3 * steps + k] = st->grad_diff[k];
+    d[PACK_HEAD + k] = st->step_s[k];
+    d[PACK_HEAD + steps + k] = st->loss[k];
+    d[PACK_HEAD + 2 * steps + k] = st->ref_loss[k];
+    d[PACK_HEAD + 3 * steps + k] = st->grad_diff[k];
   }
 }
 
@@ -109,11 +113,12 @@ static void unpack(rt_rank_stats *st, int steps, const double *d) {
   st->busy_s = d[1];
   st->wait_s = d[2];
   st->nev = (int)d[3];
+  st->blas_s = d[4];
   for (int k = 0; k < steps; k++) {
-    st->step_s[k] = d[4 + k];
-    st->loss[k] = d[4 + steps + k];
-    st->ref_loss[k] = d[4 + 2 * steps + k];
-    st->grad_diff[k] = d[4 + 3 * steps + k];
+    st->step_s[k] = d[PACK_HEAD + k];
+    st->loss[k] = d[PACK_HEAD + steps + k];
+    st->ref_loss[k] = d[PACK_HEAD + 2 * steps + k];
+    st->grad_diff[k] = d[PACK_HEAD + 3 * steps + k];
   }
 }
 
@@ -122,7 +127,7 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
   int me, world, rc = RT_EXIT_OK;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  int steps = o->steps > 0 ? o->steps : 1, per = 4 + 4 * steps;
+  int steps = o->steps > 0 ? o->steps : 1, per = PACK_HEAD + 4 * steps;
   double *packed = xcalloc((size_t)per, sizeof *packed), *all = NULL;
   pack(mine, steps, packed);
   if (me == 0) all = xcalloc((size_t)per * world, sizeof *all);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kernels.h"
 #include "runtime.h"
 
 /* Record a failure of rank r at address pc into st (first one wins). */
@@ -103,7 +104,7 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
         st->status = RT_DIED;
         break;
       }
-      double t0 = support_seconds();
+      double t0 = support_seconds(), blas0 = rt_blas_seconds();
       bool compute = true;
       switch ((be_opcode)in->op) {
       case BE_OP_LOAD: rt_load(m, step, replica, a[1], buf[a[2]]); break;
@@ -193,7 +194,10 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
       default: break;
       }
       double t1 = support_seconds();
-      if (compute) st->busy_s += t1 - t0;
+      if (compute) {
+        st->busy_s += t1 - t0;
+        st->blas_s += rt_blas_seconds() - blas0;
+      }
       if (o->trace && (compute || in->op == BE_OP_WAIT))
         rt_record(st, in, step, t0 - t_run, t1 - t_run);
     }
@@ -263,9 +267,12 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     for (int step = 0; step < steps; step++) total += x->step_s[step];
     if (s->replicas > 1)
       strbuf_printf(out, "replica %d ", x->replica);
-    strbuf_printf(out, "rank %d: busy %.3f ms, waiting %.3f ms, idle %.1f%%\n", x->rank,
+    strbuf_printf(out, "rank %d: busy %.3f ms, waiting %.3f ms, idle %.1f%%", x->rank,
                   x->busy_s * 1e3, x->wait_s * 1e3,
                   total > 0 ? 100 * (1 - x->busy_s / total) : 0.0);
+    if (x->blas_s > 0)
+      strbuf_printf(out, ", BLAS %.1f%% of busy", x->busy_s > 0 ? 100 * x->blas_s / x->busy_s : 0.0);
+    strbuf_putc(out, '\n');
   }
   if (o->check)
     strbuf_printf(out, "check: %s\n", rc == RT_EXIT_OK ? "every step matches the sequential run "

@@ -41,6 +41,11 @@ size_t rt_lplan_params(const rt_lplan *p) {
 static pthread_once_t kc_blas_once = PTHREAD_ONCE_INIT;
 static void kc_blas_init(void) { openblas_set_num_threads(1); }
 
+/* Seconds this thread spent in BLAS. */
+static _Thread_local double kc_blas_s;
+
+double rt_blas_seconds(void) { return kc_blas_s; }
+
 void rt_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc) {
   if (m <= 0 || n <= 0) return;
@@ -50,8 +55,10 @@ void rt_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A,
       for (int j = 0; j < n; j++) C[(size_t)i * ldc + j] = beta == 0 ? 0 : beta * C[(size_t)i * ldc + j];
     return;
   }
+  double t0 = support_seconds();
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
               k, alpha, A, lda, B, ldb, beta, C, ldc);
+  kc_blas_s += support_seconds() - t0;
 }
 
 /* ---- Norms ----------------------------------------------------------------------------------- */

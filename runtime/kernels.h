@@ -144,6 +144,9 @@ int rt_dump_index(const char *dir, const strbuf *index, strbuf *err);
 void rt_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc);
 
+/* Seconds this thread has spent in rt_gemm since it started (for the run's BLAS share). */
+double rt_blas_seconds(void);
+
 /* RMSNorm over rows of width n: y = x / rms(x) * gamma, rms = sqrt(mean(x^2) + eps); rstd (one
  * per row) receives 1 / rms. Rows: 'rows'. */
 #define RT_NORM_EPS 1e-5f

@@ -169,6 +169,7 @@ typedef struct rt_rank_stats {
   double *ref_loss;    /* per step, with check: the reference's mean loss */
   double *grad_diff;   /* per step, with check: largest rt_grad_diff over its stages */
   double busy_s;       /* time in compute instructions and all-reduces */
+  double blas_s;       /* of which in BLAS GEMMs (cpu and mpi backends) */
   double wait_s;       /* time blocked in WAIT */
   rt_event *ev;        /* timeline (with trace) */
   int nev, ev_cap;
