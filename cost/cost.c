@@ -30,6 +30,7 @@ typedef struct cost_dtype_info {
 #define COST_ENUM_DTYPE(ID) [IR_DTYPE_##ID] = COST_DTYPE_##ID,
 #define COST_ENUM_OPTIMIZER(ID)
 #define COST_ENUM_RECOMPUTE(ID)
+#define COST_ENUM_BACKEND(ID)
 #define IR_ENUM(T, ID, S, DOC) COST_ENUM_##T(ID)
 static const cost_dtype_info cost_dtypes[] = {
 #include "enums.def"

@@ -34,6 +34,7 @@ typedef enum ir_type {
 #define IR_EIN_DTYPE IR_ESKIP_
 #define IR_EIN_OPTIMIZER IR_ESKIP_
 #define IR_EIN_RECOMPUTE IR_ESKIP_
+#define IR_EIN_BACKEND IR_ESKIP_
 typedef enum ir_act {
 #include "enums.def"
 } ir_act;
@@ -60,6 +61,13 @@ typedef enum ir_recompute {
 } ir_recompute;
 #undef IR_EIN_RECOMPUTE
 #define IR_EIN_RECOMPUTE IR_ESKIP_
+#undef IR_EIN_BACKEND
+#define IR_EIN_BACKEND IR_EMEMBER_
+typedef enum ir_backend {
+#include "enums.def"
+} ir_backend;
+#undef IR_EIN_BACKEND
+#define IR_EIN_BACKEND IR_ESKIP_
 #undef IR_ENUM
 
 typedef enum ir_layer_kind {
@@ -110,6 +118,7 @@ typedef enum ir_field_id {
 #define IR_CTYPE_DTYPE int64_t
 #define IR_CTYPE_OPTIMIZER int64_t
 #define IR_CTYPE_RECOMPUTE int64_t
+#define IR_CTYPE_BACKEND int64_t
 #define IR_CTYPE_REAL double
 #define IR_CTYPE_TIME double
 #define IR_CTYPE_BYTES double

@@ -168,7 +168,8 @@ const char *ir_enum_name(ir_type t, int value) {
 }
 
 bool ir_type_is_enum(ir_type t) {
-  return t == IR_T_ACT || t == IR_T_DTYPE || t == IR_T_OPTIMIZER || t == IR_T_RECOMPUTE;
+  return t == IR_T_ACT || t == IR_T_DTYPE || t == IR_T_OPTIMIZER || t == IR_T_RECOMPUTE ||
+         t == IR_T_BACKEND;
 }
 
 bool ir_type_is_integral(ir_type t) {
