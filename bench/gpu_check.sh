@@ -61,7 +61,7 @@ for ex in llama3_8b gemma2_2b nemotron_h_8b; do
     --emit=stream -o "$T/$ex.ois" 2>/dev/null || continue
   octoc "$SRC/examples/$ex.octo" --passes='cost,partition{method=balanced},place,schedule{method=1f1b},simulate' \
     > "$T/$ex.report" 2>/dev/null
-  timeout 300 octo-run "$T/$ex.ois" --profile="$T/$ex.json" > "$T/$ex.prof" 2>&1 || { tail -3 "$T/$ex.prof"; continue; }
+  timeout 300 octo-run "$T/$ex.ois" --backend=cuda --profile="$T/$ex.json" > "$T/$ex.prof" 2>&1 || { tail -3 "$T/$ex.prof"; continue; }
   # measured: "kind F B W peak" rows; analytic: the report's "costs per layer kind" table.
   awk -v ex="$ex" 'FNR == NR { if ($1 != "kind" && NF >= 4) { f[$1] = $2; b[$1] = $3; w[$1] = $4 } next }
     /^costs per layer kind/ { on = 1; next } on && /^$/ { on = 0 }

@@ -89,9 +89,10 @@ static void mp_fail(void *ctx, const char *why) {
 static void mp_leave(void *ctx) { (void)ctx; }
 
 /* Doubles before the per-step figures in a packed rank. */
-#define PACK_HEAD 5
+#define PACK_HEAD 6
 
-/* The figures of one rank as doubles, for MPI_Gather: status, busy, wait, nev, BLAS time, then
+/* The figures of one rank as doubles, for MPI_Gather: status, busy, wait, nev, BLAS time, peak
+ * bytes, then
  * per step the time, loss, reference loss and gradient difference. */
 static void pack(const rt_rank_stats *st, int steps, double *d) {
   d[0] = st->status;
@@ -99,6 +100,7 @@ static void pack(const rt_rank_stats *st, int steps, double *d) {
   d[2] = st->wait_s;
   d[3] = st->nev;
   d[4] = st->blas_s;
+  d[5] = st->peak_bytes;
   for (int k = 0; k < steps; k++) {
     d[PACK_HEAD + k] = st->step_s[k];
     d[PACK_HEAD + steps + k] = st->loss[k];
@@ -114,6 +116,7 @@ static void unpack(rt_rank_stats *st, int steps, const double *d) {
   st->wait_s = d[2];
   st->nev = (int)d[3];
   st->blas_s = d[4];
+  st->peak_bytes = d[5];
   for (int k = 0; k < steps; k++) {
     st->step_s[k] = d[PACK_HEAD + k];
     st->loss[k] = d[PACK_HEAD + steps + k];
@@ -266,6 +269,80 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
   rt_rank_stats_free(&st);
   MPI_Comm_free(&mc.pipe);
   MPI_Comm_free(&mc.replicas);
+  be_stream_free(s);
+  MPI_Finalize();
+  return rc;
+}
+
+/* ---- The profiler on MPI processes ------------------------------------------------------------ */
+
+/* Doubles per layer in the profiler's reduction: f, b, w, act, out, param, grad, measured. */
+#define PROF_PER 8
+
+int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts *mo,
+                        const char *out_path) {
+  be_stream *s;
+  int rc = rt_mpi_start(argc, argv, path, mo, &s);
+  if (rc != RT_EXIT_OK) return rc;
+  int me, world;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  double t0 = support_seconds();
+  rt_model *m = rt_model_new(s, mo, NULL); /* rt_mpi_start built one already: it cannot fail */
+  int n = s->nlayers;
+  rt_layer_cost *costs = xcalloc((size_t)n, sizeof *costs);
+  rt_profile_layers(m, me, world, costs); /* every process busy, as in the run */
+  double *mine = xcalloc((size_t)n * PROF_PER, sizeof *mine);
+  double *all = xcalloc((size_t)n * PROF_PER, sizeof *all);
+  for (int i = 0; i < n; i++) {
+    const rt_layer_cost *c = &costs[i];
+    double v[PROF_PER] = {c->f, c->b, c->w, c->act_bytes, c->out_bytes, c->param_bytes,
+                          c->grad_bytes, c->measured ? 1 : 0};
+    memcpy(mine + (size_t)i * PROF_PER, v, sizeof v);
+  }
+  /* Each configuration was measured by one process: the sum is its figures. */
+  MPI_Allreduce(mine, all, n * PROF_PER, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  size_t big = 8;
+  for (int i = 0; i < n; i++) {
+    const double *v = all + (size_t)i * PROF_PER;
+    costs[i] = (rt_layer_cost){v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] > 0};
+    if (v[4] > (double)big) big = (size_t)v[4];
+  }
+  double lat = 0, bw = 0;
+  strbuf err = {0};
+  if (world >= 2 && me < 2) {
+    mpi_comm mc = {MPI_COMM_NULL, MPI_COMM_NULL, 0, 1};
+    MPI_Comm_dup(MPI_COMM_SELF, &mc.replicas);
+    mc.pipe = MPI_COMM_WORLD;
+    rt_comm c = {"mpi", &mc, mp_isend, mp_irecv, mp_wait, mp_allreduce, mp_fail, mp_leave};
+    if (rt_profile_link(&c, me, big, &lat, &bw, &err) != 0) mp_fail(&mc, strbuf_cstr(&err));
+    MPI_Comm_free(&mc.replicas);
+  }
+  if (me == 0) {
+    rt_profile_fill(m, costs);
+    strbuf json = {0};
+    /* With one process there is no link to measure: the cluster's stays (no "link" key). */
+    rt_profile_json(s, m, costs, "mpi", world >= 2 ? lat : -1, bw, &json);
+    FILE *f = fopen(out_path, "w");
+    if (!f || fwrite(json.data, 1, json.len, f) != json.len) {
+      fprintf(stderr, "octo-run: error: cannot write '%s'\n", out_path);
+      rc = RT_EXIT_INPUT;
+    }
+    if (f && fclose(f) != 0 && rc == RT_EXIT_OK) {
+      fprintf(stderr, "octo-run: error: cannot write '%s'\n", out_path);
+      rc = RT_EXIT_INPUT;
+    }
+    if (rc == RT_EXIT_OK)
+      printf("%s: profiled %d layers at scale %d on %d MPI processes in %.1f s: %s\n", s->model,
+             n, rt_model_scale(m), world, support_seconds() - t0, out_path);
+    strbuf_free(&json);
+  }
+  MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  strbuf_free(&err);
+  free(mine);
+  free(all);
+  free(costs);
+  rt_model_free(m);
   be_stream_free(s);
   MPI_Finalize();
   return rc;

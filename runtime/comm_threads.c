@@ -272,3 +272,71 @@ int rt_run_threads(const be_stream *s, const rt_opts *mo, const rt_run_opts *o,
   pthread_mutex_destroy(&h.mu);
   return rc;
 }
+
+/* ---- The link between two threads, for the profiler ------------------------------------------ */
+
+/* One side of the ping-pong. */
+typedef struct link_job {
+  thread_comm tc;  /* its view of the hub */
+  size_t big;      /* large message bytes */
+  double lat, bw;  /* results (rank 0) */
+  strbuf err;      /* its failure */
+  int rc;          /* 0 or -1 */
+} link_job;
+
+static void *link_run(void *arg) {
+  link_job *j = arg;
+  rt_comm c = {"cpu", &j->tc, th_isend, th_irecv, th_wait, th_allreduce, th_fail, th_leave};
+  j->rc = rt_profile_link(&c, j->tc.rank, j->big, &j->lat, &j->bw, &j->err);
+  if (j->rc) th_fail(&j->tc, strbuf_cstr(&j->err));
+  return NULL;
+}
+
+int rt_threads_link(size_t big, double *lat_s, double *bw_Bps, strbuf *err) {
+  rt_hub h;
+  memset(&h, 0, sizeof h);
+  pthread_mutex_init(&h.mu, NULL);
+  pthread_cond_init(&h.cv, NULL);
+  h.nranks = 2;
+  h.replicas = 1;
+  h.ch = xcalloc(4, sizeof *h.ch);
+  h.red = xcalloc(2, sizeof *h.red);
+  link_job jobs[2];
+  memset(jobs, 0, sizeof jobs);
+  pthread_t th[2];
+  int started = 0, rc = 0;
+  for (int r = 0; r < 2; r++) {
+    jobs[r].tc.hub = &h;
+    jobs[r].tc.rank = r;
+    jobs[r].big = big;
+    if (pthread_create(&th[r], NULL, link_run, &jobs[r]) != 0) {
+      th_fail(&jobs[r].tc, "cannot start a thread");
+      rc = -1;
+      break;
+    }
+    started++;
+  }
+  for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
+  for (int r = 0; r < 2; r++) {
+    if (rc == 0 && jobs[r].rc) {
+      strbuf_puts(err, strbuf_cstr(&jobs[r].err));
+      rc = -1;
+    }
+    strbuf_free(&jobs[r].err);
+  }
+  if (rc == 0) {
+    *lat_s = jobs[0].lat;
+    *bw_Bps = jobs[0].bw;
+  } else if (!err->len) {
+    strbuf_puts(err, "cannot start the link measurement's threads");
+  }
+  for (int i = 0; i < 4; i++) {
+    free(h.ch[i].sends);
+    free(h.ch[i].recvs);
+  }
+  free(h.ch);
+  free(h.red);
+  pthread_cond_destroy(&h.cv);
+  pthread_mutex_destroy(&h.mu);
+  return rc;
+}

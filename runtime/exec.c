@@ -203,6 +203,8 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
     }
     st->step_s[step] = support_seconds() - t_step;
   }
+  st->peak_bytes = (double)rt_model_bytes(m);
+  for (int i = 0; i < p->nslots; i++) st->peak_bytes += (double)floats[i] * sizeof(float);
   if (st->status == RT_FAILED || st->status == RT_NONFINITE) c->fail(c->ctx, st->err);
   c->leave(c->ctx);
   for (int i = 0; i < p->nslots; i++) free(buf[i]);
@@ -272,6 +274,7 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
                   total > 0 ? 100 * (1 - x->busy_s / total) : 0.0);
     if (x->blas_s > 0)
       strbuf_printf(out, ", BLAS %.1f%% of busy", x->busy_s > 0 ? 100 * x->blas_s / x->busy_s : 0.0);
+    if (x->peak_bytes > 0) strbuf_printf(out, ", memory %.2f MiB", x->peak_bytes / 1048576.0);
     strbuf_putc(out, '\n');
   }
   if (o->check)

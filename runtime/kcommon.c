@@ -167,6 +167,11 @@ float rt_silu_grad(float z) {
   return s * (1.0f + z * (1.0f - s));
 }
 
+const char *rt_act_name(rt_act a) {
+  static const char *const names[] = {"relu", "relu2", "gelu", "silu", "tanh"};
+  return (unsigned)a < sizeof names / sizeof *names ? names[a] : "?";
+}
+
 float rt_act_fwd(rt_act a, float z) {
   switch (a) {
   case RT_ACT_RELU: return z > 0 ? z : 0;

@@ -137,6 +137,23 @@ void rt_dump_entry(strbuf *index, const char *name, const char *kind, const rt_l
 /* Write dir/index.json: {"format": "octopipe-dump", "version": 1, "layers": [INDEX]}. */
 int rt_dump_index(const char *dir, const strbuf *index, strbuf *err);
 
+/* ---- The model's layers, for the profiler --------------------------------------------------- */
+
+typedef struct rt_model rt_model;
+/* One layer of a model as it runs: its kernels, dimensions and plan. */
+typedef struct rt_layer_info {
+  const rt_kernel *k; /* its kind's kernels */
+  rt_ldims d;         /* dimensions at the model's scale */
+  rt_lplan p;         /* parameters and saved state */
+} rt_layer_info;
+/* Layer i of m into *out. Pre: 0 <= i < rt_model_nlayers(m). */
+void rt_model_layer(const rt_model *m, int i, rt_layer_info *out);
+int rt_model_nlayers(const rt_model *m);
+/* Whether the model trains with Adam (else SGD). */
+bool rt_model_adam(const rt_model *m);
+/* Median seconds of the loss (softmax cross-entropy and its gradient) of one microbatch. */
+double rt_model_loss_seconds(rt_model *m);
+
 /* ---- Shared building blocks (kcommon.c), for the kernels ----------------------------------- */
 
 /* C (m x n) = alpha * op(A) op(B) + beta * C, row-major, op transposes when ta / tb; lda, ldb, ldc
@@ -167,6 +184,9 @@ void rt_layernorm_bwd_in(int rows, int n, const float *x, const float *gamma, co
 /* dgamma += sum dy * xhat, dbeta += sum dy. */
 void rt_layernorm_bwd_w(int rows, int n, const float *x, const float *mean, const float *rstd,
                         const float *dy, float *dgamma, float *dbeta);
+
+/* The spelling of activation a ("silu"), as ir/enums.def's ACT type. */
+const char *rt_act_name(rt_act a);
 
 /* Activation a of z (gelu: the exact erf form, as torch's default). */
 float rt_act_fwd(rt_act a, float z);

@@ -55,6 +55,9 @@ typedef struct mstage {
   double b1t, b2t;     /* beta1^t and beta2^t (bias correction) */
   size_t state_floats; /* floats of one saved-state block */
   msaved *saved;       /* nmb saved states */
+  float **pool;        /* state blocks of finished microbatches, for reuse (no allocation and
+                          page faults per microbatch) */
+  int npool, pool_cap; /* their count and capacity */
 } mstage;
 
 /* Copies of one layer's tensors for --dump, kept from F to W of the dumped microbatch. */
@@ -472,6 +475,8 @@ void rt_model_free(rt_model *m) {
     mstage *st = &m->stages[si];
     for (int k = 0; k < m->nmb; k++) free(st->saved[k].buf);
     free(st->saved);
+    for (int k = 0; k < st->npool; k++) free(st->pool[k]);
+    free(st->pool);
     free(st->w);
     free(st->g);
     free(st->am);
@@ -489,6 +494,18 @@ void rt_model_free(rt_model *m) {
 }
 
 int rt_model_scale(const rt_model *m) { return m->scale; }
+
+size_t rt_model_bytes(const rt_model *m) {
+  size_t n = 3 * m->scratch_n * sizeof(float);
+  for (int si = 0; si < m->nstages; si++) {
+    const mstage *st = &m->stages[si];
+    if (st->init) n += st->nparams * sizeof(float) * (m->adam ? 4 : 2);
+    size_t blocks = (size_t)st->npool;
+    for (int k = 0; k < m->nmb; k++) blocks += st->saved[k].buf != NULL;
+    n += blocks * st->state_floats * sizeof(float);
+  }
+  return n;
+}
 
 void rt_model_set_step(rt_model *m, int step, int replica) {
   m->step = step;
@@ -632,7 +649,9 @@ void rt_forward(rt_model *m, int st_i, int mb, const float *in, float *out) {
   if (st_i < 0 || st_i >= m->nstages || mb < 0 || mb >= m->nmb) return;
   mstage *st = stage_of(m, st_i);
   msaved *sv = &st->saved[mb];
-  if (!sv->buf) sv->buf = xmalloc((st->state_floats ? st->state_floats : 1) * sizeof *sv->buf);
+  if (!sv->buf)
+    sv->buf = st->npool ? st->pool[--st->npool]
+                        : xmalloc((st->state_floats ? st->state_floats : 1) * sizeof *sv->buf);
   sv->b_done = false;
   const float *cur = in;
   for (int i = st->first; i < st->end; i++) {
@@ -677,16 +696,18 @@ double rt_loss(rt_model *m, int step, int replica, int mb, const float *out, flo
       continue;
     }
     int target = m->tok[r] % C;
-    double mx = o[0];
+    float mx = o[0];
     for (int c = 1; c < C; c++)
       if (o[c] > mx) mx = o[c];
     double sum = 0;
-    for (int c = 0; c < C; c++) sum += exp((double)o[c] - mx);
-    total += log(sum) - ((double)o[target] - mx);
-    for (int c = 0; c < C; c++) {
-      double p = exp((double)o[c] - mx) / sum;
-      g[c] = (float)((p - (c == target ? 1.0 : 0.0)) * scale);
+    for (int c = 0; c < C; c++) { /* exp once, kept in the gradient's row */
+      g[c] = expf(o[c] - mx);
+      sum += g[c];
     }
+    total += log(sum) - ((double)o[target] - mx);
+    float k = (float)(scale / sum);
+    for (int c = 0; c < C; c++) g[c] *= k;
+    g[target] -= (float)scale;
   }
   return total / counted;
 }
@@ -761,7 +782,7 @@ void rt_backward_weight(rt_model *m, int st_i, int mb) {
       free(g1);
     }
   }
-  free(sv->buf);
+  VEC_PUSH(st->pool, st->npool, st->pool_cap, sv->buf);
   sv->buf = NULL;
   sv->b_done = false;
 }
@@ -923,4 +944,37 @@ double rt_grad_diff(const rt_model *a, const rt_model *b, int st_i) {
     }
   }
   return worst;
+}
+
+/* ---- For the profiler (kernels.h) ------------------------------------------------------------ */
+
+void rt_model_layer(const rt_model *m, int i, rt_layer_info *out) {
+  out->k = m->layers[i].k;
+  out->d = m->layers[i].d;
+  out->p = m->layers[i].p;
+}
+
+int rt_model_nlayers(const rt_model *m) { return m->nlayers; }
+
+bool rt_model_adam(const rt_model *m) { return m->adam; }
+
+double rt_model_loss_seconds(rt_model *m) {
+  size_t n = rt_tensor_floats(m, BE_T_ACT, m->nstages - 1);
+  float *out = xcalloc(n ? n : 1, sizeof *out), *grad = xmalloc((n ? n : 1) * sizeof *grad);
+  for (size_t k = 0; k < n; k++) out[k] = (float)((k * 2654435761u) % 1000) * 1e-3f;
+  double t[5];
+  for (int r = 0; r < 5; r++) {
+    double t0 = support_seconds();
+    rt_loss(m, 0, 0, 0, out, grad);
+    t[r] = support_seconds() - t0;
+  }
+  free(out);
+  free(grad);
+  for (int i = 1; i < 5; i++) /* median of 5 */
+    for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+      double x = t[j];
+      t[j] = t[j - 1];
+      t[j - 1] = x;
+    }
+  return t[2];
 }

@@ -47,6 +47,10 @@ rt_model *rt_model_new(const be_stream *s, const rt_opts *o, strbuf *err);
 void rt_model_free(rt_model *m);
 /* The scale in force (o->scale, or the one chosen for 0). */
 int rt_model_scale(const rt_model *m);
+/* Bytes the model holds: parameters, gradients and optimizer state of its initialized stages,
+ * the saved-state blocks it allocated (as many as were ever in flight at once, since finished
+ * ones are reused) and its scratch buffers. */
+size_t rt_model_bytes(const rt_model *m);
 /* The step and replica whose data rt_forward's spliced embeddings read (the interpreter sets it
  * at every step; the reference sets it itself). */
 void rt_model_set_step(rt_model *m, int step, int replica);
@@ -170,6 +174,8 @@ typedef struct rt_rank_stats {
   double *grad_diff;   /* per step, with check: largest rt_grad_diff over its stages */
   double busy_s;       /* time in compute instructions and all-reduces */
   double blas_s;       /* of which in BLAS GEMMs (cpu and mpi backends) */
+  double peak_bytes;   /* its model's bytes (rt_model_bytes) and slot buffers at the end: the
+                          peak, since nothing is given back during the run */
   double wait_s;       /* time blocked in WAIT */
   rt_event *ev;        /* timeline (with trace) */
   int nev, ev_cap;
@@ -221,6 +227,43 @@ int rt_mpi_start(int *argc, char ***argv, const char *path, const rt_opts *mo, b
  * the trace; every process returns the exit status. Defined when built with MPI. */
 int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *mine,
                   const char *path, const char *backend, const char *trace_path);
+
+/* ---- Profiler (profile.c) ----------------------------------------------------------------- */
+
+/* The measured costs of one layer, per microbatch, at the model's scale. */
+typedef struct rt_layer_cost {
+  double f, b, w;        /* median seconds of F, B and W (the last layer's F includes the loss) */
+  double act_bytes;      /* its saved state, kept from F until W */
+  double out_bytes;      /* its output */
+  double param_bytes;    /* weights, gradients and optimizer state */
+  double grad_bytes;     /* gradients (what data parallelism reduces) */
+  bool measured;         /* filled */
+} rt_layer_cost;
+
+/* Measure the layers of m whose configuration falls to worker 'worker' of 'nworkers' (distinct
+ * configurations are dealt round-robin; each is measured on its first layer) into costs (one per
+ * layer; the others are left as they are). */
+void rt_profile_layers(rt_model *m, int worker, int nworkers, rt_layer_cost *costs);
+/* Give every layer not measured the figures of the measured layer of the same configuration. */
+void rt_profile_fill(const rt_model *m, rt_layer_cost *costs);
+/* Ping-pong over transport c between pipeline ranks 0 and 1 (me: 0 or 1): one-way latency of an
+ * 8-byte message and bandwidth of messages of 'big' bytes. Returns 0, or -1 with the reason. */
+int rt_profile_link(rt_comm *c, int me, size_t big, double *lat_s, double *bw_Bps, strbuf *err);
+/* The profile JSON (docs/cost-model.md) of stream s measured with model m on 'backend'; no
+ * "link" when lat_s < 0 (nothing measured it). */
+void rt_profile_json(const be_stream *s, const rt_model *m, const rt_layer_cost *costs,
+                     const char *backend, double lat_s, double bw_Bps, strbuf *out);
+/* The cpu backend's profiler: the stream's ranks as threads measure the layers (each distinct
+ * configuration once), two threads measure the hub's link; the profile JSON is appended to
+ * json. Returns 0, or -1 with the reason in err. */
+int rt_profile_threads(const be_stream *s, const rt_opts *mo, strbuf *json, strbuf *err);
+/* The hub's link between two threads (comm_threads.c): see rt_profile_link. */
+int rt_threads_link(size_t big, double *lat_s, double *bw_Bps, strbuf *err);
+/* The mpi backend's profiler, for octo-run's main: every process measures its share of the
+ * layers, world ranks 0 and 1 the link; rank 0 writes the profile to out_path. Returns the exit
+ * status. Defined when built with MPI. */
+int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts *mo,
+                        const char *out_path);
 
 /* Exit statuses of octo-run (docs/runtime.md). */
 enum { RT_EXIT_OK = 0, RT_EXIT_INPUT = 1, RT_EXIT_RUNTIME = 3, RT_EXIT_CHECK = 4,

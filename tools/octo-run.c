@@ -25,7 +25,7 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: " PROG " PLAN.ois [--backend=cpu|mpi|cuda|nccl] [options]\n"
           "       mpirun -np N " PROG " PLAN.ois --backend=mpi|nccl [options]\n"
-          "       " PROG " PLAN.ois --profile=FILE.json\n\n"
+          "       " PROG " PLAN.ois [--backend=cpu|mpi|cuda] --profile=FILE.json\n\n"
           "Runs an OctoPipe instruction stream (octoc --emit=stream) with real float32\n"
           "arithmetic on the plan's model: every layer with its real math, its widths,\n"
           "vocabulary and sequence divided by the scale (docs/runtime.md). The GPU backends\n"
@@ -35,8 +35,10 @@ static void usage(FILE *out) {
           "  --backend=cuda     every rank in this process on one GPU (streams per rank)\n"
           "  --backend=nccl     every rank an MPI process on its own GPU, NCCL messages\n"
           "  --bf16             GPU backends: bf16 GEMMs with float32 accumulation (speed)\n"
-          "  --profile=FILE     measure each layer kind's F, B, W at full size on this GPU and\n"
-          "                     write the profile JSON the cost model reads (docs/cost-model.md)\n"
+          "  --profile=FILE     measure every layer's F, B, W at the scale in force (cpu, mpi:\n"
+          "                     the real layers; cuda: each kind at full size on this GPU) and\n"
+          "                     the link between two ranks, and write the profile JSON that\n"
+          "                     octoc reads (docs/cost-model.md)\n"
           "  --steps=N          training steps (default 1)\n"
           "  --scale=K|auto     divide widths, vocabulary and sequence lengths by K; auto (the\n"
           "                     default) picks the smallest power of two whose step is a few\n"
@@ -122,6 +124,26 @@ static int write_profile(const be_stream *s, const char *path) {
 }
 #endif
 
+/* --profile on the cpu backend: measure s's layers at mo's scale with the rank threads and the
+ * hub's link, write the profile JSON to path and say what it measured. */
+static int cpu_profile(const be_stream *s, const rt_opts *mo, const char *path) {
+  strbuf json = {0}, err = {0};
+  double t0 = support_seconds();
+  int rc = RT_EXIT_OK;
+  if (rt_profile_threads(s, mo, &json, &err) != 0) {
+    fprintf(stderr, PROG ": error: %s\n", strbuf_cstr(&err));
+    rc = RT_EXIT_RUNTIME;
+  } else if (write_file(path, &json) != 0) {
+    rc = RT_EXIT_INPUT;
+  } else {
+    printf("%s: profiled %d layers at scale %d on %d rank threads in %.1f s: %s\n", s->model,
+           (int)s->nlayers, mo->scale, (int)s->nranks, support_seconds() - t0, path);
+  }
+  strbuf_free(&json);
+  strbuf_free(&err);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   const char *input = NULL, *trace_path = NULL, *backend = "cpu", *profile = NULL;
   bool bf16 = false;
@@ -196,7 +218,11 @@ int main(int argc, char **argv) {
     fputs(PROG ": error: no input file (try '" PROG " --help')\n", stderr);
     return RT_EXIT_INPUT;
   }
-  bool gpu = strcmp(backend, "cuda") == 0 || strcmp(backend, "nccl") == 0 || profile;
+  bool gpu = strcmp(backend, "cuda") == 0 || strcmp(backend, "nccl") == 0;
+  if (profile && strcmp(backend, "nccl") == 0) {
+    fputs(PROG ": error: --profile runs with --backend=cpu, mpi or cuda\n", stderr);
+    return RT_EXIT_INPUT;
+  }
   if (gpu && mo.scale == 0) mo.scale = 64; /* the GPU stand-in's scale */
   if (gpu && mo.dump) {
     fputs(PROG ": error: --dump needs the cpu or mpi backend\n", stderr);
@@ -225,6 +251,7 @@ int main(int argc, char **argv) {
   (void)gpu;
   if (strcmp(backend, "mpi") == 0) {
 #ifdef OCTO_HAVE_MPI
+    if (profile) return rt_main_mpi_profile(&argc, &argv, input, &mo, profile);
     return rt_main_mpi(&argc, &argv, input, &mo, &o, trace_path);
 #else
     fputs(PROG ": error: this octo-run was built without MPI (install OpenMPI and rebuild)\n",
@@ -248,14 +275,16 @@ int main(int argc, char **argv) {
   }
   mo.scale = rt_model_scale(probe); /* every rank builds the same */
   rt_model_free(probe);
-#ifdef OCTO_HAVE_CUDA
   if (profile) {
-    int rc = write_profile(s, profile);
+#ifdef OCTO_HAVE_CUDA
+    int rc = gpu ? write_profile(s, profile) : cpu_profile(s, &mo, profile);
+#else
+    int rc = cpu_profile(s, &mo, profile);
+#endif
     be_stream_free(s);
     strbuf_free(&err);
     return rc;
   }
-#endif
   int world = s->nranks * s->replicas;
   rt_rank_stats *stats = xcalloc((size_t)world, sizeof *stats);
   int rc;

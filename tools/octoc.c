@@ -29,6 +29,8 @@ typedef struct octoc_opts {
   bool split;             /* --split-input-file */
   bool debuginfo;         /* --print-debuginfo */
   int error_limit;        /* --error-limit */
+  const char *profiles[16]; /* --profile=FILE: measured costs, after the spec's own profiles */
+  int nprofiles;            /* their count */
 } octoc_opts;
 
 /* Print the help text to f. */
@@ -45,6 +47,8 @@ static void usage(FILE *f) {
         "                         ZB-V, adaptive) to the report, with their speedup\n"
         "  --budget=SECONDS       time the tuner may take (default 10)\n"
         "  --seed=N               seed of the tuner's random restarts (default 1)\n"
+        "  --profile=FILE         measured costs (octo-run --profile), applied after the\n"
+        "                         spec's own profile lines; may be repeated\n"
         "  --passes=PIPELINE      the passes after the front end instead of the default plan\n"
         "                         (costs, then the tuner's plan, then simulate);\n"
         "                         e.g. 'cost,partition,place,schedule{method=zb-h1},simulate'\n"
@@ -102,6 +106,7 @@ static int compile_one(diag_engine *d, uint32_t src, const octoc_opts *o, strbuf
   fe_options fo = {o->explain};
   ir_module *m = fe_compile(d, src, &fo);
   if (!m) return 1;
+  for (int i = 0; i < o->nprofiles; i++) ir_module_add_profile(m, o->profiles[i]);
   int rc = 0;
   diag_loc where = m->loc.src ? ir_diag_loc(m->loc) : diag_mkloc(src, 0, 0, 0);
   if (ir_verify(m, d, diag_mkloc(src, 0, 0, 0)) != 0) {
@@ -157,7 +162,7 @@ static int write_output(const char *path, const strbuf *text) {
 int main(int argc, char **argv) {
   be_register_passes();
   octoc_opts o = {NULL,  NULL,  REPORT_TEXT, NULL,  pass_tune_defaults.budget,
-                  pass_tune_defaults.seed, false, false, false, false, false, 20};
+                  pass_tune_defaults.seed, false, false, false, false, false, 20, {NULL}, 0};
   static const char *const flags[] = {"--emit=",         "--report",
                                       "--compare",       "--passes=",
                                       "--budget=",       "--seed=",
@@ -165,7 +170,7 @@ int main(int argc, char **argv) {
                                       "--print-debuginfo", "--verify-diagnostics",
                                       "--split-input-file", "--error-limit=",
                                       "--help",          "--version",
-                                      NULL};
+                                      "--profile=",      NULL};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -189,6 +194,13 @@ int main(int argc, char **argv) {
       o.compare = true;
     } else if (starts(a, "--passes=", &v)) {
       o.passes = v;
+    } else if (starts(a, "--profile=", &v)) {
+      if (!*v || o.nprofiles == (int)(sizeof o.profiles / sizeof *o.profiles)) {
+        fputs(*v ? "octoc: error: at most 16 --profile files\n"
+                 : "octoc: error: --profile expects a file name\n", stderr);
+        return 1;
+      }
+      o.profiles[o.nprofiles++] = v;
     } else if (starts(a, "--budget=", &v)) {
       char *end;
       double b = strtod(v, &end);

@@ -1,0 +1,89 @@
+#!/bin/sh
+# fidelity.sh -- predicted against measured step times on this machine (issue 14's benchmark).
+# For each spec of bench/specs (a Mamba-2/attention/MLP hybrid with a 16K-token head, a
+# dense-then-MoE model, a uniform control), on RANKS MPI processes (default: the machine's cores):
+#   1. profile: octo-run --profile measures every layer (F, B, W) and the MPI link at --scale=1;
+#   2. plan with that profile: the tuner, and every classic plan of octoc --compare;
+#   3. run each plan for STEPS steps with MPI and take the median step after the first;
+# then print per plan the predicted step, the measured step and the error, whether the plans'
+# ranking by prediction matches the ranking by measurement (for every pair whose predictions
+# differ by more than 10%), and the tuned plan's measured speedup over each classic plan beside
+# its predicted one. Figures only (bench/README.md quotes them).
+# usage: bench/fidelity.sh BUILD_DIR [STEPS] [RANKS]
+set -eu
+BUILD=$1
+STEPS=${2:-5}
+RANKS=${3:-$(nproc 2>/dev/null || echo 2)}
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+MPIRUN=${MPIRUN:-mpirun --allow-run-as-root --oversubscribe --bind-to none}
+OCTOC="$BUILD/tools/octoc"
+RUN="$BUILD/tools/octo-run"
+
+# The classic plans of octoc --compare (passes/compare.def), as "name|pipeline" lines.
+classics() {
+  python3 -c '
+import re, sys
+text = open(sys.argv[1]).read()
+for name, lits in re.findall(r"^BASELINE\(\s*\"([^\"]*)\"\s*,((?:\s*\"[^\"]*\")+)\s*\)", text, re.M):
+    print(name + "|" + "".join(re.findall(r"\"([^\"]*)\"", lits)))
+' "$SRC/passes/compare.def"
+}
+
+# world size of a plan: ranks x replicas of its stream
+world_of() {
+  "$BUILD/tools/octo-dis" "$1" | sed -n 's/^; model @[^:]*: \([0-9]*\) ranks* x \([0-9]*\) replicas*.*/\1 \2/p' |
+    { read -r n r; echo $((n * r)); }
+}
+
+for name in fid_hybrid fid_moe fid_uniform; do
+  spec="$TMP/$name.octo"
+  sed -e "s/pipeline = 2,/pipeline = $RANKS,/" -e "s/gpus_per_node = 2,/gpus_per_node = $RANKS,/" \
+      -e "s|import \"../../examples/|import \"$SRC/examples/|" "$SRC/bench/specs/$name.octo" > "$spec"
+  "$OCTOC" "$spec" --passes='cost,partition{method=uniform},place,schedule{method=1f1b}' \
+    --emit=stream -o "$TMP/base.ois"
+  t0=$(date +%s.%N)
+  $MPIRUN -np "$(world_of "$TMP/base.ois")" "$RUN" "$TMP/base.ois" --backend=mpi --scale=1 \
+    --profile="$TMP/$name.json" > /dev/null
+  t1=$(date +%s.%N)
+  echo "== $name: $RANKS MPI ranks, profiled in $(echo "$t1 - $t0" | bc | cut -c1-4) s"
+  printf '%-16s %12s %12s %8s\n' plan "predicted ms" "measured ms" error
+  : > "$TMP/$name.rows"
+  { echo "tuned|"; classics; } | while IFS='|' read -r plan passes; do
+    out="$TMP/$name.$(echo "$plan" | tr -c 'A-Za-z0-9' '_').ois"
+    if [ -z "$passes" ]; then
+      "$OCTOC" "$spec" --profile="$TMP/$name.json" --budget=2 --emit=stream -o "$out" 2>/dev/null || continue
+    else
+      "$OCTOC" "$spec" --profile="$TMP/$name.json" --passes="cost,$passes" --emit=stream -o "$out" \
+        2>/dev/null || continue
+    fi
+    $MPIRUN -np "$(world_of "$out")" "$RUN" "$out" --backend=mpi --scale=1 --steps="$STEPS" \
+      > "$out.txt" 2>&1 || { echo "$plan: run failed"; tail -3 "$out.txt"; continue; }
+    awk -v plan="$plan" '
+      /^prediction:/ { for (i = 1; i <= NF; i++) if ($i == "predicted") p = $(i - 2) }
+      /^step [0-9]+:/ { k++; if (k > 1) t[k - 1] = $3 }
+      END {
+        n = k - 1; for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (t[j] < t[i]) { x = t[i]; t[i] = t[j]; t[j] = x }
+        m = n % 2 ? t[(n + 1) / 2] : (t[n / 2] + t[n / 2 + 1]) / 2
+        printf "%-16s %12.1f %12.1f %+7.1f%%\n", plan, p, m, 100 * (m - p) / p
+        printf "%s|%.3f|%.3f\n", plan, p, m > "/dev/stderr"
+      }' "$out.txt" 2>> "$TMP/$name.rows"
+  done
+  awk -F'|' '
+    { name[NR] = $1; p[NR] = $2; m[NR] = $3 }
+    END {
+      pairs = 0; agree = 0; worst = 0
+      for (i = 1; i <= NR; i++) {
+        e = (m[i] - p[i]) / p[i]; if (e < 0) e = -e; if (e > worst) worst = e
+        for (j = i + 1; j <= NR; j++) {
+          d = (p[i] - p[j]) / (p[i] < p[j] ? p[i] : p[j]); if (d < 0) d = -d
+          if (d <= 0.10) continue
+          pairs++; if ((p[i] < p[j]) == (m[i] < m[j])) agree++
+        }
+      }
+      printf "largest error %.1f%%; ranking: %d of %d pairs with predictions more than 10%% apart ordered alike\n", 100 * worst, agree, pairs
+      for (j = 2; j <= NR; j++)
+        printf "  tuned over %-14s predicted %.2fx, measured %.2fx\n", name[j] ":", p[j] / p[1], m[j] / m[1]
+    }' "$TMP/$name.rows"
+done

@@ -1,0 +1,255 @@
+/* profile.c -- octo-run --profile on CPUs (runtime.h, "Profiler"): times every layer of a stream
+ * as the model runs it (its kernels at the scale in force, F, B and W apart, the median of several
+ * repetitions after a warm-up), measures the transport's point-to-point latency and bandwidth
+ * with a ping-pong between two ranks, and writes the cost model's profile JSON
+ * (docs/cost-model.md, "Profile files") with the scale, the backend, the link and each layer's
+ * shape, so that octoc plans with the costs of the machine the plan will run on. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "runtime.h"
+
+/* Repetitions of each measurement after the warm-up, and the time after which fewer suffice. */
+#define PR_REPS 7
+#define PR_MIN_REPS 3
+#define PR_BUDGET_S 0.5
+
+/* Median of n values (sorted in place). */
+static double pr_median(double *v, int n) {
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+      double t = v[j];
+      v[j] = v[j - 1];
+      v[j - 1] = t;
+    }
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Whether layers i and j of m run the same computation (same kernels and dimensions; the last
+ * layer, which carries the loss, is like no other). */
+static bool pr_same(const rt_model *m, int i, int j) {
+  int last = rt_model_nlayers(m) - 1;
+  if (i != j && (i == last || j == last)) return false;
+  rt_layer_info a, b;
+  rt_model_layer(m, i, &a);
+  rt_model_layer(m, j, &b);
+  return a.k == b.k && memcmp(&a.d, &b.d, sizeof a.d) == 0;
+}
+
+/* Time layer i's kernels into *c. */
+static void pr_measure(rt_model *m, int i, rt_layer_cost *c) {
+  rt_layer_info L;
+  rt_model_layer(m, i, &L);
+  const rt_ldims *d = &L.d;
+  size_t nx = (size_t)d->B * d->in_S * d->in_w, ny = (size_t)d->B * d->S * L.p.out_w;
+  size_t nw = rt_lplan_params(&L.p);
+  float *x = xmalloc(nx * sizeof *x), *y = xmalloc(ny * sizeof *y), *dy = xmalloc(ny * sizeof *dy);
+  float *dx = xmalloc(nx * sizeof *dx), *w = xmalloc((nw ? nw : 1) * sizeof *w);
+  float *g = xcalloc(nw ? nw : 1, sizeof *g);
+  float *save = xcalloc(L.p.save_floats ? L.p.save_floats : 1, sizeof *save);
+  rt_kernel_init_params(&L.p, 0x70726f66ULL + (uint64_t)i, w);
+  uint64_t st = 0x9e3779b97f4a7c15ULL * (uint64_t)(i + 1);
+  bool ids = strcmp(L.k->kind, "embedding") == 0;
+  for (size_t k = 0; k < nx; k++) {
+    st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+    double u = (double)(st >> 11) * 0x1p-53;
+    x[k] = ids ? (float)floor(u * d->vocab) : (float)(2 * u - 1);
+  }
+  for (size_t k = 0; k < ny; k++) dy[k] = (float)(1e-3 * (double)((k * 7919) % 200 - 100));
+  double tf[PR_REPS], tb[PR_REPS], tw[PR_REPS];
+  int n = 0;
+  double start = support_seconds();
+  for (int r = -1; r < PR_REPS; r++) { /* r = -1: the warm-up */
+    double t0 = support_seconds();
+    L.k->fwd(d, w, x, y, save);
+    double t1 = support_seconds();
+    L.k->bwd_in(d, w, save, dy, i > 0 ? dx : NULL);
+    double t2 = support_seconds();
+    L.k->bwd_w(d, w, save, g);
+    double t3 = support_seconds();
+    if (r >= 0) {
+      tf[n] = t1 - t0;
+      tb[n] = t2 - t1;
+      tw[n] = t3 - t2;
+      n++;
+    }
+    if (n >= PR_MIN_REPS && support_seconds() - start > PR_BUDGET_S) break;
+  }
+  c->f = pr_median(tf, n);
+  c->b = pr_median(tb, n);
+  c->w = pr_median(tw, n);
+  if (i == rt_model_nlayers(m) - 1) c->f += rt_model_loss_seconds(m); /* LOSS follows the last layer */
+  bool adam = rt_model_adam(m);
+  c->act_bytes = 4.0 * (double)L.p.save_floats;
+  c->out_bytes = 4.0 * (double)ny;
+  c->grad_bytes = 4.0 * (double)nw;
+  c->param_bytes = (adam ? 16.0 : 8.0) * (double)nw; /* weights, gradients (, two moments) */
+  c->measured = true;
+  free(x);
+  free(y);
+  free(dy);
+  free(dx);
+  free(w);
+  free(g);
+  free(save);
+}
+
+void rt_profile_layers(rt_model *m, int worker, int nworkers, rt_layer_cost *costs) {
+  int n = rt_model_nlayers(m), config = 0;
+  for (int i = 0; i < n; i++) {
+    int first = i;
+    for (int j = 0; j < i && first == i; j++)
+      if (pr_same(m, i, j)) first = j;
+    if (first != i) continue; /* measured with its first layer of the same configuration */
+    if (config++ % nworkers != worker) continue;
+    pr_measure(m, i, &costs[i]);
+  }
+}
+
+void rt_profile_fill(const rt_model *m, rt_layer_cost *costs) {
+  int n = rt_model_nlayers(m);
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < i && !costs[i].measured; j++)
+      if (costs[j].measured && pr_same(m, i, j)) costs[i] = costs[j];
+}
+
+int rt_profile_link(rt_comm *c, int me, size_t big, double *lat_s, double *bw_Bps,
+                    strbuf *err) {
+  size_t sizes[2] = {8, big < 8 ? 8 : big};
+  int reps[2] = {200, 10};
+  double t[2];
+  char *buf = xcalloc(sizes[1], 1);
+  be_tensor_ref tag = {BE_T_ACT, 0, 0};
+  int rc = 0;
+  for (int k = 0; k < 2 && rc == 0; k++) {
+    double t0 = support_seconds();
+    for (int r = 0; r < reps[k] && rc == 0; r++) {
+      rt_req q = {0};
+      for (int dir = 0; dir < 2 && rc == 0; dir++) {
+        bool sending = (dir == 0) == (me == 0);
+        rc = sending ? c->isend(c->ctx, 1 - me, tag, buf, sizes[k], &q)
+                     : c->irecv(c->ctx, 1 - me, tag, buf, sizes[k], &q);
+        if (rc == 0 && c->wait(c->ctx, &q, 30.0, err) != 0) {
+          if (!err->len) strbuf_puts(err, "the link measurement's message did not complete");
+          rc = -1;
+        }
+        memset(&q, 0, sizeof q);
+      }
+    }
+    t[k] = (support_seconds() - t0) / (2.0 * reps[k]); /* one way */
+  }
+  free(buf);
+  if (rc) return -1;
+  *lat_s = t[0];
+  double extra = t[1] - t[0];
+  *bw_Bps = extra > 0 ? (double)(sizes[1] - sizes[0]) / extra : 1e12;
+  return 0;
+}
+
+/* Append s as a JSON string. */
+static void pr_string(strbuf *out, const char *s) {
+  strbuf_putc(out, '"');
+  for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++)
+    if (*c == '"' || *c == '\\') strbuf_printf(out, "\\%c", *c);
+    else if (*c < 0x20) strbuf_printf(out, "\\u%04x", *c);
+    else strbuf_putc(out, (char)*c);
+  strbuf_putc(out, '"');
+}
+
+void rt_profile_json(const be_stream *s, const rt_model *m, const rt_layer_cost *costs,
+                     const char *backend, double lat_s, double bw_Bps, strbuf *out) {
+  strbuf_puts(out, "{\n  \"format\": \"octopipe-profile\",\n  \"version\": 1,\n  \"device\": ");
+  pr_string(out, s->nranks > 0 && s->ranks[0].type ? s->ranks[0].type : "cpu");
+  strbuf_printf(out, ",\n  \"micro_batch\": %d,\n  \"seq\": %d,\n  \"tensor\": 1,\n"
+                "  \"dtype\": \"fp32\",\n  \"scale\": %d,\n  \"backend\": ",
+                (int)s->micro_batch, (int)s->seq, rt_model_scale(m));
+  pr_string(out, backend);
+  if (lat_s >= 0)
+    strbuf_printf(out, ",\n  \"link\": {\"bw_gbs\": %.6g, \"lat_us\": %.6g}", bw_Bps / 1e9,
+                  lat_s * 1e6);
+  strbuf_puts(out, ",\n  \"layers\": {");
+  for (int i = 0; i < s->nlayers; i++) {
+    const rt_layer_cost *c = &costs[i];
+    const be_layer *l = &s->layers[i];
+    strbuf_puts(out, i ? ",\n    " : "\n    ");
+    pr_string(out, l->name);
+    strbuf_printf(out, ": {\"f_ms\": %.6g, \"b_ms\": %.6g, \"w_ms\": %.6g, \"act_bytes\": %.0f, "
+                  "\"act_w_bytes\": %.0f, \"out_bytes\": %.0f, \"param_bytes\": %.0f, "
+                  "\"grad_bytes\": %.0f,\n      \"shape\": {\"kind\": ",
+                  c->f * 1e3, c->b * 1e3, c->w * 1e3, c->act_bytes, c->act_bytes, c->out_bytes,
+                  c->param_bytes, c->grad_bytes);
+    pr_string(out, l->kind);
+    for (int k = 0; k < l->nparams; k++) {
+      strbuf_puts(out, ", ");
+      pr_string(out, l->params[k].name);
+      if (strcmp(l->params[k].name, "act") == 0) { /* an activation is named */
+        strbuf_puts(out, ": ");
+        pr_string(out, rt_act_name((rt_act)(int)l->params[k].value));
+      } else {
+        strbuf_printf(out, ": %.17g", l->params[k].value);
+      }
+    }
+    strbuf_puts(out, "}}");
+  }
+  strbuf_puts(out, "\n  }\n}\n");
+}
+
+/* ---- The cpu backend's profiler: rank threads ------------------------------------------------ */
+
+/* One worker thread of rt_profile_threads. */
+typedef struct pr_job {
+  const be_stream *s;  /* the stream */
+  const rt_opts *mo;   /* its model's options */
+  int worker, nworkers; /* which share of the configurations */
+  rt_layer_cost *costs; /* per layer (shared; each worker writes its own layers) */
+  bool ok;              /* its model was built */
+} pr_job;
+
+static void *pr_run(void *arg) {
+  pr_job *j = arg;
+  rt_model *m = rt_model_new(j->s, j->mo, NULL);
+  j->ok = m != NULL;
+  if (m) rt_profile_layers(m, j->worker, j->nworkers, j->costs);
+  rt_model_free(m);
+  return NULL;
+}
+
+int rt_profile_threads(const be_stream *s, const rt_opts *mo, strbuf *json, strbuf *err) {
+  strbuf why = {0};
+  rt_model *m = rt_model_new(s, mo, &why);
+  if (!m) {
+    strbuf_puts(err, strbuf_cstr(&why));
+    strbuf_free(&why);
+    return -1;
+  }
+  int n = s->nranks < 1 ? 1 : s->nranks; /* as many busy cores as the run will have */
+  rt_layer_cost *costs = xcalloc((size_t)s->nlayers, sizeof *costs);
+  pr_job *jobs = xcalloc((size_t)n, sizeof *jobs);
+  pthread_t *th = xcalloc((size_t)n, sizeof *th);
+  int started = 0;
+  for (int w = 0; w < n; w++) {
+    jobs[w] = (pr_job){s, mo, w, n, costs, false};
+    if (pthread_create(&th[w], NULL, pr_run, &jobs[w]) != 0) break;
+    started++;
+  }
+  for (int w = 0; w < started; w++) pthread_join(th[w], NULL);
+  int rc = started == n ? 0 : -1;
+  if (rc) strbuf_puts(err, "cannot start the profiler's threads");
+  rt_profile_fill(m, costs);
+  double lat = 0, bw = 0;
+  size_t big = 0;
+  for (int i = 0; i < s->nlayers; i++)
+    if (costs[i].out_bytes > (double)big) big = (size_t)costs[i].out_bytes;
+  if (rc == 0 && rt_threads_link(big, &lat, &bw, err) != 0) rc = -1;
+  if (rc == 0) rt_profile_json(s, m, costs, "cpu", lat, bw, json);
+  free(costs);
+  free(jobs);
+  free(th);
+  rt_model_free(m);
+  strbuf_free(&why);
+  return rc;
+}
