@@ -75,6 +75,9 @@ extern const be_tensor_info be_tensors[BE_T_COUNT];
 
 /* Opcode spelled 'name' (case-sensitive mnemonic), or -1. */
 int be_op_lookup(const char *name);
+/* True for the opcodes whose instructions carry a predicted time in their program's pred table
+ * (FWD, BWD_IN, BWD_W, BWD); false for every other value, out-of-range ones included. */
+bool be_op_predicted(int op);
 
 /* A tensor of a step: kind, stage (as tensors.def names it) and microbatch. */
 typedef struct be_tensor_ref {
@@ -85,7 +88,7 @@ typedef struct be_tensor_ref {
 /* ---- Streams -------------------------------------------------------------------------------- */
 
 /* Version of the binary format written by be_write and the only one be_read accepts. */
-#define BE_FORMAT_VERSION 1u
+#define BE_FORMAT_VERSION 2u
 
 /* One instruction: an opcode and its operands (be_ops[op].nops of them; the rest are 0). */
 typedef struct be_inst {
@@ -103,6 +106,13 @@ typedef struct be_slot {
   uint8_t tensor;  /* be_tensor_kind of the tensors it holds */
 } be_slot;
 
+/* The predicted time of one compute instruction of a rank's program: when the simulated timeline
+ * of the plan (the one the lowering follows) starts and ends its operation. */
+typedef struct be_pred {
+  int32_t addr;  /* address of a FWD, BWD_IN, BWD_W or BWD instruction of the program */
+  double t0, t1; /* predicted start and end, seconds from the step's start */
+} be_pred;
+
 /* The program of one pipeline rank. */
 typedef struct be_program {
   int32_t device;   /* pipeline device of the plan ($dN) it runs on */
@@ -112,6 +122,10 @@ typedef struct be_program {
   int32_t nslots;
   be_inst *code;    /* its instructions, executed in order */
   int32_t ncode, code_cap;
+  double pred_busy; /* predicted compute time per step, seconds: the simulator's busy time of the
+                       device (its F, B and W and the optimizer step; not the all-reduce) */
+  be_pred *pred;    /* one entry per FWD, BWD_IN, BWD_W and BWD instruction, in address order */
+  int32_t npred;
 } be_program;
 
 /* A named number describing a layer (a layer parameter of the IR: "hidden", "ffn", "vocab"). */
@@ -157,6 +171,12 @@ typedef struct be_stream {
   int32_t seq;        /* tokens per sequence */
   char *dtype;        /* training precision ("bf16") */
   char *optimizer;    /* "adam" or "sgd" */
+  int32_t scale;      /* octo-run scale the plan's costs were measured at (train field scale);
+                         0: analytic costs of the full-size model */
+  char *measured_on;  /* octo-run backend that measured them (train field measured_on, enum
+                         BACKEND: "none", "cpu", "mpi", "cuda", "nccl"); never NULL after
+                         be_lower or be_read */
+  double pred_step;   /* predicted step time, seconds: the simulator's makespan of the plan */
   be_layer *layers;   /* the model's layers */
   int32_t nlayers;
   be_stage *stages;   /* nstages entries */
@@ -203,9 +223,12 @@ typedef struct be_mem {
  * complete layer costs. The reference order of all operations is the simulator's timeline of the
  * plan; each receive is posted at the consumer when its producer starts in that order, each send
  * right after its producer, each WAIT just before the first use, each FREE after the last use,
- * buffers of sends are released once the consumer ran. Returns NULL after reporting through d at
- * 'where' (no plan, no costs, a schedule the simulator rejects). Post: the stream passes
- * be_validate and be_check (a failure there is reported as an internal compiler error). */
+ * buffers of sends are released once the consumer ran. The stream carries the prediction: the
+ * train fields scale and measured_on, the simulator's makespan (pred_step), each rank's busy time
+ * (pred_busy) and the simulated start and end of each compute instruction (pred). Returns NULL
+ * after reporting through d at 'where' (no plan, no costs, a schedule the simulator rejects).
+ * Post: the stream passes be_validate and be_check (a failure there is reported as an internal
+ * compiler error). */
 be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where);
 
 /* Add the backend's passes (check-stream) to the pass registry; tools call it at start-up. */
@@ -221,8 +244,11 @@ be_mem be_mem_stats(const be_stream *s, int r);
  * receive used before its WAIT, a buffer freed with a message pending or left live at the end),
  * dataflow (each FWD reads the tensor it needs, each message carries the tensor its tag names),
  * coverage (each stage's F, B and W, or BW, of every microbatch exactly once on its rank, LOSS
- * on the last stage, ALLREDUCE of each stage when replicas > 1, STEP at the end), and messages
- * that pair up (each send has exactly one receive with the same peer, tag and size).
+ * on the last stage, ALLREDUCE of each stage when replicas > 1, STEP at the end), messages
+ * that pair up (each send has exactly one receive with the same peer, tag and size), and the
+ * prediction (scale >= 0, measured_on a BACKEND name, finite non-negative step and busy times,
+ * and exactly one predicted time 0 <= t0 <= t1 per FWD, BWD_IN, BWD_W and BWD instruction, in
+ * address order; checked after the programs, so a broken program is reported as such).
  * Returns 0, or -1 with the first problem appended to err as "rank R at ADDR (OP): what". */
 int be_validate(const be_stream *s, strbuf *err);
 
@@ -253,7 +279,8 @@ be_stream *be_read_file(const char *path, strbuf *err);
 
 /* ---- Disassembler ----------------------------------------------------------------------------- */
 
-/* Append the listing of s to out: a header (model, ranks, stages), then per rank its device, its
+/* Append the listing of s to out: a header (model, ranks, predicted step time and where the
+ * costs come from, stages), then per rank its device, memory figures and predicted busy time, its
  * slots and its instructions in fixed columns (address, opcode, operands, comment such as
  * "; send act s3 mb7 -> rank 4"). Pre: s passed be_validate. */
 void be_disasm(const be_stream *s, strbuf *out);

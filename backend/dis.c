@@ -1,7 +1,7 @@
-/* dis.c -- the disassembler: the text listing of an instruction stream (header, then per rank
- * its device, buffer slots and instructions in fixed columns with a comment naming what each
- * instruction does to which tensor), and the instruction-set reference tables of docs/isa.md,
- * both generated from isa.def, operands.def and tensors.def. */
+/* dis.c -- the disassembler: the text listing of an instruction stream (header with the
+ * prediction, then per rank its device, buffer slots and instructions in fixed columns with a
+ * comment naming what each instruction does to which tensor), and the instruction-set reference
+ * tables of docs/isa.md, both generated from isa.def, operands.def and tensors.def. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -162,7 +162,23 @@ static void put_comment(strbuf *out, const be_stream *s, const be_inst *in, dis_
   }
 }
 
-/* Append the header: format line, model line and one line per stage. */
+/* Append the prediction line: the predicted step time and where the costs come from, "analytic
+ * costs" when no scale and no measuring backend are set (a NULL backend counts as "none"). */
+static void put_prediction(strbuf *out, const be_stream *s) {
+  const char *on = s->measured_on ? s->measured_on : "none";
+  bool measured = strcmp(on, "none") != 0;
+  strbuf_printf(out, "; predicted step %.3f ms (", s->pred_step * 1e3);
+  if (s->scale == 0 && !measured) {
+    strbuf_puts(out, "analytic costs)\n");
+    return;
+  }
+  strbuf_puts(out, "costs measured by octo-run");
+  if (s->scale != 0) strbuf_printf(out, " at scale %d", (int)s->scale);
+  if (measured) strbuf_printf(out, ", backend %s", on);
+  strbuf_puts(out, ")\n");
+}
+
+/* Append the header: format line, model line, prediction line and one line per stage. */
 static void put_header(strbuf *out, const be_stream *s) {
   strbuf_printf(out, "; OctoPipe instruction stream, format %u\n", BE_FORMAT_VERSION);
   strbuf_printf(out,
@@ -172,6 +188,7 @@ static void put_header(strbuf *out, const be_stream *s) {
                 plural(s->replicas), (int)s->nstages, plural(s->nstages), (int)s->nmb,
                 s->nmb == 1 ? "" : "es", (int)s->micro_batch, (int)s->seq,
                 s->dtype ? s->dtype : "?", s->optimizer ? s->optimizer : "?");
+  put_prediction(out, s);
   for (int i = 0; i < s->nstages; i++) {
     const be_stage *st = &s->stages[i];
     strbuf_printf(out, "; stage s%d: ", i);
@@ -196,7 +213,8 @@ static void put_header(strbuf *out, const be_stream *s) {
   }
 }
 
-/* Append rank r's line: device, stages, slot total and the figures of be_mem_stats. */
+/* Append rank r's line: device, stages, slot total, the figures of be_mem_stats and the
+ * predicted busy time. */
 static void put_rank_line(strbuf *out, const be_stream *s, int r) {
   const be_program *p = &s->ranks[r];
   strbuf_printf(out, "rank %d: $d%d %s, node %d; ", r, (int)p->device, p->type ? p->type : "?",
@@ -215,7 +233,7 @@ static void put_rank_line(strbuf *out, const be_stream *s, int r) {
   if (m.peak_at >= 0) strbuf_printf(out, " at %04d", m.peak_at);
   strbuf_puts(out, "; activations ");
   put_bytes(out, m.peak_stash);
-  strbuf_putc(out, '\n');
+  strbuf_printf(out, "; predicted busy %.3f ms\n", p->pred_busy * 1e3);
 }
 
 /* Append the line of slot i of rank program p: "  slot %1  act     32MiB     at 200MiB" (size

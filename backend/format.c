@@ -26,8 +26,10 @@ enum {
   FMT_MIN_PARAM = 4 + 8,             /* name "", value */
   FMT_MIN_STAGE = 4 * 3 + 8 + 4 + 8 + 8, /* first, end, rank, out bytes and shape, stashes */
   FMT_MIN_SHAPE = 4 + 4 + 8,         /* elem, ndim, one extent */
-  FMT_MIN_RANK = 4 + 4 + 4 + 4 + 4,  /* device, type "", node, no slots, no code */
+  FMT_MIN_RANK = 4 + 4 + 4 + 4 + 4 + 8 + 4, /* device, type "", node, no slots, no code, busy,
+                                               no predicted times */
   FMT_SLOT = 8 + 8 + 1,              /* offset, bytes, tensor */
+  FMT_PRED = 4 + 8 + 8,              /* addr, t0, t1 */
   FMT_MIN_INST = 1                   /* an opcode without operands */
 };
 
@@ -93,6 +95,9 @@ void be_write(const be_stream *s, strbuf *out) {
   put_i32(out, s->seq);
   put_str(out, s->dtype);
   put_str(out, s->optimizer);
+  put_i32(out, s->scale);
+  put_str(out, s->measured_on);
+  put_f64(out, s->pred_step);
   put_count(out, s->nlayers);
   for (int i = 0; i < s->nlayers; i++) {
     const be_layer *l = &s->layers[i];
@@ -137,6 +142,13 @@ void be_write(const be_stream *s, strbuf *out) {
       put_u8(out, in->op);
       int nops = in->op < BE_OP_COUNT ? be_ops[in->op].nops : 0;
       for (int k = 0; k < nops; k++) put_i32(out, in->a[k]);
+    }
+    put_f64(out, p->pred_busy);
+    put_count(out, p->npred);
+    for (int i = 0; i < p->npred; i++) {
+      put_i32(out, p->pred[i].addr);
+      put_f64(out, p->pred[i].t0);
+      put_f64(out, p->pred[i].t1);
     }
   }
   put_u32(out, fmt_crc((const uint8_t *)out->data + start, out->len - start));
@@ -291,6 +303,9 @@ static void read_body(rd *r, be_stream *s) {
   s->seq = get_i32(r, "the sequence length");
   s->dtype = get_str(r, "the training precision");
   s->optimizer = get_str(r, "the optimizer");
+  s->scale = get_i32(r, "the measurement scale");
+  s->measured_on = get_str(r, "the measuring backend");
+  s->pred_step = get_f64(r, "the predicted step time");
   if (r->bad) return;
 
   set_ctx(r, "the layer table", 0, 0);
@@ -398,6 +413,19 @@ static void read_body(rd *r, be_stream *s) {
       }
       for (int j = 0; j < be_ops[in->op].nops && !r->bad; j++)
         in->a[j] = get_i32(r, "an operand");
+    }
+    if (r->bad) return;
+    set_ctx(r, "rank %d", k, 0);
+    p->pred_busy = get_f64(r, "the predicted busy time");
+    int32_t np = get_count(r, "predicted times", FMT_PRED);
+    if (r->bad) return;
+    p->pred = xcalloc((size_t)np, sizeof *p->pred);
+    p->npred = np;
+    for (int i = 0; i < np && !r->bad; i++) {
+      set_ctx(r, "rank %d predicted time %d", k, i);
+      p->pred[i].addr = get_i32(r, "the address");
+      p->pred[i].t0 = get_f64(r, "the start");
+      p->pred[i].t1 = get_f64(r, "the end");
     }
   }
 }

@@ -7,7 +7,9 @@
  * on every pair of ranks sends and receives come in the same order and every receive is posted
  * before its send in the reference order. WAITs go just before the first use, FREEs after the
  * last, and the buffer of a send is released (WAIT, FREE) when the reference order has run its
- * consumer. Buffers are first virtual (one per tensor) and then packed into slots per rank. */
+ * consumer. Buffers are first virtual (one per tensor) and then packed into slots per rank. The
+ * stream keeps the prediction: the simulated makespan, each rank's busy time and the simulated
+ * start and end of each compute instruction. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +48,9 @@ typedef struct lower {
   long *pos;        /* [(s * nmb + m) * 3 + slot]: position in the reference order (F, B, W) */
   release *rel;     /* pending releases of sent buffers */
   int nrel, rel_cap;
+  double *when;     /* [((s * nmb + m) * 3 + slot) * 2 + 0/1]: simulated start and end of the
+                       operation (a fused BW in the B slot) */
+  int *pred_cap;    /* per rank: entries allocated in its program's pred table */
 } lower;
 
 enum { SL_F, SL_B, SL_W };
@@ -62,11 +67,22 @@ static int new_buf(lower *L, int rank, be_tensor_kind t, int s) {
   return L->nbufs - 1;
 }
 
-/* Emit an instruction on rank r; slot operands hold vbuf ids until assign_slots. */
-static void emit(lower *L, int r, be_opcode op, int32_t a0, int32_t a1, int32_t a2, int32_t a3,
-                 int32_t a4, int32_t a5) {
+/* Emit an instruction on rank r; slot operands hold vbuf ids until assign_slots. Returns its
+ * address. */
+static int emit(lower *L, int r, be_opcode op, int32_t a0, int32_t a1, int32_t a2, int32_t a3,
+                int32_t a4, int32_t a5) {
   int32_t a[BE_MAX_OPERANDS] = {a0, a1, a2, a3, a4, a5};
-  be_emit(&L->s->ranks[r], op, be_ops[op].nops, a);
+  return be_emit(&L->s->ranks[r], op, be_ops[op].nops, a);
+}
+
+/* Give compute instruction 'addr' of rank r, the operation in slot sl (SL_F, SL_B, SL_W) of stage
+ * s and microbatch mb, its simulated start and end. Pre: addr is past every earlier entry of the
+ * rank (instructions are emitted in address order). */
+static void add_pred(lower *L, int r, int addr, int s, int mb, int sl) {
+  be_program *p = &L->s->ranks[r];
+  const double *w = &L->when[(((long)s * L->nmb + mb) * 3 + sl) * 2];
+  be_pred e = {addr, w[0], w[1]};
+  VEC_PUSH(p->pred, p->npred, L->pred_cap[r], e);
 }
 
 /* WAIT for a received buffer on rank r before its first use. */
@@ -148,7 +164,7 @@ static void lower_op(lower *L, const ir_op *o, long now) {
     int st = new_buf(L, r, BE_T_STASH, s), sw = new_buf(L, r, BE_T_WSTASH, s);
     L->stash[i] = st;
     L->wstash[i] = sw;
-    emit(L, r, BE_OP_FWD, s, mb, in, out, st, sw);
+    add_pred(L, r, emit(L, r, BE_OP_FWD, s, mb, in, out, st, sw), s, mb, SL_F);
     free_buf(L, r, in);
     if (s + 1 == L->nst) {
       int g = new_buf(L, r, BE_T_GRAD, L->nst);
@@ -164,7 +180,8 @@ static void lower_op(lower *L, const ir_op *o, long now) {
     wait_if_pending(L, r, g);
     int dx = s > 0 ? new_buf(L, r, BE_T_GRAD, s) : -1;
     bool fused = o->kind == IR_OP_BW;
-    emit(L, r, fused ? BE_OP_BWD : BE_OP_BWD_IN, s, mb, g, L->stash[i], L->wstash[i], dx);
+    int at = emit(L, r, fused ? BE_OP_BWD : BE_OP_BWD_IN, s, mb, g, L->stash[i], L->wstash[i], dx);
+    add_pred(L, r, at, s, mb, SL_B);
     free_buf(L, r, g);
     free_buf(L, r, L->stash[i]);
     if (fused) free_buf(L, r, L->wstash[i]);
@@ -172,7 +189,7 @@ static void lower_op(lower *L, const ir_op *o, long now) {
       hand_over(L, r, L->rank_of[s - 1], dx, BE_T_GRAD, s, mb, L->pos[((i - nmb) * 3) + SL_B],
                 &L->grad_in[i]);
   } else {
-    emit(L, r, BE_OP_BWD_W, s, mb, L->wstash[i], 0, 0, 0);
+    add_pred(L, r, emit(L, r, BE_OP_BWD_W, s, mb, L->wstash[i], 0, 0, 0), s, mb, SL_W);
     free_buf(L, r, L->wstash[i]);
   }
 }
@@ -459,7 +476,8 @@ static int add_shape(be_stream *s, int elem, int ndim, const int64_t *dim) {
 }
 
 /* Fill the stream's header, layer, stage, rank and shape tables from m, and L's per-stage sizes.
- * Ranks are the devices that hold stages, in device order. */
+ * Ranks are the devices that hold stages, in device order. The prediction's figures (pred_step,
+ * pred_busy, pred) are be_lower's. */
 static void build_tables(lower *L) {
   const ir_module *m = L->m;
   be_stream *s = L->s;
@@ -474,6 +492,11 @@ static void build_tables(lower *L) {
   s->dtype = xstrdup(ir_enum_name(IR_T_DTYPE, (int)ir_field_value(&m->train, IR_F_TRAIN_dtype)));
   s->optimizer = xstrdup(
       ir_enum_name(IR_T_OPTIMIZER, (int)ir_field_value(&m->train, IR_F_TRAIN_optimizer)));
+  double scale = ir_field_value(&m->train, IR_F_TRAIN_scale);
+  s->scale = (int32_t)(scale >= 0 && scale <= INT32_MAX ? scale : 0);
+  const char *on =
+      ir_enum_name(IR_T_BACKEND, (int)ir_field_value(&m->train, IR_F_TRAIN_measured_on));
+  s->measured_on = xstrdup(on ? on : ir_enum_name(IR_T_BACKEND, IR_BACKEND_NONE));
   s->nlayers = m->nlayers;
   s->layers = xcalloc((size_t)m->nlayers, sizeof *s->layers);
   for (int i = 0; i < m->nlayers; i++) {
@@ -581,7 +604,20 @@ be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where) {
   L.stash = xcalloc((size_t)cells, sizeof *L.stash);
   L.wstash = xcalloc((size_t)cells, sizeof *L.wstash);
   L.pos = xcalloc((size_t)cells * 3, sizeof *L.pos);
+  L.when = xcalloc((size_t)cells * 3 * 2, sizeof *L.when);
+  for (int e = 0; e < res.nops; e++) {
+    const sim_op_event *ev = &res.ops[e];
+    if ((int)ev->kind >= IR_OP_COUNT || ev->stage < 0) continue;
+    int sl = ev->kind == IR_OP_F ? SL_F : ev->kind == IR_OP_W ? SL_W : SL_B;
+    double *w = &L.when[(((long)ev->stage * L.nmb + ev->mb) * 3 + sl) * 2];
+    w[0] = ev->start;
+    w[1] = ev->end;
+  }
   build_tables(&L);
+  L.pred_cap = xcalloc((size_t)(L.s->nranks ? L.s->nranks : 1), sizeof *L.pred_cap);
+  L.s->pred_step = res.makespan;
+  for (int r = 0; r < L.s->nranks; r++)
+    L.s->ranks[r].pred_busy = res.dev[L.s->ranks[r].device].busy;
   long total = 0;
   for (int dv = 0; dv < m->ndevices; dv++) total += m->schedules[dv].nops;
   int(*ord)[2] = xmalloc((size_t)(total ? total : 1) * sizeof *ord);
@@ -618,6 +654,8 @@ be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where) {
   free(L.stash);
   free(L.wstash);
   free(L.pos);
+  free(L.when);
+  free(L.pred_cap);
   free(L.rel);
   sim_result_free(&res);
   sim_model_free(p);

@@ -36,6 +36,10 @@ int be_op_lookup(const char *name) {
   return -1;
 }
 
+bool be_op_predicted(int op) {
+  return op == BE_OP_FWD || op == BE_OP_BWD_IN || op == BE_OP_BWD_W || op == BE_OP_BWD;
+}
+
 int be_emit(be_program *p, be_opcode op, int nargs, const int32_t *args) {
   be_inst in = {(uint8_t)op, {0}};
   for (int i = 0; i < nargs && i < BE_MAX_OPERANDS; i++) in.a[i] = args[i];
@@ -63,6 +67,7 @@ void be_stream_free(be_stream *s) {
   free(s->model);
   free(s->dtype);
   free(s->optimizer);
+  free(s->measured_on);
   for (int i = 0; s->layers && i < s->nlayers; i++) {
     free(s->layers[i].name);
     free(s->layers[i].kind);
@@ -76,6 +81,7 @@ void be_stream_free(be_stream *s) {
     free(s->ranks[r].type);
     free(s->ranks[r].slots);
     free(s->ranks[r].code);
+    free(s->ranks[r].pred);
   }
   free(s->ranks);
   free(s);

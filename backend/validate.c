@@ -2,9 +2,11 @@
  * written, read back or run. It checks the header (counts, stages, shapes, slots), then
  * interprets each rank's program once, in order, tracking the state and the tensor ("label")
  * of every buffer slot, then pairs the messages of all ranks and checks coverage (every stage's
- * forward and backward of every microbatch exactly once). It must stay safe on any input:
+ * forward and backward of every microbatch exactly once), and last the prediction the stream
+ * carries (each compute instruction's predicted start and end). It must stay safe on any input:
  * the reader hands it whatever a file said. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,6 +116,46 @@ static vlabel mklabel(int t, int32_t s, int32_t m) {
 /* True when string 'str' (NULL counts as empty) is short enough for the binary format. */
 static bool str_ok(const char *str) { return !str || strlen(str) <= V_MAX_STRING; }
 
+/* Longest part of a string that messages quote. */
+enum { V_QUOTE_MAX = 32 };
+
+/* Append str (NULL as "") to the error buffer in double quotes, for a message: bytes outside
+ * printable ASCII, quotes and backslashes as \xNN, at most V_QUOTE_MAX bytes and then "...", so
+ * that the message stays one short line whatever a file holds. */
+static void put_quoted(vctx *v, const char *str) {
+  const char *p = str ? str : "";
+  size_t n = strlen(p);
+  strbuf_putc(v->err, '"');
+  for (size_t i = 0; i < n && i < V_QUOTE_MAX; i++) {
+    unsigned char c = (unsigned char)p[i];
+    if (c < 0x20 || c > 0x7e || c == '"' || c == '\\') strbuf_printf(v->err, "\\x%02x", c);
+    else strbuf_putc(v->err, (char)c);
+  }
+  strbuf_puts(v->err, n > V_QUOTE_MAX ? "...\"" : "\"");
+}
+
+/* True when x is a finite number of seconds, at least 0. */
+static bool time_ok(double x) { return isfinite(x) && x >= 0; }
+
+/* The header's prediction: the measurement scale, the measuring backend (a name of enum BACKEND)
+ * and the predicted step time. Returns 0 or -1 after reporting. */
+static int check_prediction_header(vctx *v) {
+  const be_stream *s = v->s;
+  if (s->scale < 0)
+    return fail(v, "measurement scale %d must be at least 0 (0: analytic costs)", (int)s->scale);
+  if (!s->measured_on || ir_enum_lookup(IR_T_BACKEND, s->measured_on) < 0) {
+    fail(v, "measuring backend ");
+    put_quoted(v, s->measured_on);
+    strbuf_puts(v->err, " is not one of");
+    for (int b = 0; ir_enum_name(IR_T_BACKEND, b); b++)
+      strbuf_printf(v->err, "%s %s", b ? "," : "", ir_enum_name(IR_T_BACKEND, b));
+    return -1;
+  }
+  if (!time_ok(s->pred_step))
+    return fail(v, "predicted step time %.9g must be finite and at least 0", s->pred_step);
+  return 0;
+}
+
 /* Header checks: ranges of the counts, strings, layers, stages (contiguous, each on a rank, each
  * rank with a stage), shapes, and each rank's slot table. Returns 0 or -1 after reporting. */
 static int check_header(vctx *v) {
@@ -133,7 +175,7 @@ static int check_header(vctx *v) {
   if (!s->ranks) return fail(v, "the stream has no programs");
   if (s->nshapes < 0 || (s->nshapes > 0 && !s->shapes))
     return fail(v, "shape count %d out of range", (int)s->nshapes);
-  if (!str_ok(s->model) || !str_ok(s->dtype) || !str_ok(s->optimizer))
+  if (!str_ok(s->model) || !str_ok(s->dtype) || !str_ok(s->optimizer) || !str_ok(s->measured_on))
     return fail(v, "a header string is longer than %d bytes", V_MAX_STRING);
   for (int i = 0; i < s->nlayers; i++) {
     const be_layer *l = &s->layers[i];
@@ -204,6 +246,11 @@ static int check_header(vctx *v) {
       return fail(v, "rank %d: slot count %d out of range", r, (int)p->nslots);
     if (p->ncode < 0 || (p->ncode > 0 && !p->code))
       return fail(v, "rank %d: instruction count %d out of range", r, (int)p->ncode);
+    if (p->npred < 0 || (p->npred > 0 && !p->pred))
+      return fail(v, "rank %d: predicted time count %d out of range", r, (int)p->npred);
+    if (!time_ok(p->pred_busy))
+      return fail(v, "rank %d: predicted busy time %.9g must be finite and at least 0", r,
+                  p->pred_busy);
     for (int i = 0; i < p->nslots; i++) {
       const be_slot *sl = &p->slots[i];
       if (sl->offset > UINT64_MAX - sl->bytes)
@@ -213,7 +260,7 @@ static int check_header(vctx *v) {
                     (unsigned)sl->tensor);
     }
   }
-  return 0;
+  return check_prediction_header(v);
 }
 
 /* Range checks of every operand of v->in on rank r: values of each kind, -1 only for optional
@@ -622,6 +669,50 @@ static int check_pairs(vctx *v) {
   return 0;
 }
 
+/* The predicted times of rank r: each entry names an instruction of the program (entries in
+ * strictly increasing address order) that is a FWD, BWD_IN, BWD_W or BWD, with a finite start
+ * t0 >= 0 and an end t1 >= t0; and each such instruction has an entry. Pre: the header checks
+ * passed (npred entries are there). Returns 0 or -1 after reporting. */
+static int check_pred(vctx *v, int r) {
+  const be_program *p = &v->s->ranks[r];
+  for (int i = 0; i < p->npred; i++) {
+    const be_pred *e = &p->pred[i];
+    if (e->addr < 0 || e->addr >= p->ncode)
+      return fail(v, "rank %d: predicted time %d names address %d, out of range (%d "
+                  "instructions)", r, i, (int)e->addr, (int)p->ncode);
+    const be_inst *in = &p->code[e->addr];
+    const char *op = in->op < BE_OP_COUNT ? be_ops[in->op].name : "?";
+    if (i > 0 && e->addr == p->pred[i - 1].addr)
+      return fail(v, "rank %d: second predicted time of %04d (%s)", r, (int)e->addr, op);
+    if (i > 0 && e->addr < p->pred[i - 1].addr)
+      return fail(v, "rank %d: predicted time of %04d (%s) after that of %04d (entries go in "
+                  "increasing address order)", r, (int)e->addr, op, (int)p->pred[i - 1].addr);
+    if (!be_op_predicted(in->op))
+      return fail(v, "rank %d: predicted time of %04d (%s), which is not a FWD, BWD_IN, BWD_W or "
+                  "BWD instruction", r, (int)e->addr, op);
+    if (!time_ok(e->t0))
+      return fail(v, "rank %d: predicted time of %04d (%s): t0 %.9g must be finite and at least "
+                  "0", r, (int)e->addr, op, e->t0);
+    if (!isfinite(e->t1))
+      return fail(v, "rank %d: predicted time of %04d (%s): t1 %.9g must be finite", r,
+                  (int)e->addr, op, e->t1);
+    if (e->t1 < e->t0)
+      return fail(v, "rank %d: predicted time of %04d (%s): t1 %.9g before t0 %.9g", r,
+                  (int)e->addr, op, e->t1, e->t0);
+  }
+  int j = 0;
+  for (int addr = 0; addr < p->ncode; addr++) {
+    if (!be_op_predicted(p->code[addr].op)) continue;
+    if (j < p->npred && p->pred[j].addr == addr) {
+      j++;
+      continue;
+    }
+    return fail(v, "rank %d at %04d (%s): no predicted time", r, addr,
+                be_ops[p->code[addr].op].name);
+  }
+  return 0;
+}
+
 /* See backend.h. Pre: s is a stream whose arrays hold the counts it states (a NULL array with a
  * positive count is reported, not read). Post: returns 0 when every rule holds; else -1 with
  * exactly one message appended to err. Memory: the slots of one rank, a coverage table of
@@ -647,6 +738,7 @@ int be_validate(const be_stream *s, strbuf *err) {
   for (int r = 0; r < s->nranks && rc == 0; r++) rc = check_rank(&v, r);
   if (rc == 0) rc = check_pairs(&v);
   if (rc == 0) rc = check_coverage(&v);
+  for (int r = 0; r < s->nranks && rc == 0; r++) rc = check_pred(&v, r);
   free(v.cov);
   free(v.reduced);
   free(v.sends);

@@ -587,8 +587,19 @@ static void other_types(ir_module *m, const bool *todo, bool overwrite, diag_eng
   }
 }
 
+/* Mark train field f of m as not given (its records.def default applies). */
+static void train_unset(ir_module *m, int f) {
+  int first, n;
+  ir_record_fields(IR_REC_TRAIN, &first, &n);
+  *ir_record_mask(&m->train, IR_REC_TRAIN) &= ~((uint64_t)1 << (f - first));
+}
+
 int cost_run(ir_module *m, bool overwrite, diag_engine *d) {
   int errors = diag_error_count(d);
+  if (overwrite) { /* every cost is estimated afresh: only this run's profiles measured them */
+    train_unset(m, IR_F_TRAIN_scale);
+    train_unset(m, IR_F_TRAIN_measured_on);
+  }
   bool *todo = xcalloc((size_t)(m->nlayers > 0 ? m->nlayers : 1), sizeof *todo);
   const ir_layer *needs_device = NULL; /* first layer to estimate that is not custom */
   for (int i = 0; i < m->nlayers; i++) {

@@ -113,19 +113,26 @@ double cost_forward_flops_per_sequence(const ir_module *m, const ir_layer *l);
 
 /* Apply the profile file at 'path' (JSON, docs/cost-model.md) to the layers i of m with
  * apply[i] (every layer when apply is NULL): first its "kinds" entries, then its "layers"
- * entries, each setting the cost fields it names. Pre: m's layers are valid; 'from' locates a
- * failure to read the file. Reports each problem (syntax error at file:line:col; unknown key,
- * wrong type, negative number, unknown layer or kind name with a suggestion, a set-up field
- * that disagrees with m, act_w above act) at its place in the file, prefixed with its JSON
- * path. Post: entries without problems are applied. Returns the number of errors reported. */
+ * entries, each setting the cost fields it names unless its "shape" (the layer kind and
+ * parameters measured) disagrees with one of those layers. Its "scale" and "backend" set m's
+ * train fields scale and measured_on, and its "link" replaces the bandwidth and latency of m's
+ * intra and inter links (setting them when absent) and of every explicit link, whatever
+ * 'apply' says. Pre: m's layers are valid; 'from' locates a failure to read the file. Reports
+ * each problem (syntax error at file:line:col; unknown key, wrong type, negative number, unknown
+ * layer, kind, parameter or backend name with a suggestion, a set-up field that disagrees with
+ * m, a scale or backend other than the one an earlier profile set, a shape that disagrees with
+ * a layer, act_w above act) at its place in the file, prefixed with its JSON path. Post: entries
+ * and keys without problems are applied. Returns the number of errors reported. */
 int cost_profile_apply(ir_module *m, const char *path, const bool *apply, diag_loc from,
                        diag_engine *d);
 
 /* The cost pass: fill the cost record of every layer of m from the analytic model on the
  * pipeline's device type (device 0), then apply the profile files m names (in order, later files
- * winning; paths relative to the working directory), per layer kind and then per layer name.
- * Layers whose cost record is already complete keep it unless 'overwrite' (profiles do not touch
- * them either). Custom layers need no device; any other layer to estimate needs one. Reports
+ * winning; paths relative to the working directory), per layer kind and then per layer name,
+ * with their scale, backend and link (cost_profile_apply). Layers whose cost record is already
+ * complete keep it unless 'overwrite' (profiles do not touch them either); with 'overwrite' the
+ * train fields scale and measured_on are first unset, since every cost is estimated afresh.
+ * Custom layers need no device; any other layer to estimate needs one. Reports
  * problems (unreadable or malformed profile: file and JSON path; unknown layer or kind name,
  * with a suggestion; no device, or a device without peak or hbm; tensor > 1 without an intra
  * link) through d. Post: every layer estimated without error has a complete cost record.

@@ -1,8 +1,10 @@
 /* profile.c -- profile files: measured per-layer costs in JSON (format "octopipe-profile",
  * version 1, docs/cost-model.md) that replace analytic estimates per layer kind and per layer
- * name. A strict syntax check finds the exact byte of a syntax error, cJSON builds the tree,
- * and every other problem is reported at its key in the file (line and column found by a small
- * scanner over the raw text) with its JSON path. */
+ * name, checked against the layer shapes they were measured with, and the measuring run's scale,
+ * backend and point-to-point link, which set the module's train scale and measured_on and
+ * replace its links. A strict syntax check finds the exact byte of a syntax error, cJSON builds
+ * the tree, and every other problem is reported at its key in the file (line and column found by
+ * a small scanner over the raw text) with its JSON path. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +15,7 @@
 
 #define PROF_FORMAT "octopipe-profile"
 #define PROF_VERSION 1
-#define PROF_MAX_DEPTH 4 /* top level, kinds|layers, name, field */
+#define PROF_MAX_DEPTH 4 /* below the top level: kinds|layers, name, field|shape, parameter */
 
 /* A cost field of a profile entry: its JSON key, the cost record field it sets, and the scale
  * of the JSON number in base units (seconds, bytes). */
@@ -33,11 +35,23 @@ static const prof_field prof_fields[] = {
 
 /* Top-level keys of a profile. */
 typedef enum prof_key {
-  PK_FORMAT, PK_VERSION, PK_DEVICE, PK_MICRO_BATCH, PK_SEQ, PK_TENSOR, PK_DTYPE, PK_KINDS,
-  PK_LAYERS, PK_COUNT
+  PK_FORMAT, PK_VERSION, PK_DEVICE, PK_MICRO_BATCH, PK_SEQ, PK_TENSOR, PK_DTYPE, PK_SCALE,
+  PK_BACKEND, PK_LINK, PK_KINDS, PK_LAYERS, PK_COUNT
 } prof_key;
-static const char *const prof_keys[PK_COUNT] = {"format", "version", "device", "micro_batch",
-                                                "seq", "tensor", "dtype", "kinds", "layers"};
+static const char *const prof_keys[PK_COUNT] = {
+    "format", "version", "device", "micro_batch", "seq", "tensor", "dtype", "scale", "backend",
+    "link", "kinds", "layers"};
+
+/* The key of a cost entry that holds the layer shape it was measured with. */
+#define PROF_SHAPE "shape"
+
+/* Keys of the "link" object: its JSON key, the link record field it sets, and the scale of the
+ * JSON number in base units (bytes per second, seconds). */
+static const prof_field prof_link_fields[] = {
+    {"bw_gbs", IR_F_LINK_bw, 1e9},
+    {"lat_us", IR_F_LINK_lat, 1e-6},
+};
+#define PROF_NLINK (int)(sizeof prof_link_fields / sizeof prof_link_fields[0])
 
 /* A path from the top-level object down to one member: member indices (for locating the key in
  * the text) and keys (for messages). */
@@ -63,6 +77,17 @@ typedef struct prof_ctx {
   size_t len;          /* its length */
   prof_named *order;   /* the layers sorted by name, then index (for lookups) */
 } prof_ctx;
+
+/* The "shape" of a cost entry: the layer kind and parameters it was measured with. */
+typedef struct prof_shape {
+  bool given;                  /* the entry has a "shape" */
+  int kind;                    /* measured kind (ir_layer_kind) */
+  double p[IR_LP_COUNT];       /* measured parameters, indexed like ir_layer.p (NAN: not given) */
+  prof_path kind_path;         /* path of its "kind" key */
+  prof_path path[IR_LP_COUNT]; /* path of each given parameter's key */
+  bool kind_reported;          /* a kind mismatch was reported (once per entry) */
+  bool reported[IR_LP_COUNT];  /* a mismatch of that parameter was reported (once per entry) */
+} prof_shape;
 
 /* ---- Locating a JSON path in the raw text (the text is valid JSON: cJSON parsed it) ---- */
 
@@ -345,12 +370,277 @@ static void check_device(prof_ctx *c, const prof_path *p, const cJSON *v) {
          c->m->devices[0].type);
 }
 
+/* The article of a layer kind's name in messages ("an attention", "a mlp"). */
+static const char *kind_article(int kind) {
+  return strchr("aeiou", ir_kinds[kind].name[0]) ? "an" : "a";
+}
+
+/* The "scale" key: a whole number >= 1 that sets the module's train scale; a module one profile
+ * already set to another scale is an error. */
+static void apply_scale(prof_ctx *c, const prof_path *p, const cJSON *v) {
+  double x;
+  if (!get_count(c, p, v, &x)) return;
+  ir_train *t = &c->m->train;
+  if (ir_field_is_set(t, IR_F_TRAIN_scale) && t->scale >= 1 && (double)t->scale != x) {
+    perr(c, p, "profile measured at scale %g, but an earlier profile of this module at scale %lld",
+         x, (long long)t->scale);
+    return;
+  }
+  ir_field_set(t, IR_F_TRAIN_scale, x);
+}
+
+/* The "backend" key: a backend name other than "none" that sets the module's train
+ * measured_on; a module one profile already set to another backend is an error. */
+static void apply_backend(prof_ctx *c, const prof_path *p, const cJSON *v) {
+  if (!cJSON_IsString(v)) {
+    perr(c, p, "expected a string, found %s", json_type(v));
+    return;
+  }
+  int b = ir_enum_lookup(IR_T_BACKEND, v->valuestring);
+  if (b == IR_BACKEND_NONE) {
+    perr(c, p, "'none' is not a backend that measures (expected 'cpu', 'mpi', 'cuda' or 'nccl')");
+    return;
+  }
+  if (b < 0) {
+    const char *names[16];
+    int n = 0;
+    for (int i = 0; i < ir_enum_value_count && n < 16; i++)
+      if (ir_enum_values[i].type == IR_T_BACKEND && ir_enum_values[i].value != IR_BACKEND_NONE)
+        names[n++] = ir_enum_values[i].name;
+    strbuf sb = {0};
+    strbuf_printf(&sb, "unknown backend '%s'", v->valuestring);
+    unknown_name(c, p, strbuf_cstr(&sb), names, n, v->valuestring);
+    strbuf_free(&sb);
+    return;
+  }
+  ir_train *t = &c->m->train;
+  if (ir_field_is_set(t, IR_F_TRAIN_measured_on) && t->measured_on != IR_BACKEND_NONE &&
+      t->measured_on != b) {
+    perr(c, p, "profile measured on %s, but an earlier profile of this module on %s",
+         v->valuestring, ir_enum_name(IR_T_BACKEND, (int)t->measured_on));
+    return;
+  }
+  ir_field_set(t, IR_F_TRAIN_measured_on, b);
+}
+
+/* The "link" key: an object of prof_link_fields keys, both required (bw_gbs > 0, lat_us >= 0),
+ * that replaces the bandwidth and latency of the module's intra and inter links (setting them
+ * when absent) and of every explicit device-pair link. */
+static void apply_link(prof_ctx *c, const prof_path *p, const cJSON *v) {
+  if (!cJSON_IsObject(v)) {
+    perr(c, p, "expected an object with \"bw_gbs\" and \"lat_us\", found %s", json_type(v));
+    return;
+  }
+  int n;
+  bool *dup = find_duplicates(v, &n);
+  bool ok = true, given[PROF_NLINK] = {false};
+  double val[PROF_NLINK] = {0};
+  int i = 0;
+  for (const cJSON *it = v->child; it; it = it->next, i++) {
+    prof_path q = path_child(p, i, it->string);
+    if (dup[i]) {
+      perr(c, &q, "duplicate key");
+      ok = false;
+      continue;
+    }
+    int f;
+    for (f = 0; f < PROF_NLINK; f++)
+      if (strcmp(it->string, prof_link_fields[f].key) == 0) break;
+    if (f == PROF_NLINK) {
+      const char *keys[PROF_NLINK];
+      for (int k = 0; k < PROF_NLINK; k++) keys[k] = prof_link_fields[k].key;
+      unknown_name(c, &q, "unknown link key", keys, PROF_NLINK, it->string);
+      ok = false;
+      continue;
+    }
+    given[f] = true;
+    if (!get_nonneg(c, &q, it, &val[f])) {
+      ok = false;
+      continue;
+    }
+    if (prof_link_fields[f].field == IR_F_LINK_bw && !(val[f] > 0)) {
+      perr(c, &q, "must be > 0, found %.17g", val[f]);
+      ok = false;
+    }
+  }
+  free(dup);
+  for (int f = 0; f < PROF_NLINK; f++)
+    if (!given[f]) {
+      perr(c, p, "missing key \"%s\"", prof_link_fields[f].key);
+      ok = false;
+    }
+  if (!ok) return;
+  ir_module *m = c->m;
+  for (int f = 0; f < PROF_NLINK; f++) {
+    double x = scale_apply(val[f], prof_link_fields[f].scale);
+    ir_field_set(&m->intra, prof_link_fields[f].field, x);
+    ir_field_set(&m->inter, prof_link_fields[f].field, x);
+    for (int k = 0; k < m->nlinks; k++)
+      ir_field_set(&m->links[k].rec, prof_link_fields[f].field, x);
+  }
+}
+
+/* ---- Shapes ---- */
+
+/* Read the value of layer parameter 'param' at path p into *out: an enum name for enumerated
+ * types, true/false (or 0/1) for booleans, a whole number >= 0 for counts, else a number >= 0
+ * in base units. Returns false after reporting a problem. */
+static bool read_param(prof_ctx *c, const prof_path *p, const cJSON *v, int param, double *out) {
+  ir_type t = ir_layer_params[param].type;
+  if (ir_type_is_enum(t)) {
+    if (!cJSON_IsString(v)) {
+      perr(c, p, "expected a string, found %s", json_type(v));
+      return false;
+    }
+    int e = ir_enum_lookup(t, v->valuestring);
+    if (e < 0) {
+      const char *names[16];
+      int n = 0;
+      for (int i = 0; i < ir_enum_value_count && n < 16; i++)
+        if (ir_enum_values[i].type == t) names[n++] = ir_enum_values[i].name;
+      strbuf sb = {0};
+      strbuf_printf(&sb, "unknown %s '%s'", ir_types[t].name, v->valuestring);
+      unknown_name(c, p, strbuf_cstr(&sb), names, n, v->valuestring);
+      strbuf_free(&sb);
+      return false;
+    }
+    *out = e;
+    return true;
+  }
+  if (t == IR_T_BOOL) {
+    if (cJSON_IsBool(v)) {
+      *out = cJSON_IsTrue(v) ? 1 : 0;
+      return true;
+    }
+    if (cJSON_IsNumber(v) && (v->valuedouble == 0 || v->valuedouble == 1)) {
+      *out = v->valuedouble;
+      return true;
+    }
+    if (cJSON_IsNumber(v))
+      perr(c, p, "expected true or false, found %.17g", v->valuedouble);
+    else
+      perr(c, p, "expected true or false, found %s", json_type(v));
+    return false;
+  }
+  if (!get_nonneg(c, p, v, out)) return false;
+  if (t == IR_T_COUNT && *out != floor(*out)) {
+    perr(c, p, "expected a whole number >= 0, found %.17g", *out);
+    return false;
+  }
+  if (t == IR_T_COUNT && *out > 9007199254740992.0) { /* 2^53: beyond it not every whole number */
+    perr(c, p, "the number is out of range");
+    return false;
+  }
+  return true;
+}
+
+/* Read the "shape" object at path p into *s: its "kind" (required, a layer kind name) and
+ * parameters of that kind. Returns false after reporting a problem. */
+static bool read_shape(prof_ctx *c, const prof_path *p, const cJSON *v, prof_shape *s) {
+  s->given = true;
+  s->kind = -1;
+  for (int k = 0; k < IR_LP_COUNT; k++) s->p[k] = NAN;
+  if (!cJSON_IsObject(v)) {
+    perr(c, p, "expected an object of the layer's kind and parameters, found %s", json_type(v));
+    return false;
+  }
+  int n;
+  bool *dup = find_duplicates(v, &n);
+  const cJSON *kind = NULL;
+  int i = 0;
+  for (const cJSON *it = v->child; it; it = it->next, i++)
+    if (!dup[i] && strcmp(it->string, "kind") == 0) {
+      kind = it;
+      s->kind_path = path_child(p, i, it->string);
+    }
+  bool ok = true;
+  if (!kind) {
+    perr(c, p, "missing key \"kind\" (the kind of the layer measured)");
+    ok = false;
+  } else if (!cJSON_IsString(kind)) {
+    perr(c, &s->kind_path, "expected a string, found %s", json_type(kind));
+    ok = false;
+  } else if ((s->kind = ir_kind_lookup(kind->valuestring)) < 0) {
+    const char *names[IR_KIND_COUNT];
+    for (int k = 0; k < IR_KIND_COUNT; k++) names[k] = ir_kinds[k].name;
+    strbuf sb = {0};
+    strbuf_printf(&sb, "unknown layer kind '%s'", kind->valuestring);
+    unknown_name(c, &s->kind_path, strbuf_cstr(&sb), names, IR_KIND_COUNT, kind->valuestring);
+    strbuf_free(&sb);
+    ok = false;
+  }
+  i = 0;
+  for (const cJSON *it = v->child; it; it = it->next, i++) {
+    prof_path q = path_child(p, i, it->string);
+    if (dup[i]) {
+      perr(c, &q, "duplicate key");
+      ok = false;
+      continue;
+    }
+    if (it == kind || s->kind < 0) continue; /* parameters need a kind to be named by */
+    int param = ir_param_lookup((ir_layer_kind)s->kind, it->string);
+    if (param < 0) {
+      const char *names[IR_LP_COUNT + 1];
+      int first = ir_kind_first_param((ir_layer_kind)s->kind);
+      int np = ir_kind_nparams((ir_layer_kind)s->kind);
+      for (int k = 0; k < np; k++) names[k] = ir_layer_params[first + k].name;
+      names[np] = "kind";
+      strbuf sb = {0};
+      strbuf_printf(&sb, "unknown parameter of %s %s layer", kind_article(s->kind),
+                    ir_kinds[s->kind].name);
+      unknown_name(c, &q, strbuf_cstr(&sb), names, np + 1, it->string);
+      strbuf_free(&sb);
+      ok = false;
+      continue;
+    }
+    if (!read_param(c, &q, it, param, &s->p[param])) {
+      ok = false;
+      continue;
+    }
+    s->path[param] = q;
+  }
+  free(dup);
+  return ok;
+}
+
+/* Check layer l against shape s: the same kind, and every parameter both give equal. Reports
+ * each disagreement once per entry; returns whether l matches. */
+static bool shape_matches(prof_ctx *c, prof_shape *s, const ir_layer *l) {
+  if ((int)l->kind != s->kind) {
+    if (!s->kind_reported)
+      perr(c, &s->kind_path, "profile measured %s %s layer, but '%s' is %s %s layer",
+           kind_article(s->kind), ir_kinds[s->kind].name, l->name, kind_article((int)l->kind),
+           ir_kinds[l->kind].name);
+    s->kind_reported = true;
+    return false;
+  }
+  bool ok = true;
+  int first = ir_kind_first_param(l->kind), np = ir_kind_nparams(l->kind);
+  for (int k = first; k < first + np; k++) {
+    if (isnan(s->p[k]) || isnan(l->p[k]) || s->p[k] == l->p[k]) continue;
+    ok = false;
+    if (s->reported[k]) continue;
+    s->reported[k] = true;
+    strbuf want = {0}, have = {0};
+    ir_format_value(&want, ir_layer_params[k].type, s->p[k]);
+    ir_format_value(&have, ir_layer_params[k].type, l->p[k]);
+    perr(c, &s->path[k], "profile measured with %s = %s, but layer '%s' has %s = %s",
+         ir_layer_params[k].name, strbuf_cstr(&want), l->name, ir_layer_params[k].name,
+         strbuf_cstr(&have));
+    strbuf_free(&want);
+    strbuf_free(&have);
+  }
+  return ok;
+}
+
 /* ---- Entries ---- */
 
-/* Read a cost entry (object of prof_fields keys) at path p into *out (only given fields set).
- * Returns false after reporting a problem. */
-static bool read_entry(prof_ctx *c, const prof_path *p, const cJSON *v, ir_cost *out) {
+/* Read a cost entry (object of prof_fields keys and an optional "shape") at path p into *out
+ * (only given fields set) and *shape. Returns false after reporting a problem. */
+static bool read_entry(prof_ctx *c, const prof_path *p, const cJSON *v, ir_cost *out,
+                       prof_shape *shape) {
   memset(out, 0, sizeof *out);
+  memset(shape, 0, sizeof *shape);
   if (!cJSON_IsObject(v)) {
     perr(c, p, "expected an object of costs, found %s", json_type(v));
     return false;
@@ -366,13 +656,18 @@ static bool read_entry(prof_ctx *c, const prof_path *p, const cJSON *v, ir_cost 
       ok = false;
       continue;
     }
+    if (strcmp(it->string, PROF_SHAPE) == 0) {
+      if (!read_shape(c, &q, it, shape)) ok = false;
+      continue;
+    }
     int f;
     for (f = 0; f < PROF_NFIELDS; f++)
       if (strcmp(it->string, prof_fields[f].key) == 0) break;
     if (f == PROF_NFIELDS) {
-      const char *keys[PROF_NFIELDS];
+      const char *keys[PROF_NFIELDS + 1];
       for (int k = 0; k < PROF_NFIELDS; k++) keys[k] = prof_fields[k].key;
-      unknown_name(c, &q, "unknown cost key", keys, PROF_NFIELDS, it->string);
+      keys[PROF_NFIELDS] = PROF_SHAPE;
+      unknown_name(c, &q, "unknown cost key", keys, PROF_NFIELDS + 1, it->string);
       ok = false;
       continue;
     }
@@ -434,7 +729,8 @@ static int find_layer(const prof_ctx *c, const char *name) {
 }
 
 /* The "kinds" object (by_kind) or the "layers" object at path p: each valid entry is applied to
- * every layer of its kind, or to the layers of its name. */
+ * every layer of its kind, or to the layers of its name (those c->apply allows), unless its
+ * shape disagrees with one of them. */
 static void entries_section(prof_ctx *c, const prof_path *p, const cJSON *v, bool by_kind) {
   if (!cJSON_IsObject(v)) {
     perr(c, p, "expected an object of layer %s, found %s", by_kind ? "kinds" : "names",
@@ -443,6 +739,7 @@ static void entries_section(prof_ctx *c, const prof_path *p, const cJSON *v, boo
   }
   int n;
   bool *dup = find_duplicates(v, &n);
+  int *targets = xmalloc((size_t)(c->m->nlayers > 0 ? c->m->nlayers : 1) * sizeof *targets);
   int i = 0;
   for (const cJSON *it = v->child; it; it = it->next, i++) {
     prof_path q = path_child(p, i, it->string);
@@ -469,16 +766,25 @@ static void entries_section(prof_ctx *c, const prof_path *p, const cJSON *v, boo
       continue;
     }
     ir_cost e;
-    if (!read_entry(c, &q, it, &e)) continue;
-    bool bad = false;
+    prof_shape shape;
+    if (!read_entry(c, &q, it, &e, &shape)) continue;
+    /* the layers the entry applies to */
+    int nt = 0;
     if (by_kind) {
       for (int l = 0; l < c->m->nlayers; l++)
-        if ((int)c->m->layers[l].kind == key) apply_to(c, &q, l, &e, &bad);
+        if ((int)c->m->layers[l].kind == key && (!c->apply || c->apply[l])) targets[nt++] = l;
     } else {
       for (int k = key; k < c->m->nlayers && strcmp(c->order[k].name, it->string) == 0; k++)
-        apply_to(c, &q, c->order[k].index, &e, &bad);
+        if (!c->apply || c->apply[c->order[k].index]) targets[nt++] = c->order[k].index;
     }
+    bool fits = true;
+    for (int t = 0; t < nt && shape.given; t++)
+      if (!shape_matches(c, &shape, &c->m->layers[targets[t]])) fits = false;
+    if (!fits) continue;
+    bool bad = false;
+    for (int t = 0; t < nt; t++) apply_to(c, &q, targets[t], &e, &bad);
   }
+  free(targets);
   free(dup);
 }
 
@@ -645,7 +951,7 @@ static bool syntax_ok(prof_ctx *c) {
 
 /* ---- The file ---- */
 
-/* Check the header and set-up keys, then apply kinds and layers. */
+/* Check the header and set-up keys, apply scale, backend and link, then kinds and layers. */
 static void read_profile(prof_ctx *c, const cJSON *root) {
   prof_path top = {0};
   if (!cJSON_IsObject(root)) {
@@ -704,6 +1010,9 @@ static void read_profile(prof_ctx *c, const cJSON *root) {
   if (val[PK_SEQ]) check_count_field(c, &pk[PK_SEQ], val[PK_SEQ], IR_F_TRAIN_seq);
   if (val[PK_TENSOR]) check_count_field(c, &pk[PK_TENSOR], val[PK_TENSOR], IR_F_TRAIN_tensor);
   if (val[PK_DTYPE]) check_dtype(c, &pk[PK_DTYPE], val[PK_DTYPE]);
+  if (val[PK_SCALE]) apply_scale(c, &pk[PK_SCALE], val[PK_SCALE]);
+  if (val[PK_BACKEND]) apply_backend(c, &pk[PK_BACKEND], val[PK_BACKEND]);
+  if (val[PK_LINK]) apply_link(c, &pk[PK_LINK], val[PK_LINK]);
   if (val[PK_KINDS]) entries_section(c, &pk[PK_KINDS], val[PK_KINDS], true);
   if (val[PK_LAYERS]) entries_section(c, &pk[PK_LAYERS], val[PK_LAYERS], false);
 }

@@ -154,6 +154,7 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     for (int w = 0; w < world; w++) {
       rt_rank_stats_init(&stats[w], w % s->nranks, w / s->nranks, steps);
       unpack(&stats[w], steps, all + (size_t)per * w);
+      stats[w].scale = mine->scale; /* every process built the same model */
       stats[w].ev = (rt_event *)(evs + displs[w]);
     }
     strbuf out = {0}, errs = {0};
@@ -250,6 +251,9 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
   int me;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   int rank = me % s->nranks, replica = me / s->nranks;
+  rt_opts mo1 = *mo;
+  if (mo1.scale == 0 && s->scale > 0) mo1.scale = s->scale; /* where its costs were measured */
+  mo = &mo1;
   mpi_comm mc;
   MPI_Comm_dup(MPI_COMM_WORLD, &mc.pipe);
   MPI_Comm_split(MPI_COMM_WORLD, rank, replica, &mc.replicas);

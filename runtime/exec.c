@@ -218,6 +218,31 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
   return st->status;
 }
 
+bool rt_prediction_comparable(const be_stream *s, const rt_run_opts *o, int scale, strbuf *why) {
+  const char *on = s->measured_on ? s->measured_on : "none";
+  if (s->scale <= 0) {
+    if (why)
+      strbuf_printf(why, "the plan predicts %.3f ms on its own cluster (analytic costs of the "
+                    "full-size model), not comparable with this run; plan with a profile of this "
+                    "machine (octo-run --profile, then octoc --profile) to compare",
+                    s->pred_step * 1e3);
+    return false;
+  }
+  if (s->scale != scale) {
+    if (why)
+      strbuf_printf(why, "the plan's costs were measured at scale %d, this run is at scale %d: "
+                    "not compared", (int)s->scale, scale);
+    return false;
+  }
+  if (o && o->backend && strcmp(on, o->backend) != 0) {
+    if (why)
+      strbuf_printf(why, "the plan's costs were measured on the %s backend, this run is on %s: "
+                    "not compared", on, o->backend);
+    return false;
+  }
+  return true;
+}
+
 int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *stats, int n,
                   strbuf *out, strbuf *errs) {
   int steps = o->steps > 0 ? o->steps : 1, rc = RT_EXIT_OK;
@@ -239,7 +264,9 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     if (aborted) strbuf_printf(errs, "note: %d other rank%s stopped\n", aborted, aborted == 1 ? "" : "s");
     return rc;
   }
+  bool pred = rt_prediction_comparable(s, o, stats[0].scale, NULL);
   double first = 0, last = 0;
+  double *times = xcalloc((size_t)steps, sizeof *times);
   for (int step = 0; step < steps; step++) {
     double t = 0, loss = 0, ref = 0, diff = 0;
     for (int i = 0; i < n; i++) {
@@ -251,7 +278,10 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     loss /= (double)s->nmb * s->replicas;
     if (step == 0) first = loss;
     last = loss;
-    strbuf_printf(out, "step %d: %.3f ms, loss %.6f", step + 1, t * 1e3, loss);
+    times[step] = t;
+    strbuf_printf(out, "step %d: %.3f ms", step + 1, t * 1e3);
+    if (pred) strbuf_printf(out, " (predicted %.3f ms)", s->pred_step * 1e3);
+    strbuf_printf(out, ", loss %.6f", loss);
     if (o->check) {
       double rel = fabs(loss - ref) / (fabs(ref) > 0 ? fabs(ref) : 1);
       strbuf_printf(out, " (sequential %.6f), gradients max rel diff %.2e", ref, diff);
@@ -269,19 +299,80 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     for (int step = 0; step < steps; step++) total += x->step_s[step];
     if (s->replicas > 1)
       strbuf_printf(out, "replica %d ", x->replica);
-    strbuf_printf(out, "rank %d: busy %.3f ms, waiting %.3f ms, idle %.1f%%", x->rank,
-                  x->busy_s * 1e3, x->wait_s * 1e3,
+    strbuf_printf(out, "rank %d: busy %.3f ms", x->rank, x->busy_s * 1e3);
+    if (pred) strbuf_printf(out, " (predicted %.3f ms)", s->ranks[x->rank].pred_busy * steps * 1e3);
+    strbuf_printf(out, ", waiting %.3f ms, idle %.1f%%", x->wait_s * 1e3,
                   total > 0 ? 100 * (1 - x->busy_s / total) : 0.0);
     if (x->blas_s > 0)
       strbuf_printf(out, ", BLAS %.1f%% of busy", x->busy_s > 0 ? 100 * x->blas_s / x->busy_s : 0.0);
     if (x->peak_bytes > 0) strbuf_printf(out, ", memory %.2f MiB", x->peak_bytes / 1048576.0);
     strbuf_putc(out, '\n');
   }
+  strbuf why = {0};
+  if (rt_prediction_comparable(s, o, stats[0].scale, &why)) {
+    /* the median of the steps after the first (the first warms caches and allocates) */
+    int k0 = steps > 1 ? 1 : 0, n = steps - k0;
+    for (int i = k0; i < steps; i++)
+      for (int j = i + 1; j < steps; j++)
+        if (times[j] < times[i]) {
+          double x = times[i];
+          times[i] = times[j];
+          times[j] = x;
+        }
+    double med = n % 2 ? times[k0 + n / 2] : 0.5 * (times[k0 + n / 2 - 1] + times[k0 + n / 2]);
+    strbuf_printf(out, "prediction: %.3f ms predicted, %.3f ms measured (median of %d step%s): "
+                  "%+.1f%%\n", s->pred_step * 1e3, med * 1e3, n, n == 1 ? "" : "s",
+                  s->pred_step > 0 ? 100 * (med - s->pred_step) / s->pred_step : 0.0);
+  } else {
+    strbuf_printf(out, "prediction: %s\n", strbuf_cstr(&why));
+  }
+  strbuf_free(&why);
+  free(times);
   if (o->check)
     strbuf_printf(out, "check: %s\n", rc == RT_EXIT_OK ? "every step matches the sequential run "
                                                         "(relative difference <= 1e-5)"
                                                       : "MISMATCH with the sequential run");
   return rc;
+}
+
+/* The predicted timeline of every step, for each rank of replica 0, as processes after the
+ * measured ones (pid nranks x replicas + rank): step k's prediction starts where the earliest
+ * rank measured step k's first event. */
+static void trace_predicted(const be_stream *s, const rt_rank_stats *stats, int n, strbuf *out) {
+  int steps = 0;
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < stats[i].nev; k++)
+      if (stats[i].ev[k].step + 1 > steps) steps = stats[i].ev[k].step + 1;
+  double *start = xcalloc((size_t)(steps ? steps : 1), sizeof *start);
+  for (int k = 0; k < steps; k++) start[k] = INFINITY;
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < stats[i].nev; k++) {
+      const rt_event *e = &stats[i].ev[k];
+      if (e->t0 < start[e->step]) start[e->step] = e->t0;
+    }
+  int base = s->nranks * s->replicas;
+  for (int r = 0; r < s->nranks; r++) {
+    const be_program *p = &s->ranks[r];
+    strbuf_printf(out, ",\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, "
+                  "\"args\": {\"name\": \"rank %d predicted\"}}", base + r, r);
+    strbuf_printf(out, ",\n{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": %d, "
+                  "\"args\": {\"sort_index\": %d}}", base + r, 2 * r + 1);
+    for (int k = 0; k < steps; k++) {
+      if (!isfinite(start[k])) continue;
+      for (int q = 0; q < p->npred; q++) {
+        const be_inst *in = &p->code[p->pred[q].addr];
+        bool staged = be_ops[in->op].nops > 1;
+        strbuf_printf(out, ",\n{\"name\": \"%s s%d mb%d\", \"cat\": \"%s\", \"ph\": \"X\", "
+                      "\"pid\": %d, \"tid\": 0, \"ts\": %.3f, \"dur\": %.3f, "
+                      "\"args\": {\"step\": %d, \"predicted\": true}}",
+                      be_ops[in->op].trace, staged ? (int)in->a[0] : -1,
+                      staged ? (int)in->a[1] : -1, be_ops[in->op].trace, base + r,
+                      (start[k] + p->pred[q].t0) * 1e6, (p->pred[q].t1 - p->pred[q].t0) * 1e6,
+                      k + 1);
+      }
+    }
+  }
+  free(start);
 }
 
 void rt_trace(const be_stream *s, const rt_rank_stats *stats, int n, strbuf *out) {
@@ -300,6 +391,8 @@ void rt_trace(const be_stream *s, const rt_rank_stats *stats, int n, strbuf *out
                   first ? "" : ",", pid, (int)p->device, p->type ? p->type : "?", (int)p->node,
                   x->rank, x->replica ? " (replica)" : "");
     first = false;
+    strbuf_printf(out, ",\n{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": %d, "
+                  "\"args\": {\"sort_index\": %d}}", pid, 2 * pid); /* its prediction next */
     strbuf_printf(out, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, "
                   "\"args\": {\"name\": \"compute\"}}", pid);
     strbuf_printf(out, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 1, "
@@ -320,5 +413,7 @@ void rt_trace(const be_stream *s, const rt_rank_stats *stats, int n, strbuf *out
                     (e->t1 - e->t0) * 1e6, e->step + 1);
     }
   }
+  if (n > 0 && rt_prediction_comparable(s, NULL, stats[0].scale, NULL))
+    trace_predicted(s, stats, n, out);
   strbuf_puts(out, "\n]}\n");
 }

@@ -150,6 +150,8 @@ typedef struct rt_run_opts {
   bool trace;       /* record the timeline (rt_rank_stats.ev) */
   int die_rank;     /* testing: this rank of replica 0 stops dead at ... (-1: never) */
   int die_addr;     /* ... this address of its first step, without telling the others */
+  const char *backend; /* the backend's name as profiles spell it ("cpu", "mpi", "cuda",
+                          "nccl"): compared with the one that measured the plan's costs */
 } rt_run_opts;
 
 /* One recorded instruction of the timeline. */
@@ -271,14 +273,24 @@ enum { RT_EXIT_OK = 0, RT_EXIT_INPUT = 1, RT_EXIT_RUNTIME = 3, RT_EXIT_CHECK = 4
 
 /* Print the run's figures from every rank's stats (n = nranks x replicas entries): per step the
  * time and the loss (and, with check, the sequential loss and the gradient difference), per rank
- * the busy and waiting time; or the failure. Returns the exit status: RT_EXIT_NUMERIC when a
+ * the busy and waiting time; or the failure. When the stream's costs were measured at the run's
+ * scale (s->scale), the plan's predicted step and busy times stand beside the measured ones and
+ * a "prediction:" line compares the median step after the first with the prediction; otherwise
+ * that line says why they are not compared. Returns the exit status: RT_EXIT_NUMERIC when a
  * loss or gradient was not finite, RT_EXIT_RUNTIME when a rank failed or died, RT_EXIT_CHECK when a loss or gradient differs from the reference by more than
  * 1e-5 (relative), else RT_EXIT_OK. */
 int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *stats, int n,
                   strbuf *out, strbuf *errs);
 
+/* Whether the stream's prediction is comparable with a run at 'scale' on o->backend (o may be
+ * NULL: the backend is not compared): its costs were measured by octo-run at that scale on that
+ * backend. False with the reason appended to why (when set). */
+bool rt_prediction_comparable(const be_stream *s, const rt_run_opts *o, int scale, strbuf *why);
+
 /* Append the Chrome/Perfetto trace of the recorded timelines (the format of the simulator's
- * trace: one process per rank, compute events named like "F s0 mb3") to out. */
+ * trace: one process per rank, compute events named like "F s0 mb3") to out; with a comparable
+ * prediction (see rt_report_run), also one process per rank of replica 0 with the predicted
+ * timeline of each step, laid from the step's measured start. */
 void rt_trace(const be_stream *s, const rt_rank_stats *stats, int n, strbuf *out);
 
 #endif

@@ -148,7 +148,7 @@ int main(int argc, char **argv) {
   const char *input = NULL, *trace_path = NULL, *backend = "cpu", *profile = NULL;
   bool bf16 = false;
   rt_opts mo = {0, 1, 0.01, NULL, NULL};
-  rt_run_opts o = {1, 60, false, false, -1, -1};
+  rt_run_opts o = {1, 60, false, false, -1, -1, "cpu"};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     double x;
@@ -163,6 +163,7 @@ int main(int argc, char **argv) {
           strcmp(v, "nccl") != 0)
         return bad_value("--backend", v, "cpu, mpi, cuda or nccl");
       backend = v;
+      o.backend = v;
     } else if (starts(a, "--steps=", &v)) {
       if (!number(v, 1, 1e6, &x) || x != (int)x) return bad_value("--steps", v, "a count >= 1");
       o.steps = (int)x;
@@ -266,6 +267,7 @@ int main(int argc, char **argv) {
     strbuf_free(&err);
     return RT_EXIT_INPUT;
   }
+  if (mo.scale == 0 && !gpu && s->scale > 0) mo.scale = s->scale; /* where its costs were measured */
   rt_model *probe = rt_model_new(s, &mo, &err); /* the data file and the scale, checked once */
   if (!probe) {
     fprintf(stderr, PROG ": error: %s\n", strbuf_cstr(&err));

@@ -1,17 +1,28 @@
 #!/usr/bin/env python3
 """ois.py -- read, edit and rewrite OctoPipe instruction streams (.ois, docs/isa.md "File
-format") for tests that need damaged or hand-edited streams: swapped, dropped or changed
-instructions (re-checksummed, so that the validator and the deadlock checker see them), a
-different version, truncation, flipped bytes.
+format", version 2) for tests that need damaged or hand-edited streams: swapped, dropped or
+changed instructions and predicted times (re-checksummed, so that the validator and the deadlock
+checker see them), a different version, truncation, flipped bytes.
 
 usage: ois.py IN OUT EDIT...
        ois.py --check-isa < (octo-dis --isa output)   compare OPS with the instruction set
-  swap:R:A:B        swap instructions A and B of rank R
-  drop:R:A          delete instruction A of rank R
-  set:R:A:OP:X,..   replace instruction A of rank R by OP with operands X,.. (OP a mnemonic)
+  swap:R:A:B        swap instructions A and B of rank R (their predicted times go with them)
+  drop:R:A          delete instruction A of rank R (and its predicted time; later addresses
+                    of the predicted times move down with their instructions)
+  set:R:A:OP:X,..   replace instruction A of rank R by OP with operands X,.. (OP a mnemonic;
+                    the predicted times stay as they are)
+  scale:N           write measurement scale N
+  measured_on:NAME  write measuring backend NAME
+  pred_step:X       write predicted step time X (seconds; nan, inf, -1 are fine)
+  busy:R:X          write rank R's predicted busy time X
+  pred:R:I:A:T0:T1  replace rank R's predicted time I by address A, start T0, end T1
+                    (I equal to the count appends one)
+  droppred:R:I      delete rank R's predicted time I
   version:N         write format version N
   truncate:N        keep the first N bytes (applied last, after the checksum)
   flip:OFF          flip the low bit of byte OFF (applied last, after the checksum)
+  print             print the header's prediction and each rank's predicted times (after the
+                    edits before it)
 The opcode table below must follow backend/isa.def (tests/backend/bad-files.test checks it)."""
 import struct
 import sys
@@ -40,8 +51,10 @@ class Reader:
 
 
 def parse(data):
-    """The stream as a dict: 'head' (raw bytes from the version to the programs) and 'ranks'
-    (per rank: raw program header bytes and a list of [opcode, operands])."""
+    """The stream as a dict: 'head' (raw bytes from the model name to the optimizer), the
+    prediction ('scale', 'measured_on' bytes, 'pred_step'), 'tables' (raw bytes of the layer,
+    stage and shape tables) and 'ranks' (per rank: raw program header bytes, a list of [opcode,
+    operands], 'busy' and 'pred', a list of [addr, t0, t1])."""
     assert data[:8] == MAGIC, "not an OctoPipe instruction stream"
     r = Reader(data)
     r.p = 8
@@ -51,6 +64,11 @@ def parse(data):
     r.take("iii")
     r.str()
     r.str()
+    head = data[12:r.p]
+    scale = r.take("i")
+    measured_on = r.str()
+    pred_step = r.take("d")
+    start = r.p
     for _ in range(r.take("I")):
         r.str()
         r.str()
@@ -61,7 +79,7 @@ def parse(data):
     for _ in range(r.take("I")):
         _, ndim = r.take("ii")
         r.p += 8 * ndim
-    head = data[12:r.p]
+    tables = data[start:r.p]
     ranks = []
     for _ in range(nranks):
         start = r.p
@@ -76,18 +94,45 @@ def parse(data):
             op = r.take("B")
             code.append([op, list(r.take("i" * OPS[op][1])) if OPS[op][1] > 1 else
                          ([r.take("i")] if OPS[op][1] == 1 else [])])
-        ranks.append({"head": prog_head, "code": code})
-    return {"version": version, "head": head, "ranks": ranks}
+        busy = r.take("d")
+        pred = [list(r.take("idd")) for _ in range(r.take("I"))]
+        ranks.append({"head": prog_head, "code": code, "busy": busy, "pred": pred})
+    return {"version": version, "head": head, "scale": scale, "measured_on": measured_on,
+            "pred_step": pred_step, "tables": tables, "ranks": ranks}
 
 
 def serialize(s):
     out = bytearray(MAGIC + struct.pack("<I", s["version"]) + s["head"])
+    out += struct.pack("<iI", s["scale"], len(s["measured_on"])) + s["measured_on"]
+    out += struct.pack("<d", s["pred_step"]) + s["tables"]
     for rk in s["ranks"]:
         out += rk["head"] + struct.pack("<I", len(rk["code"]))
         for op, args in rk["code"]:
             out += struct.pack("<B" + "i" * len(args), op, *args)
+        out += struct.pack("<dI", rk["busy"], len(rk["pred"]))
+        for addr, t0, t1 in rk["pred"]:
+            out += struct.pack("<idd", addr, t0, t1)
     out += struct.pack("<I", zlib.crc32(bytes(out)) & 0xFFFFFFFF)
     return bytes(out)
+
+
+def move_pred(rk, old_to_new):
+    """Re-address rank rk's predicted times: old_to_new maps an address to its new one, or to
+    None for a deleted instruction (its entry goes too); entries stay in address order."""
+    moved = [[old_to_new(a), t0, t1] for a, t0, t1 in rk["pred"]]
+    rk["pred"] = sorted([e for e in moved if e[0] is not None], key=lambda e: e[0])
+
+
+def show(s):
+    """Print the prediction of s: the header's fields, then per rank its busy time and its
+    predicted times as ADDR MNEMONIC T0 T1 (seconds, repr)."""
+    print("scale %d measured_on %s pred_step %r" %
+          (s["scale"], s["measured_on"].decode("utf-8", "replace"), s["pred_step"]))
+    for i, rk in enumerate(s["ranks"]):
+        print("rank %d busy %r" % (i, rk["busy"]))
+        for a, t0, t1 in rk["pred"]:
+            name = OPS[rk["code"][a][0]][0] if 0 <= a < len(rk["code"]) else "?"
+            print("  %04d %s %r %r" % (a, name, t0, t1))
 
 
 def check_isa(text):
@@ -110,15 +155,38 @@ def main(argv):
     for e in argv[3:]:
         f = e.split(":")
         if f[0] == "swap":
-            code = s["ranks"][int(f[1])]["code"]
+            rk = s["ranks"][int(f[1])]
             a, b = int(f[2]), int(f[3])
-            code[a], code[b] = code[b], code[a]
+            rk["code"][a], rk["code"][b] = rk["code"][b], rk["code"][a]
+            move_pred(rk, lambda x: b if x == a else a if x == b else x)
         elif f[0] == "drop":
-            del s["ranks"][int(f[1])]["code"][int(f[2])]
+            rk = s["ranks"][int(f[1])]
+            a = int(f[2])
+            del rk["code"][a]
+            move_pred(rk, lambda x: None if x == a else x - 1 if x > a else x)
         elif f[0] == "set":
             op = [n for n, _ in OPS].index(f[3])
             args = [int(x) for x in f[4].split(",")] if len(f) > 4 and f[4] else []
             s["ranks"][int(f[1])]["code"][int(f[2])] = [op, args]
+        elif f[0] == "scale":
+            s["scale"] = int(f[1])
+        elif f[0] == "measured_on":
+            s["measured_on"] = f[1].encode()
+        elif f[0] == "pred_step":
+            s["pred_step"] = float(f[1])
+        elif f[0] == "busy":
+            s["ranks"][int(f[1])]["busy"] = float(f[2])
+        elif f[0] == "pred":
+            pred = s["ranks"][int(f[1])]["pred"]
+            entry = [int(f[3]), float(f[4]), float(f[5])]
+            if int(f[2]) == len(pred):
+                pred.append(entry)
+            else:
+                pred[int(f[2])] = entry
+        elif f[0] == "droppred":
+            del s["ranks"][int(f[1])]["pred"][int(f[2])]
+        elif f[0] == "print":
+            show(s)
         elif f[0] == "version":
             s["version"] = int(f[1])
         elif f[0] in ("truncate", "flip"):

@@ -1,8 +1,9 @@
 /* test_backend.c -- unit tests of lowering (backend/lower.c) and the deadlock checker
  * (backend/check.c): every classic schedule over a range of p, m and v lowers to streams that
  * validate and check, with activation buffers equal to the simulator's activation memory; random
- * plans (random partitions, placements and dependency-respecting orders) do too; hand-made
- * deadlocking streams are rejected with messages that name the ranks and instructions. */
+ * plans (random partitions, placements and dependency-respecting orders) do too; each stream
+ * carries the simulator's prediction exactly; hand-made deadlocking streams are rejected with
+ * messages that name the ranks and instructions. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,9 +44,65 @@ static ir_module *tb_model(uint64_t *seed, int n, int p, int mb, int data) {
   return m;
 }
 
+/* Whether the prediction s carries is the simulator's r of the module m it was lowered from: the
+ * train fields scale and measured_on, the makespan, each rank's busy time, and for each compute
+ * instruction the start and end of its operation in r's timeline, bit for bit. Reports the first
+ * difference on stderr ('what' names the case). Pre: r is a recorded SIM_OK run of m. */
+static bool tb_prediction_ok(const ir_module *m, const be_stream *s, const sim_result *r,
+                             const char *what) {
+  const char *on =
+      ir_enum_name(IR_T_BACKEND, (int)ir_field_value(&m->train, IR_F_TRAIN_measured_on));
+  if (s->scale != (int32_t)ir_field_value(&m->train, IR_F_TRAIN_scale) || !s->measured_on ||
+      strcmp(s->measured_on, on) != 0) {
+    fprintf(stderr, "  %s: scale %d measured_on %s\n", what, (int)s->scale,
+            s->measured_on ? s->measured_on : "(null)");
+    return false;
+  }
+  if (s->pred_step != r->makespan) {
+    fprintf(stderr, "  %s: predicted step %.17g, makespan %.17g\n", what, s->pred_step,
+            r->makespan);
+    return false;
+  }
+  for (int k = 0; k < s->nranks; k++) {
+    const be_program *p = &s->ranks[k];
+    if (p->pred_busy != r->dev[p->device].busy) {
+      fprintf(stderr, "  %s: rank %d predicted busy %.17g, simulator %.17g\n", what, k,
+              p->pred_busy, r->dev[p->device].busy);
+      return false;
+    }
+    int j = 0;
+    for (int pc = 0; pc < p->ncode; pc++) {
+      const be_inst *in = &p->code[pc];
+      if (!be_op_predicted(in->op)) continue;
+      ir_op_kind kind = in->op == BE_OP_FWD      ? IR_OP_F
+                        : in->op == BE_OP_BWD_IN ? IR_OP_B
+                        : in->op == BE_OP_BWD_W  ? IR_OP_W
+                                                 : IR_OP_BW;
+      const sim_op_event *ev = NULL;
+      for (int e = 0; e < r->nops && !ev; e++)
+        if (r->ops[e].kind == kind && r->ops[e].stage == in->a[0] && r->ops[e].mb == in->a[1])
+          ev = &r->ops[e];
+      if (j >= p->npred || p->pred[j].addr != pc || !ev || ev->device != p->device ||
+          p->pred[j].t0 != ev->start || p->pred[j].t1 != ev->end) {
+        fprintf(stderr, "  %s: rank %d at %04d: predicted time %s\n", what, k, pc,
+                j < p->npred ? "differs from the simulator's" : "missing");
+        return false;
+      }
+      j++;
+    }
+    if (j != p->npred) {
+      fprintf(stderr, "  %s: rank %d has %d predicted times for %d compute instructions\n", what,
+              k, (int)p->npred, j);
+      return false;
+    }
+  }
+  return true;
+}
+
 /* Lower m and check that the stream validates and checks, that a write/read round trip keeps
- * it, and that each rank's activation buffers peak at the simulator's activation memory.
- * Returns whether all held ('what' names the case in failures). */
+ * it, that each rank's activation buffers peak at the simulator's activation memory, and that
+ * it carries the simulator's prediction (tb_prediction_ok). Returns whether all held ('what'
+ * names the case in failures). */
 static bool tb_lower_ok(const ir_module *m, const char *what) {
   diag_engine *d = diag_new(stderr);
   be_stream *s = be_lower(m, d, diag_mkloc(0, 0, 0, 0));
@@ -53,8 +110,9 @@ static bool tb_lower_ok(const ir_module *m, const char *what) {
   if (!ok) fprintf(stderr, "  %s: lowering failed\n", what);
   sim_model *p = ok ? sim_model_build(m, d) : NULL;
   sim_result r = {0};
-  sim_opts so = {0};
+  sim_opts so = {NULL, NULL, false, true};
   if (p && sim_run(p, m, &so, &r) == SIM_OK) {
+    ok = tb_prediction_ok(m, s, &r, what);
     for (int k = 0; k < s->nranks; k++) {
       be_mem mm = be_mem_stats(s, k);
       int dv = s->ranks[k].device;
@@ -112,6 +170,9 @@ void test_backend_classic(void) {
       for (size_t k = 0; k < sizeof plans / sizeof *plans; k++) {
         int p = ps[pi], mb = mbs[mi];
         ir_module *m = tb_model(&seed, 3 * p * 2, p, mb, mi % 2 ? 2 : 1);
+        /* Costs "measured" at some scale on some backend, or analytic: the stream says which. */
+        if (k % 3) ir_field_set(&m->train, IR_F_TRAIN_scale, (double)(k % 3) * 4);
+        ir_field_set(&m->train, IR_F_TRAIN_measured_on, (double)((k + pi) % 5));
         FILE *null = fopen("/dev/null", "w");
         diag_engine *q = diag_new(null);
         /* A method may refuse a shape (interleaving needs m divisible by p, ...). */

@@ -87,6 +87,9 @@ static void rank_line(strbuf *out, const be_stream *s, int r, const char *head, 
  * two replicas: sends, receives, waits and frees of every kind of buffer. */
 static be_stream *two_rank_stream(void) {
   be_stream *s = new_stream("tiny", 2, 2, 2, 2, 1, 4096, "bf16", "adam");
+  s->scale = 8;
+  s->measured_on = xstrdup("mpi");
+  s->pred_step = 0.012345;
   add_layers(s, 3);
   s->stages[0] = (be_stage){0, 2, 0, 8 * MIB, 0, 100 * MIB, (uint64_t)1536 * MIB};
   s->stages[1] = (be_stage){2, 3, 1, 8 * MIB, 0, 100 * MIB, 0};
@@ -95,6 +98,7 @@ static be_stream *two_rank_stream(void) {
   s->shapes[0] = (be_shape){2, 3, {1, 4096, 1024, 0}};
 
   set_rank(s, 0, 0, "h100", 0, 7);
+  s->ranks[0].pred_busy = 0.0105;
   set_slot(s, 0, 0, BE_T_INPUT, 16 * KIB);
   set_slot(s, 0, 1, BE_T_ACT, 8 * MIB);
   set_slot(s, 0, 2, BE_T_STASH, 100 * MIB);
@@ -130,6 +134,7 @@ static be_stream *two_rank_stream(void) {
   E0(s, 0, STEP);
 
   set_rank(s, 1, 4, "a100", 1, 5);
+  s->ranks[1].pred_busy = 0.00025;
   set_slot(s, 1, 0, BE_T_ACT, 8 * MIB);
   set_slot(s, 1, 1, BE_T_STASH, 100 * MIB);
   set_slot(s, 1, 2, BE_T_ACT, 8 * MIB);
@@ -162,15 +167,16 @@ void test_backend_dis_listing(void) {
   be_stream *s = two_rank_stream();
   strbuf want = {0};
   strbuf_puts(&want,
-              "; OctoPipe instruction stream, format 1\n"
+              "; OctoPipe instruction stream, format 2\n"
               "; model @tiny: 2 ranks x 2 replicas, 2 stages, 2 microbatches of 1 x 4096 tokens, "
               "bf16, adam\n"
+              "; predicted step 12.345 ms (costs measured by octo-run at scale 8, backend mpi)\n"
               "; stage s0: layers %0..%1 on rank 0; out 8MiB [1x4096x1024] x2, stash 100MiB, "
               "wstash 1.5GiB\n"
               "; stage s1: layer %2 on rank 1; out 8MiB [1x4096x1024] x2, stash 100MiB, wstash 0B\n");
   rank_line(&want, s, 0, "rank 0: $d0 h100, node 0; stage s0; 7 slots", 1802256.0 * KIB,
             1760.0 * MIB, 8, 1736.0 * MIB,
-            "1.72GiB; peak live 1.72GiB at 0008; activations 1.7GiB");
+            "1.72GiB; peak live 1.72GiB at 0008; activations 1.7GiB; predicted busy 10.500 ms");
   strbuf_puts(
       &want,
       "  slot %0  input   16KiB     at 0B\n"
@@ -209,7 +215,8 @@ void test_backend_dis_listing(void) {
       "  0025  STEP                                        ; optimizer step (adam)\n"
       "\n");
   rank_line(&want, s, 1, "rank 1: $d4 a100, node 1; stage s1; 5 slots", 132.0 * MIB,
-            124.0 * MIB, 12, 100.0 * MIB, "132MiB; peak live 124MiB at 0012; activations 100MiB");
+            124.0 * MIB, 12, 100.0 * MIB,
+            "132MiB; peak live 124MiB at 0012; activations 100MiB; predicted busy 0.250 ms");
   strbuf_puts(
       &want,
       "  slot %0  act     8MiB      at 0B\n"
@@ -291,9 +298,10 @@ void test_backend_dis_singular_and_wide(void) {
   strbuf got = {0};
   be_disasm(s, &got);
   const char *t = strbuf_cstr(&got);
-  const char *head = "; OctoPipe instruction stream, format 1\n"
+  const char *head = "; OctoPipe instruction stream, format 2\n"
                      "; model @w: 1 rank x 1 replica, 1 stage, 100 microbatches of 2 x 128 "
                      "tokens, fp32, sgd\n"
+                     "; predicted step 0.000 ms (analytic costs)\n"
                      "; stage s0: layer %0 on rank 0; out 1KiB, stash 1KiB, wstash 1KiB\n"
                      "rank 0: $d3 h100, node 2; stage s0; 10004 slots, ";
   UNIT_CHECK(strncmp(t, head, strlen(head)) == 0);
@@ -315,6 +323,48 @@ void test_backend_dis_singular_and_wide(void) {
   UNIT_CHECK(t[got.len - 1] == '\n' && !strstr(t, "\n\n"));
   strbuf_free(&got);
   be_stream_free(s);
+}
+
+/* The prediction line says where the costs come from: analytic costs (no scale, backend "none"
+ * or, in a stream built by hand, none given), or a profile's scale and backend, either alone;
+ * times print in milliseconds with three decimals. */
+void test_backend_dis_prediction(void) {
+  static const struct {
+    int32_t scale;
+    const char *on;
+    double step;
+    const char *line;
+  } cases[] = {
+      {0, NULL, 0, "; predicted step 0.000 ms (analytic costs)"},
+      {0, "none", 1.2345e-3, "; predicted step 1.234 ms (analytic costs)"},
+      {8, "mpi", 12.345e-3, "; predicted step 12.345 ms (costs measured by octo-run at scale 8, "
+                            "backend mpi)"},
+      {4, "none", 2.5, "; predicted step 2500.000 ms (costs measured by octo-run at scale 4)"},
+      {0, "cuda", 4e-6, "; predicted step 0.004 ms (costs measured by octo-run, backend cuda)"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    be_stream *s = new_stream("p", 1, 1, 1, 1, 1, 1, "bf16", "adam");
+    add_layers(s, 1);
+    s->stages[0] = (be_stage){0, 1, 0, 0, -1, 0, 0};
+    set_rank(s, 0, 0, "h100", 0, 0);
+    s->ranks[0].pred_busy = 0.0125;
+    E0(s, 0, STEP);
+    s->scale = cases[i].scale;
+    s->measured_on = cases[i].on ? xstrdup(cases[i].on) : NULL;
+    s->pred_step = cases[i].step;
+    strbuf got = {0};
+    be_disasm(s, &got);
+    const char *t = strbuf_cstr(&got);
+    if (!has_line(t, cases[i].line))
+      unit_fail_str(__FILE__, __LINE__, "line missing", t, cases[i].line);
+    const char *model = strstr(t, "\n; model @p:");
+    const char *pred = strstr(t, "\n; predicted step ");
+    UNIT_CHECK(model && pred && strchr(model + 1, '\n') == pred); /* right after the model line */
+    UNIT_CHECK(has_line(t, "rank 0: $d0 h100, node 0; stage s0; 0 slots, 0B; peak live 0B; "
+                           "activations 0B; predicted busy 12.500 ms"));
+    strbuf_free(&got);
+    be_stream_free(s);
+  }
 }
 
 void test_backend_isa_doc(void) {

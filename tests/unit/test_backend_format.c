@@ -1,7 +1,10 @@
 /* test_backend_format.c -- unit tests of the validator (be_validate) and the binary stream format
  * (be_write, be_read, be_read_file): a small hand-built stream is accepted and round-trips
- * byte for byte; truncated, corrupted and fuzzed files are rejected cleanly; and one targeted
- * broken program per validator rule is rejected with the expected message. */
+ * byte for byte, the prediction it carries (measurement scale and backend, step, busy and
+ * per-instruction times) bit for bit; truncated, corrupted and fuzzed files are rejected cleanly;
+ * and one targeted broken program per validator rule is rejected with the expected message. */
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,8 +129,22 @@ static void fb_layer(be_layer *l, const char *name, const char *kind, const char
   }
 }
 
-/* Program of rank r from its listing and slots. With 'fused', each BWD_IN becomes a BWD and
- * each BWD_W is dropped; with replicas > 1, "ALLREDUCE <stage r>" goes before the STEP. */
+/* Give every FWD, BWD_IN, BWD_W and BWD instruction of p a predicted time (replacing any it
+ * had): made-up times that grow with the address, 1 ms per instruction on rank r + 1 ms apart,
+ * so that each entry differs; and a busy time. Post: p's prediction passes be_validate. */
+static void fb_predict(be_program *p, int r) {
+  free(p->pred);
+  p->pred = xcalloc((size_t)(p->ncode ? p->ncode : 1), sizeof *p->pred);
+  p->npred = 0;
+  for (int i = 0; i < p->ncode; i++)
+    if (be_op_predicted(p->code[i].op))
+      p->pred[p->npred++] = (be_pred){i, 1e-3 * (i + r), 1e-3 * (i + r) + 0.75e-3};
+  p->pred_busy = 0.75e-3 * p->npred;
+}
+
+/* Program of rank r from its listing and slots, with predicted times (fb_predict). With 'fused',
+ * each BWD_IN becomes a BWD and each BWD_W is dropped; with replicas > 1, "ALLREDUCE <stage r>"
+ * goes before the STEP. */
 static void fb_program(be_program *p, int r, const char *const *code, const be_slot *slots,
                        int nslots, bool fused, int replicas) {
   p->device = r;
@@ -151,6 +168,7 @@ static void fb_program(be_program *p, int r, const char *const *code, const be_s
     }
     fb_asm(p, code[i]);
   }
+  fb_predict(p, r);
 }
 
 /* The test stream: model "tiny", 4 layers, 2 stages on 2 ranks, 2 microbatches, 'replicas'
@@ -167,6 +185,9 @@ static be_stream *fb_build(int replicas, bool fused) {
   s->seq = 128;
   s->dtype = xstrdup("bf16");
   s->optimizer = xstrdup("adam");
+  s->scale = 8;
+  s->measured_on = xstrdup("mpi");
+  s->pred_step = 0.0421;
   s->nlayers = 4;
   s->layers = xcalloc(4, sizeof *s->layers);
   static const char *const emb_n[] = {"vocab", "hidden", NULL};
@@ -244,16 +265,32 @@ static void fb_patch_crc(uint8_t *data, size_t len) {
   for (int i = 0; i < 4; i++) data[len - 4 + (size_t)i] = (uint8_t)(c >> (8 * i));
 }
 
-/* Byte offset of the layer count in the encoding of s: after the magic, version, model name,
- * six header integers, dtype and optimizer. */
-static size_t fb_layer_count_at(const be_stream *s) {
+/* Byte offset of the measurement scale in the encoding of s: after the magic, version, model
+ * name, six header integers, dtype and optimizer. */
+static size_t fb_scale_at(const be_stream *s) {
   return 8 + 4 + 4 + strlen(s->model) + 6 * 4 + 4 + strlen(s->dtype) + 4 + strlen(s->optimizer);
 }
+
+/* Byte offset of the layer count in the encoding of s: after the scale, the measuring backend
+ * and the predicted step time. */
+static size_t fb_layer_count_at(const be_stream *s) {
+  return fb_scale_at(s) + 4 + 4 + strlen(s->measured_on) + 8;
+}
+
+/* Byte offset of the count of predicted times of the last rank of s in its encoding a: before
+ * its entries (20 bytes each) and the checksum. */
+static size_t fb_last_npred_at(const be_stream *s, const strbuf *a) {
+  return a->len - 4 - 20 * (size_t)s->ranks[s->nranks - 1].npred - 4;
+}
+
+/* Whether doubles x and y have the same bits (NaN payloads and -0 included). */
+static bool fb_same_f64(double x, double y) { return memcmp(&x, &y, sizeof x) == 0; }
 
 /* True when two streams hold the same values everywhere. */
 static bool fb_equal(const be_stream *a, const be_stream *b) {
   if (strcmp(a->model, b->model) || strcmp(a->dtype, b->dtype) ||
-      strcmp(a->optimizer, b->optimizer))
+      strcmp(a->optimizer, b->optimizer) || strcmp(a->measured_on, b->measured_on) ||
+      a->scale != b->scale || !fb_same_f64(a->pred_step, b->pred_step))
     return false;
   if (a->nranks != b->nranks || a->replicas != b->replicas || a->nstages != b->nstages ||
       a->nmb != b->nmb || a->micro_batch != b->micro_batch || a->seq != b->seq ||
@@ -295,6 +332,11 @@ static bool fb_equal(const be_stream *a, const be_stream *b) {
       for (int k = 0; k < BE_MAX_OPERANDS; k++)
         if (x->code[i].a[k] != y->code[i].a[k]) return false;
     }
+    if (!fb_same_f64(x->pred_busy, y->pred_busy) || x->npred != y->npred) return false;
+    for (int i = 0; i < x->npred; i++)
+      if (x->pred[i].addr != y->pred[i].addr || !fb_same_f64(x->pred[i].t0, y->pred[i].t0) ||
+          !fb_same_f64(x->pred[i].t1, y->pred[i].t1))
+        return false;
   }
   return true;
 }
@@ -350,11 +392,11 @@ void test_backend_format_roundtrip(void) {
     strbuf_free(&a);
     strbuf_free(&err);
   }
-  /* The layout: magic, version 1 little-endian. */
+  /* The layout: magic, version 2 little-endian. */
   be_stream *s = fb_build(1, false);
   strbuf a = fb_bytes(s);
   UNIT_CHECK(a.len > 16 && memcmp(a.data, "\x89OIS\r\n\x1a\n", 8) == 0);
-  UNIT_CHECK(a.data[8] == 1 && a.data[9] == 0 && a.data[10] == 0 && a.data[11] == 0);
+  UNIT_CHECK(a.data[8] == 2 && a.data[9] == 0 && a.data[10] == 0 && a.data[11] == 0);
   /* The trailer is the standard CRC-32 of the rest ("123456789" -> 0xCBF43926). */
   UNIT_CHECK(fb_crc32((const uint8_t *)"123456789", 9) == 0xcbf43926u);
   uint8_t *patched = xmalloc(a.len);
@@ -362,6 +404,80 @@ void test_backend_format_roundtrip(void) {
   fb_patch_crc(patched, a.len);
   UNIT_CHECK(memcmp(patched, a.data, a.len) == 0);
   free(patched);
+  strbuf_free(&a);
+  be_stream_free(s);
+}
+
+/* Little-endian u64 at data + at. */
+static uint64_t fb_le64(const char *data, size_t at) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)(uint8_t)data[at + (size_t)i] << (8 * i);
+  return v;
+}
+
+/* Little-endian u32 at data + at. */
+static uint32_t fb_le32(const char *data, size_t at) { return (uint32_t)fb_le64(data, at); }
+
+/* Bits of x, as the format stores an f64. */
+static uint64_t fb_bits(double x) {
+  uint64_t u;
+  memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+/* The prediction survives write and read exactly: awkward values (inexact sums, a subnormal, -0,
+ * the largest double, equal bounds) come back with the same bits, in the documented layout. */
+void test_backend_format_prediction_roundtrip(void) {
+  be_stream *s = fb_build(2, false);
+  s->scale = 123456;
+  free(s->measured_on);
+  s->measured_on = xstrdup("nccl");
+  s->pred_step = 0.1 + 0.2;
+  s->ranks[0].pred_busy = 5e-324;
+  s->ranks[1].pred_busy = 1.0 / 3;
+  s->ranks[0].pred[0].t0 = -0.0;
+  s->ranks[0].pred[0].t1 = 0.0;
+  s->ranks[0].pred[1].t0 = s->ranks[0].pred[1].t1 = 1.0 / 7;
+  s->ranks[1].pred[5].t1 = DBL_MAX;
+  strbuf a = fb_bytes(s), err = {0};
+  be_stream *t = be_read((const uint8_t *)a.data, a.len, &err);
+  UNIT_CHECK_STREQ(strbuf_cstr(&err), "");
+  UNIT_CHECK(t != NULL);
+  if (t) {
+    UNIT_CHECK(fb_equal(s, t));
+    UNIT_CHECK(t->scale == 123456);
+    UNIT_CHECK_STREQ(t->measured_on, "nccl");
+    UNIT_CHECK(fb_bits(t->pred_step) == fb_bits(0.1 + 0.2) && t->pred_step != 0.3);
+    UNIT_CHECK(fb_bits(t->ranks[0].pred_busy) == fb_bits(5e-324));
+    UNIT_CHECK(signbit(t->ranks[0].pred[0].t0) && t->ranks[0].pred[0].t0 == 0);
+    UNIT_CHECK(!signbit(t->ranks[0].pred[0].t1));
+    UNIT_CHECK(t->ranks[0].pred[1].t0 == 1.0 / 7 && t->ranks[0].pred[1].t1 == 1.0 / 7);
+    UNIT_CHECK(t->ranks[1].pred[5].t1 == DBL_MAX);
+    for (int r = 0; r < 2; r++) {
+      UNIT_CHECK(t->ranks[r].npred == 6);
+      for (int i = 0; i < t->ranks[r].npred; i++)
+        UNIT_CHECK(be_op_predicted(t->ranks[r].code[t->ranks[r].pred[i].addr].op));
+    }
+    strbuf b = fb_bytes(t);
+    UNIT_CHECK(a.len == b.len && memcmp(a.data, b.data, a.len) == 0);
+    strbuf_free(&b);
+  }
+  /* The layout: after the optimizer, i32 scale, str measured_on, f64 pred_step ... */
+  size_t at = fb_scale_at(s);
+  UNIT_CHECK(fb_le32(a.data, at) == 123456);
+  UNIT_CHECK(fb_le32(a.data, at + 4) == 4 && memcmp(a.data + at + 8, "nccl", 4) == 0);
+  UNIT_CHECK(fb_le64(a.data, at + 12) == fb_bits(0.1 + 0.2));
+  UNIT_CHECK(fb_le32(a.data, at + 20) == 4); /* then the layer count */
+  /* ... and after each program's code, f64 pred_busy, count npred, npred x (i32, f64, f64). */
+  at = fb_last_npred_at(s, &a);
+  UNIT_CHECK(fb_le64(a.data, at - 8) == fb_bits(1.0 / 3));
+  UNIT_CHECK(fb_le32(a.data, at) == 6);
+  UNIT_CHECK(fb_le32(a.data, at + 4) == (uint32_t)s->ranks[1].pred[0].addr);
+  UNIT_CHECK(fb_le64(a.data, at + 8) == fb_bits(s->ranks[1].pred[0].t0));
+  UNIT_CHECK(fb_le64(a.data, at + 16) == fb_bits(s->ranks[1].pred[0].t1));
+  UNIT_CHECK(fb_le64(a.data, a.len - 12) == fb_bits(DBL_MAX)); /* the last t1 */
+  be_stream_free(t);
+  strbuf_free(&err);
   strbuf_free(&a);
   be_stream_free(s);
 }
@@ -542,7 +658,11 @@ void test_backend_format_header_errors(void) {
   memcpy(c, a.data, a.len);
   c[8] = 7;
   fb_patch_crc(c, a.len);
-  fb_expect_reject(c, a.len, "format version 7, this build reads version 1");
+  fb_expect_reject(c, a.len, "format version 7, this build reads version 2");
+  memcpy(c, a.data, a.len);
+  c[8] = 1; /* a file of the format before streams carried the prediction */
+  fb_patch_crc(c, a.len);
+  fb_expect_reject(c, a.len, "format version 1, this build reads version 2");
 
   memcpy(c, a.data, a.len);
   c[a.len] = 0;
@@ -562,6 +682,30 @@ void test_backend_format_header_errors(void) {
   c[at + 3] = 0xff; /* 2^32 - 1: not even an int */
   fb_patch_crc(c, a.len);
   fb_expect_reject(c, a.len, "count of layers 4294967295 out of range at byte");
+
+  /* A count of predicted times past the file's end: no allocation, a truncation; one above
+   * 2^31 - 1: out of range. */
+  at = fb_last_npred_at(s, &a);
+  UNIT_CHECK(c[at] == 6 && c[at + 1] == 0);
+  memcpy(c, a.data, a.len);
+  c[at + 1] = 1; /* 262 entries */
+  fb_patch_crc(c, a.len);
+  snprintf(want, sizeof want, "truncated at byte %zu: 262 predicted times need at least 5240 "
+           "bytes (rank 1), 124 remain", at);
+  fb_expect_reject(c, a.len, want);
+  c[at] = c[at + 1] = c[at + 2] = c[at + 3] = 0xff;
+  fb_patch_crc(c, a.len);
+  snprintf(want, sizeof want, "count of predicted times 4294967295 out of range at byte %zu "
+           "(rank 1)", at);
+  fb_expect_reject(c, a.len, want);
+  /* The measuring backend's length past 4096. */
+  at = fb_scale_at(s) + 4;
+  memcpy(c, a.data, a.len);
+  c[at + 2] = 1;
+  fb_patch_crc(c, a.len);
+  snprintf(want, sizeof want, "length 65539 of the measuring backend out of range (at most 4096) "
+           "at byte %zu (the header)", at);
+  fb_expect_reject(c, a.len, want);
 
   /* The model name: too long a length, and a NUL inside. */
   memcpy(c, a.data, a.len);
@@ -726,6 +870,58 @@ static void e_shape_dims(be_stream *s) { s->shapes[1].ndim = 5; }
 static void e_shape_extent(be_stream *s) { s->shapes[0].dim[2] = 0; }
 static void e_out_shape(be_stream *s) { s->stages[1].out_shape = 7; }
 static void e_slot_tensor(be_stream *s) { s->ranks[0].slots[1].tensor = 9; }
+static void e_scale(be_stream *s) { s->scale = -3; }
+static void e_backend_null(be_stream *s) {
+  free(s->measured_on);
+  s->measured_on = NULL;
+}
+static void e_backend_case(be_stream *s) {
+  free(s->measured_on);
+  s->measured_on = xstrdup("MPI");
+}
+static void e_backend_ugly(be_stream *s) {
+  free(s->measured_on);
+  s->measured_on = xstrdup("a\nb\"c\\0123456789012345678901234567890123456789");
+}
+static void e_step_nan(be_stream *s) { s->pred_step = NAN; }
+static void e_step_inf(be_stream *s) { s->pred_step = INFINITY; }
+static void e_step_neg(be_stream *s) { s->pred_step = -0.25; }
+static void e_busy(be_stream *s) { s->ranks[0].pred_busy = -1e-3; }
+static void e_npred_neg(be_stream *s) { s->ranks[1].npred = -1; }
+static void e_pred_null(be_stream *s) {
+  free(s->ranks[1].pred);
+  s->ranks[1].pred = NULL;
+}
+static void e_pred_order(be_stream *s) {
+  be_pred x = s->ranks[0].pred[0];
+  s->ranks[0].pred[0] = s->ranks[0].pred[1];
+  s->ranks[0].pred[1] = x;
+}
+static void e_pred_dup(be_stream *s) { s->ranks[0].pred[1].addr = 1; }
+static void e_pred_past(be_stream *s) { s->ranks[0].pred[5].addr = 27; }
+static void e_pred_negative(be_stream *s) { s->ranks[0].pred[0].addr = -1; }
+static void e_pred_kind(be_stream *s) { s->ranks[0].pred[0].addr = 0; }
+static void e_pred_missing(be_stream *s) { s->ranks[1].npred--; }
+static void e_pred_hole(be_stream *s) {
+  be_program *p = &s->ranks[1];
+  memmove(&p->pred[1], &p->pred[2], (size_t)(p->npred - 2) * sizeof *p->pred);
+  p->npred--;
+}
+static void e_pred_reversed(be_stream *s) {
+  s->ranks[1].pred[2].t0 = 0.003;
+  s->ranks[1].pred[2].t1 = 0.002;
+}
+static void e_pred_t0(be_stream *s) { s->ranks[1].pred[2].t0 = -0.001; }
+static void e_pred_t0_nan(be_stream *s) { s->ranks[1].pred[2].t0 = NAN; }
+static void e_pred_t1_inf(be_stream *s) { s->ranks[1].pred[2].t1 = INFINITY; }
+static void e_pred_stale(be_stream *s) {
+  /* A valid program edit (a FREE swapped with the BWD_W after it) that leaves the times behind:
+   * the entry of 0015 now names the FREE. */
+  be_program *p = &s->ranks[0];
+  be_inst x = p->code[14];
+  p->code[14] = p->code[15];
+  p->code[15] = x;
+}
 
 static const fb_case fb_cases[] = {
     {"use before WAIT", 1, e_wait_missing,
@@ -825,6 +1021,51 @@ static const fb_case fb_cases[] = {
      false},
     {"slot tensor kind", 1, e_slot_tensor,
      "rank 0: slot %1 holds tensor kind 9, out of range", false},
+    {"measurement scale", 1, e_scale,
+     "measurement scale -3 must be at least 0 (0: analytic costs)", false},
+    {"no measuring backend", 1, e_backend_null,
+     "measuring backend \"\" is not one of none, cpu, mpi, cuda, nccl", false},
+    {"measuring backend", 1, e_backend_case,
+     "measuring backend \"MPI\" is not one of none, cpu, mpi, cuda, nccl", false},
+    {"measuring backend quoted", 1, e_backend_ugly,
+     "measuring backend \"a\\x0ab\\x22c\\x5c01234567890123456789012345...\" is not one of",
+     false},
+    {"predicted step NaN", 1, e_step_nan, "predicted step time nan must be finite and at least 0",
+     false},
+    {"predicted step infinite", 1, e_step_inf,
+     "predicted step time inf must be finite and at least 0", false},
+    {"predicted step negative", 1, e_step_neg,
+     "predicted step time -0.25 must be finite and at least 0", false},
+    {"predicted busy time", 1, e_busy,
+     "rank 0: predicted busy time -0.001 must be finite and at least 0", false},
+    {"predicted time count", 1, e_npred_neg, "rank 1: predicted time count -1 out of range", true},
+    {"predicted times missing", 1, e_pred_null, "rank 1: predicted time count 6 out of range",
+     true},
+    {"predicted times out of order", 1, e_pred_order,
+     "rank 0: predicted time of 0001 (FWD) after that of 0005 (entries go in increasing address "
+     "order)", false},
+    {"predicted time twice", 1, e_pred_dup, "rank 0: second predicted time of 0001 (FWD)", false},
+    {"predicted time past the code", 1, e_pred_past,
+     "rank 0: predicted time 5 names address 27, out of range (27 instructions)", false},
+    {"predicted time before the code", 1, e_pred_negative,
+     "rank 0: predicted time 0 names address -1, out of range (27 instructions)", false},
+    {"predicted time of a LOAD", 1, e_pred_kind,
+     "rank 0: predicted time of 0000 (LOAD), which is not a FWD, BWD_IN, BWD_W or BWD "
+     "instruction", false},
+    {"last predicted time missing", 1, e_pred_missing,
+     "rank 1 at 0024 (BWD_W): no predicted time", false},
+    {"predicted time missing", 1, e_pred_hole, "rank 1 at 0007 (BWD_IN): no predicted time",
+     false},
+    {"predicted end before start", 1, e_pred_reversed,
+     "rank 1: predicted time of 0011 (BWD_W): t1 0.002 before t0 0.003", false},
+    {"predicted start negative", 1, e_pred_t0,
+     "rank 1: predicted time of 0011 (BWD_W): t0 -0.001 must be finite and at least 0", false},
+    {"predicted start NaN", 1, e_pred_t0_nan,
+     "rank 1: predicted time of 0011 (BWD_W): t0 nan must be finite and at least 0", false},
+    {"predicted end infinite", 1, e_pred_t1_inf,
+     "rank 1: predicted time of 0011 (BWD_W): t1 inf must be finite", false},
+    {"predicted times left behind", 1, e_pred_stale,
+     "rank 0: predicted time of 0015 (FREE), which is not a FWD", false},
 };
 
 /* Each broken program of the table is rejected with its message (exactly one message), by the
