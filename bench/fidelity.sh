@@ -45,7 +45,7 @@ for name in fid_hybrid fid_moe fid_uniform; do
     --emit=stream -o "$TMP/base.ois"
   t0=$(date +%s.%N)
   $MPIRUN -np "$(world_of "$TMP/base.ois")" "$RUN" "$TMP/base.ois" --backend=mpi --scale=1 \
-    --profile="$TMP/$name.json" > /dev/null
+    --profile="$TMP/$name.json" < /dev/null > /dev/null
   t1=$(date +%s.%N)
   echo "== $name: $RANKS MPI ranks, profiled in $(echo "$t1 - $t0" | bc | cut -c1-4) s"
   printf '%-16s %12s %12s %8s\n' plan "predicted ms" "measured ms" error
@@ -59,9 +59,9 @@ for name in fid_hybrid fid_moe fid_uniform; do
         2>/dev/null || continue
     fi
     $MPIRUN -np "$(world_of "$out")" "$RUN" "$out" --backend=mpi --scale=1 --steps="$STEPS" \
-      > "$out.txt" 2>&1 || { echo "$plan: run failed"; tail -3 "$out.txt"; continue; }
+      < /dev/null > "$out.txt" 2>&1 || { echo "$plan: run failed"; tail -3 "$out.txt"; continue; }
     awk -v plan="$plan" '
-      /^prediction:/ { for (i = 1; i <= NF; i++) if ($i == "predicted") p = $(i - 2) }
+      /^prediction:/ { for (i = 1; i <= NF; i++) if ($i ~ /^predicted/) p = $(i - 2) }
       /^step [0-9]+:/ { k++; if (k > 1) t[k - 1] = $3 }
       END {
         n = k - 1; for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (t[j] < t[i]) { x = t[i]; t[i] = t[j]; t[j] = x }

@@ -599,6 +599,7 @@ int cost_run(ir_module *m, bool overwrite, diag_engine *d) {
   if (overwrite) { /* every cost is estimated afresh: only this run's profiles measured them */
     train_unset(m, IR_F_TRAIN_scale);
     train_unset(m, IR_F_TRAIN_measured_on);
+    train_unset(m, IR_F_TRAIN_optim_bw);
   }
   bool *todo = xcalloc((size_t)(m->nlayers > 0 ? m->nlayers : 1), sizeof *todo);
   const ir_layer *needs_device = NULL; /* first layer to estimate that is not custom */

@@ -36,11 +36,11 @@ static const prof_field prof_fields[] = {
 /* Top-level keys of a profile. */
 typedef enum prof_key {
   PK_FORMAT, PK_VERSION, PK_DEVICE, PK_MICRO_BATCH, PK_SEQ, PK_TENSOR, PK_DTYPE, PK_SCALE,
-  PK_BACKEND, PK_LINK, PK_KINDS, PK_LAYERS, PK_COUNT
+  PK_BACKEND, PK_LINK, PK_OPTIMIZER, PK_KINDS, PK_LAYERS, PK_COUNT
 } prof_key;
 static const char *const prof_keys[PK_COUNT] = {
     "format", "version", "device", "micro_batch", "seq", "tensor", "dtype", "scale", "backend",
-    "link", "kinds", "layers"};
+    "link", "optimizer_gbs", "kinds", "layers"};
 
 /* The key of a cost entry that holds the layer shape it was measured with. */
 #define PROF_SHAPE "shape"
@@ -421,6 +421,19 @@ static void apply_backend(prof_ctx *c, const prof_path *p, const cJSON *v) {
     return;
   }
   ir_field_set(t, IR_F_TRAIN_measured_on, b);
+}
+
+/* The "optimizer_gbs" key: a number > 0, the optimizer step's measured rate in GB/s (2 x the
+ * parameter, gradient and optimizer-state bytes per second, as the simulator counts it); sets
+ * the module's train optim_bw, which the simulator uses instead of the device's hbm. */
+static void apply_optimizer(prof_ctx *c, const prof_path *p, const cJSON *v) {
+  double x;
+  if (!get_nonneg(c, p, v, &x)) return;
+  if (!(x > 0)) {
+    perr(c, p, "must be > 0, found %.17g", x);
+    return;
+  }
+  ir_field_set(&c->m->train, IR_F_TRAIN_optim_bw, x * 1e9);
 }
 
 /* The "link" key: an object of prof_link_fields keys, both required (bw_gbs > 0, lat_us >= 0),
@@ -1013,6 +1026,7 @@ static void read_profile(prof_ctx *c, const cJSON *root) {
   if (val[PK_SCALE]) apply_scale(c, &pk[PK_SCALE], val[PK_SCALE]);
   if (val[PK_BACKEND]) apply_backend(c, &pk[PK_BACKEND], val[PK_BACKEND]);
   if (val[PK_LINK]) apply_link(c, &pk[PK_LINK], val[PK_LINK]);
+  if (val[PK_OPTIMIZER]) apply_optimizer(c, &pk[PK_OPTIMIZER], val[PK_OPTIMIZER]);
   if (val[PK_KINDS]) entries_section(c, &pk[PK_KINDS], val[PK_KINDS], true);
   if (val[PK_LAYERS]) entries_section(c, &pk[PK_LAYERS], val[PK_LAYERS], false);
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kernels.h"
 #include "runtime.h"
 
 /* This process's view of the job. */
@@ -312,6 +313,10 @@ int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts
     costs[i] = (rt_layer_cost){v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] > 0};
     if (v[4] > (double)big) big = (size_t)v[4];
   }
+  /* The optimizer's rate with every process updating at once, as at the end of a step. */
+  MPI_Barrier(MPI_COMM_WORLD);
+  double rate = rt_model_optimizer_rate(m), rate_sum = 0;
+  MPI_Allreduce(&rate, &rate_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   double lat = 0, bw = 0;
   strbuf err = {0};
   if (world >= 2 && me < 2) {
@@ -326,7 +331,7 @@ int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts
     rt_profile_fill(m, costs);
     strbuf json = {0};
     /* With one process there is no link to measure: the cluster's stays (no "link" key). */
-    rt_profile_json(s, m, costs, "mpi", world >= 2 ? lat : -1, bw, &json);
+    rt_profile_json(s, m, costs, "mpi", world >= 2 ? lat : -1, bw, rate_sum / world, &json);
     FILE *f = fopen(out_path, "w");
     if (!f || fwrite(json.data, 1, json.len, f) != json.len) {
       fprintf(stderr, "octo-run: error: cannot write '%s'\n", out_path);

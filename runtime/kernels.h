@@ -151,6 +151,10 @@ void rt_model_layer(const rt_model *m, int i, rt_layer_info *out);
 int rt_model_nlayers(const rt_model *m);
 /* Whether the model trains with Adam (else SGD). */
 bool rt_model_adam(const rt_model *m);
+/* The optimizer step's rate as the simulator counts it: 2 x (parameter, gradient and optimizer
+ * state bytes) per second, measured with rt_step on m's largest stage (median of 5; it changes
+ * that stage's weights: for a model used only to measure). */
+double rt_model_optimizer_rate(rt_model *m);
 /* Median seconds of the loss (softmax cross-entropy and its gradient) of one microbatch. */
 double rt_model_loss_seconds(rt_model *m);
 

@@ -40,6 +40,16 @@ static bool pr_same(const rt_model *m, int i, int j) {
   return a.k == b.k && memcmp(&a.d, &b.d, sizeof a.d) == 0;
 }
 
+/* Bytes written between two timed phases, to push the layer's data out of the core's cache as
+ * the other layers and microbatches of a pipelined step do (L2 caches are a few MiB). */
+#define PR_FLUSH_BYTES (16u << 20)
+
+/* Write the flush buffer once (volatile: not optimized away). */
+static void pr_flush(unsigned char *buf) {
+  volatile unsigned char *b = buf;
+  for (size_t i = 0; i < PR_FLUSH_BYTES; i += 64) b[i] = (unsigned char)(b[i] + 1);
+}
+
 /* Time layer i's kernels into *c. */
 static void pr_measure(rt_model *m, int i, rt_layer_cost *c) {
   rt_layer_info L;
@@ -61,24 +71,31 @@ static void pr_measure(rt_model *m, int i, rt_layer_cost *c) {
   }
   for (size_t k = 0; k < ny; k++) dy[k] = (float)(1e-3 * (double)((k * 7919) % 200 - 100));
   double tf[PR_REPS], tb[PR_REPS], tw[PR_REPS];
+  unsigned char *flush = xcalloc(PR_FLUSH_BYTES, 1);
   int n = 0;
   double start = support_seconds();
   for (int r = -1; r < PR_REPS; r++) { /* r = -1: the warm-up */
+    pr_flush(flush);
     double t0 = support_seconds();
     L.k->fwd(d, w, x, y, save);
     double t1 = support_seconds();
-    L.k->bwd_in(d, w, save, dy, i > 0 ? dx : NULL);
+    pr_flush(flush);
     double t2 = support_seconds();
-    L.k->bwd_w(d, w, save, g);
+    L.k->bwd_in(d, w, save, dy, i > 0 ? dx : NULL);
     double t3 = support_seconds();
+    pr_flush(flush);
+    double t4 = support_seconds();
+    L.k->bwd_w(d, w, save, g);
+    double t5 = support_seconds();
     if (r >= 0) {
       tf[n] = t1 - t0;
-      tb[n] = t2 - t1;
-      tw[n] = t3 - t2;
+      tb[n] = t3 - t2;
+      tw[n] = t5 - t4;
       n++;
     }
     if (n >= PR_MIN_REPS && support_seconds() - start > PR_BUDGET_S) break;
   }
+  free(flush);
   c->f = pr_median(tf, n);
   c->b = pr_median(tb, n);
   c->w = pr_median(tw, n);
@@ -161,7 +178,8 @@ static void pr_string(strbuf *out, const char *s) {
 }
 
 void rt_profile_json(const be_stream *s, const rt_model *m, const rt_layer_cost *costs,
-                     const char *backend, double lat_s, double bw_Bps, strbuf *out) {
+                     const char *backend, double lat_s, double bw_Bps, double optim_Bps,
+                     strbuf *out) {
   strbuf_puts(out, "{\n  \"format\": \"octopipe-profile\",\n  \"version\": 1,\n  \"device\": ");
   pr_string(out, s->nranks > 0 && s->ranks[0].type ? s->ranks[0].type : "cpu");
   strbuf_printf(out, ",\n  \"micro_batch\": %d,\n  \"seq\": %d,\n  \"tensor\": 1,\n"
@@ -171,6 +189,7 @@ void rt_profile_json(const be_stream *s, const rt_model *m, const rt_layer_cost 
   if (lat_s >= 0)
     strbuf_printf(out, ",\n  \"link\": {\"bw_gbs\": %.6g, \"lat_us\": %.6g}", bw_Bps / 1e9,
                   lat_s * 1e6);
+  if (optim_Bps > 0) strbuf_printf(out, ",\n  \"optimizer_gbs\": %.6g", optim_Bps / 1e9);
   strbuf_puts(out, ",\n  \"layers\": {");
   for (int i = 0; i < s->nlayers; i++) {
     const rt_layer_cost *c = &costs[i];
@@ -206,6 +225,8 @@ typedef struct pr_job {
   const rt_opts *mo;   /* its model's options */
   int worker, nworkers; /* which share of the configurations */
   rt_layer_cost *costs; /* per layer (shared; each worker writes its own layers) */
+  pthread_barrier_t *at_optim; /* all workers measure the optimizer together */
+  double optim_Bps;     /* its measurement of the optimizer's rate */
   bool ok;              /* its model was built */
 } pr_job;
 
@@ -214,6 +235,8 @@ static void *pr_run(void *arg) {
   rt_model *m = rt_model_new(j->s, j->mo, NULL);
   j->ok = m != NULL;
   if (m) rt_profile_layers(m, j->worker, j->nworkers, j->costs);
+  pthread_barrier_wait(j->at_optim); /* every rank updates at once, as at the end of a step */
+  if (m) j->optim_Bps = rt_model_optimizer_rate(m);
   rt_model_free(m);
   return NULL;
 }
@@ -230,22 +253,30 @@ int rt_profile_threads(const be_stream *s, const rt_opts *mo, strbuf *json, strb
   rt_layer_cost *costs = xcalloc((size_t)s->nlayers, sizeof *costs);
   pr_job *jobs = xcalloc((size_t)n, sizeof *jobs);
   pthread_t *th = xcalloc((size_t)n, sizeof *th);
+  pthread_barrier_t at_optim;
+  pthread_barrier_init(&at_optim, NULL, (unsigned)n);
   int started = 0;
   for (int w = 0; w < n; w++) {
-    jobs[w] = (pr_job){s, mo, w, n, costs, false};
+    jobs[w] = (pr_job){s, mo, w, n, costs, &at_optim, 0, false};
     if (pthread_create(&th[w], NULL, pr_run, &jobs[w]) != 0) break;
     started++;
   }
+  if (started < n) { /* the started ones wait at the barrier: let them through */
+    for (int w = started; w < n; w++) pthread_barrier_wait(&at_optim);
+  }
   for (int w = 0; w < started; w++) pthread_join(th[w], NULL);
+  pthread_barrier_destroy(&at_optim);
   int rc = started == n ? 0 : -1;
   if (rc) strbuf_puts(err, "cannot start the profiler's threads");
+  double optim = 0;
+  for (int w = 0; w < started; w++) optim += jobs[w].optim_Bps / n;
   rt_profile_fill(m, costs);
   double lat = 0, bw = 0;
   size_t big = 0;
   for (int i = 0; i < s->nlayers; i++)
     if (costs[i].out_bytes > (double)big) big = (size_t)costs[i].out_bytes;
   if (rc == 0 && rt_threads_link(big, &lat, &bw, err) != 0) rc = -1;
-  if (rc == 0) rt_profile_json(s, m, costs, "cpu", lat, bw, json);
+  if (rc == 0) rt_profile_json(s, m, costs, "cpu", lat, bw, optim, json);
   free(costs);
   free(jobs);
   free(th);

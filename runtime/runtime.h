@@ -252,9 +252,11 @@ void rt_profile_fill(const rt_model *m, rt_layer_cost *costs);
  * 8-byte message and bandwidth of messages of 'big' bytes. Returns 0, or -1 with the reason. */
 int rt_profile_link(rt_comm *c, int me, size_t big, double *lat_s, double *bw_Bps, strbuf *err);
 /* The profile JSON (docs/cost-model.md) of stream s measured with model m on 'backend'; no
- * "link" when lat_s < 0 (nothing measured it). */
+ * "link" when lat_s < 0 (nothing measured it); optim_Bps: the optimizer's rate
+ * (rt_model_optimizer_rate), none when 0. */
 void rt_profile_json(const be_stream *s, const rt_model *m, const rt_layer_cost *costs,
-                     const char *backend, double lat_s, double bw_Bps, strbuf *out);
+                     const char *backend, double lat_s, double bw_Bps, double optim_Bps,
+                     strbuf *out);
 /* The cpu backend's profiler: the stream's ranks as threads measure the layers (each distinct
  * configuration once), two threads measure the hub's link; the profile JSON is appended to
  * json. Returns 0, or -1 with the reason in err. */

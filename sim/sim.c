@@ -253,7 +253,10 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
         break;
       }
     }
-    double hbm = m->devices[dv].rec.hbm;
+    /* a profile's measured optimizer rate, else the device's memory bandwidth */
+    double hbm = ir_field_is_set(&m->train, IR_F_TRAIN_optim_bw) && m->train.optim_bw > 0
+                     ? m->train.optim_bw
+                     : m->devices[dv].rec.hbm;
     double ar = data > 1 ? ring_allreduce(dp_link, grad[dv], data) : 0;
     double opt = x->static_mem > 0 && hbm > 0 ? 2 * x->static_mem / hbm : 0;
     step += ar + opt;
