@@ -124,6 +124,9 @@ typedef struct be_program {
   int32_t ncode, code_cap;
   double pred_busy; /* predicted compute time per step, seconds: the simulator's busy time of the
                        device (its F, B and W and the optimizer step; not the all-reduce) */
+  double pred_peak; /* predicted peak memory of the device, bytes: the simulator's peak_mem of it
+                       (static memory of its stages plus its largest live activations; the
+                       report's "peak memory") */
   be_pred *pred;    /* one entry per FWD, BWD_IN, BWD_W and BWD instruction, in address order */
   int32_t npred;
 } be_program;
@@ -225,10 +228,10 @@ typedef struct be_mem {
  * right after its producer, each WAIT just before the first use, each FREE after the last use,
  * buffers of sends are released once the consumer ran. The stream carries the prediction: the
  * train fields scale and measured_on, the simulator's makespan (pred_step), each rank's busy time
- * (pred_busy) and the simulated start and end of each compute instruction (pred). Returns NULL
- * after reporting through d at 'where' (no plan, no costs, a schedule the simulator rejects).
- * Post: the stream passes be_validate and be_check (a failure there is reported as an internal
- * compiler error). */
+ * (pred_busy) and peak memory (pred_peak), and the simulated start and end of each compute
+ * instruction (pred). Returns NULL after reporting through d at 'where' (no plan, no costs, a
+ * schedule the simulator rejects). Post: the stream passes be_validate and be_check (a failure
+ * there is reported as an internal compiler error). */
 be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where);
 
 /* Add the backend's passes (check-stream) to the pass registry; tools call it at start-up. */
@@ -246,9 +249,10 @@ be_mem be_mem_stats(const be_stream *s, int r);
  * coverage (each stage's F, B and W, or BW, of every microbatch exactly once on its rank, LOSS
  * on the last stage, ALLREDUCE of each stage when replicas > 1, STEP at the end), messages
  * that pair up (each send has exactly one receive with the same peer, tag and size), and the
- * prediction (scale >= 0, measured_on a BACKEND name, finite non-negative step and busy times,
- * and exactly one predicted time 0 <= t0 <= t1 per FWD, BWD_IN, BWD_W and BWD instruction, in
- * address order; checked after the programs, so a broken program is reported as such).
+ * prediction (scale >= 0, measured_on a BACKEND name, finite non-negative step and busy times
+ * and peak memory, and exactly one predicted time 0 <= t0 <= t1 per FWD, BWD_IN, BWD_W and BWD
+ * instruction, in address order; checked after the programs, so a broken program is reported as
+ * such).
  * Returns 0, or -1 with the first problem appended to err as "rank R at ADDR (OP): what". */
 int be_validate(const be_stream *s, strbuf *err);
 
@@ -280,9 +284,9 @@ be_stream *be_read_file(const char *path, strbuf *err);
 /* ---- Disassembler ----------------------------------------------------------------------------- */
 
 /* Append the listing of s to out: a header (model, ranks, predicted step time and where the
- * costs come from, stages), then per rank its device, memory figures and predicted busy time, its
- * slots and its instructions in fixed columns (address, opcode, operands, comment such as
- * "; send act s3 mb7 -> rank 4"). Pre: s passed be_validate. */
+ * costs come from, stages), then per rank its device, memory figures, predicted busy time and
+ * peak memory, its slots and its instructions in fixed columns (address, opcode, operands,
+ * comment such as "; send act s3 mb7 -> rank 4"). Pre: s passed be_validate. */
 void be_disasm(const be_stream *s, strbuf *out);
 
 /* Append the instruction-set reference (the tables of docs/isa.md) to out, from isa.def,

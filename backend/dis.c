@@ -213,8 +213,8 @@ static void put_header(strbuf *out, const be_stream *s) {
   }
 }
 
-/* Append rank r's line: device, stages, slot total, the figures of be_mem_stats and the
- * predicted busy time. */
+/* Append rank r's line: device, stages, slot total, the figures of be_mem_stats, the
+ * predicted busy time and the predicted peak memory. */
 static void put_rank_line(strbuf *out, const be_stream *s, int r) {
   const be_program *p = &s->ranks[r];
   strbuf_printf(out, "rank %d: $d%d %s, node %d; ", r, (int)p->device, p->type ? p->type : "?",
@@ -233,7 +233,9 @@ static void put_rank_line(strbuf *out, const be_stream *s, int r) {
   if (m.peak_at >= 0) strbuf_printf(out, " at %04d", m.peak_at);
   strbuf_puts(out, "; activations ");
   put_bytes(out, m.peak_stash);
-  strbuf_printf(out, "; predicted busy %.3f ms\n", p->pred_busy * 1e3);
+  strbuf_printf(out, "; predicted busy %.3f ms; predicted peak ", p->pred_busy * 1e3);
+  put_bytes(out, p->pred_peak);
+  strbuf_putc(out, '\n');
 }
 
 /* Append the line of slot i of rank program p: "  slot %1  act     32MiB     at 200MiB" (size

@@ -26,8 +26,8 @@ enum {
   FMT_MIN_PARAM = 4 + 8,             /* name "", value */
   FMT_MIN_STAGE = 4 * 3 + 8 + 4 + 8 + 8, /* first, end, rank, out bytes and shape, stashes */
   FMT_MIN_SHAPE = 4 + 4 + 8,         /* elem, ndim, one extent */
-  FMT_MIN_RANK = 4 + 4 + 4 + 4 + 4 + 8 + 4, /* device, type "", node, no slots, no code, busy,
-                                               no predicted times */
+  FMT_MIN_RANK = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4, /* device, type "", node, no slots, no code,
+                                                   busy, peak, no predicted times */
   FMT_SLOT = 8 + 8 + 1,              /* offset, bytes, tensor */
   FMT_PRED = 4 + 8 + 8,              /* addr, t0, t1 */
   FMT_MIN_INST = 1                   /* an opcode without operands */
@@ -144,6 +144,7 @@ void be_write(const be_stream *s, strbuf *out) {
       for (int k = 0; k < nops; k++) put_i32(out, in->a[k]);
     }
     put_f64(out, p->pred_busy);
+    put_f64(out, p->pred_peak);
     put_count(out, p->npred);
     for (int i = 0; i < p->npred; i++) {
       put_i32(out, p->pred[i].addr);
@@ -417,6 +418,7 @@ static void read_body(rd *r, be_stream *s) {
     if (r->bad) return;
     set_ctx(r, "rank %d", k, 0);
     p->pred_busy = get_f64(r, "the predicted busy time");
+    p->pred_peak = get_f64(r, "the predicted peak memory");
     int32_t np = get_count(r, "predicted times", FMT_PRED);
     if (r->bad) return;
     p->pred = xcalloc((size_t)np, sizeof *p->pred);

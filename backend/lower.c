@@ -8,8 +8,8 @@
  * before its send in the reference order. WAITs go just before the first use, FREEs after the
  * last, and the buffer of a send is released (WAIT, FREE) when the reference order has run its
  * consumer. Buffers are first virtual (one per tensor) and then packed into slots per rank. The
- * stream keeps the prediction: the simulated makespan, each rank's busy time and the simulated
- * start and end of each compute instruction. */
+ * stream keeps the prediction: the simulated makespan, each rank's busy time and peak memory,
+ * and the simulated start and end of each compute instruction. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -477,7 +477,7 @@ static int add_shape(be_stream *s, int elem, int ndim, const int64_t *dim) {
 
 /* Fill the stream's header, layer, stage, rank and shape tables from m, and L's per-stage sizes.
  * Ranks are the devices that hold stages, in device order. The prediction's figures (pred_step,
- * pred_busy, pred) are be_lower's. */
+ * pred_busy, pred_peak, pred) are be_lower's. */
 static void build_tables(lower *L) {
   const ir_module *m = L->m;
   be_stream *s = L->s;
@@ -616,8 +616,11 @@ be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where) {
   build_tables(&L);
   L.pred_cap = xcalloc((size_t)(L.s->nranks ? L.s->nranks : 1), sizeof *L.pred_cap);
   L.s->pred_step = res.makespan;
-  for (int r = 0; r < L.s->nranks; r++)
-    L.s->ranks[r].pred_busy = res.dev[L.s->ranks[r].device].busy;
+  for (int r = 0; r < L.s->nranks; r++) {
+    const sim_device_stats *ds = &res.dev[L.s->ranks[r].device];
+    L.s->ranks[r].pred_busy = ds->busy;
+    L.s->ranks[r].pred_peak = ds->peak_mem;
+  }
   long total = 0;
   for (int dv = 0; dv < m->ndevices; dv++) total += m->schedules[dv].nops;
   int(*ord)[2] = xmalloc((size_t)(total ? total : 1) * sizeof *ord);

@@ -137,6 +137,10 @@ static void put_quoted(vctx *v, const char *str) {
 /* True when x is a finite number of seconds, at least 0. */
 static bool time_ok(double x) { return isfinite(x) && x >= 0; }
 
+/* True when x is a finite number of bytes, at least 0 (not necessarily whole: the simulator's
+ * memory figures are sums of costs). */
+static bool bytes_ok(double x) { return isfinite(x) && x >= 0; }
+
 /* The header's prediction: the measurement scale, the measuring backend (a name of enum BACKEND)
  * and the predicted step time. Returns 0 or -1 after reporting. */
 static int check_prediction_header(vctx *v) {
@@ -251,6 +255,9 @@ static int check_header(vctx *v) {
     if (!time_ok(p->pred_busy))
       return fail(v, "rank %d: predicted busy time %.9g must be finite and at least 0", r,
                   p->pred_busy);
+    if (!bytes_ok(p->pred_peak))
+      return fail(v, "rank %d: predicted peak memory %.9g must be finite and at least 0", r,
+                  p->pred_peak);
     for (int i = 0; i < p->nslots; i++) {
       const be_slot *sl = &p->slots[i];
       if (sl->offset > UINT64_MAX - sl->bytes)

@@ -306,6 +306,8 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     if (x->blas_s > 0)
       strbuf_printf(out, ", BLAS %.1f%% of busy", x->busy_s > 0 ? 100 * x->blas_s / x->busy_s : 0.0);
     if (x->peak_bytes > 0) strbuf_printf(out, ", memory %.2f MiB", x->peak_bytes / 1048576.0);
+    if (x->peak_bytes > 0 && pred)
+      strbuf_printf(out, " (predicted %.2f MiB)", s->ranks[x->rank].pred_peak / 1048576.0);
     strbuf_putc(out, '\n');
   }
   strbuf why = {0};

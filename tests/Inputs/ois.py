@@ -15,14 +15,15 @@ usage: ois.py IN OUT EDIT...
   measured_on:NAME  write measuring backend NAME
   pred_step:X       write predicted step time X (seconds; nan, inf, -1 are fine)
   busy:R:X          write rank R's predicted busy time X
+  peak:R:X          write rank R's predicted peak memory X (bytes)
   pred:R:I:A:T0:T1  replace rank R's predicted time I by address A, start T0, end T1
                     (I equal to the count appends one)
   droppred:R:I      delete rank R's predicted time I
   version:N         write format version N
   truncate:N        keep the first N bytes (applied last, after the checksum)
   flip:OFF          flip the low bit of byte OFF (applied last, after the checksum)
-  print             print the header's prediction and each rank's predicted times (after the
-                    edits before it)
+  print             print the header's prediction, each rank's busy time and peak memory and
+                    its predicted times (after the edits before it)
 The opcode table below must follow backend/isa.def (tests/backend/bad-files.test checks it)."""
 import struct
 import sys
@@ -54,7 +55,7 @@ def parse(data):
     """The stream as a dict: 'head' (raw bytes from the model name to the optimizer), the
     prediction ('scale', 'measured_on' bytes, 'pred_step'), 'tables' (raw bytes of the layer,
     stage and shape tables) and 'ranks' (per rank: raw program header bytes, a list of [opcode,
-    operands], 'busy' and 'pred', a list of [addr, t0, t1])."""
+    operands], 'busy', 'peak' and 'pred', a list of [addr, t0, t1])."""
     assert data[:8] == MAGIC, "not an OctoPipe instruction stream"
     r = Reader(data)
     r.p = 8
@@ -94,9 +95,9 @@ def parse(data):
             op = r.take("B")
             code.append([op, list(r.take("i" * OPS[op][1])) if OPS[op][1] > 1 else
                          ([r.take("i")] if OPS[op][1] == 1 else [])])
-        busy = r.take("d")
+        busy, peak = r.take("dd")
         pred = [list(r.take("idd")) for _ in range(r.take("I"))]
-        ranks.append({"head": prog_head, "code": code, "busy": busy, "pred": pred})
+        ranks.append({"head": prog_head, "code": code, "busy": busy, "peak": peak, "pred": pred})
     return {"version": version, "head": head, "scale": scale, "measured_on": measured_on,
             "pred_step": pred_step, "tables": tables, "ranks": ranks}
 
@@ -109,7 +110,7 @@ def serialize(s):
         out += rk["head"] + struct.pack("<I", len(rk["code"]))
         for op, args in rk["code"]:
             out += struct.pack("<B" + "i" * len(args), op, *args)
-        out += struct.pack("<dI", rk["busy"], len(rk["pred"]))
+        out += struct.pack("<ddI", rk["busy"], rk["peak"], len(rk["pred"]))
         for addr, t0, t1 in rk["pred"]:
             out += struct.pack("<idd", addr, t0, t1)
     out += struct.pack("<I", zlib.crc32(bytes(out)) & 0xFFFFFFFF)
@@ -124,12 +125,13 @@ def move_pred(rk, old_to_new):
 
 
 def show(s):
-    """Print the prediction of s: the header's fields, then per rank its busy time and its
-    predicted times as ADDR MNEMONIC T0 T1 (seconds, repr)."""
+    """Print the prediction of s: the header's fields, then per rank its busy time (seconds),
+    its peak memory (bytes) and its predicted times as ADDR MNEMONIC T0 T1 (seconds); numbers
+    as repr."""
     print("scale %d measured_on %s pred_step %r" %
           (s["scale"], s["measured_on"].decode("utf-8", "replace"), s["pred_step"]))
     for i, rk in enumerate(s["ranks"]):
-        print("rank %d busy %r" % (i, rk["busy"]))
+        print("rank %d busy %r peak %r" % (i, rk["busy"], rk["peak"]))
         for a, t0, t1 in rk["pred"]:
             name = OPS[rk["code"][a][0]][0] if 0 <= a < len(rk["code"]) else "?"
             print("  %04d %s %r %r" % (a, name, t0, t1))
@@ -176,6 +178,8 @@ def main(argv):
             s["pred_step"] = float(f[1])
         elif f[0] == "busy":
             s["ranks"][int(f[1])]["busy"] = float(f[2])
+        elif f[0] == "peak":
+            s["ranks"][int(f[1])]["peak"] = float(f[2])
         elif f[0] == "pred":
             pred = s["ranks"][int(f[1])]["pred"]
             entry = [int(f[3]), float(f[4]), float(f[5])]

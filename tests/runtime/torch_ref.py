@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "torchref"))  # their shared helpers (common.py)
 
 
 def load_kind(kind):

@@ -45,9 +45,10 @@ static ir_module *tb_model(uint64_t *seed, int n, int p, int mb, int data) {
 }
 
 /* Whether the prediction s carries is the simulator's r of the module m it was lowered from: the
- * train fields scale and measured_on, the makespan, each rank's busy time, and for each compute
- * instruction the start and end of its operation in r's timeline, bit for bit. Reports the first
- * difference on stderr ('what' names the case). Pre: r is a recorded SIM_OK run of m. */
+ * train fields scale and measured_on, the makespan, each rank's busy time and peak memory (the
+ * simulator's peak_mem of its device, static memory included), and for each compute instruction
+ * the start and end of its operation in r's timeline, bit for bit. Reports the first difference
+ * on stderr ('what' names the case). Pre: r is a recorded SIM_OK run of m. */
 static bool tb_prediction_ok(const ir_module *m, const be_stream *s, const sim_result *r,
                              const char *what) {
   const char *on =
@@ -68,6 +69,11 @@ static bool tb_prediction_ok(const ir_module *m, const be_stream *s, const sim_r
     if (p->pred_busy != r->dev[p->device].busy) {
       fprintf(stderr, "  %s: rank %d predicted busy %.17g, simulator %.17g\n", what, k,
               p->pred_busy, r->dev[p->device].busy);
+      return false;
+    }
+    if (p->pred_peak != r->dev[p->device].peak_mem) {
+      fprintf(stderr, "  %s: rank %d predicted peak memory %.17g, simulator %.17g\n", what, k,
+              p->pred_peak, r->dev[p->device].peak_mem);
       return false;
     }
     int j = 0;

@@ -99,6 +99,7 @@ static be_stream *two_rank_stream(void) {
 
   set_rank(s, 0, 0, "h100", 0, 7);
   s->ranks[0].pred_busy = 0.0105;
+  s->ranks[0].pred_peak = 2048.0 * MIB + 1736.0 * MIB; /* static 2GiB + activations */
   set_slot(s, 0, 0, BE_T_INPUT, 16 * KIB);
   set_slot(s, 0, 1, BE_T_ACT, 8 * MIB);
   set_slot(s, 0, 2, BE_T_STASH, 100 * MIB);
@@ -135,6 +136,7 @@ static be_stream *two_rank_stream(void) {
 
   set_rank(s, 1, 4, "a100", 1, 5);
   s->ranks[1].pred_busy = 0.00025;
+  s->ranks[1].pred_peak = 612.0 * MIB;
   set_slot(s, 1, 0, BE_T_ACT, 8 * MIB);
   set_slot(s, 1, 1, BE_T_STASH, 100 * MIB);
   set_slot(s, 1, 2, BE_T_ACT, 8 * MIB);
@@ -176,7 +178,8 @@ void test_backend_dis_listing(void) {
               "; stage s1: layer %2 on rank 1; out 8MiB [1x4096x1024] x2, stash 100MiB, wstash 0B\n");
   rank_line(&want, s, 0, "rank 0: $d0 h100, node 0; stage s0; 7 slots", 1802256.0 * KIB,
             1760.0 * MIB, 8, 1736.0 * MIB,
-            "1.72GiB; peak live 1.72GiB at 0008; activations 1.7GiB; predicted busy 10.500 ms");
+            "1.72GiB; peak live 1.72GiB at 0008; activations 1.7GiB; predicted busy 10.500 ms; "
+            "predicted peak 3.7GiB");
   strbuf_puts(
       &want,
       "  slot %0  input   16KiB     at 0B\n"
@@ -216,7 +219,8 @@ void test_backend_dis_listing(void) {
       "\n");
   rank_line(&want, s, 1, "rank 1: $d4 a100, node 1; stage s1; 5 slots", 132.0 * MIB,
             124.0 * MIB, 12, 100.0 * MIB,
-            "132MiB; peak live 124MiB at 0012; activations 100MiB; predicted busy 0.250 ms");
+            "132MiB; peak live 124MiB at 0012; activations 100MiB; predicted busy 0.250 ms; "
+            "predicted peak 612MiB");
   strbuf_puts(
       &want,
       "  slot %0  act     8MiB      at 0B\n"
@@ -348,6 +352,7 @@ void test_backend_dis_prediction(void) {
     s->stages[0] = (be_stage){0, 1, 0, 0, -1, 0, 0};
     set_rank(s, 0, 0, "h100", 0, 0);
     s->ranks[0].pred_busy = 0.0125;
+    s->ranks[0].pred_peak = 1536;
     E0(s, 0, STEP);
     s->scale = cases[i].scale;
     s->measured_on = cases[i].on ? xstrdup(cases[i].on) : NULL;
@@ -361,7 +366,7 @@ void test_backend_dis_prediction(void) {
     const char *pred = strstr(t, "\n; predicted step ");
     UNIT_CHECK(model && pred && strchr(model + 1, '\n') == pred); /* right after the model line */
     UNIT_CHECK(has_line(t, "rank 0: $d0 h100, node 0; stage s0; 0 slots, 0B; peak live 0B; "
-                           "activations 0B; predicted busy 12.500 ms"));
+                           "activations 0B; predicted busy 12.500 ms; predicted peak 1.5KiB"));
     strbuf_free(&got);
     be_stream_free(s);
   }

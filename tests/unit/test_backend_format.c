@@ -1,7 +1,7 @@
 /* test_backend_format.c -- unit tests of the validator (be_validate) and the binary stream format
  * (be_write, be_read, be_read_file): a small hand-built stream is accepted and round-trips
- * byte for byte, the prediction it carries (measurement scale and backend, step, busy and
- * per-instruction times) bit for bit; truncated, corrupted and fuzzed files are rejected cleanly;
+ * byte for byte, the prediction it carries (measurement scale and backend, step and busy times,
+ * peak memory and per-instruction times) bit for bit; truncated, corrupted and fuzzed files are rejected cleanly;
  * and one targeted broken program per validator rule is rejected with the expected message. */
 #include <float.h>
 #include <math.h>
@@ -131,7 +131,8 @@ static void fb_layer(be_layer *l, const char *name, const char *kind, const char
 
 /* Give every FWD, BWD_IN, BWD_W and BWD instruction of p a predicted time (replacing any it
  * had): made-up times that grow with the address, 1 ms per instruction on rank r + 1 ms apart,
- * so that each entry differs; and a busy time. Post: p's prediction passes be_validate. */
+ * so that each entry differs; a busy time; and a peak memory of 1 GiB plus 1 MiB per rank. Post:
+ * p's prediction passes be_validate. */
 static void fb_predict(be_program *p, int r) {
   free(p->pred);
   p->pred = xcalloc((size_t)(p->ncode ? p->ncode : 1), sizeof *p->pred);
@@ -140,6 +141,7 @@ static void fb_predict(be_program *p, int r) {
     if (be_op_predicted(p->code[i].op))
       p->pred[p->npred++] = (be_pred){i, 1e-3 * (i + r), 1e-3 * (i + r) + 0.75e-3};
   p->pred_busy = 0.75e-3 * p->npred;
+  p->pred_peak = (double)(1u << 30) + (double)(1u << 20) * r;
 }
 
 /* Program of rank r from its listing and slots, with predicted times (fb_predict). With 'fused',
@@ -332,7 +334,9 @@ static bool fb_equal(const be_stream *a, const be_stream *b) {
       for (int k = 0; k < BE_MAX_OPERANDS; k++)
         if (x->code[i].a[k] != y->code[i].a[k]) return false;
     }
-    if (!fb_same_f64(x->pred_busy, y->pred_busy) || x->npred != y->npred) return false;
+    if (!fb_same_f64(x->pred_busy, y->pred_busy) || !fb_same_f64(x->pred_peak, y->pred_peak) ||
+        x->npred != y->npred)
+      return false;
     for (int i = 0; i < x->npred; i++)
       if (x->pred[i].addr != y->pred[i].addr || !fb_same_f64(x->pred[i].t0, y->pred[i].t0) ||
           !fb_same_f64(x->pred[i].t1, y->pred[i].t1))
@@ -435,6 +439,8 @@ void test_backend_format_prediction_roundtrip(void) {
   s->pred_step = 0.1 + 0.2;
   s->ranks[0].pred_busy = 5e-324;
   s->ranks[1].pred_busy = 1.0 / 3;
+  s->ranks[0].pred_peak = 0x1p53 + 2; /* past 2^53 bytes: whole, but no longer every integer */
+  s->ranks[1].pred_peak = 1e6 / 3;    /* not a whole number of bytes */
   s->ranks[0].pred[0].t0 = -0.0;
   s->ranks[0].pred[0].t1 = 0.0;
   s->ranks[0].pred[1].t0 = s->ranks[0].pred[1].t1 = 1.0 / 7;
@@ -449,6 +455,8 @@ void test_backend_format_prediction_roundtrip(void) {
     UNIT_CHECK_STREQ(t->measured_on, "nccl");
     UNIT_CHECK(fb_bits(t->pred_step) == fb_bits(0.1 + 0.2) && t->pred_step != 0.3);
     UNIT_CHECK(fb_bits(t->ranks[0].pred_busy) == fb_bits(5e-324));
+    UNIT_CHECK(fb_bits(t->ranks[0].pred_peak) == fb_bits(0x1p53 + 2));
+    UNIT_CHECK(fb_bits(t->ranks[1].pred_peak) == fb_bits(1e6 / 3));
     UNIT_CHECK(signbit(t->ranks[0].pred[0].t0) && t->ranks[0].pred[0].t0 == 0);
     UNIT_CHECK(!signbit(t->ranks[0].pred[0].t1));
     UNIT_CHECK(t->ranks[0].pred[1].t0 == 1.0 / 7 && t->ranks[0].pred[1].t1 == 1.0 / 7);
@@ -468,9 +476,11 @@ void test_backend_format_prediction_roundtrip(void) {
   UNIT_CHECK(fb_le32(a.data, at + 4) == 4 && memcmp(a.data + at + 8, "nccl", 4) == 0);
   UNIT_CHECK(fb_le64(a.data, at + 12) == fb_bits(0.1 + 0.2));
   UNIT_CHECK(fb_le32(a.data, at + 20) == 4); /* then the layer count */
-  /* ... and after each program's code, f64 pred_busy, count npred, npred x (i32, f64, f64). */
+  /* ... and after each program's code, f64 pred_busy, f64 pred_peak, count npred, npred x (i32,
+   * f64, f64). */
   at = fb_last_npred_at(s, &a);
-  UNIT_CHECK(fb_le64(a.data, at - 8) == fb_bits(1.0 / 3));
+  UNIT_CHECK(fb_le64(a.data, at - 16) == fb_bits(1.0 / 3));
+  UNIT_CHECK(fb_le64(a.data, at - 8) == fb_bits(1e6 / 3));
   UNIT_CHECK(fb_le32(a.data, at) == 6);
   UNIT_CHECK(fb_le32(a.data, at + 4) == (uint32_t)s->ranks[1].pred[0].addr);
   UNIT_CHECK(fb_le64(a.data, at + 8) == fb_bits(s->ranks[1].pred[0].t0));
@@ -698,6 +708,11 @@ void test_backend_format_header_errors(void) {
   snprintf(want, sizeof want, "count of predicted times 4294967295 out of range at byte %zu "
            "(rank 1)", at);
   fb_expect_reject(c, a.len, want);
+  /* A file that ends inside the last rank's predicted peak memory. */
+  at = fb_last_npred_at(s, &a) - 8;
+  snprintf(want, sizeof want, "truncated at byte %zu: expected the predicted peak memory (8 "
+           "bytes) of rank 1, 3 remain", at);
+  fb_expect_reject((const uint8_t *)a.data, at + 3, want);
   /* The measuring backend's length past 4096. */
   at = fb_scale_at(s) + 4;
   memcpy(c, a.data, a.len);
@@ -887,6 +902,9 @@ static void e_step_nan(be_stream *s) { s->pred_step = NAN; }
 static void e_step_inf(be_stream *s) { s->pred_step = INFINITY; }
 static void e_step_neg(be_stream *s) { s->pred_step = -0.25; }
 static void e_busy(be_stream *s) { s->ranks[0].pred_busy = -1e-3; }
+static void e_peak_nan(be_stream *s) { s->ranks[1].pred_peak = NAN; }
+static void e_peak_inf(be_stream *s) { s->ranks[0].pred_peak = INFINITY; }
+static void e_peak_neg(be_stream *s) { s->ranks[1].pred_peak = -4096; }
 static void e_npred_neg(be_stream *s) { s->ranks[1].npred = -1; }
 static void e_pred_null(be_stream *s) {
   free(s->ranks[1].pred);
@@ -1038,6 +1056,12 @@ static const fb_case fb_cases[] = {
      "predicted step time -0.25 must be finite and at least 0", false},
     {"predicted busy time", 1, e_busy,
      "rank 0: predicted busy time -0.001 must be finite and at least 0", false},
+    {"predicted peak memory NaN", 1, e_peak_nan,
+     "rank 1: predicted peak memory nan must be finite and at least 0", false},
+    {"predicted peak memory infinite", 1, e_peak_inf,
+     "rank 0: predicted peak memory inf must be finite and at least 0", false},
+    {"predicted peak memory negative", 1, e_peak_neg,
+     "rank 1: predicted peak memory -4096 must be finite and at least 0", false},
     {"predicted time count", 1, e_npred_neg, "rank 1: predicted time count -1 out of range", true},
     {"predicted times missing", 1, e_pred_null, "rank 1: predicted time count 6 out of range",
      true},

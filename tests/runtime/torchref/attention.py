@@ -5,9 +5,7 @@ import math
 
 import torch
 
-
-def _rms_norm(x, weight, eps=1e-5):
-    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
+from common import rmsnorm
 
 
 def _rotate_half(t):
@@ -41,7 +39,7 @@ def forward(dims, x, p):
     H, KV, hd = dims["heads"], dims["kv_heads"], dims["head_dim"]
     causal, window = bool(dims["causal"]), int(dims["window"])
 
-    h = _rms_norm(x, p["norm"])
+    h = rmsnorm(x, p["norm"])
     q = (h @ p["wq"]).view(B, S, H, hd).transpose(1, 2)
     k = (h @ p["wk"]).view(B, S, KV, hd).transpose(1, 2)
     v = (h @ p["wv"]).view(B, S, KV, hd).transpose(1, 2)

@@ -6,12 +6,7 @@ recurrence, token by token, so that it checks the kernel's chunked SSD form inde
 import torch
 import torch.nn.functional as F
 
-EPS = 1e-5  # RT_NORM_EPS
-
-
-def _rmsnorm(x, w):
-    """RMSNorm over the last axis times weight w."""
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * w
+from common import rmsnorm
 
 
 def forward(dims, x, p):
@@ -24,7 +19,7 @@ def forward(dims, x, p):
     CD = inner + 2 * GN
     assert H % G == 0, "groups must divide heads"
 
-    h = _rmsnorm(x, p["norm"])
+    h = rmsnorm(x, p["norm"])
     zxbcdt = h @ p["in_proj"]
     z, xBC, dt = torch.split(zxbcdt, [inner, CD, H], dim=-1)
 
@@ -50,5 +45,5 @@ def forward(dims, x, p):
     y = torch.stack(ys, dim=1).reshape(B * S, inner)
 
     yg = (y * F.silu(z)).reshape(B * S, G, inner // G)
-    yg = _rmsnorm(yg, p["gate_norm"].reshape(G, inner // G)).reshape(B * S, inner)
+    yg = rmsnorm(yg, p["gate_norm"].reshape(G, inner // G)).reshape(B * S, inner)
     return x + yg @ p["out_proj"]

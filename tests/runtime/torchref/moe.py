@@ -6,28 +6,12 @@ y = x + sum_k weight_k FFN_{e_k}(h) + sum_s FFN_s(h), FFN(h) = (act(h W1) [* (h 
 Dropless, no capacity limit, no auxiliary loss. Written from the definition, not from the C
 code: a masked loop over experts instead of a grouping permutation."""
 import torch
-import torch.nn.functional as F
 
-EPS = 1e-5  # RT_NORM_EPS
-
-
-def _act(code, z):
-    """Activation of rt_act code (0 relu, 1 relu2, 2 gelu (erf form), 3 silu, 4 tanh)."""
-    if code == 0:
-        return F.relu(z)
-    if code == 1:
-        return F.relu(z) ** 2
-    if code == 2:
-        return F.gelu(z)
-    if code == 3:
-        return F.silu(z)
-    if code == 4:
-        return torch.tanh(z)
-    raise ValueError("unknown activation %r" % (code,))
+from common import act, rmsnorm
 
 
 def _ffn(dims, h, w1, w3, w2):
-    z = _act(int(dims["act"]), h @ w1)
+    z = act(int(dims["act"]), h @ w1)
     if dims["gated"]:
         z = z * (h @ w3)
     return z @ w2
@@ -37,7 +21,7 @@ def forward(dims, x, p):
     """y [B*S, hidden] from x [B*S, hidden] and parameters p ("norm", "router", "experts.w1",
     ["experts.w3",] "experts.w2", and with shared experts "shared.w1", ["shared.w3",] "shared.w2")."""
     E, K, gated = int(dims["experts"]), int(dims["top_k"]), bool(dims["gated"])
-    h = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + EPS) * p["norm"]
+    h = rmsnorm(x, p["norm"])
     logits = h @ p["router"]
     # torch.topk does not promise an order among equal values; a stable descending sort does
     # (lower index first), and its first K columns are the top K in descending order.

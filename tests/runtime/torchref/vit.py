@@ -6,13 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-_ACTS = {
-    0: torch.relu,
-    1: lambda a: torch.relu(a) ** 2,
-    2: F.gelu,  # exact erf form
-    3: F.silu,
-    4: torch.tanh,
-}
+from common import ACTS as _ACTS
 
 
 def forward(dims, x, p):
