@@ -79,11 +79,11 @@ static int mp_allreduce(void *ctx, float *buf, size_t n) {
              : 2;
 }
 
-static void mp_fail(void *ctx, const char *why) {
+static void mp_fail(void *ctx, const char *why, int code) {
   (void)ctx;
   fprintf(stderr, "octo-run: error: %s\n", why);
   fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, RT_EXIT_RUNTIME);
+  MPI_Abort(MPI_COMM_WORLD, code);
 }
 
 /* Nothing to forget: a rank leaves with every message completed, or the job is aborted. */
@@ -324,7 +324,7 @@ int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts
     MPI_Comm_dup(MPI_COMM_SELF, &mc.replicas);
     mc.pipe = MPI_COMM_WORLD;
     rt_comm c = {"mpi", &mc, mp_isend, mp_irecv, mp_wait, mp_allreduce, mp_fail, mp_leave};
-    if (rt_profile_link(&c, me, big, &lat, &bw, &err) != 0) mp_fail(&mc, strbuf_cstr(&err));
+    if (rt_profile_link(&c, me, big, &lat, &bw, &err) != 0) mp_fail(&mc, strbuf_cstr(&err), RT_EXIT_RUNTIME);
     MPI_Comm_free(&mc.replicas);
   }
   if (me == 0) {

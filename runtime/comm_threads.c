@@ -182,8 +182,9 @@ static int th_allreduce(void *ctx, float *buf, size_t n) {
   return rc;
 }
 
-static void th_fail(void *ctx, const char *why) {
-  (void)why; /* the launcher reports it from the rank's stats */
+static void th_fail(void *ctx, const char *why, int code) {
+  (void)why; /* the launcher reports it, with its exit status, from the rank's stats */
+  (void)code;
   thread_comm *t = ctx;
   pthread_mutex_lock(&t->hub->mu);
   t->hub->failed = true;
@@ -288,7 +289,7 @@ static void *link_run(void *arg) {
   link_job *j = arg;
   rt_comm c = {"cpu", &j->tc, th_isend, th_irecv, th_wait, th_allreduce, th_fail, th_leave};
   j->rc = rt_profile_link(&c, j->tc.rank, j->big, &j->lat, &j->bw, &j->err);
-  if (j->rc) th_fail(&j->tc, strbuf_cstr(&j->err));
+  if (j->rc) th_fail(&j->tc, strbuf_cstr(&j->err), RT_EXIT_RUNTIME);
   return NULL;
 }
 
@@ -310,7 +311,7 @@ int rt_threads_link(size_t big, double *lat_s, double *bw_Bps, strbuf *err) {
     jobs[r].tc.rank = r;
     jobs[r].big = big;
     if (pthread_create(&th[r], NULL, link_run, &jobs[r]) != 0) {
-      th_fail(&jobs[r].tc, "cannot start a thread");
+      th_fail(&jobs[r].tc, "cannot start a thread", RT_EXIT_RUNTIME);
       rc = -1;
       break;
     }

@@ -64,7 +64,7 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
   if (!m || (o->check && !ref)) {
     snprintf(st->err, sizeof st->err, "rank %d: %s", rank, strbuf_cstr(&err));
     st->status = RT_FAILED;
-    c->fail(c->ctx, st->err);
+    c->fail(c->ctx, st->err, RT_EXIT_INPUT);
     strbuf_free(&err);
     rt_model_free(m);
     return st->status;
@@ -205,7 +205,8 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
   }
   st->peak_bytes = (double)rt_model_bytes(m);
   for (int i = 0; i < p->nslots; i++) st->peak_bytes += (double)floats[i] * sizeof(float);
-  if (st->status == RT_FAILED || st->status == RT_NONFINITE) c->fail(c->ctx, st->err);
+  if (st->status == RT_FAILED || st->status == RT_NONFINITE)
+    c->fail(c->ctx, st->err, st->status == RT_NONFINITE ? RT_EXIT_NUMERIC : RT_EXIT_RUNTIME);
   c->leave(c->ctx);
   for (int i = 0; i < p->nslots; i++) free(buf[i]);
   free(buf);

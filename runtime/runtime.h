@@ -133,8 +133,8 @@ typedef struct rt_comm {
   /* Sum n floats over the replicas of this rank (in place); 0, or 2 when another rank failed. */
   int (*allreduce)(void *ctx, float *buf, size_t n);
   /* Tell every rank that this one failed with message 'why' (they stop at their next wait, or the
-   * transport ends them). */
-  void (*fail)(void *ctx, const char *why);
+   * transport ends the job with exit status 'code', an RT_EXIT_* value). */
+  void (*fail)(void *ctx, const char *why, int code);
   /* This rank is done (normally or not) and its buffers go away: forget its messages that are
    * still unpaired, so that no other rank's post touches them. */
   void (*leave)(void *ctx);
