@@ -1,5 +1,5 @@
 /* exec.c -- the interpreter: runs one rank's program of an instruction stream on a transport
- * (rt_exec_rank), with the stand-in model doing the arithmetic; its failures name the rank, the
+ * (rt_exec_rank), with the model (model.c) doing the arithmetic; its failures name the rank, the
  * instruction and what it waited for. Also the run's report (per-step time and loss, per-rank
  * busy and waiting time, the comparison with the sequential reference) and its trace. */
 #include <math.h>
@@ -67,6 +67,7 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
     c->fail(c->ctx, st->err, RT_EXIT_INPUT);
     strbuf_free(&err);
     rt_model_free(m);
+    rt_model_free(ref);
     return st->status;
   }
   st->scale = rt_model_scale(m);
