@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "backend.h"
 #include "runtime.h"
@@ -145,6 +148,12 @@ static int cpu_profile(const be_stream *s, const rt_opts *mo, const char *path) 
 }
 
 int main(int argc, char **argv) {
+#ifdef __GLIBC__
+  /* Kernels allocate their temporaries per call: keep freed memory in the heap instead of
+   * giving it back to the system and faulting it in again at the next call. */
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
   const char *input = NULL, *trace_path = NULL, *backend = "cpu", *profile = NULL;
   bool bf16 = false;
   rt_opts mo = {0, 1, 0.01, NULL, NULL};
