@@ -302,8 +302,8 @@ static bool get_count(prof_ctx *c, const prof_path *p, const cJSON *v, double *o
     return false;
   }
   double x = v->valuedouble;
-  if (!isfinite(x) || x < 1 || x != floor(x)) {
-    perr(c, p, "expected a whole number >= 1, found %.17g", x);
+  if (!isfinite(x) || x < 1 || x != floor(x) || x > 9007199254740992.0) {
+    perr(c, p, "expected a whole number from 1 to 2^53, found %.17g", x);
     return false;
   }
   *out = x;

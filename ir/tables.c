@@ -226,7 +226,8 @@ void ir_field_set(void *rec, int field, double v) {
   const ir_field_info *f = &ir_fields[field];
   char *p = (char *)rec + f->offset;
   if (ir_type_is_integral(f->type)) {
-    int64_t iv = (int64_t)v;
+    /* callers pass whole numbers in range; clamp anything else rather than overflow */
+    int64_t iv = !(v == v) ? 0 : v >= 9.2e18 ? INT64_MAX : v <= -9.2e18 ? INT64_MIN : (int64_t)v;
     memcpy(p, &iv, sizeof iv);
   } else {
     memcpy(p, &v, sizeof v);

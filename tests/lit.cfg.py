@@ -11,6 +11,7 @@ config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.octo_obj_root, "tests")
 
 path = os.pathsep.join([config.octo_tools_dir, config.octo_unit_dir,
+                        os.path.join(config.octo_obj_root, "tests", "fuzz"),
                         os.path.join(config.octo_obj_root, "tests", "gpu"), config.filecheck_dir,
                         config.environment.get("PATH", os.environ.get("PATH", ""))])
 config.environment["PATH"] = path
