@@ -316,14 +316,7 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
   if (rt_prediction_comparable(s, o, stats[0].scale, &why)) {
     /* the median of the steps after the first (the first warms caches and allocates) */
     int k0 = steps > 1 ? 1 : 0, n = steps - k0;
-    for (int i = k0; i < steps; i++)
-      for (int j = i + 1; j < steps; j++)
-        if (times[j] < times[i]) {
-          double x = times[i];
-          times[i] = times[j];
-          times[j] = x;
-        }
-    double med = n % 2 ? times[k0 + n / 2] : 0.5 * (times[k0 + n / 2 - 1] + times[k0 + n / 2]);
+    double med = rt_median(times + k0, n);
     strbuf_printf(out, "prediction: %.3f ms predicted, %.3f ms measured (median of %d step%s): "
                   "%+.1f%%\n", s->pred_step * 1e3, med * 1e3, n, n == 1 ? "" : "s",
                   s->pred_step > 0 ? 100 * (med - s->pred_step) / s->pred_step : 0.0);

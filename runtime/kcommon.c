@@ -61,6 +61,16 @@ void rt_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A,
   kc_blas_s += support_seconds() - t0;
 }
 
+double rt_median(double *v, int n) {
+  for (int i = 1; i < n; i++) /* insertion sort: a handful of values */
+    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+      double t = v[j];
+      v[j] = v[j - 1];
+      v[j - 1] = t;
+    }
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 /* ---- Norms ----------------------------------------------------------------------------------- */
 
 void rt_rmsnorm_fwd(int rows, int n, const float *x, const float *gamma, float *y, float *rstd) {

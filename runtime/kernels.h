@@ -165,6 +165,9 @@ double rt_model_loss_seconds(rt_model *m);
 void rt_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc);
 
+/* Median of n >= 1 values (sorts v in place). */
+double rt_median(double *v, int n);
+
 /* Seconds this thread has spent in rt_gemm since it started (for the run's BLAS share). */
 double rt_blas_seconds(void);
 

@@ -891,14 +891,9 @@ double rt_model_optimizer_rate(rt_model *m) {
     rt_step(m, big);
     t[r] = support_seconds() - t0;
   }
-  for (int i = 1; i < 5; i++)
-    for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-      double x = t[j];
-      t[j] = t[j - 1];
-      t[j - 1] = x;
-    }
+  double med = rt_median(t, 5);
   double bytes = (double)st->nparams * sizeof(float) * (m->adam ? 4 : 2); /* the simulator's */
-  return t[2] > 0 ? 2 * bytes / t[2] : 0;
+  return med > 0 ? 2 * bytes / med : 0;
 }
 
 /* ---- Reference and comparison -------------------------------------------------------------- */
@@ -1016,11 +1011,5 @@ double rt_model_loss_seconds(rt_model *m) {
   }
   free(out);
   free(grad);
-  for (int i = 1; i < 5; i++) /* median of 5 */
-    for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-      double x = t[j];
-      t[j] = t[j - 1];
-      t[j - 1] = x;
-    }
-  return t[2];
+  return rt_median(t, 5);
 }

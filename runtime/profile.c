@@ -1,9 +1,9 @@
 /* profile.c -- octo-run --profile on CPUs (runtime.h, "Profiler"): times every layer of a stream
  * as the model runs it (its kernels at the scale in force, F, B and W apart, the median of several
  * repetitions after a warm-up), measures the transport's point-to-point latency and bandwidth
- * with a ping-pong between two ranks, and writes the cost model's profile JSON
- * (docs/cost-model.md, "Profile files") with the scale, the backend, the link and each layer's
- * shape, so that octoc plans with the costs of the machine the plan will run on. */
+ * with a ping-pong between two ranks, the optimizer step's rate with every rank updating at
+ * once, and writes the cost model's profile JSON (docs/cost-model.md, "Profile files") with the
+ * scale, the backend, the link, the optimizer rate and each layer's shape, so that octoc plans with the costs of the machine the plan will run on. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -17,17 +17,6 @@
 #define PR_REPS 7
 #define PR_MIN_REPS 3
 #define PR_BUDGET_S 0.5
-
-/* Median of n values (sorted in place). */
-static double pr_median(double *v, int n) {
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-      double t = v[j];
-      v[j] = v[j - 1];
-      v[j - 1] = t;
-    }
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Whether layers i and j of m run the same computation (same kernels and dimensions; the last
  * layer, which carries the loss, is like no other). */
@@ -96,9 +85,9 @@ static void pr_measure(rt_model *m, int i, rt_layer_cost *c) {
     if (n >= PR_MIN_REPS && support_seconds() - start > PR_BUDGET_S) break;
   }
   free(flush);
-  c->f = pr_median(tf, n);
-  c->b = pr_median(tb, n);
-  c->w = pr_median(tw, n);
+  c->f = rt_median(tf, n);
+  c->b = rt_median(tb, n);
+  c->w = rt_median(tw, n);
   if (i == rt_model_nlayers(m) - 1) c->f += rt_model_loss_seconds(m); /* LOSS follows the last layer */
   bool adam = rt_model_adam(m);
   c->act_bytes = 4.0 * (double)L.p.save_floats;
