@@ -502,14 +502,14 @@ static void json_baselines(const pass_baseline *b, int nb, strbuf *out) {
     strbuf_puts(out, i ? ",\n    {" : "\n    {");
     bool f1 = true;
     inner_key(out, "name", &f1);
-    rep_json_str(out, b[i].name);
+    strbuf_json_str(out, b[i].name);
     inner_key(out, "pipeline", &f1);
-    rep_json_str(out, b[i].pipeline);
+    strbuf_json_str(out, b[i].pipeline);
     inner_key(out, "ok", &f1);
     strbuf_puts(out, b[i].ok ? "true" : "false");
     if (!b[i].ok) {
       inner_key(out, "why", &f1);
-      rep_json_str(out, b[i].why);
+      strbuf_json_str(out, b[i].why);
       strbuf_putc(out, '}');
       continue;
     }
@@ -540,7 +540,7 @@ static void json_tuner(const pass_tune_stats *st, strbuf *out) {
   member_ms(out, "makespan_ms", st->makespan, &f1);
   member_num(out, "bubble_ratio", st->bubble, &f1);
   inner_key(out, "start", &f1);
-  rep_json_str(out, st->start);
+  strbuf_json_str(out, st->start);
   inner_key(out, "speedup_vs", &f1);
   strbuf_putc(out, '{');
   bool f2 = true;
@@ -558,7 +558,7 @@ void report_json(const ir_module *m, const sim_result *r, const report_extra *x,
   bool first = true;
   strbuf_putc(out, '{');
   top_key(out, "model", &first);
-  rep_json_str(out, m->name);
+  strbuf_json_str(out, m->name);
   top_key(out, "layers", &first);
   strbuf_printf(out, "%d", m->nlayers);
   top_key(out, "devices", &first);
@@ -582,7 +582,7 @@ void report_json(const ir_module *m, const sim_result *r, const report_extra *x,
     first_kind = false;
     bool f1 = true;
     inner_key(out, "kind", &f1);
-    rep_json_str(out, ir_kinds[i].name);
+    strbuf_json_str(out, ir_kinds[i].name);
     inner_key(out, "count", &f1);
     strbuf_printf(out, "%d", k[i].count);
     member_ms(out, "f_ms", kind_mean(&k[i], KC_F), &f1);
@@ -596,7 +596,7 @@ void report_json(const ir_module *m, const sim_result *r, const report_extra *x,
 
   top_key(out, "schedule_method", &first);
   if (has_schedule(m))
-    rep_json_str(out, rep_schedule_method(m));
+    strbuf_json_str(out, rep_schedule_method(m));
   else
     strbuf_puts(out, "null");
 
@@ -615,9 +615,9 @@ void report_json(const ir_module *m, const sim_result *r, const report_extra *x,
     inner_key(out, "end", &f1);
     strbuf_printf(out, "%d", st->end);
     inner_key(out, "first_layer", &f1);
-    rep_json_str(out, rep_layer_name(m, st->first, b1));
+    strbuf_json_str(out, rep_layer_name(m, st->first, b1));
     inner_key(out, "last_layer", &f1);
-    rep_json_str(out, rep_layer_name(m, st->end - 1, b2));
+    strbuf_json_str(out, rep_layer_name(m, st->end - 1, b2));
     inner_key(out, "device", &f1);
     if (st->device >= 0)
       strbuf_printf(out, "%d", st->device);
@@ -659,7 +659,7 @@ void report_json(const ir_module *m, const sim_result *r, const report_extra *x,
     inner_key(out, "op", &f1);
     if (o.op >= 0) {
       const sim_op_event *e = &r->ops[o.op];
-      rep_json_str(out, rep_op_kind_name(e->kind));
+      strbuf_json_str(out, rep_op_kind_name(e->kind));
       inner_key(out, "stage", &f1);
       strbuf_printf(out, "%d", e->stage);
       inner_key(out, "mb", &f1);
@@ -686,7 +686,7 @@ void report_json(const ir_module *m, const sim_result *r, const report_extra *x,
     inner_key(out, "device", &f1);
     strbuf_printf(out, "%d", i);
     inner_key(out, "type", &f1);
-    rep_json_str(out, m->devices[i].type);
+    strbuf_json_str(out, m->devices[i].type);
     inner_key(out, "node", &f1);
     strbuf_printf(out, "%lld", (long long)m->devices[i].rec.node);
     inner_key(out, "stages", &f1);

@@ -11,9 +11,7 @@
 
 /* ---- JSON values ---------------------------------------------------------------------------- */
 
-/* Append s as a JSON string: quotes, escapes for '"', '\\' and control characters (\n, \t,
- * \u00XX); other bytes as they are. s == NULL appends null. */
-void rep_json_str(strbuf *sb, const char *s);
+/* JSON strings: strbuf_json_str (support.h). */
 /* Append v as a JSON number: the shortest decimal text that reads back as exactly v (%g style,
  * up to 17 digits); null when v is NaN or infinite. Deterministic. */
 void rep_json_num(strbuf *sb, double v);

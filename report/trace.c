@@ -48,12 +48,12 @@ static void trace_meta(strbuf *sb, bool *first, const char *name, int pid, int t
                        const char *value, int sort) {
   trace_event_start(sb, first);
   strbuf_puts(sb, "\"name\": ");
-  rep_json_str(sb, name);
+  strbuf_json_str(sb, name);
   strbuf_printf(sb, ", \"ph\": \"M\", \"pid\": %d", pid);
   if (tid >= 0) strbuf_printf(sb, ", \"tid\": %d", tid);
   if (value) {
     strbuf_puts(sb, ", \"args\": {\"name\": ");
-    rep_json_str(sb, value);
+    strbuf_json_str(sb, value);
     strbuf_puts(sb, "}}");
   } else {
     strbuf_printf(sb, ", \"args\": {\"sort_index\": %d}}", sort);
@@ -65,9 +65,9 @@ static void trace_head(strbuf *sb, bool *first, const char *name, const char *ca
                        int pid, int tid, double ts) {
   trace_event_start(sb, first);
   strbuf_puts(sb, "\"name\": ");
-  rep_json_str(sb, name);
+  strbuf_json_str(sb, name);
   strbuf_puts(sb, ", \"cat\": ");
-  rep_json_str(sb, cat);
+  strbuf_json_str(sb, cat);
   strbuf_printf(sb, ", \"ph\": \"%s\", \"pid\": %d", ph, pid);
   if (tid >= 0) strbuf_printf(sb, ", \"tid\": %d", tid);
   strbuf_puts(sb, ", \"ts\": ");
@@ -171,7 +171,7 @@ void report_trace(const ir_module *m, const sim_result *r, strbuf *out) {
   xfer_lanes lanes;
   assign_lanes(r, ndev, &lanes);
   strbuf_puts(out, "{\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"model\": ");
-  rep_json_str(out, m->name);
+  strbuf_json_str(out, m->name);
   strbuf_puts(out, ", \"makespan_ms\": ");
   rep_json_num(out, r->makespan * 1e3);
   strbuf_puts(out, ", \"bubble_ratio\": ");

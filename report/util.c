@@ -7,29 +7,6 @@
 
 #include "report_impl.h"
 
-void rep_json_str(strbuf *sb, const char *s) {
-  if (!s) {
-    strbuf_puts(sb, "null");
-    return;
-  }
-  strbuf_putc(sb, '"');
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    switch (*p) {
-    case '"': strbuf_puts(sb, "\\\""); break;
-    case '\\': strbuf_puts(sb, "\\\\"); break;
-    case '\n': strbuf_puts(sb, "\\n"); break;
-    case '\t': strbuf_puts(sb, "\\t"); break;
-    case '\r': strbuf_puts(sb, "\\r"); break;
-    default:
-      if (*p < 0x20 || *p == 0x7f)
-        strbuf_printf(sb, "\\u%04x", *p);
-      else
-        strbuf_putc(sb, (char)*p);
-    }
-  }
-  strbuf_putc(sb, '"');
-}
-
 void rep_json_num(strbuf *sb, double v) {
   if (!isfinite(v)) {
     strbuf_puts(sb, "null");
@@ -41,7 +18,7 @@ void rep_json_num(strbuf *sb, double v) {
 }
 
 void rep_json_key(strbuf *sb, const char *key) {
-  rep_json_str(sb, key);
+  strbuf_json_str(sb, key);
   strbuf_puts(sb, ": ");
 }
 

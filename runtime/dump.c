@@ -73,7 +73,11 @@ int rt_dump_layer(const char *dir, const char *name, const rt_ldims *d, const rt
 void rt_dump_entry(strbuf *index, const char *name, const char *kind, const rt_ldims *d,
                    const rt_lplan *p, bool has_dx) {
   if (index->len) strbuf_puts(index, ",\n");
-  strbuf_printf(index, "  {\"name\": \"%s\", \"kind\": \"%s\", \"dims\": {", name, kind);
+  strbuf_puts(index, "  {\"name\": ");
+  strbuf_json_str(index, name);
+  strbuf_puts(index, ", \"kind\": ");
+  strbuf_json_str(index, kind);
+  strbuf_puts(index, ", \"dims\": {");
   strbuf_printf(index,
                 "\"B\": %d, \"S\": %d, \"in_S\": %d, \"in_w\": %d, \"hidden\": %d, \"heads\": %d, "
                 "\"kv_heads\": %d, \"head_dim\": %d, \"ffn\": %d, \"gated\": %d, \"act\": %d, "
@@ -90,8 +94,12 @@ void rt_dump_entry(strbuf *index, const char *name, const char *kind, const rt_l
     for (int k = 0; k < pt->ndim; k++) strbuf_printf(index, "%s%d", k ? ", " : "", pt->dim[k]);
     strbuf_puts(index, "]}");
   }
-  strbuf_printf(index, "],\n   \"prefix\": \"%s.\", \"has_dx\": %s}", name,
-                has_dx ? "true" : "false");
+  strbuf_puts(index, "],\n   \"prefix\": ");
+  strbuf json_prefix = {0};
+  strbuf_printf(&json_prefix, "%s.", name);
+  strbuf_json_str(index, strbuf_cstr(&json_prefix));
+  strbuf_free(&json_prefix);
+  strbuf_printf(index, ", \"has_dx\": %s}", has_dx ? "true" : "false");
 }
 
 int rt_dump_index(const char *dir, const strbuf *index, strbuf *err) {

@@ -373,11 +373,9 @@ static void trace_predicted(const be_stream *s, const rt_rank_stats *stats, int 
 }
 
 void rt_trace(const be_stream *s, const rt_rank_stats *stats, int n, strbuf *out) {
-  strbuf_puts(out, "{\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"model\": \"");
-  for (const char *c = s->model ? s->model : ""; *c; c++)
-    if (*c == '"' || *c == '\\') strbuf_printf(out, "\\%c", *c);
-    else if ((unsigned char)*c >= 0x20) strbuf_putc(out, *c);
-  strbuf_puts(out, "\", \"source\": \"octo-run\"},\n\"traceEvents\": [");
+  strbuf_puts(out, "{\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"model\": ");
+  strbuf_json_str(out, s->model ? s->model : "");
+  strbuf_puts(out, ", \"source\": \"octo-run\"},\n\"traceEvents\": [");
   bool first = true;
   for (int i = 0; i < n; i++) {
     const rt_rank_stats *x = &stats[i];

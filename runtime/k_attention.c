@@ -44,16 +44,9 @@
 /* Add parameter tensor of 1 (d1 0) or 2 extents to p and return its offset in the layout. */
 static size_t ka_pt(rt_lplan *p, size_t *off, const char *name, int d0, int d1, rt_init init,
                     float scale) {
-  rt_ptensor *t = &p->pt[p->npt++];
-  t->name = name;
-  t->ndim = d1 ? 2 : 1;
-  t->dim[0] = d0;
-  t->dim[1] = d1;
-  t->dim[2] = 0;
-  t->init = init;
-  t->scale = scale;
+  rt_lplan_add(p, name, d0, d1, 0, init, scale);
   size_t at = *off;
-  *off += rt_ptensor_floats(t);
+  *off += rt_ptensor_floats(&p->pt[p->npt - 1]);
   return at;
 }
 

@@ -10,17 +10,6 @@
 
 #include "kernels.h"
 
-/* Set parameter tensor i of p: name, 1 or 2 extents (d1 0: one), initialization. */
-static void kb_pt(rt_lplan *p, const char *name, int d0, int d1, rt_init init, float scale) {
-  rt_ptensor *t = &p->pt[p->npt++];
-  t->name = name;
-  t->ndim = d1 ? 2 : 1;
-  t->dim[0] = d0;
-  t->dim[1] = d1;
-  t->init = init;
-  t->scale = scale;
-}
-
 /* Token id stored in a float, 0 when it is not an id of [0, vocab). */
 static int kb_token(float f, int vocab) { return f >= 0 && f < (float)vocab ? (int)f : 0; }
 
@@ -32,7 +21,7 @@ static int kb_emb_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
     return -1;
   }
   size_t T = (size_t)d->B * d->S;
-  kb_pt(p, "table", d->vocab, d->hidden, RT_INIT_UNIFORM, 1.0f);
+  rt_lplan_add(p, "table", d->vocab, d->hidden, 0, RT_INIT_UNIFORM, 1.0f);
   p->save_floats = T + T * (size_t)d->hidden;
   p->out_w = d->hidden;
   return 0;
@@ -75,8 +64,8 @@ static int kb_head_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
     return -1;
   }
   size_t T = (size_t)d->B * d->S, h = (size_t)d->hidden;
-  kb_pt(p, "norm", d->hidden, 0, RT_INIT_CONST, 1.0f);
-  kb_pt(p, "w", d->hidden, d->vocab, RT_INIT_UNIFORM, sqrtf(3.0f / (float)d->hidden));
+  rt_lplan_add(p, "norm", d->hidden, 0, 0, RT_INIT_CONST, 1.0f);
+  rt_lplan_add(p, "w", d->hidden, d->vocab, 0, RT_INIT_UNIFORM, sqrtf(3.0f / (float)d->hidden));
   p->save_floats = 3 * T * h + T + T * (size_t)d->vocab;
   p->out_w = d->vocab;
   return 0;
@@ -120,8 +109,8 @@ static int kb_custom_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
     return -1;
   }
   size_t T = (size_t)d->B * d->S;
-  kb_pt(p, "w", d->in_w, d->out_w, RT_INIT_UNIFORM, sqrtf(3.0f / (float)d->in_w));
-  kb_pt(p, "b", d->out_w, 0, RT_INIT_CONST, 0.0f);
+  rt_lplan_add(p, "w", d->in_w, d->out_w, 0, RT_INIT_UNIFORM, sqrtf(3.0f / (float)d->in_w));
+  rt_lplan_add(p, "b", d->out_w, 0, 0, RT_INIT_CONST, 0.0f);
   p->save_floats = T * (size_t)d->in_w + 2 * T * (size_t)d->out_w;
   p->out_w = d->out_w;
   return 0;

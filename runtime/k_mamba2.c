@@ -140,17 +140,6 @@ static m2_soff m2_soff_of(const m2_dims *m) {
   return s;
 }
 
-/* Set the next parameter tensor of p: name, 1 or 2 extents (d1 0: one), initialization. */
-static void m2_pt(rt_lplan *p, const char *name, int d0, int d1, rt_init init, float scale) {
-  rt_ptensor *t = &p->pt[p->npt++];
-  t->name = name;
-  t->ndim = d1 ? 2 : 1;
-  t->dim[0] = d0;
-  t->dim[1] = d1;
-  t->init = init;
-  t->scale = scale;
-}
-
 /* Check d and fill p. Post: 0 with p filled (npt from 0), or -1 with the first failed check
  * appended to err. */
 static int m2_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
@@ -175,15 +164,15 @@ static int m2_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
   }
   m2_dims m = m2_dims_of(d);
   p->npt = 0;
-  m2_pt(p, "norm", m.hd, 0, RT_INIT_CONST, 1.0f);
-  m2_pt(p, "in_proj", m.hd, m.W, RT_INIT_UNIFORM, sqrtf(3.0f / (float)m.hd));
-  m2_pt(p, "conv.w", m.CD, m.K, RT_INIT_UNIFORM, sqrtf(1.0f / (float)m.K));
-  m2_pt(p, "conv.b", m.CD, 0, RT_INIT_CONST, 0.0f);
-  m2_pt(p, "dt_bias", m.H, 0, RT_INIT_DTBIAS, 0.0f);
-  m2_pt(p, "A_log", m.H, 0, RT_INIT_ALOG, 0.0f);
-  m2_pt(p, "D", m.H, 0, RT_INIT_CONST, 1.0f);
-  m2_pt(p, "gate_norm", m.I, 0, RT_INIT_CONST, 1.0f);
-  m2_pt(p, "out_proj", m.I, m.hd, RT_INIT_UNIFORM, 0.5f * sqrtf(3.0f / (float)m.I));
+  rt_lplan_add(p, "norm", m.hd, 0, 0, RT_INIT_CONST, 1.0f);
+  rt_lplan_add(p, "in_proj", m.hd, m.W, 0, RT_INIT_UNIFORM, sqrtf(3.0f / (float)m.hd));
+  rt_lplan_add(p, "conv.w", m.CD, m.K, 0, RT_INIT_UNIFORM, sqrtf(1.0f / (float)m.K));
+  rt_lplan_add(p, "conv.b", m.CD, 0, 0, RT_INIT_CONST, 0.0f);
+  rt_lplan_add(p, "dt_bias", m.H, 0, 0, RT_INIT_DTBIAS, 0.0f);
+  rt_lplan_add(p, "A_log", m.H, 0, 0, RT_INIT_ALOG, 0.0f);
+  rt_lplan_add(p, "D", m.H, 0, 0, RT_INIT_CONST, 1.0f);
+  rt_lplan_add(p, "gate_norm", m.I, 0, 0, RT_INIT_CONST, 1.0f);
+  rt_lplan_add(p, "out_proj", m.I, m.hd, 0, RT_INIT_UNIFORM, 0.5f * sqrtf(3.0f / (float)m.I));
   p->save_floats = m2_soff_of(&m).total;
   p->out_w = m.hd;
   return 0;

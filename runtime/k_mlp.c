@@ -107,17 +107,6 @@ static rt_ffn mlp_ffn(const rt_ldims *d) {
   return f;
 }
 
-/* Fills *t with tensor 'name' of extents [d0] (d1 = 0) or [d0, d1], its init and scale. */
-static void mlp_tensor(rt_ptensor *t, const char *name, int d0, int d1, rt_init init, float scale) {
-  t->name = name;
-  t->ndim = d1 > 0 ? 2 : 1;
-  t->dim[0] = d0;
-  t->dim[1] = d1 > 0 ? d1 : 0;
-  t->dim[2] = 0;
-  t->init = init;
-  t->scale = scale;
-}
-
 /* Check d and fill p: see the file comment. Returns 0, or -1 with the reason appended to err. */
 static int mlp_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
   if (d->B <= 0 || d->S <= 0 || d->hidden <= 0 || d->ffn <= 0) {
@@ -137,13 +126,13 @@ static int mlp_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
     strbuf_printf(err, "mlp activation %d unknown", (int)d->act);
     return -1;
   }
-  int H = d->hidden, F = d->ffn, n = 0;
+  int H = d->hidden, F = d->ffn;
   float s1 = sqrtf(3.0f / H), s2 = 0.5f * sqrtf(3.0f / F);
-  mlp_tensor(&p->pt[n++], "norm", H, 0, RT_INIT_CONST, 1.0f);
-  mlp_tensor(&p->pt[n++], "w1", H, F, RT_INIT_UNIFORM, s1);
-  if (d->gated) mlp_tensor(&p->pt[n++], "w3", H, F, RT_INIT_UNIFORM, s1);
-  mlp_tensor(&p->pt[n++], "w2", F, H, RT_INIT_UNIFORM, s2);
-  p->npt = n;
+  p->npt = 0;
+  rt_lplan_add(p, "norm", H, 0, 0, RT_INIT_CONST, 1.0f);
+  rt_lplan_add(p, "w1", H, F, 0, RT_INIT_UNIFORM, s1);
+  if (d->gated) rt_lplan_add(p, "w3", H, F, 0, RT_INIT_UNIFORM, s1);
+  rt_lplan_add(p, "w2", F, H, 0, RT_INIT_UNIFORM, s2);
   p->save_floats = mlp_layout_of(d).total;
   p->out_w = H;
   return 0;

@@ -92,19 +92,6 @@ static rt_ffn moe_ffn(const rt_ldims *d) {
   return f;
 }
 
-/* Fills *t with tensor 'name' of extents [d0] (d1 = d2 = 0), [d0, d1] (d2 = 0) or [d0, d1, d2],
- * its init and scale. */
-static void moe_tensor(rt_ptensor *t, const char *name, int d0, int d1, int d2, rt_init init,
-                       float scale) {
-  t->name = name;
-  t->ndim = d2 > 0 ? 3 : d1 > 0 ? 2 : 1;
-  t->dim[0] = d0;
-  t->dim[1] = d1 > 0 ? d1 : 0;
-  t->dim[2] = d2 > 0 ? d2 : 0;
-  t->init = init;
-  t->scale = scale;
-}
-
 /* Check d and fill p: see the file comment. Returns 0, or -1 with the reason appended to err. */
 static int moe_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
   if (d->B <= 0 || d->S <= 0 || d->hidden <= 0 || d->ffn <= 0) {
@@ -141,19 +128,19 @@ static int moe_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
                   d->top_k);
     return -1;
   }
-  int H = d->hidden, F = d->ffn, E = d->experts, Sh = d->shared, n = 0;
+  int H = d->hidden, F = d->ffn, E = d->experts, Sh = d->shared;
   float s1 = sqrtf(3.0f / H), s2 = 0.5f * sqrtf(3.0f / F);
-  moe_tensor(&p->pt[n++], "norm", H, 0, 0, RT_INIT_CONST, 1.0f);
-  moe_tensor(&p->pt[n++], "router", H, E, 0, RT_INIT_UNIFORM, s1);
-  moe_tensor(&p->pt[n++], "experts.w1", E, H, F, RT_INIT_UNIFORM, s1);
-  if (d->gated) moe_tensor(&p->pt[n++], "experts.w3", E, H, F, RT_INIT_UNIFORM, s1);
-  moe_tensor(&p->pt[n++], "experts.w2", E, F, H, RT_INIT_UNIFORM, s2);
+  p->npt = 0;
+  rt_lplan_add(p, "norm", H, 0, 0, RT_INIT_CONST, 1.0f);
+  rt_lplan_add(p, "router", H, E, 0, RT_INIT_UNIFORM, s1);
+  rt_lplan_add(p, "experts.w1", E, H, F, RT_INIT_UNIFORM, s1);
+  if (d->gated) rt_lplan_add(p, "experts.w3", E, H, F, RT_INIT_UNIFORM, s1);
+  rt_lplan_add(p, "experts.w2", E, F, H, RT_INIT_UNIFORM, s2);
   if (Sh > 0) {
-    moe_tensor(&p->pt[n++], "shared.w1", Sh, H, F, RT_INIT_UNIFORM, s1);
-    if (d->gated) moe_tensor(&p->pt[n++], "shared.w3", Sh, H, F, RT_INIT_UNIFORM, s1);
-    moe_tensor(&p->pt[n++], "shared.w2", Sh, F, H, RT_INIT_UNIFORM, s2);
+    rt_lplan_add(p, "shared.w1", Sh, H, F, RT_INIT_UNIFORM, s1);
+    if (d->gated) rt_lplan_add(p, "shared.w3", Sh, H, F, RT_INIT_UNIFORM, s1);
+    rt_lplan_add(p, "shared.w2", Sh, F, H, RT_INIT_UNIFORM, s2);
   }
-  p->npt = n;
   p->save_floats = moe_layout_of(d).total;
   p->out_w = H;
   return 0;

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "data.h"
 #include "kernels.h"
 
 #define RT_KERNEL(ID, name, ops) extern const rt_kernel ops;
@@ -45,6 +46,18 @@ static void kc_blas_init(void) { openblas_set_num_threads(1); }
 static _Thread_local double kc_blas_s;
 
 double rt_blas_seconds(void) { return kc_blas_s; }
+
+void rt_lplan_add(rt_lplan *p, const char *name, int d0, int d1, int d2, rt_init init,
+                  float scale) {
+  rt_ptensor *t = &p->pt[p->npt++];
+  t->name = name;
+  t->ndim = d1 <= 0 ? 1 : d2 <= 0 ? 2 : 3;
+  t->dim[0] = d0;
+  t->dim[1] = t->ndim > 1 ? d1 : 0;
+  t->dim[2] = t->ndim > 2 ? d2 : 0;
+  t->init = init;
+  t->scale = scale;
+}
 
 void rt_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc) {
@@ -212,23 +225,15 @@ float rt_act_grad(rt_act a, float z) {
 
 /* ---- Initialization -------------------------------------------------------------------------- */
 
-/* splitmix64 step: the next draw of the generator with state *st. */
-static uint64_t kc_next(uint64_t *st) {
-  uint64_t z = (*st += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 /* Uniform double in [0, 1). */
-static double kc_unit(uint64_t *st) { return (double)(kc_next(st) >> 11) * 0x1p-53; }
+static double kc_unit(uint64_t *st) { return (double)(rt_next64(st) >> 11) * 0x1p-53; }
 
 void rt_kernel_init_params(const rt_lplan *p, uint64_t seed, float *w) {
   for (int i = 0; i < p->npt; i++) {
     const rt_ptensor *t = &p->pt[i];
     size_t n = rt_ptensor_floats(t);
     uint64_t st = seed ^ ((uint64_t)(i + 1) * 0xd1b54a32d192ed03ULL);
-    kc_next(&st);
+    rt_next64(&st);
     for (size_t k = 0; k < n; k++) {
       switch (t->init) {
       case RT_INIT_UNIFORM: w[k] = (float)((2.0 * kc_unit(&st) - 1.0) * t->scale); break;

@@ -79,6 +79,10 @@ typedef struct rt_lplan {
 size_t rt_ptensor_floats(const rt_ptensor *t);
 /* Floats of all the plan's parameters. */
 size_t rt_lplan_params(const rt_lplan *p);
+/* Append parameter tensor 'name' of extents [d0], [d0, d1] (d2 0) or [d0, d1, d2] (a zero
+ * extent ends the shape) with its initialization to p. Pre: p->npt < RT_MAX_PT. */
+void rt_lplan_add(rt_lplan *p, const char *name, int d0, int d1, int d2, rt_init init,
+                  float scale);
 
 /* The kernels of one layer kind. Pointers: w the layer's parameters (rt_lplan order), g its
  * gradients, save its saved-state block (save_floats), x its input (B*in_S x in_w), y its output

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data.h"
 #include "kernels.h"
 #include "runtime.h"
 
@@ -89,23 +90,6 @@ struct rt_model {
   float *scr[3];        /* scratch buffers for the layers of a stage */
   int *tok;             /* scratch: B x S + 1 token ids */
 };
-
-/* ---- Random numbers ------------------------------------------------------------------------ */
-
-#define GOLDEN 0x9e3779b97f4a7c15ULL
-
-/* splitmix64 finalizer: a bijective mix of z. */
-static uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-/* Next draw of the splitmix64 generator with state *st. */
-static uint64_t next64(uint64_t *st) {
-  *st += GOLDEN;
-  return mix64(*st);
-}
 
 /* ---- Dimensions ---------------------------------------------------------------------------- */
 
@@ -295,70 +279,6 @@ static double step_flops(const rt_model *m) {
 
 /* ---- Construction -------------------------------------------------------------------------- */
 
-/* Read file 'path' into m->data. Returns false with the reason in err. */
-static bool load_data(rt_model *m, const char *path, strbuf *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    strbuf_printf(err, "%s: %s", path, strerror(errno));
-    return false;
-  }
-  strbuf sb = {0};
-  char chunk[65536];
-  size_t n;
-  errno = 0;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) strbuf_append(&sb, chunk, n);
-  int e = ferror(f) ? (errno ? errno : EIO) : 0;
-  fclose(f);
-  if (e || sb.len == 0) {
-    strbuf_free(&sb);
-    strbuf_printf(err, "%s: %s", path, e ? strerror(e) : "empty data file");
-    return false;
-  }
-  m->data = (unsigned char *)sb.data;
-  m->data_len = sb.len;
-  return true;
-}
-
-/* Fisher-Yates permutation of [0, V) from the seed (the synthetic data's successor table). */
-static void make_perm(rt_model *m) {
-  m->perm = xmalloc((size_t)m->V * sizeof *m->perm);
-  for (int i = 0; i < m->V; i++) m->perm[i] = i;
-  uint64_t st = mix64(m->seed ^ 0x5045524d5045524dULL); /* "PERMPERM" */
-  for (int i = m->V - 1; i > 0; i--) {
-    int j = (int)(next64(&st) % (uint64_t)(i + 1));
-    int t = m->perm[i];
-    m->perm[i] = m->perm[j];
-    m->perm[j] = t;
-  }
-}
-
-/* Check the stream's counts and stage ranges; false with the reason in err. */
-static bool check_stream(const be_stream *s, strbuf *err) {
-  if (s->nlayers < 1 || !s->layers) {
-    strbuf_puts(err, "stream has no layers");
-    return false;
-  }
-  if (s->nstages < 1 || !s->stages) {
-    strbuf_puts(err, "stream has no stages");
-    return false;
-  }
-  if (s->nmb < 1 || s->micro_batch < 1 || s->seq < 1) {
-    strbuf_puts(err, "stream needs at least one microbatch, sequence and token");
-    return false;
-  }
-  for (int i = 0; i < s->nstages; i++) {
-    const be_stage *st = &s->stages[i];
-    int want = i == 0 ? 0 : s->stages[i - 1].end;
-    if (st->first != want || st->end <= st->first || st->end > s->nlayers ||
-        (i == s->nstages - 1 && st->end != s->nlayers)) {
-      strbuf_printf(err, "stage %d: layers [%d, %d) do not continue the partition of %d layers", i,
-                    (int)st->first, (int)st->end, (int)s->nlayers);
-      return false;
-    }
-  }
-  return true;
-}
-
 /* Choose the scale: o->scale, or (0) the smallest power of two whose step fits RT_AUTO_FLOPS. */
 static bool choose_scale(rt_model *m, const be_stream *s, const rt_opts *o, strbuf *err) {
   if (o->scale > 0) {
@@ -385,7 +305,7 @@ rt_model *rt_model_new(const be_stream *s, const rt_opts *o, strbuf *err) {
     strbuf_printf(err, "scale must be at least 1 (got %d)", o->scale);
     return NULL;
   }
-  if (!check_stream(s, err)) return NULL;
+  if (!rt_stream_check(s, err)) return NULL;
   rt_model *m = xcalloc(1, sizeof *m);
   m->nlayers = s->nlayers;
   m->nstages = s->nstages;
@@ -420,11 +340,11 @@ rt_model *rt_model_new(const be_stream *s, const rt_opts *o, strbuf *err) {
     rt_model_free(m);
     return NULL;
   }
-  if (o->data && !load_data(m, o->data, err)) {
+  if (o->data && !rt_data_read(o->data, &m->data, &m->data_len, err)) {
     rt_model_free(m);
     return NULL;
   }
-  make_perm(m);
+  m->perm = rt_data_perm(m->V, m->seed);
   m->tok = xmalloc(((size_t)m->B * m->S + 1) * sizeof *m->tok);
   size_t big = 1;
   for (int i = 0; i < m->nlayers; i++) {
@@ -525,7 +445,7 @@ void rt_model_init_stage(rt_model *m, int st_i) {
   st->b1t = st->b2t = 1.0;
   for (int i = st->first; i < st->end; i++) {
     const mlayer *L = &m->layers[i];
-    rt_kernel_init_params(&L->p, mix64(m->seed ^ ((uint64_t)(i + 1) * 0xd1b54a32d192ed03ULL)),
+    rt_kernel_init_params(&L->p, rt_mix64(m->seed ^ ((uint64_t)(i + 1) * 0xd1b54a32d192ed03ULL)),
                           st->w + L->w_off);
   }
   st->init = true;
@@ -559,7 +479,7 @@ size_t rt_tensor_floats(const rt_model *m, be_tensor_kind k, int stage) {
 static int token_at(const rt_model *m, uint64_t p) {
   if (m->data) return m->data[p % m->data_len] % m->V;
   uint64_t start = p - p % (uint64_t)m->S;
-  int t = (int)(mix64(mix64(m->seed ^ 0x5345515354415254ULL) ^ mix64(start)) % (uint64_t)m->V);
+  int t = (int)(rt_mix64(rt_mix64(m->seed ^ 0x5345515354415254ULL) ^ rt_mix64(start)) % (uint64_t)m->V);
   for (uint64_t q = start; q < p; q++) t = m->perm[t];
   return t;
 }
@@ -594,8 +514,8 @@ void rt_load(rt_model *m, int step, int replica, int mb, float *in) {
   }
   /* Dense features (e.g. embedded image patches), uniform in [-1, 1) from the position. */
   size_t n = rt_tensor_floats(m, BE_T_INPUT, 0);
-  uint64_t st = mix64(m->seed ^ 0x494d414745ULL ^ mix64(mb_pos(m, step, replica, mb) + 1));
-  for (size_t i = 0; i < n; i++) in[i] = (float)((double)(next64(&st) >> 11) * 0x1p-52 - 1.0);
+  uint64_t st = rt_mix64(m->seed ^ 0x494d414745ULL ^ rt_mix64(mb_pos(m, step, replica, mb) + 1));
+  for (size_t i = 0; i < n; i++) in[i] = (float)((double)(rt_next64(&st) >> 11) * 0x1p-52 - 1.0);
 }
 
 /* ---- Forward and loss ---------------------------------------------------------------------- */
@@ -958,17 +878,6 @@ double rt_reference_step(rt_model *m, int step, int replicas) {
   return replicas > 0 ? total / ((double)replicas * m->nmb) : 0.0;
 }
 
-/* max|a - b| / max|b| over n floats (max|a - b| when b is all zero). */
-static double tensor_diff(const float *a, const float *b, size_t n) {
-  double md = 0, mb = 0;
-  for (size_t k = 0; k < n; k++) {
-    double d = fabs((double)a[k] - b[k]), v = fabs((double)b[k]);
-    if (d > md || d != d) md = d;
-    if (v > mb) mb = v;
-  }
-  return mb > 0 ? md / mb : md;
-}
-
 double rt_grad_diff(const rt_model *a, const rt_model *b, int st_i) {
   if (st_i < 0 || st_i >= a->nstages || st_i >= b->nstages) return 0;
   const mstage *sa = &a->stages[st_i], *sb = &b->stages[st_i];
@@ -979,7 +888,7 @@ double rt_grad_diff(const rt_model *a, const rt_model *b, int st_i) {
     size_t off = L->w_off;
     for (int t = 0; t < L->p.npt; t++) {
       size_t n = rt_ptensor_floats(&L->p.pt[t]);
-      double d = tensor_diff(sa->g + off, sb->g + off, n);
+      double d = rt_tensor_diff(sa->g + off, sb->g + off, n);
       if (d > worst || d != d) worst = d;
       off += n;
     }

@@ -156,25 +156,15 @@ int rt_profile_link(rt_comm *c, int me, size_t big, double *lat_s, double *bw_Bp
   return 0;
 }
 
-/* Append s as a JSON string. */
-static void pr_string(strbuf *out, const char *s) {
-  strbuf_putc(out, '"');
-  for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++)
-    if (*c == '"' || *c == '\\') strbuf_printf(out, "\\%c", *c);
-    else if (*c < 0x20) strbuf_printf(out, "\\u%04x", *c);
-    else strbuf_putc(out, (char)*c);
-  strbuf_putc(out, '"');
-}
-
 void rt_profile_json(const be_stream *s, const rt_model *m, const rt_layer_cost *costs,
                      const char *backend, double lat_s, double bw_Bps, double optim_Bps,
                      strbuf *out) {
   strbuf_puts(out, "{\n  \"format\": \"octopipe-profile\",\n  \"version\": 1,\n  \"device\": ");
-  pr_string(out, s->nranks > 0 && s->ranks[0].type ? s->ranks[0].type : "cpu");
+  strbuf_json_str(out, s->nranks > 0 && s->ranks[0].type ? s->ranks[0].type : "cpu");
   strbuf_printf(out, ",\n  \"micro_batch\": %d,\n  \"seq\": %d,\n  \"tensor\": 1,\n"
                 "  \"dtype\": \"fp32\",\n  \"scale\": %d,\n  \"backend\": ",
                 (int)s->micro_batch, (int)s->seq, rt_model_scale(m));
-  pr_string(out, backend);
+  strbuf_json_str(out, backend);
   if (lat_s >= 0)
     strbuf_printf(out, ",\n  \"link\": {\"bw_gbs\": %.6g, \"lat_us\": %.6g}", bw_Bps / 1e9,
                   lat_s * 1e6);
@@ -184,19 +174,19 @@ void rt_profile_json(const be_stream *s, const rt_model *m, const rt_layer_cost 
     const rt_layer_cost *c = &costs[i];
     const be_layer *l = &s->layers[i];
     strbuf_puts(out, i ? ",\n    " : "\n    ");
-    pr_string(out, l->name);
+    strbuf_json_str(out, l->name);
     strbuf_printf(out, ": {\"f_ms\": %.6g, \"b_ms\": %.6g, \"w_ms\": %.6g, \"act_bytes\": %.0f, "
                   "\"act_w_bytes\": %.0f, \"out_bytes\": %.0f, \"param_bytes\": %.0f, "
                   "\"grad_bytes\": %.0f,\n      \"shape\": {\"kind\": ",
                   c->f * 1e3, c->b * 1e3, c->w * 1e3, c->act_bytes, c->act_bytes, c->out_bytes,
                   c->param_bytes, c->grad_bytes);
-    pr_string(out, l->kind);
+    strbuf_json_str(out, l->kind);
     for (int k = 0; k < l->nparams; k++) {
       strbuf_puts(out, ", ");
-      pr_string(out, l->params[k].name);
+      strbuf_json_str(out, l->params[k].name);
       if (strcmp(l->params[k].name, "act") == 0) { /* an activation is named */
         strbuf_puts(out, ": ");
-        pr_string(out, rt_act_name((rt_act)(int)l->params[k].value));
+        strbuf_json_str(out, rt_act_name((rt_act)(int)l->params[k].value));
       } else {
         strbuf_printf(out, ": %.17g", l->params[k].value);
       }

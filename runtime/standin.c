@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data.h"
 #include "standin.h"
 
 /* ---- Definitions --------------------------------------------------------------------------- */
@@ -86,23 +87,8 @@ struct rt_si_model {
 
 /* ---- Random numbers ------------------------------------------------------------------------ */
 
-#define GOLDEN 0x9e3779b97f4a7c15ULL
-
-/* splitmix64 finalizer: a bijective mix of z. */
-static uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-/* Next draw of the splitmix64 generator with state *st. */
-static uint64_t next64(uint64_t *st) {
-  *st += GOLDEN;
-  return mix64(*st);
-}
-
 /* Uniform double in [0, 1) from the next draw (53 bits). */
-static double next_unit(uint64_t *st) { return (double)(next64(st) >> 11) * 0x1p-53; }
+static double next_unit(uint64_t *st) { return (double)(rt_next64(st) >> 11) * 0x1p-53; }
 
 /* ---- Construction -------------------------------------------------------------------------- */
 
@@ -125,92 +111,12 @@ static long scaled_dim(double value, int scale, long lo) {
   return r < lo ? lo : r;
 }
 
-/* Append "PATH: reason" to err when err is set. */
-static void file_err(strbuf *err, const char *path, const char *reason) {
-  if (err) strbuf_printf(err, "%s: %s", path, reason);
-}
-
-/* Append msg to err when err is set. */
-static void set_err(strbuf *err, const char *msg) {
-  if (err) strbuf_puts(err, msg);
-}
-
-/* Read file 'path' into m->data. Returns false with the reason in err. */
-static bool load_data(rt_si_model *m, const char *path, strbuf *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    file_err(err, path, strerror(errno));
-    return false;
-  }
-  strbuf sb = {0};
-  char chunk[65536];
-  size_t n;
-  errno = 0;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) strbuf_append(&sb, chunk, n);
-  int e = ferror(f) ? (errno ? errno : EIO) : 0;
-  fclose(f);
-  if (e) {
-    strbuf_free(&sb);
-    file_err(err, path, strerror(e));
-    return false;
-  }
-  if (sb.len == 0) {
-    strbuf_free(&sb);
-    file_err(err, path, "empty data file");
-    return false;
-  }
-  m->data = (unsigned char *)sb.data;
-  m->data_len = sb.len;
-  return true;
-}
-
-/* Fisher-Yates permutation of [0, V) from the seed (the synthetic data's successor table). */
-static void make_perm(rt_si_model *m) {
-  m->perm = xmalloc((size_t)m->V * sizeof *m->perm);
-  for (int i = 0; i < m->V; i++) m->perm[i] = i;
-  uint64_t st = mix64(m->seed ^ 0x5045524d5045524dULL); /* "PERMPERM" */
-  for (int i = m->V - 1; i > 0; i--) {
-    int j = (int)(next64(&st) % (uint64_t)(i + 1));
-    int t = m->perm[i];
-    m->perm[i] = m->perm[j];
-    m->perm[j] = t;
-  }
-}
-
-/* Check the stream's counts and stage ranges; false with the reason in err. */
-static bool check_stream(const be_stream *s, strbuf *err) {
-  if (s->nlayers < 1 || !s->layers) {
-    set_err(err, "stream has no layers");
-    return false;
-  }
-  if (s->nstages < 1 || !s->stages) {
-    set_err(err, "stream has no stages");
-    return false;
-  }
-  if (s->nmb < 1 || s->micro_batch < 1 || s->seq < 1) {
-    set_err(err, "stream needs at least one microbatch, sequence and token");
-    return false;
-  }
-  for (int i = 0; i < s->nstages; i++) {
-    const be_stage *st = &s->stages[i];
-    int want = i == 0 ? 0 : s->stages[i - 1].end;
-    if (st->first != want || st->end <= st->first || st->end > s->nlayers ||
-        (i == s->nstages - 1 && st->end != s->nlayers)) {
-      if (err)
-        strbuf_printf(err, "stage %d: layers [%d, %d) do not continue the partition of %d layers",
-                      i, (int)st->first, (int)st->end, (int)s->nlayers);
-      return false;
-    }
-  }
-  return true;
-}
-
 rt_si_model *rt_si_new(const be_stream *s, const rt_opts *o, strbuf *err) {
   if (o->scale < 1) {
     if (err) strbuf_printf(err, "scale must be at least 1 (got %d)", o->scale);
     return NULL;
   }
-  if (!check_stream(s, err)) return NULL;
+  if (!rt_stream_check(s, err)) return NULL;
   double hv = 0, vv = 0;
   long h = find_param(s, "hidden", &hv) ? scaled_dim(hv, o->scale, 4) : 16;
   long V = find_param(s, "vocab", &vv) ? scaled_dim(vv, o->scale, 8) : 32;
@@ -236,11 +142,11 @@ rt_si_model *rt_si_new(const be_stream *s, const rt_opts *o, strbuf *err) {
   m->adam = s->optimizer && strcmp(s->optimizer, "adam") == 0;
   m->lr = o->lr;
   m->seed = o->seed;
-  if (o->data && !load_data(m, o->data, err)) {
+  if (o->data && !rt_data_read(o->data, &m->data, &m->data_len, err)) {
     free(m);
     return NULL;
   }
-  make_perm(m);
+  m->perm = rt_data_perm(m->V, m->seed);
   m->dacc = xmalloc((size_t)m->maxw * sizeof *m->dacc);
   m->tok = xmalloc(((size_t)m->T + 1) * sizeof *m->tok);
 
@@ -305,7 +211,7 @@ static void init_values(const rt_si_model *m, const mstage *st, float *w) {
   memset(w, 0, st->nparams * sizeof *w);
   for (int i = st->first; i < st->end; i++) {
     const mlayer *L = &m->layers[i];
-    uint64_t rs = mix64(m->seed ^ ((uint64_t)(i + 1) * 0xd1b54a32d192ed03ULL));
+    uint64_t rs = rt_mix64(m->seed ^ ((uint64_t)(i + 1) * 0xd1b54a32d192ed03ULL));
     double a = L->kind == LK_EMB ? 1.0 : sqrt(3.0 / m->h);
     float *wl = w + L->w_off;
     for (size_t k = 0; k < L->w_n; k++) wl[k] = (float)((2.0 * next_unit(&rs) - 1.0) * a);
@@ -365,7 +271,7 @@ size_t rt_si_tensor_floats(const rt_si_model *m, be_tensor_kind k, int stage) {
 static int token_at(const rt_si_model *m, uint64_t p) {
   if (m->data) return m->data[p % m->data_len] % m->V;
   uint64_t start = p - p % (uint64_t)m->T;
-  int t = (int)(mix64(mix64(m->seed ^ 0x5345515354415254ULL) ^ mix64(start)) % (uint64_t)m->V);
+  int t = (int)(rt_mix64(rt_mix64(m->seed ^ 0x5345515354415254ULL) ^ rt_mix64(start)) % (uint64_t)m->V);
   for (uint64_t q = start; q < p; q++) t = m->perm[t];
   return t;
 }
@@ -626,17 +532,6 @@ double rt_si_reference_step(rt_si_model *m, int step, int replicas) {
   return replicas > 0 ? total / ((double)replicas * m->nmb) : 0.0;
 }
 
-/* max|a - b| / max|b| over n floats (max|a - b| when b is all zero). */
-static double tensor_diff(const float *a, const float *b, size_t n) {
-  double md = 0, mb = 0;
-  for (size_t k = 0; k < n; k++) {
-    double d = fabs((double)a[k] - b[k]), v = fabs((double)b[k]);
-    if (d > md || d != d) md = d;
-    if (v > mb) mb = v;
-  }
-  return mb > 0 ? md / mb : md;
-}
-
 /* The largest per-tensor difference between gradients ga and gb of stage st_i of m (both in
  * rt_si_stage_grads order). */
 static double grads_diff(const rt_si_model *m, int st_i, const float *ga, const float *gb) {
@@ -644,9 +539,9 @@ static double grads_diff(const rt_si_model *m, int st_i, const float *ga, const 
   double worst = 0;
   for (int i = sa->first; i < sa->end; i++) {
     const mlayer *L = &m->layers[i];
-    double d = tensor_diff(ga + L->w_off, gb + L->w_off, L->w_n);
+    double d = rt_tensor_diff(ga + L->w_off, gb + L->w_off, L->w_n);
     if (L->b_n) {
-      double db = tensor_diff(ga + L->b_off, gb + L->b_off, L->b_n);
+      double db = rt_tensor_diff(ga + L->b_off, gb + L->b_off, L->b_n);
       if (db > d || db != db) d = db;
     }
     if (d > worst || d != d) worst = d;

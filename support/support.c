@@ -125,6 +125,29 @@ void strbuf_printf(strbuf *sb, const char *fmt, ...) {
 
 const char *strbuf_cstr(const strbuf *sb) { return sb->data ? sb->data : ""; }
 
+void strbuf_json_str(strbuf *sb, const char *s) {
+  if (!s) {
+    strbuf_puts(sb, "null");
+    return;
+  }
+  strbuf_putc(sb, '"');
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    switch (*p) {
+    case '"': strbuf_puts(sb, "\\\""); break;
+    case '\\': strbuf_puts(sb, "\\\\"); break;
+    case '\n': strbuf_puts(sb, "\\n"); break;
+    case '\t': strbuf_puts(sb, "\\t"); break;
+    case '\r': strbuf_puts(sb, "\\r"); break;
+    default:
+      if (*p < 0x20 || *p == 0x7f)
+        strbuf_printf(sb, "\\u%04x", *p);
+      else
+        strbuf_putc(sb, (char)*p);
+    }
+  }
+  strbuf_putc(sb, '"');
+}
+
 void strbuf_free(strbuf *sb) {
   free(sb->data);
   sb->data = NULL;

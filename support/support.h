@@ -67,6 +67,9 @@ void strbuf_printf(strbuf *sb, const char *fmt, ...) __attribute__((format(print
 void strbuf_vprintf(strbuf *sb, const char *fmt, va_list ap);
 const char *strbuf_cstr(const strbuf *sb); /* "" when empty */
 void strbuf_free(strbuf *sb);
+/* Append s as a JSON string literal (quotes, backslashes and control characters escaped;
+ * "null" when s is NULL). */
+void strbuf_json_str(strbuf *sb, const char *s);
 
 /* Levenshtein distance, capped at 'max' + 1. */
 int str_edit_distance(const char *a, const char *b, int max);
