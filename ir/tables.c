@@ -1,6 +1,7 @@
 /* tables.c -- descriptions generated from the .def tables, their lookups, generic record field
  * access, and canonical formatting of values. */
 #include <stdlib.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "ir.h"
@@ -87,14 +88,15 @@ const char *const ir_op_names[IR_OP_COUNT] = {
 
 /* Parameter ranges of the kinds, computed on first use (entries are contiguous per kind). */
 static int kind_ranges_first[IR_KIND_COUNT], kind_ranges_count[IR_KIND_COUNT];
-static void kind_ranges(void) {
-  static bool done;
-  if (done) return;
+static void kind_ranges_init(void) {
   for (int k = 0; k < IR_KIND_COUNT; k++) {
     kind_ranges_first[k] = kind_first(k);
     kind_ranges_count[k] = kind_count(k);
   }
-  done = true;
+}
+static void kind_ranges(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT; /* the tuner's threads may come here at once */
+  pthread_once(&once, kind_ranges_init);
 }
 
 int ir_kind_first_param(ir_layer_kind k) {
@@ -125,19 +127,20 @@ int ir_model_dim_lookup(const char *name) {
   return -1;
 }
 
-void ir_record_fields(ir_record_kind r, int *first, int *count) {
-  /* fields of one record are contiguous in records.def: find each record's range once */
-  static int firsts[IR_REC_COUNT], counts[IR_REC_COUNT];
-  static bool done;
-  if (!done) {
-    for (int i = ir_field_count - 1; i >= 0; i--) {
-      firsts[ir_fields[i].record] = i;
-      counts[ir_fields[i].record]++;
-    }
-    done = true;
+/* Each record's range of fields (contiguous in records.def), found once. */
+static int record_firsts[IR_REC_COUNT], record_counts[IR_REC_COUNT];
+static void record_ranges_init(void) {
+  for (int i = ir_field_count - 1; i >= 0; i--) {
+    record_firsts[ir_fields[i].record] = i;
+    record_counts[ir_fields[i].record]++;
   }
-  *first = firsts[r];
-  *count = counts[r];
+}
+
+void ir_record_fields(ir_record_kind r, int *first, int *count) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, record_ranges_init);
+  *first = record_firsts[r];
+  *count = record_counts[r];
 }
 
 int ir_field_lookup(ir_record_kind r, const char *name) {

@@ -75,37 +75,62 @@ static void run_baseline(const ir_module *m, const char *name, const char *pipel
   free(text);
 }
 
-int pass_compare(const ir_module *m, pass_baseline **out) {
-  int n = (int)(sizeof baselines / sizeof baselines[0]);
-  /* Interleaved 1F1B with the best v: every v >= 3 that gives each stage the same number of
-   * layers (v x devices divides the body), as Megatron requires. */
+/* Pool body: run the i-th of the plans in ctx. */
+typedef struct cmp_job {
+  const ir_module *m;   /* the module */
+  const char (*name)[32]; /* plan names */
+  const char (*pipe)[256]; /* their pipelines */
+  pass_baseline *rows;  /* one row per plan */
+} cmp_job;
+
+static void cmp_job_run(void *ctx, int i, int worker) {
+  (void)worker;
+  cmp_job *j = ctx;
+  run_baseline(j->m, j->name[i], j->pipe[i], &j->rows[i]);
+}
+
+int pass_compare_on(const ir_module *m, support_pool *pool, pass_baseline **out) {
+  int nfixed = (int)(sizeof baselines / sizeof baselines[0]);
+  /* The fixed plans, then interleaved 1F1B with every v >= 3 that gives each stage the same
+   * number of layers (v x devices divides the body), as Megatron requires; the best of those is
+   * kept. */
   int first, end, p = m->ndevices;
   ir_module_body(m, &first, &end);
-  int body = end - first;
-  pass_baseline *rows = xcalloc((size_t)n + 1, sizeof *rows); /* + the best I-1F1B v >= 3 */
-  for (int i = 0; i < n; i++) run_baseline(m, baselines[i].name, baselines[i].pipeline, &rows[i]);
-  pass_baseline best = {0};
-  bool have_best = false;
+  int body = end - first, n = nfixed;
+  char (*name)[32] = xcalloc((size_t)nfixed + 16, sizeof *name);
+  char (*pipe)[256] = xcalloc((size_t)nfixed + 16, sizeof *pipe);
+  for (int i = 0; i < nfixed; i++) {
+    snprintf(name[i], sizeof name[i], "%s", baselines[i].name);
+    snprintf(pipe[i], sizeof pipe[i], "%s", baselines[i].pipeline);
+  }
   for (int v = 3; p > 0 && v * p <= body && v <= 16; v++) {
     if (body % (v * p)) continue;
-    char name[32], pipe[256];
-    snprintf(name, sizeof name, "I-1F1B v=%d", v);
-    snprintf(pipe, sizeof pipe, "partition{method=uniform, chunks=%d},place{method=interleaved},"
-             "schedule{method=interleaved-1f1b}", v);
-    pass_baseline row;
-    run_baseline(m, name, pipe, &row);
-    if (row.ok && (!have_best || row.makespan < best.makespan)) {
-      pass_baseline_free(&best, 1, false);
-      best = row;
-      have_best = true;
-    } else {
-      pass_baseline_free(&row, 1, false);
-    }
+    snprintf(name[n], sizeof name[n], "I-1F1B v=%d", v);
+    snprintf(pipe[n], sizeof pipe[n], "partition{method=uniform, chunks=%d},"
+             "place{method=interleaved},schedule{method=interleaved-1f1b}", v);
+    n++;
   }
-  if (have_best) rows[n++] = best;
+  pass_baseline *rows = xcalloc((size_t)n, sizeof *rows);
+  cmp_job job = {m, (const char(*)[32])name, (const char(*)[256])pipe, rows};
+  if (pool) {
+    support_pool_run(pool, n, cmp_job_run, &job);
+  } else {
+    for (int i = 0; i < n; i++) cmp_job_run(&job, i, 0);
+  }
+  /* Keep the fastest I-1F1B v >= 3 that ran, after the fixed plans. */
+  int best = -1;
+  for (int i = nfixed; i < n; i++)
+    if (rows[i].ok && (best < 0 || rows[i].makespan < rows[best].makespan)) best = i;
+  for (int i = nfixed; i < n; i++)
+    if (i != best) pass_baseline_free(&rows[i], 1, false);
+  if (best >= 0) rows[nfixed] = rows[best];
+  free(name);
+  free(pipe);
   *out = rows;
-  return n;
+  return nfixed + (best >= 0);
 }
+
+int pass_compare(const ir_module *m, pass_baseline **out) { return pass_compare_on(m, NULL, out); }
 
 void pass_baseline_free(pass_baseline *rows, int n, bool array) {
   if (!rows) return;

@@ -27,11 +27,14 @@ static pass_status process_module(const pass_opt_config *cfg, const pass_pipelin
     ir_module_free(m);
     return PASS_FAILED;
   }
-  pass_status st = pass_pipeline_run(pl, m, &cfg->pm, d);
+  pass_results res = {0};
+  pass_manager_opts pm = cfg->pm;
+  pm.results = &res;
+  pass_status st = pass_pipeline_run(pl, m, &pm, d);
   if (st == PASS_OK && cfg->emit) {
     strbuf text = {0};
     diag_loc where = m->loc.src == src ? ir_diag_loc(m->loc) : start;
-    if (cfg->emit(cfg->emit_ctx, m, d, where, &text) != 0)
+    if (cfg->emit(cfg->emit_ctx, m, &res, d, where, &text) != 0)
       st = PASS_FAILED;
     else if (!cfg->verify_diagnostics)
       strbuf_append(out, strbuf_cstr(&text), text.len);
@@ -40,6 +43,7 @@ static pass_status process_module(const pass_opt_config *cfg, const pass_pipelin
     ir_print_opts po = {cfg->pm.print_debuginfo};
     ir_print(m, out, &po);
   }
+  pass_results_free(&res);
   ir_module_free(m);
   return st;
 }

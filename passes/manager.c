@@ -697,7 +697,9 @@ pass_status pass_pipeline_run(const pass_pipeline *pl, ir_module *m, const pass_
     if (o->print_ir_before_all || pass_name_in_list(name, o->print_ir_before))
       dump_ir(dump, "Before", name, "", m, o);
     int errors = diag_error_count(d);
-    int rc = e->pass->run(m, &e->opts, d);
+    pass_options po = e->opts;
+    po.results = o ? o->results : NULL;
+    int rc = e->pass->run(m, &po, d);
     bool reported = diag_error_count(d) > errors;
     if (rc != 0 || reported) {
       if (after) dump_ir(dump, "After", name, " Failed", m, o);

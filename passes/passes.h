@@ -30,6 +30,8 @@ typedef struct pass_options {
   diag_loc loc;       /* span of the pass name in the pipeline text (file 0 when built in code) */
   pass_option *items; /* options in the order written; keys are unique */
   int count;          /* number of options */
+  struct pass_results *results; /* where a pass leaves its figures (the pass manager sets it
+                                   from pass_manager_opts.results; NULL: nowhere) */
 } pass_options;
 
 /* Run function of a pass. Pre: m is a module (verified unless the user asked otherwise); opts
@@ -179,30 +181,42 @@ typedef struct pass_baseline {
  * divides the layers) on a copy of m, which must have layer costs, and simulate each. m is not
  * changed. *out receives the rows (free with pass_baseline_free(rows, n, true)); returns n. */
 int pass_compare(const ir_module *m, pass_baseline **out);
+/* The same, running the plans on the threads of 'pool' (NULL: on the caller's). */
+int pass_compare_on(const ir_module *m, support_pool *pool, pass_baseline **out);
 /* Free the arrays of n rows, and the array itself when 'array'. */
 void pass_baseline_free(pass_baseline *rows, int n, bool array);
 
 /* ---- The tuner ------------------------------------------------------------------------------ */
 
-/* Options of the tuner (tune{budget=..., seed=..., restarts=..., max_stages=..., progress=...}). */
+/* Options of the tuner (tune{evals=..., budget=..., jobs=..., seed=..., restarts=...,
+ * max_stages=..., progress=...}). */
 typedef struct pass_tune_opts {
-  double budget;    /* seconds the search may take at most */
+  int evals;        /* plans the search may simulate (the effort budget; deterministic); 0: no
+                       limit */
+  double budget;    /* seconds the search may take (machine-dependent); 0: no limit */
+  int jobs;         /* threads simulating candidates; 0: the cores available. The plan does not
+                       depend on it */
   uint64_t seed;    /* seed of the perturbations: the same seed gives the same plan */
   int restarts;     /* perturbation rounds in a row without improvement before stopping */
   int max_stages;   /* most stages a plan may have; 0: 4 x devices (at most the layers) */
   bool progress;    /* print a progress line to stderr */
 } pass_tune_opts;
 
-/* The tuner's defaults (the tune pass's and octoc's): 10 s, seed 1, 60 restarts, 4p stages. */
+/* The tuner's defaults (the tune pass's and octoc's): 1000 plans, no time limit, every core,
+ * seed 1, 60 restarts, 4p stages. */
 extern const pass_tune_opts pass_tune_defaults;
 
 /* What the tuner did. */
 typedef struct pass_tune_stats {
   int iterations;            /* local-search iterations */
   int evaluations;           /* plans simulated */
+  int pruned;                /* candidates discarded by their bound without simulating */
+  int jobs;                  /* threads used */
   double seconds;            /* time taken */
+  char stop[16];             /* why the search ended: "converged", "effort" or "time" */
   double makespan, bubble;   /* the returned plan's step time (s) and bubble ratio */
   bool fits;                 /* it fits in memory */
+  sim_bound bound;           /* the plan-independent bound (bound.bound NAN when unknown) */
   char start[32];            /* "tuned", or the classic plan kept as it was */
   pass_baseline *baselines;  /* the classic plans evaluated (pass_compare) */
   int nbaselines;
@@ -216,6 +230,13 @@ typedef struct pass_tune_stats {
 int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_engine *d,
               diag_loc where);
 void pass_tune_stats_free(pass_tune_stats *st);
+
+/* Figures passes leave for the tools' reports. Zero-initialize; free with pass_results_free. */
+typedef struct pass_results {
+  bool tuned;           /* a tune pass ran and succeeded */
+  pass_tune_stats tune; /* the last one's figures */
+} pass_results;
+void pass_results_free(pass_results *r);
 
 /* ---- Pipelines ------------------------------------------------------------------------------*/
 
@@ -266,6 +287,7 @@ typedef struct pass_manager_opts {
   bool print_ir_after_all;     /* dump the IR after every pass */
   bool print_debuginfo;        /* dumps include loc(...) */
   FILE *dump;                  /* where dumps go; stderr when NULL */
+  struct pass_results *results; /* where passes leave their figures; NULL: dropped */
 } pass_manager_opts;
 
 /* Whether 'name' is one of the comma-separated names in 'list' (NULL: none). */
@@ -303,8 +325,9 @@ typedef struct pass_opt_config {
   FILE *dump_pipeline;        /* when non-NULL, the parsed pipeline is printed there */
   /* When non-NULL, called with each module after its passes instead of printing the IR: appends
    * the output to 'out' and returns 0, or returns -1 after reporting through d ('where' is the
-   * module's location). */
-  int (*emit)(void *ctx, const ir_module *m, diag_engine *d, diag_loc where, strbuf *out);
+   * module's location; res: the figures its passes left). */
+  int (*emit)(void *ctx, const ir_module *m, const pass_results *res, diag_engine *d,
+              diag_loc where, strbuf *out);
   void *emit_ctx;             /* passed to emit */
 } pass_opt_config;
 

@@ -5,8 +5,10 @@
  * stage to another device or swap two, split or merge stages) and at the adaptive scheduler's
  * knobs, keeping a move when the simulated step is shorter and every device fits its memory;
  * when no move helps it perturbs the best plan with seeded random moves and searches again,
- * until several restarts in a row bring nothing or the time budget is spent. The algorithm, its
- * moves and knobs are documented in docs/tuner.md. */
+ * until several restarts in a row bring nothing or the budget is spent. Candidates are simulated
+ * in batches of a fixed size on a pool of threads and judged in a fixed order, and the budget is
+ * counted in plans simulated, so the plan does not depend on the thread count or the machine's
+ * speed. The algorithm, its moves and knobs are documented in docs/tuner.md. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@
 #include <unistd.h>
 
 #include "passes.h"
+#include "sim.h"
 
 /* A candidate plan: stages, their devices and the adaptive scheduler's knobs. */
 typedef struct tune_plan {
@@ -39,26 +42,58 @@ typedef struct tune_score {
 typedef struct tune_memo {
   uint64_t key;     /* plan hash; 0: empty slot */
   tune_score score; /* its score */
+  double *busy;     /* per device: busy time in the simulated step (in the tuner's arena) */
 } tune_memo;
+
+/* What one thread needs to simulate plans. */
+typedef struct tune_worker {
+  ir_module *w;       /* work copy whose stages are rewritten for each evaluation */
+  diag_engine *quiet; /* swallows the errors of plans that cannot be built */
+  FILE *sink;         /* its output (/dev/null) */
+  sim_result r;       /* reused simulation result */
+} tune_worker;
+
+/* A candidate of a batch. */
+typedef struct tune_slot {
+  tune_plan plan;   /* the plan */
+  uint64_t key;     /* its hash */
+  tune_score score; /* its score, once judged */
+  double *busy;     /* per device: busy time when simulated here */
+  int how;          /* SLOT_MEMO, SLOT_SAME (as an earlier slot), SLOT_PRUNED, SLOT_SIM, SLOT_LATE */
+  int same;         /* SLOT_SAME: that slot */
+} tune_slot;
+enum { SLOT_MEMO, SLOT_SAME, SLOT_PRUNED, SLOT_SIM, SLOT_LATE };
+
+/* Most candidates of one batch. */
+enum { TUNE_BATCH = 64 };
 
 /* The tuner's state. */
 typedef struct tuner {
-  ir_module *w;            /* work copy whose stages are rewritten for each evaluation */
-  diag_engine *quiet;      /* swallows the errors of plans that cannot be built */
-  FILE *sink;              /* its output */
+  const ir_module *m;      /* the module planned */
   const pass_tune_opts *o; /* options */
   int n, p, kmax;          /* layers, devices, most stages tried */
+  double nmb;              /* microbatches */
   double *lw;              /* per layer: F + B + W (for cost-aware splits) */
-  sim_result r;            /* reused simulation result */
-  double *busy;            /* per device: busy time of the last evaluation */
-  uint64_t busy_key;       /* hash of the plan whose busy times t->busy holds */
+  double *cum;             /* per device dv, per layer i: (n + 1) x dv + i holds the sum of
+                              F + B + W over layers < i at dv's costs (for the pruning bound) */
+  double *cum_f;           /* per layer i: the cheapest F of the layers < i */
+  double *cum_param;       /* per layer i: static bytes of the layers < i */
+  double *rate;            /* per device: optimizer rate (bytes/s) */
+  double *busy;            /* per device: busy time of the plan last looked up */
+  double *scratch;         /* 3 x devices: the pruning bound's work */
+  support_pool *pool;      /* the threads */
+  tune_worker *workers;    /* one per thread */
+  tune_slot slots[TUNE_BATCH]; /* the current batch */
   tune_memo *memo;         /* evaluation cache */
   size_t memo_cap;         /* its size (a power of two) */
   int memo_used;           /* its entries */
+  arena mem;               /* the cache's busy arrays */
   int evals;               /* plans simulated */
+  int pruned;              /* candidates discarded by the bound without simulating */
   int iters;               /* search iterations */
   uint64_t rng;            /* xorshift state */
   double t0;               /* start time */
+  bool late;               /* the time budget ran out */
   double last_print;       /* last progress line */
   double ref;              /* makespan of the reference plan for progress (S-1F1B) */
 } tuner;
@@ -121,36 +156,66 @@ static bool score_better(const tune_score *a, const tune_score *b) {
 
 /* ---- Evaluation ------------------------------------------------------------------------------ */
 
-/* Simulate plan pl with the adaptive scheduler. Fills t->busy when it ran. */
-static tune_score tune_simulate(tuner *t, const tune_plan *pl) {
+/* Whether the search must stop: the effort budget is spent, or the time budget (when given). */
+static bool tune_spent(tuner *t) {
+  if (t->o->evals > 0 && t->evals >= t->o->evals) return true;
+  if (t->o->budget > 0 && support_seconds() - t->t0 > t->o->budget) t->late = true;
+  return t->late;
+}
+
+/* Simulate plan pl with the adaptive scheduler on worker wk; busy[] receives the devices' busy
+ * times (0 unless the plan runs). Thread-safe for distinct workers. */
+static tune_score tune_simulate(const tuner *t, tune_worker *wk, const tune_plan *pl,
+                                double *busy) {
   tune_score sc = {false, false, INFINITY, 1, INFINITY, -1};
-  memset(t->busy, 0, (size_t)t->p * sizeof *t->busy); /* unknown unless the plan runs */
-  ir_module *w = t->w;
+  memset(busy, 0, (size_t)t->p * sizeof *busy);
+  ir_module *w = wk->w;
   w->nstages = 0;
   for (int s = 0; s < pl->k; s++)
     ir_module_add_stage(w, plan_first(pl, s), pl->ends[s])->device = pl->dev[s];
-  sim_model *p = sim_model_build(w, t->quiet);
+  sim_model *p = sim_model_build(w, wk->quiet);
   if (p) {
-    sim_status st = pass_adaptive_run(p, w, &pl->knobs, &t->r, &sc.overflow_dev, &sc.overflow);
+    sim_status st = pass_adaptive_run(p, w, &pl->knobs, &wk->r, &sc.overflow_dev, &sc.overflow);
     if (st == SIM_OK) {
       sc.ok = true;
-      sc.fits = t->r.fits;
-      sc.makespan = t->r.makespan;
-      sc.bubble = t->r.bubble;
+      sc.fits = wk->r.fits;
+      sc.makespan = wk->r.makespan;
+      sc.bubble = wk->r.bubble;
       sc.overflow = 0;
-      for (int dv = 0; dv < t->r.ndevices && !sc.fits; dv++) {
-        double over = t->r.dev[dv].peak_mem - t->r.dev[dv].mem_limit;
+      for (int dv = 0; dv < wk->r.ndevices && !sc.fits; dv++) {
+        double over = wk->r.dev[dv].peak_mem - wk->r.dev[dv].mem_limit;
         if (over > sc.overflow) sc.overflow = over, sc.overflow_dev = dv;
       }
-      for (int dv = 0; dv < t->p; dv++) t->busy[dv] = t->r.dev[dv].busy;
+      for (int dv = 0; dv < t->p; dv++) busy[dv] = wk->r.dev[dv].busy;
     } else if (sc.overflow_dev >= 0) {
       sc.ok = true; /* it would run if memory allowed: an overflow to shrink */
     }
     sim_model_free(p);
   }
-  t->busy_key = plan_hash(pl);
-  t->evals++;
   return sc;
+}
+
+/* A lower bound on the step of plan pl (as the simulator's work bound): over its devices, the
+ * first microbatch's cheapest forwards before the device's first stage, then every microbatch's
+ * F, B and W of its stages and its optimizer step. Transfers are left out. */
+static double tune_plan_bound(const tuner *t, const tune_plan *pl, double *work, double *stat,
+                              double *head) {
+  for (int dv = 0; dv < t->p; dv++) work[dv] = stat[dv] = 0, head[dv] = -1;
+  for (int s = 0; s < pl->k; s++) {
+    int dv = pl->dev[s], a = plan_first(pl, s), b = pl->ends[s];
+    const double *c = t->cum + (size_t)(t->n + 1) * dv;
+    work[dv] += t->nmb * (c[b] - c[a]);
+    stat[dv] += t->cum_param[b] - t->cum_param[a];
+    if (head[dv] < 0) head[dv] = t->cum_f[a];
+  }
+  double lb = 0;
+  for (int dv = 0; dv < t->p; dv++) {
+    if (head[dv] < 0) continue;
+    double opt = stat[dv] > 0 && t->rate[dv] > 0 ? 2 * stat[dv] / t->rate[dv] : 0;
+    double x = head[dv] + work[dv] + opt;
+    if (x > lb) lb = x;
+  }
+  return lb;
 }
 
 /* Slot of key in the cache: its entry, or the empty slot where it goes. */
@@ -160,12 +225,8 @@ static tune_memo *memo_slot(tune_memo *memo, size_t cap, uint64_t key) {
   return &memo[at];
 }
 
-/* The score of plan pl: from the cache, else simulated (and cached). */
-static tune_score tune_eval(tuner *t, const tune_plan *pl) {
-  uint64_t key = plan_hash(pl);
-  tune_memo *e = memo_slot(t->memo, t->memo_cap, key);
-  if (e->key == key) return e->score;
-  tune_score sc = tune_simulate(t, pl);
+/* Cache score sc (and busy[], copied) of the plan with hash key. */
+static void memo_put(tuner *t, uint64_t key, const tune_score *sc, const double *busy) {
   if ((size_t)(t->memo_used + 1) * 2 > t->memo_cap) { /* grow: rehash into twice the room */
     size_t cap = t->memo_cap * 2;
     tune_memo *nm = xcalloc(cap, sizeof *nm);
@@ -175,17 +236,88 @@ static tune_score tune_eval(tuner *t, const tune_plan *pl) {
     t->memo = nm;
     t->memo_cap = cap;
   }
-  e = memo_slot(t->memo, t->memo_cap, key);
+  tune_memo *e = memo_slot(t->memo, t->memo_cap, key);
   e->key = key;
-  e->score = sc;
+  e->score = *sc;
+  e->busy = arena_alloc(&t->mem, (size_t)t->p * sizeof *e->busy);
+  memcpy(e->busy, busy, (size_t)t->p * sizeof *e->busy);
   t->memo_used++;
-  return sc;
 }
 
-/* Make t->busy hold the busy times of plan pl's devices (simulating it again when the last
- * simulation was of another plan). */
+/* Pool body: simulate the i-th slot that needs it. */
+typedef struct tune_job {
+  tuner *t;   /* the tuner */
+  int *which; /* slots to simulate */
+} tune_job;
+
+static void tune_job_run(void *ctx, int i, int worker) {
+  tune_job *j = ctx;
+  tuner *t = j->t;
+  tune_slot *sl = &t->slots[j->which[i]];
+  if (t->o->budget > 0 && support_seconds() - t->t0 > t->o->budget) {
+    sl->how = SLOT_LATE; /* past the time budget: not simulated */
+    return;
+  }
+  sl->score = tune_simulate(t, &t->workers[worker], &sl->plan, sl->busy);
+}
+
+/* Judge the first n slots of the batch: from the cache, as an earlier slot of the same batch,
+ * discarded when their bound is above 'cutoff' (a step no better plan can have; INFINITY: no
+ * discarding), else simulated on the pool and cached, in slot order. Pruned and late slots get a
+ * score that is never better than any plan that ran. Post: every slot's score is set. */
+static void tune_batch(tuner *t, int n, double cutoff) {
+  int which[TUNE_BATCH], nsim = 0;
+  double *work = t->scratch, *stat = work + t->p, *head = stat + t->p;
+  for (int i = 0; i < n; i++) {
+    tune_slot *sl = &t->slots[i];
+    sl->key = plan_hash(&sl->plan);
+    tune_memo *e = memo_slot(t->memo, t->memo_cap, sl->key);
+    sl->how = SLOT_SIM;
+    if (e->key == sl->key) {
+      sl->how = SLOT_MEMO;
+      sl->score = e->score;
+      continue;
+    }
+    for (int j = 0; j < i && sl->how == SLOT_SIM; j++)
+      if (t->slots[j].key == sl->key && t->slots[j].how != SLOT_SAME) sl->how = SLOT_SAME, sl->same = j;
+    if (sl->how == SLOT_SAME) continue;
+    if (isfinite(cutoff) && tune_plan_bound(t, &sl->plan, work, stat, head) > cutoff * (1 + 1e-9)) {
+      sl->how = SLOT_PRUNED;
+      sl->score = (tune_score){false, false, INFINITY, 1, INFINITY, -1};
+      t->pruned++;
+      continue;
+    }
+    which[nsim++] = i;
+  }
+  tune_job job = {t, which};
+  support_pool_run(t->pool, nsim, tune_job_run, &job);
+  for (int i = 0; i < n; i++) {
+    tune_slot *sl = &t->slots[i];
+    if (sl->how == SLOT_SIM) {
+      memo_put(t, sl->key, &sl->score, sl->busy);
+      t->evals++;
+    } else if (sl->how == SLOT_LATE) {
+      sl->score = (tune_score){false, false, INFINITY, 1, INFINITY, -1};
+      t->late = true;
+    } else if (sl->how == SLOT_SAME) {
+      sl->score = t->slots[sl->same].score;
+    }
+  }
+}
+
+/* The score of plan pl: from the cache, else simulated (and cached). */
+static tune_score tune_eval(tuner *t, const tune_plan *pl) {
+  plan_copy(&t->slots[0].plan, pl);
+  tune_batch(t, 1, INFINITY);
+  return t->slots[0].score;
+}
+
+/* Make t->busy hold the busy times of plan pl's devices (zeros when it was never simulated). */
 static void tune_busy(tuner *t, const tune_plan *pl) {
-  if (t->busy_key != plan_hash(pl)) tune_simulate(t, pl);
+  uint64_t key = plan_hash(pl);
+  tune_memo *e = memo_slot(t->memo, t->memo_cap, key);
+  if (e->key == key) memcpy(t->busy, e->busy, (size_t)t->p * sizeof *t->busy);
+  else memset(t->busy, 0, (size_t)t->p * sizeof *t->busy);
 }
 
 /* ---- Moves ----------------------------------------------------------------------------------- */
@@ -270,12 +402,24 @@ static void tune_progress(tuner *t, const tune_score *best, bool last) {
   fflush(stderr);
 }
 
+/* A move of the local search: kind, stage and device (or second stage) of tune_move. */
+typedef struct tune_mv {
+  int kind, s, d;
+} tune_mv;
+
+/* Sizes of the successive batches of one local-search iteration: small first (an early move
+ * often helps), larger later. Fixed, so the moves judged do not depend on the thread count. */
+static const int batch_sizes[] = {4, 8, 16, 32, TUNE_BATCH};
+
 /* First-improvement local search from *cur (score *cs): returns when no move improves or the
- * budget is spent. Moves are aimed at the busiest device. */
-static void tune_descend(tuner *t, tune_plan *cur, tune_score *cs, tune_plan *cand,
-                         tune_plan *best_n, const tune_score *global_best) {
+ * budget is spent. Moves are aimed at the busiest device; they are judged in batches, in a
+ * fixed order, and the first that improves in that order is taken. */
+static void tune_descend(tuner *t, tune_plan *cur, tune_score *cs, tune_plan *best_n,
+                         const tune_score *global_best) {
+  tune_mv *mv = NULL;
+  int nmv = 0, mv_cap = 0;
   for (;;) {
-    if (support_seconds() - t->t0 > t->o->budget) return;
+    if (tune_spent(t)) break;
     t->iters++;
     tune_busy(t, cur);
     int hot = 0, cold = 0;
@@ -291,16 +435,14 @@ static void tune_descend(tuner *t, tune_plan *cur, tune_score *cs, tune_plan *ca
         for (int i = 0; i < j; i++) taken |= targets[i] == dv;
         if (!taken && (targets[j] < 0 || t->busy[dv] < t->busy[targets[j]])) targets[j] = dv;
       }
-    /* First improvement: the first move that shortens the step is taken. The scan starts at a
-     * stage that rotates with the iterations so that no part of the model is always tried
-     * first. */
-    tune_score bs = *cs;
-    bool found = false;
-    for (int i0 = 0; i0 < cur->k && !found; i0++) {
+    /* The moves, in the order they are judged. The scan starts at a stage that rotates with the
+     * iterations so that no part of the model is always tried first. */
+    nmv = 0;
+    bool memory = !cs->fits; /* out of memory: every move may help */
+    for (int i0 = 0; i0 < cur->k; i0++) {
       int s = (i0 + t->iters) % cur->k;
       bool on_hot = cur->dev[s] == hot;
       bool next_hot = s + 1 < cur->k && cur->dev[s + 1] == hot;
-      bool memory = !cs->fits; /* out of memory: every move may help */
       int kinds[8], nk = 0;
       if (on_hot || next_hot || memory) kinds[nk++] = MV_LEFT, kinds[nk++] = MV_RIGHT;
       if (on_hot || memory) kinds[nk++] = MV_MOVE, kinds[nk++] = MV_SPLIT, kinds[nk++] = MV_SWAP;
@@ -316,33 +458,32 @@ static void tune_descend(tuner *t, tune_plan *cur, tune_score *cs, tune_plan *ca
           if (kinds[i] == MV_SWAP && cur->dev[r] != targets[0] && cur->dev[r] != targets[1] &&
               cur->dev[r] != targets[2])
             continue;
-          if (!tune_move(t, cur, kinds[i], s, d, cand)) continue;
-          tune_score sc = tune_eval(t, cand);
-          if (score_better(&sc, &bs)) {
-            bs = sc;
-            plan_copy(best_n, cand);
-            found = true;
-            break;
-          }
+          VEC_PUSH(mv, nmv, mv_cap, ((tune_mv){kinds[i], s, d}));
         }
-        if (found) break;
       }
     }
-    for (int i = 0; !found && i <= (int)(sizeof margins / sizeof margins[0]); i++) {
-      int kind = i == 0 ? MV_KNOB_SPLIT : MV_KNOB_MARGIN;
-      if (!tune_move(t, cur, kind, 0, i - 1, cand)) continue;
-      tune_score sc = tune_eval(t, cand);
-      if (score_better(&sc, &bs)) {
-        bs = sc;
-        plan_copy(best_n, cand);
-        found = true;
-      }
+    VEC_PUSH(mv, nmv, mv_cap, ((tune_mv){MV_KNOB_SPLIT, 0, 0}));
+    for (int i = 0; i < (int)(sizeof margins / sizeof margins[0]); i++)
+      VEC_PUSH(mv, nmv, mv_cap, ((tune_mv){MV_KNOB_MARGIN, 0, i}));
+    /* Judge them batch by batch; a fitting plan prunes candidates whose bound is not shorter. */
+    int found = -1, size_at = 0;
+    for (int at = 0; at < nmv && found < 0;) {
+      if (at > 0 && tune_spent(t)) break;
+      int want = batch_sizes[size_at], n = 0;
+      if (size_at + 1 < (int)(sizeof batch_sizes / sizeof batch_sizes[0])) size_at++;
+      for (; at < nmv && n < want; at++)
+        if (tune_move(t, cur, mv[at].kind, mv[at].s, mv[at].d, &t->slots[n].plan)) n++;
+      tune_batch(t, n, cs->fits ? cs->makespan : INFINITY);
+      for (int i = 0; i < n && found < 0; i++)
+        if (score_better(&t->slots[i].score, cs)) found = i;
     }
-    if (!found) return;
+    if (found < 0) break;
+    plan_copy(best_n, &t->slots[found].plan);
+    *cs = t->slots[found].score;
     plan_copy(cur, best_n);
-    *cs = bs;
     tune_progress(t, score_better(cs, global_best) ? cs : global_best, false);
   }
+  free(mv);
 }
 
 /* A random move (for perturbation). Returns false when the drawn move does not apply. */
@@ -368,26 +509,35 @@ static double tune_space(int n, int p, int kmax) {
   return total;
 }
 
+/* Judge the n plans of the enumeration's batch, keeping the best in *best / *bs. */
+static void enum_flush(tuner *t, int *n, tune_plan *best, tune_score *bs) {
+  tune_batch(t, *n, bs->fits ? bs->makespan : INFINITY);
+  for (int i = 0; i < *n; i++)
+    if (score_better(&t->slots[i].score, bs)) {
+      *bs = t->slots[i].score;
+      plan_copy(best, &t->slots[i].plan);
+    }
+  *n = 0;
+}
+
 /* Enumerate every partition and placement extending the first k stages of *pl (which end at
- * layer 'at'), keeping the best in *best / *bs. */
-static void tune_enumerate(tuner *t, tune_plan *pl, int k, int at, tune_plan *best,
+ * layer 'at') into batches (*n plans pending), keeping the best in *best / *bs; stops early
+ * when the budget is spent. */
+static void tune_enumerate(tuner *t, tune_plan *pl, int k, int at, int *n, tune_plan *best,
                            tune_score *bs) {
   if (at == t->n) {
     pl->k = k;
     pl->knobs = pass_adaptive_default;
-    tune_score sc = tune_eval(t, pl);
-    if (score_better(&sc, bs)) {
-      *bs = sc;
-      plan_copy(best, pl);
-    }
+    plan_copy(&t->slots[(*n)++].plan, pl);
+    if (*n == TUNE_BATCH && !tune_spent(t)) enum_flush(t, n, best, bs);
     return;
   }
   if (k >= t->kmax) return;
-  for (int end = at + 1; end <= t->n; end++)
+  for (int end = at + 1; end <= t->n && !tune_spent(t); end++)
     for (int dv = 0; dv < t->p; dv++) {
       pl->ends[k] = end;
       pl->dev[k] = dv;
-      tune_enumerate(t, pl, k + 1, end, best, bs);
+      tune_enumerate(t, pl, k + 1, end, n, best, bs);
     }
 }
 
@@ -428,19 +578,6 @@ static void pool_offer(tune_pool *pool, const tune_plan *pl, const tune_score *s
   if (pool->n < TUNE_SEEDS) pool->n++;
 }
 
-/* A starting plan pl, simulated under the adaptive scheduler: offered to the pool of seeds, and
- * the incumbent (*best, *bs; no longer a classic plan kept as is) when it beats it. */
-static void tune_offer_start(tuner *t, const tune_plan *pl, tune_pool *pool, tune_plan *best,
-                             tune_score *bs, int *classic) {
-  tune_score sc = tune_eval(t, pl);
-  pool_offer(pool, pl, &sc);
-  if (score_better(&sc, bs)) {
-    *bs = sc;
-    plan_copy(best, pl);
-    *classic = -1;
-  }
-}
-
 /* Stages and devices of a module's plan as a tune_plan. */
 static void plan_from_module(const ir_module *m, tune_plan *pl) {
   pl->k = m->nstages;
@@ -460,6 +597,99 @@ static bool plan_from_pipeline(const ir_module *m, const char *text, diag_engine
   return ok;
 }
 
+/* Allocate what the search needs: the threads and their workers, the batch, the cache, and the
+ * per-layer sums of the pruning bound. Pre: t->m, t->o, t->n, t->p, t->nmb are set. */
+static void tune_setup(tuner *t) {
+  const ir_module *m = t->m;
+  int jobs = t->o->jobs > 0 ? t->o->jobs : support_cores();
+  t->pool = support_pool_new(jobs);
+  jobs = support_pool_jobs(t->pool);
+  t->workers = xcalloc((size_t)jobs, sizeof *t->workers);
+  for (int i = 0; i < jobs; i++) {
+    tune_worker *wk = &t->workers[i];
+    wk->sink = fopen("/dev/null", "w");
+    wk->quiet = diag_new(wk->sink ? wk->sink : stderr);
+    diag_set_error_limit(wk->quiet, 0); /* its errors go to /dev/null */
+    wk->w = ir_module_clone(m);
+    ir_module_clear_plan(wk->w);
+  }
+  for (int i = 0; i < TUNE_BATCH; i++) {
+    plan_init(&t->slots[i].plan, t->n + 1);
+    t->slots[i].busy = xcalloc((size_t)t->p, sizeof *t->slots[i].busy);
+  }
+  t->lw = xmalloc((size_t)t->n * sizeof *t->lw);
+  t->cum = xmalloc((size_t)(t->n + 1) * t->p * sizeof *t->cum);
+  t->cum_f = xmalloc((size_t)(t->n + 1) * sizeof *t->cum_f);
+  t->cum_param = xmalloc((size_t)(t->n + 1) * sizeof *t->cum_param);
+  t->rate = xmalloc((size_t)t->p * sizeof *t->rate);
+  t->cum_f[0] = t->cum_param[0] = 0;
+  for (int i = 0; i < t->n; i++) {
+    const ir_cost *c = &m->layers[i].cost;
+    t->lw[i] = c->f + c->b + c->w;
+    double f = c->f;
+    for (int dv = 0; dv < t->p; dv++) {
+      const ir_cost *cd = ir_layer_cost_on(m, &m->layers[i], dv);
+      if (cd->f < f) f = cd->f;
+    }
+    t->cum_f[i + 1] = t->cum_f[i] + f;
+    t->cum_param[i + 1] = t->cum_param[i] + c->param;
+  }
+  for (int dv = 0; dv < t->p; dv++) {
+    double *cum = t->cum + (size_t)(t->n + 1) * dv;
+    cum[0] = 0;
+    for (int i = 0; i < t->n; i++) {
+      const ir_cost *c = ir_layer_cost_on(m, &m->layers[i], dv);
+      cum[i + 1] = cum[i] + c->f + c->b + c->w;
+    }
+    t->rate[dv] = sim_optim_rate(m, dv);
+  }
+  t->busy = xcalloc((size_t)t->p, sizeof *t->busy);
+  t->scratch = xcalloc(3 * (size_t)t->p, sizeof *t->scratch);
+  t->memo_cap = 1024;
+  t->memo = xcalloc(t->memo_cap, sizeof *t->memo);
+}
+
+/* Free what tune_setup allocated. */
+static void tune_teardown(tuner *t) {
+  int jobs = support_pool_jobs(t->pool);
+  support_pool_free(t->pool);
+  for (int i = 0; i < jobs; i++) {
+    tune_worker *wk = &t->workers[i];
+    sim_result_free(&wk->r);
+    ir_module_free(wk->w);
+    diag_free(wk->quiet);
+    if (wk->sink) fclose(wk->sink);
+  }
+  free(t->workers);
+  for (int i = 0; i < TUNE_BATCH; i++) {
+    plan_free(&t->slots[i].plan);
+    free(t->slots[i].busy);
+  }
+  free(t->lw);
+  free(t->cum);
+  free(t->cum_f);
+  free(t->cum_param);
+  free(t->rate);
+  free(t->busy);
+  free(t->scratch);
+  free(t->memo);
+  arena_free(&t->mem);
+}
+
+/* Report that no plan could be simulated, with the reason the first classic plan gave (every
+ * plan fails for the same reasons: too many operations, times adding up beyond the limit). */
+static void tune_no_plan(const tuner *t, const pass_tune_stats *st, diag_engine *d,
+                         diag_loc where) {
+  for (int i = 0; i < st->nbaselines; i++)
+    if (!st->baselines[i].ok && st->baselines[i].why[0]) {
+      diag_error(d, where, "the tuner found no plan that can run: %s (%s)", st->baselines[i].why,
+                 st->baselines[i].name);
+      return;
+    }
+  diag_error(d, where, "the tuner found no plan that can run%s",
+             t->late ? ": the time budget ran out before any plan was simulated" : "");
+}
+
 int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_engine *d,
               diag_loc where) {
   memset(st, 0, sizeof *st);
@@ -474,26 +704,18 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
       return 1;
     }
   tuner t = {0};
+  t.m = m;
   t.o = o;
   t.n = m->nlayers;
   t.p = m->ndevices;
+  t.nmb = ir_field_value(&m->train, IR_F_TRAIN_microbatches);
   t.kmax = o->max_stages > 0 ? o->max_stages : 4 * t.p;
   if (t.kmax > t.n) t.kmax = t.n;
   if (t.kmax < t.p) t.kmax = t.p < t.n ? t.p : t.n;
   t.t0 = support_seconds();
   t.rng = o->seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
   if (!t.rng) t.rng = 1;
-  t.sink = fopen("/dev/null", "w");
-  t.quiet = diag_new(t.sink ? t.sink : stderr);
-  diag_set_error_limit(t.quiet, 0); /* its errors go to /dev/null */
-  t.w = ir_module_clone(m);
-  ir_module_clear_plan(t.w);
-  t.lw = xmalloc((size_t)t.n * sizeof *t.lw);
-  for (int i = 0; i < t.n; i++)
-    t.lw[i] = m->layers[i].cost.f + m->layers[i].cost.b + m->layers[i].cost.w;
-  t.busy = xcalloc((size_t)t.p, sizeof *t.busy);
-  t.memo_cap = 1024;
-  t.memo = xcalloc(t.memo_cap, sizeof *t.memo);
+  tune_setup(&t);
   int cap = t.n + 1;
   tune_plan best, cur, cand, nb;
   tune_pool pool = {.n = 0};
@@ -504,24 +726,28 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
   plan_init(&nb, cap);
 
   /* Starts: every classic plan, as it is and under the adaptive scheduler. */
-  st->nbaselines = pass_compare(m, &st->baselines);
+  st->nbaselines = pass_compare_on(m, t.pool, &st->baselines);
   tune_score bs = {false, false, INFINITY, 1, INFINITY, -1};
   int classic = -1; /* a classic plan with its own schedule that is still the best */
+  int nstart = 0;   /* starting plans in the batch */
   for (int i = 0; i < st->nbaselines; i++) {
     const pass_baseline *b = &st->baselines[i];
     if (!b->ok) continue;
     if (strcmp(b->name, "S-1F1B") == 0) t.ref = b->makespan;
     tune_score as_is = {true, b->fits, b->makespan, b->bubble, b->fits ? 0 : INFINITY, -1};
-    cand.k = b->nstages; /* the plan pass_compare made */
-    memcpy(cand.ends, b->stage_end, (size_t)b->nstages * sizeof *cand.ends);
-    memcpy(cand.dev, b->stage_dev, (size_t)b->nstages * sizeof *cand.dev);
-    cand.knobs = pass_adaptive_default;
     if (score_better(&as_is, &bs)) {
       bs = as_is;
-      plan_copy(&best, &cand);
+      best.k = b->nstages; /* the plan pass_compare made */
+      memcpy(best.ends, b->stage_end, (size_t)b->nstages * sizeof *best.ends);
+      memcpy(best.dev, b->stage_dev, (size_t)b->nstages * sizeof *best.dev);
+      best.knobs = pass_adaptive_default;
       classic = i;
     }
-    tune_offer_start(&t, &cand, &pool, &best, &bs, &classic);
+    tune_plan *sp = &t.slots[nstart++].plan;
+    sp->k = b->nstages;
+    memcpy(sp->ends, b->stage_end, (size_t)b->nstages * sizeof *sp->ends);
+    memcpy(sp->dev, b->stage_dev, (size_t)b->nstages * sizeof *sp->dev);
+    sp->knobs = pass_adaptive_default;
   }
   /* More starts under the adaptive scheduler: balanced partitions with more stages per device
    * (a shorter fill and drain), in Megatron's loop and in a V. */
@@ -532,26 +758,38 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
       "partition{method=balanced, chunks=3},place{method=interleaved}",
       "partition{method=balanced, chunks=4},place{method=interleaved}",
   };
-  for (size_t i = 0; i < sizeof starts / sizeof starts[0]; i++) {
-    if (plan_from_pipeline(m, starts[i], t.quiet, &cand, cap) && cand.k <= t.kmax)
-      tune_offer_start(&t, &cand, &pool, &best, &bs, &classic);
+  for (size_t i = 0; i < sizeof starts / sizeof starts[0] && nstart < TUNE_BATCH; i++)
+    if (plan_from_pipeline(m, starts[i], t.workers[0].quiet, &t.slots[nstart].plan, cap) &&
+        t.slots[nstart].plan.k <= t.kmax)
+      nstart++;
+  tune_batch(&t, nstart, INFINITY);
+  for (int i = 0; i < nstart; i++) {
+    pool_offer(&pool, &t.slots[i].plan, &t.slots[i].score);
+    if (score_better(&t.slots[i].score, &bs)) {
+      bs = t.slots[i].score;
+      plan_copy(&best, &t.slots[i].plan);
+      classic = -1;
+    }
   }
   /* Small problems are searched exhaustively (every partition and placement, default knobs). */
   if (tune_space(t.n, t.p, t.kmax) <= TUNE_EXHAUSTIVE) {
-    tune_enumerate(&t, &cand, 0, 0, &best, &bs);
+    int pending = 0;
+    tune_enumerate(&t, &cand, 0, 0, &pending, &best, &bs);
+    if (pending > 0 && !tune_spent(&t)) enum_flush(&t, &pending, &best, &bs);
     if (best.k > 0 && bs.ok) classic = tune_classic_kept(st, &bs, classic);
   }
   tune_progress(&t, &bs, false);
 
   /* Local search from the best start, then perturb-and-search until 'restarts' rounds in a row
    * bring nothing. */
+  int idle_rounds = 0;
   if (best.k > 0) {
     /* Each of the best starting plans is improved first: their local optima differ. */
     tune_score cs;
-    for (int i = 0; i < pool.n && support_seconds() - t.t0 <= o->budget; i++) {
+    for (int i = 0; i < pool.n && !tune_spent(&t); i++) {
       plan_copy(&cur, &pool.plan[i]);
       cs = pool.score[i];
-      tune_descend(&t, &cur, &cs, &cand, &nb, &bs);
+      tune_descend(&t, &cur, &cs, &nb, &bs);
       if (score_better(&cs, &bs)) {
         bs = cs;
         plan_copy(&best, &cur);
@@ -560,9 +798,8 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
     }
     plan_copy(&cur, &best);
     cs = tune_eval(&t, &cur);
-    int idle_rounds = 0;
-    while (idle_rounds < o->restarts && support_seconds() - t.t0 <= o->budget) {
-      tune_descend(&t, &cur, &cs, &cand, &nb, &bs);
+    while (idle_rounds < o->restarts && !tune_spent(&t)) {
+      tune_descend(&t, &cur, &cs, &nb, &bs);
       if (score_better(&cs, &bs)) {
         bs = cs;
         plan_copy(&best, &cur);
@@ -586,12 +823,16 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
 
   st->iterations = t.iters;
   st->evaluations = t.evals;
+  st->pruned = t.pruned;
+  st->jobs = support_pool_jobs(t.pool);
   st->makespan = bs.makespan;
   st->bubble = bs.bubble;
   st->fits = bs.fits;
+  snprintf(st->stop, sizeof st->stop, "%s", t.late ? "time" : tune_spent(&t) ? "effort" : "converged");
+  if (!sim_bound_compute(m, &st->bound)) st->bound.bound = NAN;
   int rc = 0;
   if (best.k == 0 || !bs.ok) {
-    diag_error(d, where, "the tuner found no plan that can run");
+    tune_no_plan(&t, st, d, where);
     rc = 1;
   } else if (!bs.fits) {
     strbuf sb = {0};
@@ -624,13 +865,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
   plan_free(&cur);
   plan_free(&cand);
   plan_free(&nb);
-  sim_result_free(&t.r);
-  free(t.lw);
-  free(t.busy);
-  free(t.memo);
-  ir_module_free(t.w);
-  diag_free(t.quiet);
-  if (t.sink) fclose(t.sink);
+  tune_teardown(&t);
   return rc;
 }
 
@@ -640,33 +875,50 @@ void pass_tune_stats_free(pass_tune_stats *st) {
   st->nbaselines = 0;
 }
 
-const pass_tune_opts pass_tune_defaults = {10, 1, 60, 0, false};
+const pass_tune_opts pass_tune_defaults = {.evals = 1000, .budget = 0, .jobs = 0, .seed = 1,
+                                           .restarts = 60, .max_stages = 0, .progress = false};
 
-/* tune: the tuner as a pass. */
+void pass_results_free(pass_results *r) {
+  if (r->tuned) pass_tune_stats_free(&r->tune);
+  r->tuned = false;
+}
+
+/* tune: the tuner as a pass; its figures go to opts->results when given. */
 int pass_run_tune(ir_module *m, const pass_options *opts, diag_engine *d) {
   static const char *const progress[] = {"auto", "true", "false"};
   const pass_tune_opts *def = &pass_tune_defaults;
   pass_tune_opts o = *def;
-  int64_t seed, restarts, max_stages;
+  int64_t seed, restarts, max_stages, evals, jobs;
   int pr;
-  if (pass_opt_quantity(opts, "budget", IR_DIM_TIME, def->budget, &o.budget, d) ||
+  if (pass_opt_int(opts, "evals", def->evals, &evals, d) ||
+      pass_opt_quantity(opts, "budget", IR_DIM_TIME, def->budget, &o.budget, d) ||
+      pass_opt_int(opts, "jobs", def->jobs, &jobs, d) ||
       pass_opt_int(opts, "seed", (int64_t)def->seed, &seed, d) ||
       pass_opt_int(opts, "restarts", def->restarts, &restarts, d) ||
       pass_opt_int(opts, "max_stages", def->max_stages, &max_stages, d) ||
       pass_opt_choice(opts, "progress", progress, 3, 0, &pr, d))
     return 1;
-  if (o.budget <= 0 || restarts < 0 || restarts > 1000000 || max_stages < 0 ||
-      max_stages > 1000000 || seed < 0) {
-    diag_error(d, opts->loc, "tune: budget must be positive, restarts and max_stages between 0 "
-               "and 1000000, seed non-negative");
+  if (o.budget < 0 || evals < 0 || evals > 1000000000 || jobs < 0 || jobs > 1024 ||
+      restarts < 0 || restarts > 1000000 || max_stages < 0 || max_stages > 1000000 || seed < 0) {
+    diag_error(d, opts->loc, "tune: budget must not be negative, evals between 0 and 1e9, jobs "
+               "between 0 and 1024, restarts and max_stages between 0 and 1000000, seed "
+               "non-negative");
     return 1;
   }
+  o.evals = (int)evals;
+  o.jobs = (int)jobs;
   o.seed = (uint64_t)seed;
   o.restarts = (int)restarts;
   o.max_stages = (int)max_stages;
   o.progress = pr == 1 || (pr == 0 && isatty(2));
   pass_tune_stats st;
   int rc = pass_tune(m, &o, &st, d, opts->loc);
-  pass_tune_stats_free(&st);
+  if (rc == 0 && opts->results) {
+    pass_results_free(opts->results);
+    opts->results->tune = st;
+    opts->results->tuned = true;
+  } else {
+    pass_tune_stats_free(&st);
+  }
   return rc;
 }

@@ -327,10 +327,15 @@ static void text_simulation(const ir_module *m, const sim_result *r, strbuf *sb)
     strbuf_printf(sb, ": %.1f%% of the makespan (makespan is %.2fx the bound)",
                   100 * lb / r->makespan, r->makespan / lb);
   strbuf_putc(sb, '\n');
-  double lim = rep_limit(m);
-  if (lim > 0 && r->makespan > 0)
-    strbuf_printf(sb, "limit %.3f ms for any plan on these devices (makespan is %.2fx the limit)\n",
-                  lim * 1e3, r->makespan / lim);
+  sim_bound bd;
+  if (sim_bound_compute(m, &bd) && bd.bound > 0 && r->makespan > 0) {
+    strbuf_printf(sb, "bound %.3f ms for any plan of these layers on these devices: the plan is "
+                  "%.1f%% above it (work %.3f, with fill %.3f, chain %.3f, path %.3f",
+                  bd.bound * 1e3, 100 * (r->makespan / bd.bound - 1), bd.work * 1e3,
+                  bd.fill * 1e3, bd.chain * 1e3, bd.path * 1e3);
+    if (bd.memory > 0) strbuf_printf(sb, ", memory %.3f", bd.memory * 1e3);
+    strbuf_puts(sb, " ms)\n");
+  }
 
   rep_oom o;
   if (rep_first_oom(m, r, &o)) {
@@ -375,8 +380,12 @@ static void text_simulation(const ir_module *m, const sim_result *r, strbuf *sb)
 
 /* The tuner's line: what it did and its speedups over S-1F1B and the best classic plan. */
 static void text_tuner(const pass_tune_stats *st, strbuf *out) {
-  strbuf_printf(out, "tuner: %d iterations, %d plans simulated in %.2f s", st->iterations,
-                st->evaluations, st->seconds);
+  strbuf_printf(out, "tuner: %d iterations, %d plans simulated (%d pruned by their bound) in "
+                "%.2f s on %d thread%s, %s", st->iterations, st->evaluations, st->pruned,
+                st->seconds, st->jobs, st->jobs == 1 ? "" : "s",
+                strcmp(st->stop, "converged") == 0 ? "converged"
+                : strcmp(st->stop, "effort") == 0  ? "effort budget spent"
+                                                   : "time budget spent");
   double s1 = 0, best = 0;
   const char *best_name = NULL;
   for (int i = 0; i < st->nbaselines; i++) {
@@ -388,6 +397,8 @@ static void text_tuner(const pass_tune_stats *st, strbuf *out) {
   if (s1 > 0 && st->makespan > 0) strbuf_printf(out, "; %.2fx over S-1F1B", s1 / st->makespan);
   if (best_name && st->makespan > 0)
     strbuf_printf(out, ", %.2fx over the best classic plan (%s)", best / st->makespan, best_name);
+  if (st->bound.bound > 0 && st->makespan > 0)
+    strbuf_printf(out, "; %.1f%% above the bound", 100 * (st->makespan / st->bound.bound - 1));
   strbuf_putc(out, '\n');
 }
 
@@ -530,13 +541,37 @@ static void json_baselines(const pass_baseline *b, int nb, strbuf *out) {
   strbuf_puts(out, nb ? "\n  ]" : "]");
 }
 
+/* The "bound_parts" object: each part of the plan-independent bound (null when unknown). */
+static void json_bound_parts(const sim_bound *bd, strbuf *out) {
+  if (!bd) {
+    strbuf_puts(out, "null");
+    return;
+  }
+  bool f1 = true;
+  strbuf_putc(out, '{');
+  member_ms(out, "work_ms", bd->work, &f1);
+  member_ms(out, "fill_ms", bd->fill, &f1);
+  member_ms(out, "chain_ms", bd->chain, &f1);
+  member_num(out, "chain_layer", bd->chain_layer, &f1);
+  member_ms(out, "path_ms", bd->path, &f1);
+  member_ms(out, "memory_ms", bd->memory, &f1);
+  member_num(out, "memory_layer", bd->memory_layer, &f1);
+  strbuf_putc(out, '}');
+}
+
 /* The "tuner" object. */
 static void json_tuner(const pass_tune_stats *st, strbuf *out) {
   bool f1 = true;
   strbuf_putc(out, '{');
   member_num(out, "iterations", st->iterations, &f1);
   member_num(out, "evaluations", st->evaluations, &f1);
+  member_num(out, "pruned", st->pruned, &f1);
+  member_num(out, "jobs", st->jobs, &f1);
   member_num(out, "seconds", st->seconds, &f1);
+  inner_key(out, "stop", &f1);
+  strbuf_json_str(out, st->stop);
+  member_ms(out, "bound_ms", st->bound.bound, &f1);
+  member_num(out, "gap", st->bound.bound > 0 ? st->makespan / st->bound.bound - 1 : NAN, &f1);
   member_ms(out, "makespan_ms", st->makespan, &f1);
   member_num(out, "bubble_ratio", st->bubble, &f1);
   inner_key(out, "start", &f1);
@@ -642,8 +677,14 @@ void report_json(const ir_module *m, const sim_result *r, const report_extra *x,
   json_ms(out, sim ? r->lb_work : NAN);
   top_key(out, "lower_bound_critical_ms", &first);
   json_ms(out, sim ? r->lb_critical : NAN);
-  top_key(out, "limit_ms", &first);
-  json_ms(out, rep_limit(m));
+  sim_bound bd;
+  bool have_bound = sim_bound_compute(m, &bd) && bd.bound > 0;
+  top_key(out, "bound_ms", &first);
+  json_ms(out, have_bound ? bd.bound : NAN);
+  top_key(out, "gap", &first);
+  rep_json_num(out, have_bound && sim ? r->makespan / bd.bound - 1 : NAN);
+  top_key(out, "bound_parts", &first);
+  json_bound_parts(have_bound ? &bd : NULL, out);
   top_key(out, "peak_mem_bytes", &first);
   rep_json_num(out, sim ? r->peak_mem : NAN);
   top_key(out, "oom", &first);

@@ -34,10 +34,6 @@ const char *rep_op_kind_name(int kind);
  * hand). */
 const char *rep_schedule_method(const ir_module *m);
 
-/* The plan-independent lower bound of m's step (seconds): the largest of the total work over
- * the devices, the heaviest layer's work over all microbatches, and one microbatch's critical
- * path through every layer (all F, all B, the first layer's W). NAN without costs or devices. */
-double rep_limit(const ir_module *m);
 
 /* Lower bound of a run: the larger of the work bound and the critical path (seconds). */
 double rep_lower_bound(const sim_result *r);

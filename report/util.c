@@ -49,24 +49,6 @@ const char *rep_op_kind_name(int kind) {
   return "?";
 }
 
-double rep_limit(const ir_module *m) {
-  double mb = ir_field_value(&m->train, IR_F_TRAIN_microbatches);
-  if (m->nlayers == 0 || m->ndevices == 0 || !(mb >= 1)) return NAN;
-  double total = 0, heaviest = 0, path = 0;
-  for (int i = 0; i < m->nlayers; i++) {
-    const ir_cost *c = &m->layers[i].cost;
-    if (!ir_field_is_set(c, IR_F_COST_f)) return NAN;
-    double work = mb * (c->f + c->b + c->w);
-    total += work;
-    if (work > heaviest) heaviest = work;
-    path += c->f + c->b;
-  }
-  path += m->layers[0].cost.w;
-  double lim = total / m->ndevices;
-  if (heaviest > lim) lim = heaviest;
-  return path > lim ? path : lim;
-}
-
 double rep_lower_bound(const sim_result *r) {
   return r->lb_work > r->lb_critical ? r->lb_work : r->lb_critical;
 }

@@ -118,6 +118,14 @@ static int link_id(int *ids, int ndev, int a, int b, int *nlinks) {
   return *slot;
 }
 
+double sim_optim_rate(const ir_module *m, int dv) {
+  /* a profile's measured optimizer rate, else the device's memory bandwidth */
+  if (ir_field_is_set(&m->train, IR_F_TRAIN_optim_bw) && m->train.optim_bw > 0)
+    return m->train.optim_bw;
+  double hbm = m->devices[dv].rec.hbm;
+  return hbm > 0 ? hbm : 0;
+}
+
 sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
   diag_loc where = ir_diag_loc(m->loc);
   int errors = 0;
@@ -253,10 +261,7 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
         break;
       }
     }
-    /* a profile's measured optimizer rate, else the device's memory bandwidth */
-    double hbm = ir_field_is_set(&m->train, IR_F_TRAIN_optim_bw) && m->train.optim_bw > 0
-                     ? m->train.optim_bw
-                     : m->devices[dv].rec.hbm;
+    double hbm = sim_optim_rate(m, dv);
     double ar = data > 1 ? ring_allreduce(dp_link, grad[dv], data) : 0;
     double opt = x->static_mem > 0 && hbm > 0 ? 2 * x->static_mem / hbm : 0;
     step += ar + opt;

@@ -40,6 +40,36 @@ void sim_model_free(sim_model *p);
 double sim_model_mem_limit(const sim_model *p, int dv);
 double sim_model_static_mem(const sim_model *p, int dv);
 
+/* Bytes per second at which device dv's optimizer step reads and writes the static memory: a
+ * profile's measured rate (train.optim_bw), else the device's memory bandwidth; 0 when neither
+ * is known. Pre: 0 <= dv < m->ndevices. */
+double sim_optim_rate(const ir_module *m, int dv);
+
+/* ---- The plan-independent bound ------------------------------------------------------------ */
+
+/* A lower bound on the step of every plan of a module's layers and devices (any partition into
+ * whole layers, any placement, any schedule the simulator runs, within memory): the largest of
+ * its parts. docs/tuner.md derives each. Times in seconds. */
+typedef struct sim_bound {
+  double bound;     /* the largest of the parts below */
+  double work;      /* (a) the devices' work: whole layers packed onto the devices (and their
+                       static memory and one microbatch's activations within the largest memory
+                       limit, when the packing is exact) */
+  bool exact;       /* 'work' is the best packing (to 1e-7), not only a bound on it */
+  double fill;      /* (a') the work with the devices' idle starts, on average */
+  double chain;     /* (b) the forward prefix, one layer's F and B of every microbatch, and the
+                       backward suffix */
+  int chain_layer;  /* the layer of 'chain' (-1 if none) */
+  double path;      /* (c) one microbatch's path through every layer */
+  double memory;    /* (d) one layer's microbatches in flight, as few as memory allows, each held
+                       for the backward above it; 0 when memory does not bind */
+  int memory_layer; /* the layer of 'memory' (-1 if none) */
+} sim_bound;
+
+/* Compute the bound of m. Pre: m passed ir_verify. Returns false (and a zeroed *out) when m has
+ * no layers, no devices, no microbatches or a layer without costs. */
+bool sim_bound_compute(const ir_module *m, sim_bound *out);
+
 /* ---- Priority mode ------------------------------------------------------------------------- */
 
 /* An operation the simulator offers to a device in priority mode: its next F, B (or fused BW)

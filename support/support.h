@@ -26,6 +26,27 @@ char *xstrndup(const char *s, size_t n);
 /* Seconds on the monotonic clock (for durations; the origin is arbitrary). */
 double support_seconds(void);
 
+/* ---- Threads ----------------------------------------------------------------------------- */
+
+/* Cores this process may run on (its CPU affinity; at least 1). */
+int support_cores(void);
+
+/* A fixed set of worker threads running the iterations of loops (fork-join). */
+typedef struct support_pool support_pool;
+/* Body of a loop: iteration i, run by thread 'worker' (0 .. jobs - 1; 0 is the caller). Two
+ * iterations may run at the same time on different workers, never on the same one. */
+typedef void (*support_pool_fn)(void *ctx, int i, int worker);
+
+/* A pool of 'jobs' threads, the caller's included (jobs - 1 are started; fewer if the system
+ * refuses some). Free with support_pool_free. */
+support_pool *support_pool_new(int jobs);
+/* Threads the pool runs loops on (at least 1). */
+int support_pool_jobs(const support_pool *p);
+/* Run fn(ctx, i, worker) for every i in [0, n) on the pool's threads; returns when all are done.
+ * Not reentrant: one loop at a time per pool. */
+void support_pool_run(support_pool *p, int n, support_pool_fn fn, void *ctx);
+void support_pool_free(support_pool *p);
+
 /* Grow array 'arr' (element count 'n', capacity 'cap') so one more element fits. */
 #define VEC_RESERVE(arr, n, cap)                                                                 \
   do {                                                                                           \

@@ -251,10 +251,12 @@ static int write_output(const cmdline *cl, const strbuf *out) {
 }
 
 /* The driver's output hook: the artifact asked for in place of the IR. */
-static int emit_artifact(void *ctx, const ir_module *m, diag_engine *d, diag_loc where,
-                         strbuf *out) {
+static int emit_artifact(void *ctx, const ir_module *m, const pass_results *res, diag_engine *d,
+                         diag_loc where, strbuf *out) {
   const cmdline *cl = ctx;
-  return report_emit(m, cl->emit, &cl->ropts, out, d, where);
+  report_opts ro = cl->ropts;
+  if (res->tuned) ro.tuner = &res->tune; /* the tune pass's figures, as octoc reports them */
+  return report_emit(m, cl->emit, &ro, out, d, where);
 }
 
 int main(int argc, char **argv) {

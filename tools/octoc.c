@@ -21,7 +21,9 @@ typedef struct octoc_opts {
   const char *output;     /* -o FILE, NULL for stdout */
   report_kind emit;       /* --emit=KIND (--report selects REPORT_TEXT or REPORT_JSON) */
   const char *passes;     /* --passes: the pipeline after the front end, NULL for the default */
-  double budget;          /* --budget: seconds the tuner may take (default plan) */
+  double budget;          /* --budget: seconds the tuner may take (default plan); 0: no limit */
+  int evals;              /* --evals: plans the tuner may simulate; 0: no limit */
+  int jobs;               /* --jobs: the tuner's threads; 0: every core */
   uint64_t seed;          /* --seed: the tuner's seed */
   bool compare;           /* --compare: run the classic plans too */
   bool explain;           /* --explain */
@@ -45,7 +47,12 @@ static void usage(FILE *f) {
         "  --report[=FORMAT]      write the report as text (default) or json\n"
         "  --compare              add the classic plans (S-1F1B, balanced 1F1B, I-1F1B, ZB-H1,\n"
         "                         ZB-V, adaptive) to the report, with their speedup\n"
-        "  --budget=SECONDS       time the tuner may take (default 10)\n"
+        "  --evals=N              plans the tuner may simulate (default 1000; 0: no limit);\n"
+        "                         the plan is the same on every machine\n"
+        "  --budget=SECONDS       time the tuner may take (default: no limit); the plan then\n"
+        "                         depends on the machine's speed and load\n"
+        "  --jobs=N               the tuner's threads (default 0: every core); the plan does\n"
+        "                         not depend on it\n"
         "  --seed=N               seed of the tuner's random restarts (default 1)\n"
         "  --profile=FILE         measured costs (octo-run --profile), applied after the\n"
         "                         spec's own profile lines; may be repeated\n"
@@ -93,6 +100,8 @@ static pass_status default_plan(ir_module *m, const octoc_opts *o, pass_tune_sta
   }
   pass_tune_opts to = pass_tune_defaults;
   to.budget = o->budget;
+  to.evals = o->evals;
+  to.jobs = o->jobs;
   to.seed = o->seed;
   to.progress = isatty(2) && !o->verify_diags;
   *tuned = true;
@@ -161,11 +170,16 @@ static int write_output(const char *path, const strbuf *text) {
 
 int main(int argc, char **argv) {
   be_register_passes();
-  octoc_opts o = {NULL,  NULL,  REPORT_TEXT, NULL,  pass_tune_defaults.budget,
-                  pass_tune_defaults.seed, false, false, false, false, false, 20, {NULL}, 0};
+  octoc_opts o = {.emit = REPORT_TEXT,
+                  .budget = pass_tune_defaults.budget,
+                  .evals = pass_tune_defaults.evals,
+                  .jobs = pass_tune_defaults.jobs,
+                  .seed = pass_tune_defaults.seed,
+                  .error_limit = 20};
   static const char *const flags[] = {"--emit=",         "--report",
                                       "--compare",       "--passes=",
                                       "--budget=",       "--seed=",
+                                      "--evals=",        "--jobs=",
                                       "-o",              "--explain",
                                       "--print-debuginfo", "--verify-diagnostics",
                                       "--split-input-file", "--error-limit=",
@@ -209,6 +223,16 @@ int main(int argc, char **argv) {
         return 1;
       }
       o.budget = b;
+    } else if (starts(a, "--evals=", &v) || starts(a, "--jobs=", &v)) {
+      bool evals = a[2] == 'e';
+      char *end;
+      long x = strtol(v, &end, 10);
+      if (end == v || *end || x < 0 || x > (evals ? 1000000000L : 1024L)) {
+        fprintf(stderr, "octoc: error: %s expects a whole number from 0 to %s, got '%s'\n",
+                evals ? "--evals" : "--jobs", evals ? "1000000000" : "1024", v);
+        return 1;
+      }
+      *(evals ? &o.evals : &o.jobs) = (int)x;
     } else if (starts(a, "--seed=", &v)) {
       char *end;
       unsigned long long sd = strtoull(v, &end, 10);

@@ -72,7 +72,7 @@ static double tt_exhaustive(ir_module *m, int at, diag_engine *q) {
 }
 
 /* Tuner options for tests: converges well before the budget. */
-static const pass_tune_opts tt_opts = {20, 7, 30, 0, false};
+static const pass_tune_opts tt_opts = {.evals = 1000000, .seed = 7, .restarts = 30};
 
 void test_tune_exhaustive(void) {
   uint64_t seed = 11;

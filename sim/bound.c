@@ -1,0 +1,256 @@
+/* bound.c -- the plan-independent lower bound on a step: no partition of whole layers, placement
+ * or schedule the simulator accepts can take less time. docs/tuner.md derives each part. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim.h"
+
+/* Per layer, what every plan must pay for it wherever it goes (the cheapest device type's
+ * costs). */
+typedef struct bd_layer {
+  double f, b, w; /* forward, input-gradient, weight-gradient time of one microbatch (s) */
+  double opt;     /* its share of the optimizer step at the fastest rate (s) */
+  double param;   /* static bytes: parameters, gradients, optimizer state */
+  double act;     /* activation bytes one microbatch keeps from F to B */
+} bd_layer;
+
+static int cmp_desc(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x < y) - (x > y);
+}
+
+/* Martello and Toth's bound L2 on the bins of capacity c that items x[0..n) need (sorted in
+ * decreasing order, each at most c; sum[k] is the sum of the first k): for every threshold a in
+ * {0} and the sizes <= c / 2, the items above c / 2 need a bin each, and those in [a, c / 2] fill
+ * what the bins of the items in (c / 2, c - a] leave free, then whole bins. */
+static double bins_l2(const double *x, const double *sum, int n, double c) {
+  int h = 0; /* items above c / 2 */
+  while (h < n && x[h] > c / 2) h++;
+  double best = ceil(sum[n] / c - 1e-9);
+  int j1 = 0; /* items above c - a */
+  for (int at = n; at >= h; at--) { /* thresholds a = x[at] (0 when at == n), increasing */
+    double a = at == n ? 0 : x[at];
+    if (at + 1 < n && x[at + 1] == a) continue; /* the last of equal sizes stands for them */
+    int k = at == n ? n : at + 1;               /* items >= a */
+    while (j1 < h && x[j1] > c - a) j1++;
+    double free2 = (double)(h - j1) * c - (sum[h] - sum[j1]);
+    double extra = ceil((sum[k] - sum[h] - free2) / c - 1e-9);
+    double l = (double)h + (extra > 0 ? extra : 0);
+    if (l > best) best = l;
+  }
+  return best;
+}
+
+/* Whether no assignment of the items t[0..n) (sorted in decreasing order, prefix sums in sum)
+ * to p bins keeps every bin within c. */
+static bool bd_infeasible(const double *t, const double *sum, int n, double c, int p) {
+  return t[0] > c * (1 + 1e-12) || bins_l2(t, sum, n, c) > p;
+}
+
+/* Layers of equal work and static memory, for the exact packing. */
+typedef struct bd_type {
+  double t;   /* work of one (every microbatch's F, B and W, and its optimizer share) */
+  double mem; /* its static bytes plus one microbatch's activations */
+  int count;  /* layers of this type */
+} bd_type;
+
+/* Most states (products of count + 1 over the types) and most states x configurations the exact
+ * packing explores; beyond, only the bound L2 is used. */
+enum { BD_MAX_TYPES = 12, BD_MAX_STATES = 200000 };
+static const double bd_max_work = 4e7;
+
+/* Whether the layers of types ty[0..nt) can be packed onto p devices with every device's work
+ * at most c and its memory at most mcap: dynamic programming over the counts left (a mixed-radix
+ * state), each device taking one configuration (counts of each type that fit). Returns 1 (fits),
+ * 0 (cannot), or -1 when the problem is too large to decide. */
+static int bd_pack(const bd_type *ty, int nt, double c, double mcap, int p) {
+  long states = 1;
+  long radix[BD_MAX_TYPES];
+  for (int i = 0; i < nt; i++) {
+    radix[i] = states;
+    states *= ty[i].count + 1;
+    if (states > BD_MAX_STATES) return -1;
+  }
+  /* The configurations: every vector of counts within the type counts that fits c and mcap. */
+  long *cfg = NULL; /* state offsets of the configurations */
+  int *cfg_k = NULL; /* their counts, nt per configuration */
+  int ncfg = 0, cfg_cap = 0;
+  int k[BD_MAX_TYPES] = {0};
+  for (;;) {
+    /* next vector in mixed-radix order, pruned when it exceeds the capacity */
+    int i = 0;
+    for (; i < nt; i++) {
+      if (k[i] < ty[i].count) {
+        k[i]++;
+        double tt = 0, mm = 0;
+        for (int j = 0; j < nt; j++) tt += k[j] * ty[j].t, mm += k[j] * ty[j].mem;
+        if (tt <= c * (1 + 1e-12) && mm <= mcap) break;
+      }
+      k[i] = 0;
+    }
+    if (i == nt) break;
+    long off = 0;
+    for (int j = 0; j < nt; j++) off += k[j] * radix[j];
+    if (ncfg == cfg_cap) {
+      cfg_cap = cfg_cap ? 2 * cfg_cap : 64;
+      cfg = xrealloc(cfg, (size_t)cfg_cap * sizeof *cfg);
+      cfg_k = xrealloc(cfg_k, (size_t)cfg_cap * nt * sizeof *cfg_k);
+    }
+    cfg[ncfg] = off;
+    memcpy(cfg_k + (size_t)ncfg * nt, k, (size_t)nt * sizeof *k);
+    ncfg++;
+    if ((double)ncfg * (double)states > bd_max_work) {
+      free(cfg);
+      free(cfg_k);
+      return -1;
+    }
+  }
+  /* bins[v]: fewest devices that hold the counts of state v. */
+  int *bins = xmalloc((size_t)states * sizeof *bins);
+  int *digit = xcalloc((size_t)nt, sizeof *digit);
+  bins[0] = 0;
+  for (long v = 1; v < states; v++) {
+    for (int i = 0; i < nt; i++) { /* digits of v */
+      if (++digit[i] <= ty[i].count) break;
+      digit[i] = 0;
+    }
+    int best = INT32_MAX;
+    for (int q = 0; q < ncfg; q++) {
+      const int *kq = cfg_k + (size_t)q * nt;
+      bool within = true;
+      for (int i = 0; i < nt && within; i++) within = kq[i] <= digit[i];
+      if (within && bins[v - cfg[q]] + 1 < best) best = bins[v - cfg[q]] + 1;
+    }
+    bins[v] = best;
+  }
+  int fits = bins[states - 1] <= p;
+  free(bins);
+  free(digit);
+  free(cfg);
+  free(cfg_k);
+  return fits;
+}
+
+bool sim_bound_compute(const ir_module *m, sim_bound *out) {
+  memset(out, 0, sizeof *out);
+  out->chain_layer = out->memory_layer = -1;
+  int n = m->nlayers, p = m->ndevices;
+  double mbs = ir_field_value(&m->train, IR_F_TRAIN_microbatches);
+  if (n == 0 || p == 0 || !(mbs >= 1)) return false;
+  bd_layer *ly = xcalloc((size_t)n, sizeof *ly);
+  double mcap = 0; /* the largest memory limit: no device holds more */
+  double rate = 0; /* the fastest optimizer rate */
+  for (int dv = 0; dv < p; dv++) {
+    double lim = ir_device_mem_limit(m, dv);
+    if (!isfinite(lim)) mcap = INFINITY;
+    else if (lim > mcap) mcap = lim;
+    double r = sim_optim_rate(m, dv);
+    if (r > rate) rate = r;
+  }
+  for (int i = 0; i < n; i++) {
+    bd_layer *l = &ly[i];
+    l->f = l->b = l->w = INFINITY;
+    for (int dv = 0; dv < p; dv++) {
+      const ir_cost *c = ir_layer_cost_on(m, &m->layers[i], dv);
+      if (!ir_field_is_set(c, IR_F_COST_f)) {
+        free(ly);
+        return false;
+      }
+      if (c->f < l->f) l->f = c->f;
+      if (c->b < l->b) l->b = c->b;
+      if (c->w < l->w) l->w = c->w;
+    }
+    const ir_cost *c = &m->layers[i].cost;
+    l->opt = c->param > 0 && rate > 0 ? 2 * c->param / rate : 0;
+    l->param = c->param;
+    l->act = c->act;
+  }
+
+  /* (b) the chain through each layer, (c) one microbatch's path, (d) the microbatches memory
+   * lets each layer keep in flight. */
+  double prefix_f = 0, prefix_b = 0, above = 0, backs_from = 0; /* backs_from: b of i.. n-1 */
+  for (int i = 0; i < n; i++) above += ly[i].f + ly[i].b, backs_from += ly[i].b;
+  out->path = above + ly[0].w + ly[0].opt;
+  for (int i = 0; i < n; i++) {
+    const bd_layer *l = &ly[i];
+    above -= l->f + l->b; /* the path of the layers after i */
+    double backs = mbs * l->b > above + l->b ? mbs * l->b : above + l->b;
+    double chain = prefix_f + mbs * l->f + backs + prefix_b;
+    double whole = prefix_f + mbs * (l->f + l->b + l->w) + l->opt;
+    if (whole > chain) chain = whole;
+    if (chain > out->chain) out->chain = chain, out->chain_layer = i;
+    if (isfinite(mcap) && l->act > 0 && mcap > l->param) {
+      double inflight = floor((mcap - l->param) / l->act);
+      if (inflight >= 1 && inflight < mbs) {
+        /* each microbatch holds them from its F's end to its B's end, at least the backward
+         * from the last layer down to this one */
+        double mem = prefix_f + l->f + mbs / inflight * backs_from + prefix_b;
+        if (mem > out->memory) out->memory = mem, out->memory_layer = i;
+      }
+    }
+    prefix_f += l->f;
+    prefix_b += l->b;
+    backs_from -= l->b;
+  }
+
+  /* (a) whole layers over the devices: each device's work (every microbatch's F, B and W of its
+   * layers, then its optimizer step) as a bin packing; the smallest capacity not proven
+   * infeasible, by bisection. */
+  double *t = xmalloc((size_t)n * sizeof *t), *sum = xmalloc((size_t)(n + 1) * sizeof *sum);
+  for (int i = 0; i < n; i++) t[i] = mbs * (ly[i].f + ly[i].b + ly[i].w) + ly[i].opt;
+  qsort(t, (size_t)n, sizeof *t, cmp_desc);
+  sum[0] = 0;
+  for (int i = 0; i < n; i++) sum[i + 1] = sum[i] + t[i];
+  /* The layers by type (equal work and memory): the exact packing when they are few. */
+  bd_type ty[BD_MAX_TYPES];
+  int nt = 0;
+  for (int i = 0; i < n && nt >= 0; i++) {
+    double ti = mbs * (ly[i].f + ly[i].b + ly[i].w) + ly[i].opt, mi = ly[i].param + ly[i].act;
+    int j = 0;
+    while (j < nt && !(ty[j].t == ti && ty[j].mem == mi)) j++;
+    if (j == nt) {
+      if (nt == BD_MAX_TYPES) {
+        nt = -1; /* too many types */
+        break;
+      }
+      ty[nt++] = (bd_type){ti, mi, 0};
+    }
+    ty[j].count++;
+  }
+  double pack_mem = isfinite(mcap) ? mcap : INFINITY;
+  double lo = t[0] > sum[n] / p ? t[0] : sum[n] / p, hi = sum[n];
+  int exact = nt > 0 ? bd_pack(ty, nt, lo, pack_mem, p) : -1;
+  if (bd_infeasible(t, sum, n, lo, p) || exact == 0) {
+    for (int it = 0; it < 60 && hi - lo > 1e-7 * hi; it++) {
+      double mid = (lo + hi) / 2;
+      bool no = bd_infeasible(t, sum, n, mid, p);
+      if (!no && exact >= 0) no = bd_pack(ty, nt, mid, pack_mem, p) == 0;
+      if (no) lo = mid;
+      else hi = mid;
+    }
+  }
+  out->work = lo;
+  out->exact = exact >= 0;
+  /* (a') the same work with each device's idle start: the u devices that hold layers start at
+   * distinct first layers, so they wait at least the forward prefixes of layers 0 .. u-1. */
+  double heads = 0;
+  out->fill = INFINITY;
+  prefix_f = 0;
+  for (int u = 1; u <= p && u <= n; u++) {
+    heads += prefix_f;
+    prefix_f += ly[u - 1].f;
+    double avg = (sum[n] + heads) / u;
+    if (avg < out->fill) out->fill = avg;
+  }
+  free(t);
+  free(sum);
+  free(ly);
+  out->bound = out->work;
+  if (out->fill > out->bound) out->bound = out->fill;
+  if (out->chain > out->bound) out->bound = out->chain;
+  if (out->path > out->bound) out->bound = out->path;
+  if (out->memory > out->bound) out->bound = out->memory;
+  return true;
+}
