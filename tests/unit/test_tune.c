@@ -1,7 +1,8 @@
 /* test_tune.c -- unit tests of the tuner (passes/tune.c): on small models it is at least as fast
  * as an exhaustive search over partition and placement with the adaptive scheduler; on random
  * heterogeneous models it is never slower than the best classic plan; it respects memory limits
- * (and says so when nothing fits); the same seed gives the same plan. */
+ * (and says so when nothing fits); the same seed gives the same plan, with any number of
+ * threads; its bound is never above the optimum and is exact for whole-layer packing. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,9 @@ void test_tune_exhaustive(void) {
     UNIT_CHECK(pass_tune(m, &tt_opts, &st, q, diag_mkloc(0, 0, 0, 0)) == 0);
     if (!(st.makespan <= want * (1 + 1e-12)))
       unit_fail_dbl(__FILE__, __LINE__, "tuned <= exhaustive", st.makespan, want);
+    /* The plan-independent bound is never above the optimum. */
+    if (!(st.bound.bound > 0 && st.bound.bound <= want * (1 + 1e-9)))
+      unit_fail_dbl(__FILE__, __LINE__, "bound <= exhaustive", st.bound.bound, want);
     UNIT_CHECK(m->nstages > 0 && m->schedules != NULL);
     pass_tune_stats_free(&st);
     ir_module_free(m);
@@ -111,6 +115,12 @@ void test_tune_never_worse(void) {
         best = st.baselines[i].makespan;
     if (!(st.makespan <= best))
       unit_fail_dbl(__FILE__, __LINE__, "tuned <= best classic", st.makespan, best);
+    for (int i = 0; i < st.nbaselines; i++) /* the bound holds for every plan that fits */
+      if (st.baselines[i].ok && st.baselines[i].fits && !(st.bound.bound <= st.baselines[i].makespan))
+        unit_fail_dbl(__FILE__, __LINE__, "bound <= classic", st.bound.bound,
+                      st.baselines[i].makespan);
+    if (!(st.bound.bound <= st.makespan))
+      unit_fail_dbl(__FILE__, __LINE__, "bound <= tuned", st.bound.bound, st.makespan);
     UNIT_CHECK(st.fits && st.evaluations > 0);
     /* The plan left in the module is the one the tuner measured. */
     sim_model *pm = sim_model_build(m, q);
@@ -180,4 +190,60 @@ void test_tune_deterministic(void) {
   ir_module_free(b);
   diag_free(q);
   fclose(sink);
+}
+
+/* The same plan with 1, 2 and 5 threads when the effort budget cuts the search. */
+void test_tune_jobs(void) {
+  uint64_t seed = 31;
+  FILE *sink = tmpfile();
+  diag_engine *q = diag_new(sink);
+  ir_module *base = tt_model(&seed, 40, 6, 24, 1e12);
+  static const int jobs[] = {1, 2, 5};
+  double makespan[3];
+  int evals[3], nstages[3], ends[3][64], devs[3][64];
+  for (int j = 0; j < 3; j++) {
+    ir_module *m = ir_module_clone(base);
+    pass_tune_opts o = {.evals = 150, .jobs = jobs[j], .seed = 3, .restarts = 60};
+    pass_tune_stats st;
+    UNIT_CHECK(pass_tune(m, &o, &st, q, diag_mkloc(0, 0, 0, 0)) == 0);
+    UNIT_CHECK(strcmp(st.stop, "effort") == 0 && st.jobs == jobs[j]);
+    makespan[j] = st.makespan;
+    evals[j] = st.evaluations;
+    nstages[j] = m->nstages < 64 ? m->nstages : 64;
+    for (int s = 0; s < nstages[j]; s++) ends[j][s] = m->stages[s].end, devs[j][s] = m->stages[s].device;
+    pass_tune_stats_free(&st);
+    ir_module_free(m);
+  }
+  for (int j = 1; j < 3; j++) {
+    UNIT_CHECK_EQ_DBL(makespan[j], makespan[0]);
+    UNIT_CHECK(evals[j] == evals[0] && nstages[j] == nstages[0]);
+    for (int s = 0; s < nstages[0] && s < nstages[j]; s++)
+      UNIT_CHECK(ends[j][s] == ends[0][s] && devs[j][s] == devs[0][s]);
+  }
+  ir_module_free(base);
+  diag_free(q);
+  fclose(sink);
+}
+
+/* The work part of the bound is the best packing of whole layers: three equal layers on two
+ * devices need two on one device (2 x 4 ms), not the average (6 ms); with a memory limit that
+ * holds one layer per device, three layers cannot go on two devices at all. */
+void test_tune_bound_packing(void) {
+  uint64_t seed = 1;
+  ir_module *m = tt_model(&seed, 3, 2, 1, 1e12);
+  for (int i = 0; i < 3; i++) {
+    ir_cost *c = &m->layers[i].cost;
+    c->f = 2e-3, c->b = 1e-3, c->w = 1e-3, c->param = 0, c->act = 1e6;
+  }
+  sim_bound bd;
+  UNIT_CHECK(sim_bound_compute(m, &bd));
+  UNIT_CHECK(bd.exact);
+  UNIT_CHECK_EQ_DBL(round(bd.work * 1e9) / 1e9, 8e-3);
+  UNIT_CHECK(bd.bound >= bd.work && bd.bound >= bd.chain && bd.bound >= bd.path);
+  /* One microbatch's path: every F and B, then the first layer's W. */
+  UNIT_CHECK_EQ_DBL(round(bd.path * 1e9) / 1e9, 10e-3);
+  ir_field_set(&m->train, IR_F_TRAIN_mem_limit, 1.5e6);
+  UNIT_CHECK(sim_bound_compute(m, &bd));
+  UNIT_CHECK(bd.work > 11e-3); /* no packing fits: the bound rises to all the work */
+  ir_module_free(m);
 }
