@@ -1,20 +1,26 @@
 #!/bin/sh
-# tune_speed.sh -- the tuner's time targets (issue 5): a 64-layer, 8-device, 64-microbatch case
-# and a 128-layer, 16-device, 128-microbatch case (Llama-3-8B-like decoder layers, 4K tokens, on
-# H100 clusters), each run with the tuner's budget given (default: 1 s and 20 s) and with the
-# default 10 s; prints the tuner's own line (iterations, plans simulated, seconds, speedups).
-# Usage: bench/tune_speed.sh BUILD [BUDGET_SMALL BUDGET_LARGE]
+# tune_speed.sh -- the tuner's targets (issue 15), with octoc's default settings (an effort
+# budget of 1000 plans simulated, every core):
+#   1. time and distance from the bound: 64 layers / 8 devices / 64 microbatches, 128 / 16 / 128
+#      (two nodes) and 256 / 64 / 512 (eight nodes), Llama-3-8B-like decoder layers at 4K tokens
+#      on H100 nodes with a 72 GiB limit;
+#   2. the speedup of the search from 1 to 2 threads (and that the plan is the same);
+#   3. strong scaling: a hybrid Mamba-2 / attention / MLP model with a 256K-vocabulary head on
+#      16, 32 and 64 devices, the tuned plan's speedup over interleaved 1F1B and over the best
+#      classic plan.
+# Usage: bench/tune_speed.sh BUILD [--quick]   (--quick: only the smallest case of each part)
 set -eu
 build=$1
-small=${2:-1}
-large=${3:-20}
+quick=${2:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/octo-tune-speed.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-spec() { # $1: decoder layers, $2: pipeline, $3: microbatches, $4: cluster
+octoc="$build/tools/octoc"
+
+dense() { # $1: decoder layers, $2: pipeline, $3: microbatches, $4: cluster
   cat <<SPEC
 import "$root/examples/clusters/h100.octo"
-model tune_speed {
+model dense {
   hidden = 4096  heads = 32  kv_heads = 8  ffn = 14336  vocab = 128256  seq = 4096
   layer embed : embedding
   repeat $1 { layer attn : attention
@@ -24,10 +30,78 @@ model tune_speed {
 train { cluster = $4, pipeline = $2, microbatches = $3, mem_limit = 72 GiB }
 SPEC
 }
-spec 31 8 64 dgx_h100 > "$work/small.octo"      # 64 layers with embedding and head
-spec 63 16 128 dgx_h100_x2 > "$work/large.octo" # 128 layers
-for run in "small $small" "small 10" "large $large" "large 10"; do
-  set -- $run
-  printf '%-6s --budget=%-3s ' "$1" "$2"
-  "$build/tools/octoc" "$work/$1.octo" --budget="$2" | grep '^tuner:'
+hybrid() { # $1: pipeline, $2: microbatches, $3: cluster
+  cat <<SPEC
+import "$root/examples/clusters/h100.octo"
+model hybrid {
+  hidden = 4096  heads = 32  kv_heads = 8  ffn = 16384  vocab = 256000  seq = 8192
+  layer embed : embedding
+  repeat 21 { layer m1 : mamba2 { state = 128 }
+              layer f1 : mlp { act = relu2, gated = false }
+              layer m2 : mamba2 { state = 128 }
+              layer f2 : mlp { act = relu2, gated = false }
+              layer a : attention
+              layer f3 : mlp { act = relu2, gated = false } }
+  layer head : lm_head
+}
+train { cluster = $3, pipeline = $1, microbatches = $2, mem_limit = 72 GiB, recompute = selective }
+SPEC
+}
+
+# JSON report -> one table row: seconds, plans, pruned, stop, step, bound, gap, speedups.
+row() { # $1: label, $2: JSON file
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+label, path = sys.argv[1], sys.argv[2]
+r = json.load(open(path))
+t = r["tuner"]
+fits = [b for b in r.get("baselines", []) if b.get("ok") and not b.get("oom")]
+i1 = [b["makespan_ms"] for b in fits if b["name"].startswith("I-1F1B")]
+best = min((b["makespan_ms"] for b in fits), default=None)
+step = t["makespan_ms"]
+def x(v):
+    return "%.2fx" % (v / step) if v else "-"
+print("| %s | %.2f | %d | %d | %s | %.1f | %.1f | %.1f%% | %s | %s |" % (
+    label, t["seconds"], t["evaluations"], t["pruned"], t["stop"], step, t["bound_ms"],
+    100 * t["gap"], x(min(i1) if i1 else None), x(best)))
+PY
+}
+header() {
+  echo "| case | s | plans | pruned | stop | step ms | bound ms | gap | vs I-1F1B | vs best classic |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+}
+
+echo "## 1. Targets (default settings, $(nproc) cores)"
+header
+for c in "64L/8dev/64mb 31 8 64 dgx_h100" "128L/16dev/128mb 63 16 128 dgx_h100_x2" \
+         "256L/64dev/512mb 127 64 512 dgx_h100_x8"; do
+  set -- $c
+  dense "$2" "$3" "$4" "$5" > "$work/d.octo"
+  "$octoc" "$work/d.octo" --compare --report=json -o "$work/d.json"
+  row "$1" "$work/d.json"
+  [ "$quick" = --quick ] && break
+done
+
+echo
+echo "## 2. Threads (128 layers, 16 devices, 128 microbatches; the plan must not change)"
+if [ "$quick" = --quick ]; then dense 31 8 64 dgx_h100 > "$work/t.octo"; else dense 63 16 128 dgx_h100_x2 > "$work/t.octo"; fi
+echo "| jobs | s | step ms |"
+echo "|---|---|---|"
+for j in 1 2; do
+  "$octoc" "$work/t.octo" --jobs=$j --report=json -o "$work/t$j.json"
+  "$octoc" "$work/t.octo" --jobs=$j --emit=ir -o "$work/t$j.oir"
+  python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['tuner']; print('| %s | %.2f | %.3f |' % (sys.argv[2], t['seconds'], t['makespan_ms']))" "$work/t$j.json" $j
+done
+if cmp -s "$work/t1.oir" "$work/t2.oir"; then echo "same plan with 1 and 2 threads"; else echo "DIFFERENT plans with 1 and 2 threads"; exit 1; fi
+python3 -c "import json,sys; a=json.load(open(sys.argv[1]))['tuner']['seconds']; b=json.load(open(sys.argv[2]))['tuner']['seconds']; print('speedup from 1 to 2 threads: %.2fx' % (a / b))" "$work/t1.json" "$work/t2.json"
+
+echo
+echo "## 3. Strong scaling (hybrid Mamba-2/attention/MLP, 256K vocabulary, 128 layers, m = 4p)"
+header
+for c in "16dev 16 64 dgx_h100_x2" "32dev 32 128 dgx_h100_x4" "64dev 64 256 dgx_h100_x8"; do
+  set -- $c
+  hybrid "$2" "$3" "$4" > "$work/h.octo"
+  "$octoc" "$work/h.octo" --compare --report=json -o "$work/h.json"
+  row "$1" "$work/h.json"
+  [ "$quick" = --quick ] && break
 done
