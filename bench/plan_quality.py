@@ -7,10 +7,10 @@ case, each classic plan's step time, octoc's plan's step time and its speedups o
 1F1B and over the best classic plan, bubble ratios, peak memory, the plan-independent lower bound
 and the distance from it, and the compile time. Ends with the geometric means and the targets.
 
-Usage: bench/plan_quality.py BUILD_DIR [--quick] [--ample] [--budget S] [--cases REGEX] [--json OUT]
+Usage: bench/plan_quality.py BUILD_DIR [--quick] [--ample] [--evals N] [--cases REGEX] [--json OUT]
   --quick   p in {4, 8}, m in {p, 4p} only
   --ample   ample memory: the generated cases run on H100s with 1 TiB each (the limit target)
-  --budget  seconds the tuner may take per case (octoc --budget; default 10)
+  --evals   plans the tuner may simulate per case (octoc --evals; default 1000)
 Speedups are over plans that fit in memory; a classic plan marked '!' does not fit.
 It prints figures; it fails only when octoc fails."""
 import argparse
@@ -130,7 +130,7 @@ def gen_specs(outdir, quick, ample):
 def run_case(octoc, path, budget):
     """octoc --compare --report=json on one spec: (report, seconds)."""
     t0 = time.perf_counter()
-    out = subprocess.run([octoc, path, "--compare", "--report=json", "--budget=%g" % budget],
+    out = subprocess.run([octoc, path, "--compare", "--report=json", "--evals=%d" % budget],
                          capture_output=True, text=True)
     dt = time.perf_counter() - t0
     if out.returncode != 0:
@@ -144,7 +144,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--ample", action="store_true")
     ap.add_argument("--cases", default=None)
-    ap.add_argument("--budget", type=float, default=10)
+    ap.add_argument("--evals", type=int, default=1000)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     octoc = os.path.join(a.build, "tools", "octoc")
@@ -158,12 +158,12 @@ def main():
     names = ["S-1F1B", "balanced 1F1B", "I-1F1B v=2", "ZB-H1", "ZB-V", "adaptive"]
     head = "%-30s" % "case" + "".join("%12s" % n[:12] for n in names) + \
         "%12s %8s %8s %8s %8s %9s %8s %6s" % ("octoc ms", "vs I1F1B", "vs best", "bubble",
-                                                "peak GiB", "limit ms", "to limit", "sec")
+                                                "peak GiB", "bound ms", "to bound", "sec")
     print(head)
     print("-" * len(head))
     rows = []
     for label, path in cases:
-        r, dt = run_case(octoc, path, a.budget)
+        r, dt = run_case(octoc, path, a.evals)
         if r.get("tuner"):
             dt = r["tuner"]["seconds"]
         base = {b["name"]: b for b in r.get("baselines", [])}
@@ -178,7 +178,7 @@ def main():
         inter = [b for b in base.values()
                  if b["ok"] and not b["oom"] and b["name"].startswith("I-1F1B")]
         i1 = min((b["makespan_ms"] for b in inter), default=None)
-        limit = r.get("limit_ms") or r.get("lower_bound_ms")
+        limit = r.get("bound_ms") or r.get("lower_bound_ms")
         peak = r["peak_mem_bytes"] / 2 ** 30
         row = {"case": label, "ms": ms, "best_classic": best, "i1f1b": i1, "limit": limit,
                "bubble": r["bubble_ratio"], "seconds": dt, "generated": path.startswith(tmp),

@@ -409,7 +409,7 @@ typedef struct tune_mv {
 
 /* Sizes of the successive batches of one local-search iteration: small first (an early move
  * often helps), larger later. Fixed, so the moves judged do not depend on the thread count. */
-static const int batch_sizes[] = {4, 8, 16, 32, TUNE_BATCH};
+static const int batch_sizes[] = {2, 4, 8, 16, 32, TUNE_BATCH};
 
 /* First-improvement local search from *cur (score *cs): returns when no move improves or the
  * budget is spent. Moves are aimed at the busiest device; they are judged in batches, in a

@@ -140,12 +140,14 @@ bool sim_bound_compute(const ir_module *m, sim_bound *out) {
   double mbs = ir_field_value(&m->train, IR_F_TRAIN_microbatches);
   if (n == 0 || p == 0 || !(mbs >= 1)) return false;
   bd_layer *ly = xcalloc((size_t)n, sizeof *ly);
-  double mcap = 0; /* the largest memory limit: no device holds more */
+  double mcap = 0;   /* the largest memory limit: no device holds more */
+  double mtotal = 0; /* all devices' limits together */
   double rate = 0; /* the fastest optimizer rate */
   for (int dv = 0; dv < p; dv++) {
     double lim = ir_device_mem_limit(m, dv);
     if (!isfinite(lim)) mcap = INFINITY;
     else if (lim > mcap) mcap = lim;
+    mtotal += lim;
     double r = sim_optim_rate(m, dv);
     if (r > rate) rate = r;
   }
@@ -169,7 +171,12 @@ bool sim_bound_compute(const ir_module *m, sim_bound *out) {
   }
 
   /* (b) the chain through each layer, (c) one microbatch's path, (d) the microbatches memory
-   * lets each layer keep in flight. */
+   * lets each layer keep in flight. Each holds for a stage [a, c] containing layer L, not only
+   * for L alone: the stage's F starts after the prefix up to a (shorter than up to L by D, the
+   * forwards of a..L-1) but runs m times longer than f_L by at least m x D >= D, and its B
+   * likewise covers b_L and the backward of a..L-1, which is what the suffix after L lost; the
+   * round trip of a stage's last layer c plus the stage's own backward is at least the round
+   * trip from L. For (d) the window starts at the stage's F end, so only backward times count. */
   double prefix_f = 0, prefix_b = 0, above = 0, backs_from = 0; /* backs_from: b of i.. n-1 */
   for (int i = 0; i < n; i++) above += ly[i].f + ly[i].b, backs_from += ly[i].b;
   out->path = above + ly[0].w + ly[0].opt;
@@ -193,6 +200,22 @@ bool sim_bound_compute(const ir_module *m, sim_bound *out) {
     prefix_f += l->f;
     prefix_b += l->b;
     backs_from -= l->b;
+  }
+
+  /* (d') every microbatch holds each layer's activations at least from its F's end through the
+   * backward from the last layer down to that layer: that memory-time, over the step, fits in
+   * what the devices' limits leave beside the static memory. */
+  if (isfinite(mtotal)) {
+    double held = 0, stat = 0, backs = 0;
+    for (int i = n - 1; i >= 0; i--) {
+      backs += ly[i].b;
+      held += ly[i].act * backs;
+      stat += ly[i].param;
+    }
+    if (mtotal > stat && held > 0) {
+      double mem = mbs * held / (mtotal - stat);
+      if (mem > out->memory) out->memory = mem, out->memory_layer = -1;
+    }
   }
 
   /* (a) whole layers over the devices: each device's work (every microbatch's F, B and W of its
