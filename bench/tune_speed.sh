@@ -7,7 +7,8 @@
 #   2. the speedup of the search from 1 to 2 threads (and that the plan is the same);
 #   3. strong scaling: a hybrid Mamba-2 / attention / MLP model with a 256K-vocabulary head on
 #      16, 32 and 64 devices, the tuned plan's speedup over interleaved 1F1B and over the best
-#      classic plan.
+#      classic plan (the same 256 microbatches at every size);
+#   4. a wall-clock budget (--budget, no effort limit): the seconds the search took.
 # Usage: bench/tune_speed.sh BUILD [--quick]   (--quick: only the smallest case of each part)
 set -eu
 build=$1
@@ -96,12 +97,25 @@ if cmp -s "$work/t1.oir" "$work/t2.oir"; then echo "same plan with 1 and 2 threa
 python3 -c "import json,sys; a=json.load(open(sys.argv[1]))['tuner']['seconds']; b=json.load(open(sys.argv[2]))['tuner']['seconds']; print('speedup from 1 to 2 threads: %.2fx' % (a / b))" "$work/t1.json" "$work/t2.json"
 
 echo
-echo "## 3. Strong scaling (hybrid Mamba-2/attention/MLP, 256K vocabulary, 128 layers, m = 4p)"
+echo "## 3. Strong scaling (hybrid Mamba-2/attention/MLP, 256K vocabulary, 128 layers, 256 microbatches)"
 header
-for c in "16dev 16 64 dgx_h100_x2" "32dev 32 128 dgx_h100_x4" "64dev 64 256 dgx_h100_x8"; do
+for c in "16dev 16 256 dgx_h100_x2" "32dev 32 256 dgx_h100_x4" "64dev 64 256 dgx_h100_x8"; do
   set -- $c
   hybrid "$2" "$3" "$4" > "$work/h.octo"
   "$octoc" "$work/h.octo" --compare --report=json -o "$work/h.json"
   row "$1" "$work/h.json"
+  [ "$quick" = --quick ] && break
+done
+
+echo
+echo "## 4. A wall-clock budget (--evals=0 --budget=S): the search's seconds"
+echo "| case | budget s | tuner s | stop |"
+echo "|---|---|---|---|"
+for c in "64L/8dev/64mb 31 8 64 dgx_h100 0.2" "128L/16dev/128mb 63 16 128 dgx_h100_x2 1" \
+         "256L/64dev/512mb 127 64 512 dgx_h100_x8 5"; do
+  set -- $c
+  dense "$2" "$3" "$4" "$5" > "$work/b.octo"
+  "$octoc" "$work/b.octo" --evals=0 --budget="$6" --report=json -o "$work/b.json"
+  python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['tuner']; print('| %s | %s | %.3f | %s |' % (sys.argv[2], sys.argv[3], t['seconds'], t['stop']))" "$work/b.json" "$1" "$6"
   [ "$quick" = --quick ] && break
 done
