@@ -33,6 +33,8 @@ typedef struct tune_score {
   bool fits;        /* every device within its memory limit */
   double makespan;  /* step time (s); INFINITY when !ok */
   double bubble;    /* bubble ratio */
+  double spread;    /* sum over devices of the squared busy time (s^2): of two plans with the
+                       same step, the one whose work is spread more evenly leads on */
   double overflow;  /* when !fits: bytes over the limit on the worst device */
   int overflow_dev; /* that device */
 } tune_score;
@@ -146,11 +148,16 @@ static uint64_t plan_hash(const tune_plan *pl) {
 }
 
 /* Whether a is better than b: fitting beats not fitting; among fitting plans the shorter step
- * wins, among the others the smaller overflow. */
+ * wins, and of two equal steps the more even spread of work (several devices at the same
+ * largest load must all shed work before the step shortens: the spread lets the search cross
+ * that plateau one device at a time); among the others the smaller overflow. */
 static bool score_better(const tune_score *a, const tune_score *b) {
   if (a->ok != b->ok) return a->ok;
   if (a->fits != b->fits) return a->fits;
-  if (a->fits) return a->makespan < b->makespan * (1 - 1e-9);
+  if (a->fits) {
+    if (a->makespan < b->makespan * (1 - 1e-9)) return true;
+    return a->makespan <= b->makespan * (1 + 1e-9) && a->spread < b->spread * (1 - 1e-9);
+  }
   return a->overflow < b->overflow;
 }
 
@@ -167,7 +174,7 @@ static bool tune_spent(tuner *t) {
  * times (0 unless the plan runs). Thread-safe for distinct workers. */
 static tune_score tune_simulate(const tuner *t, tune_worker *wk, const tune_plan *pl,
                                 double *busy) {
-  tune_score sc = {false, false, INFINITY, 1, INFINITY, -1};
+  tune_score sc = {false, false, INFINITY, 1, INFINITY, INFINITY, -1};
   memset(busy, 0, (size_t)t->p * sizeof *busy);
   ir_module *w = wk->w;
   w->nstages = 0;
@@ -186,7 +193,11 @@ static tune_score tune_simulate(const tuner *t, tune_worker *wk, const tune_plan
         double over = wk->r.dev[dv].peak_mem - wk->r.dev[dv].mem_limit;
         if (over > sc.overflow) sc.overflow = over, sc.overflow_dev = dv;
       }
-      for (int dv = 0; dv < t->p; dv++) busy[dv] = wk->r.dev[dv].busy;
+      sc.spread = 0;
+      for (int dv = 0; dv < t->p; dv++) {
+        busy[dv] = wk->r.dev[dv].busy;
+        sc.spread += busy[dv] * busy[dv];
+      }
     } else if (sc.overflow_dev >= 0) {
       sc.ok = true; /* it would run if memory allowed: an overflow to shrink */
     }
@@ -283,7 +294,7 @@ static void tune_batch(tuner *t, int n, double cutoff) {
     if (sl->how == SLOT_SAME) continue;
     if (isfinite(cutoff) && tune_plan_bound(t, &sl->plan, work, stat, head) > cutoff * (1 + 1e-9)) {
       sl->how = SLOT_PRUNED;
-      sl->score = (tune_score){false, false, INFINITY, 1, INFINITY, -1};
+      sl->score = (tune_score){false, false, INFINITY, 1, INFINITY, INFINITY, -1};
       t->pruned++;
       continue;
     }
@@ -297,7 +308,7 @@ static void tune_batch(tuner *t, int n, double cutoff) {
       memo_put(t, sl->key, &sl->score, sl->busy);
       t->evals++;
     } else if (sl->how == SLOT_LATE) {
-      sl->score = (tune_score){false, false, INFINITY, 1, INFINITY, -1};
+      sl->score = (tune_score){false, false, INFINITY, 1, INFINITY, INFINITY, -1};
       t->late = true;
     } else if (sl->how == SLOT_SAME) {
       sl->score = t->slots[sl->same].score;
@@ -546,15 +557,15 @@ static void tune_enumerate(tuner *t, tune_plan *pl, int k, int at, int *n, tune_
 static int tune_classic_kept(const pass_tune_stats *st, const tune_score *bs, int classic) {
   if (classic < 0) return -1;
   const pass_baseline *b = &st->baselines[classic];
-  tune_score as_is = {true, b->fits, b->makespan, b->bubble, b->fits ? 0 : INFINITY, -1};
+  tune_score as_is = {true, b->fits, b->makespan, b->bubble, INFINITY, b->fits ? 0 : INFINITY, -1};
   return score_better(bs, &as_is) ? -1 : classic;
 }
 
 /* The best few starting plans (each improved by local search before the restarts). */
 enum { TUNE_SEEDS = 3 };
 typedef struct tune_pool {
-  tune_plan plan[TUNE_SEEDS]; /* best first */
-  tune_score score[TUNE_SEEDS];
+  tune_plan plan[TUNE_SEEDS + 1]; /* best first; then the best start placed for balance */
+  tune_score score[TUNE_SEEDS + 1];
   int n;                      /* plans held */
 } tune_pool;
 
@@ -595,6 +606,38 @@ static bool plan_from_pipeline(const ir_module *m, const char *text, diag_engine
   if (ok) plan_from_module(c, pl);
   ir_module_free(c);
   return ok;
+}
+
+/* Place the stages of pl for balance: largest first (at the first device's costs), each onto
+ * the device whose load (at its own costs) ends lowest, ties to the lower index. */
+static void tune_place_lpt(tuner *t, tune_plan *pl) {
+  int *order = xmalloc((size_t)pl->k * sizeof *order);
+  double *load = xcalloc((size_t)t->p, sizeof *load);
+  for (int s = 0; s < pl->k; s++) order[s] = s;
+  for (int i = 1; i < pl->k; i++) { /* insertion sort by decreasing cost, stable */
+    int s = order[i], j = i;
+    double cs = t->cum[pl->ends[s]] - t->cum[plan_first(pl, s)];
+    while (j > 0) {
+      int r = order[j - 1];
+      if (t->cum[pl->ends[r]] - t->cum[plan_first(pl, r)] >= cs) break;
+      order[j] = r;
+      j--;
+    }
+    order[j] = s;
+  }
+  for (int i = 0; i < pl->k; i++) {
+    int s = order[i], best = 0;
+    double best_end = INFINITY;
+    for (int dv = 0; dv < t->p; dv++) {
+      const double *c = t->cum + (size_t)(t->n + 1) * dv;
+      double end = load[dv] + c[pl->ends[s]] - c[plan_first(pl, s)];
+      if (end < best_end) best_end = end, best = dv;
+    }
+    pl->dev[s] = best;
+    load[best] = best_end;
+  }
+  free(order);
+  free(load);
 }
 
 /* Allocate what the search needs: the threads and their workers, the batch, the cache, and the
@@ -719,7 +762,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
   int cap = t.n + 1;
   tune_plan best, cur, cand, nb;
   tune_pool pool = {.n = 0};
-  for (int i = 0; i < TUNE_SEEDS; i++) plan_init(&pool.plan[i], cap);
+  for (int i = 0; i <= TUNE_SEEDS; i++) plan_init(&pool.plan[i], cap);
   plan_init(&best, cap);
   plan_init(&cur, cap);
   plan_init(&cand, cap);
@@ -727,14 +770,14 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
 
   /* Starts: every classic plan, as it is and under the adaptive scheduler. */
   st->nbaselines = pass_compare_on(m, t.pool, &st->baselines);
-  tune_score bs = {false, false, INFINITY, 1, INFINITY, -1};
+  tune_score bs = {false, false, INFINITY, 1, INFINITY, INFINITY, -1};
   int classic = -1; /* a classic plan with its own schedule that is still the best */
   int nstart = 0;   /* starting plans in the batch */
   for (int i = 0; i < st->nbaselines; i++) {
     const pass_baseline *b = &st->baselines[i];
     if (!b->ok) continue;
     if (strcmp(b->name, "S-1F1B") == 0) t.ref = b->makespan;
-    tune_score as_is = {true, b->fits, b->makespan, b->bubble, b->fits ? 0 : INFINITY, -1};
+    tune_score as_is = {true, b->fits, b->makespan, b->bubble, INFINITY, b->fits ? 0 : INFINITY, -1};
     if (score_better(&as_is, &bs)) {
       bs = as_is;
       best.k = b->nstages; /* the plan pass_compare made */
@@ -762,14 +805,35 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
     if (plan_from_pipeline(m, starts[i], t.workers[0].quiet, &t.slots[nstart].plan, cap) &&
         t.slots[nstart].plan.k <= t.kmax)
       nstart++;
+  /* The balanced partitions with several stages per device again, placed for balance instead of
+   * order (largest stage first onto the device where it ends earliest): layers of very
+   * different costs that no contiguous split evens out. */
+  int balanced_from = nstart; /* the starts placed for balance follow */
+  for (int i = 0, n0 = nstart; i < n0 && nstart < TUNE_BATCH; i++)
+    if (t.slots[i].plan.k >= 2 * t.p) {
+      plan_copy(&t.slots[nstart].plan, &t.slots[i].plan);
+      tune_place_lpt(&t, &t.slots[nstart].plan);
+      nstart++;
+    }
   tune_batch(&t, nstart, INFINITY);
+  int balanced = -1; /* the best start placed for balance: a seed of its own (its local optimum
+                        differs most from those of the starts in pipeline order) */
   for (int i = 0; i < nstart; i++) {
-    pool_offer(&pool, &t.slots[i].plan, &t.slots[i].score);
+    if (i < balanced_from) pool_offer(&pool, &t.slots[i].plan, &t.slots[i].score);
+    else if (balanced < 0 || score_better(&t.slots[i].score, &t.slots[balanced].score)) balanced = i;
     if (score_better(&t.slots[i].score, &bs)) {
       bs = t.slots[i].score;
       plan_copy(&best, &t.slots[i].plan);
       classic = -1;
     }
+  }
+  if (balanced >= 0 && t.slots[balanced].score.ok) { /* descended first */
+    tune_plan spare = pool.plan[pool.n];
+    for (int i = pool.n; i > 0; i--) pool.plan[i] = pool.plan[i - 1], pool.score[i] = pool.score[i - 1];
+    pool.plan[0] = spare;
+    plan_copy(&pool.plan[0], &t.slots[balanced].plan);
+    pool.score[0] = t.slots[balanced].score;
+    pool.n++;
   }
   /* Small problems are searched exhaustively (every partition and placement, default knobs). */
   if (tune_space(t.n, t.p, t.kmax) <= TUNE_EXHAUSTIVE) {
@@ -860,7 +924,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
     strbuf_free(&text);
   }
   st->seconds = support_seconds() - t.t0;
-  for (int i = 0; i < TUNE_SEEDS; i++) plan_free(&pool.plan[i]);
+  for (int i = 0; i <= TUNE_SEEDS; i++) plan_free(&pool.plan[i]);
   plan_free(&best);
   plan_free(&cur);
   plan_free(&cand);

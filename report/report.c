@@ -550,6 +550,8 @@ static void json_bound_parts(const sim_bound *bd, strbuf *out) {
   bool f1 = true;
   strbuf_putc(out, '{');
   member_ms(out, "work_ms", bd->work, &f1);
+  inner_key(out, "work_exact", &f1);
+  strbuf_puts(out, bd->exact ? "true" : "false");
   member_ms(out, "fill_ms", bd->fill, &f1);
   member_ms(out, "chain_ms", bd->chain, &f1);
   member_num(out, "chain_layer", bd->chain_layer, &f1);

@@ -61,11 +61,16 @@ typedef struct bd_type {
 enum { BD_MAX_TYPES = 12, BD_MAX_STATES = 200000 };
 static const double bd_max_work = 4e7;
 
-/* Whether the layers of types ty[0..nt) can be packed onto p devices with every device's work
- * at most c and its memory at most mcap: dynamic programming over the counts left (a mixed-radix
- * state), each device taking one configuration (counts of each type that fit). Returns 1 (fits),
- * 0 (cannot), or -1 when the problem is too large to decide. */
-static int bd_pack(const bd_type *ty, int nt, double c, double mcap, int p) {
+/* Whether the layers of types ty[0..nt) can be packed onto p devices, the k-th of which
+ * (0-based, by first layer) has c - head[k] of time (it cannot start before the forward prefix
+ * of the k-th layer, at least), each within memory mcap: dynamic programming over the counts
+ * left (a mixed-radix state), where bins[v] is the fewest devices holding state v, filled in
+ * order of decreasing room (using fewer devices always leaves a larger next one). Returns 1
+ * (fits), 0 (cannot), or -1 when the problem is too large to decide. When 'next' is not NULL it
+ * receives the smallest load a device can end with (a configuration's work plus a start) above
+ * 'above': the smallest capacity above 'above' at which the answer can change. */
+static int bd_pack(const bd_type *ty, int nt, double c, const double *head, double mcap,
+                   int p, double above, double *next) {
   long states = 1;
   long radix[BD_MAX_TYPES];
   for (int i = 0; i < nt; i++) {
@@ -76,6 +81,7 @@ static int bd_pack(const bd_type *ty, int nt, double c, double mcap, int p) {
   /* The configurations: every vector of counts within the type counts that fits c and mcap. */
   long *cfg = NULL; /* state offsets of the configurations */
   int *cfg_k = NULL; /* their counts, nt per configuration */
+  double *cfg_t = NULL; /* their work */
   int ncfg = 0, cfg_cap = 0;
   int k[BD_MAX_TYPES] = {0};
   for (;;) {
@@ -96,14 +102,21 @@ static int bd_pack(const bd_type *ty, int nt, double c, double mcap, int p) {
     if (ncfg == cfg_cap) {
       cfg_cap = cfg_cap ? 2 * cfg_cap : 64;
       cfg = xrealloc(cfg, (size_t)cfg_cap * sizeof *cfg);
+      cfg_t = xrealloc(cfg_t, (size_t)cfg_cap * sizeof *cfg_t);
       cfg_k = xrealloc(cfg_k, (size_t)cfg_cap * nt * sizeof *cfg_k);
     }
     cfg[ncfg] = off;
+    cfg_t[ncfg] = 0;
+    for (int j = 0; j < nt; j++) cfg_t[ncfg] += k[j] * ty[j].t;
+    for (int b = 0; next && b < p; b++)
+      if (cfg_t[ncfg] + head[b] > above && cfg_t[ncfg] + head[b] < *next)
+        *next = cfg_t[ncfg] + head[b];
     memcpy(cfg_k + (size_t)ncfg * nt, k, (size_t)nt * sizeof *k);
     ncfg++;
     if ((double)ncfg * (double)states > bd_max_work) {
       free(cfg);
       free(cfg_k);
+      free(cfg_t);
       return -1;
     }
   }
@@ -121,7 +134,9 @@ static int bd_pack(const bd_type *ty, int nt, double c, double mcap, int p) {
       const int *kq = cfg_k + (size_t)q * nt;
       bool within = true;
       for (int i = 0; i < nt && within; i++) within = kq[i] <= digit[i];
-      if (within && bins[v - cfg[q]] + 1 < best) best = bins[v - cfg[q]] + 1;
+      int before = within ? bins[v - cfg[q]] : INT32_MAX; /* devices the rest needs */
+      if (before < p && cfg_t[q] <= (c - head[before]) * (1 + 1e-12) && before + 1 < best)
+        best = before + 1;
     }
     bins[v] = best;
   }
@@ -130,6 +145,7 @@ static int bd_pack(const bd_type *ty, int nt, double c, double mcap, int p) {
   free(digit);
   free(cfg);
   free(cfg_k);
+  free(cfg_t);
   return fits;
 }
 
@@ -243,19 +259,27 @@ bool sim_bound_compute(const ir_module *m, sim_bound *out) {
     ty[j].count++;
   }
   double pack_mem = isfinite(mcap) ? mcap : INFINITY;
+  double *head = xmalloc((size_t)p * sizeof *head); /* the k-th device's earliest start */
+  head[0] = 0;
+  for (int k = 1; k < p; k++) head[k] = head[k - 1] + (k - 1 < n ? ly[k - 1].f : 0);
   double lo = t[0] > sum[n] / p ? t[0] : sum[n] / p, hi = sum[n];
-  int exact = nt > 0 ? bd_pack(ty, nt, lo, pack_mem, p) : -1;
+  int exact = nt > 0 ? bd_pack(ty, nt, lo, head, pack_mem, p, 0, NULL) : -1;
   if (bd_infeasible(t, sum, n, lo, p) || exact == 0) {
     for (int it = 0; it < 60 && hi - lo > 1e-7 * hi; it++) {
       double mid = (lo + hi) / 2;
       bool no = bd_infeasible(t, sum, n, mid, p);
-      if (!no && exact >= 0) no = bd_pack(ty, nt, mid, pack_mem, p) == 0;
+      if (!no && exact >= 0) no = bd_pack(ty, nt, mid, head, pack_mem, p, 0, NULL) == 0;
       if (no) lo = mid;
       else hi = mid;
     }
   }
+  if (exact == 0) { /* the packing's threshold is a device's possible load: the first above lo */
+    double next = hi;
+    if (bd_pack(ty, nt, hi, head, pack_mem, p, lo, &next) >= 0 && next > lo) lo = next;
+  }
   out->work = lo;
   out->exact = exact >= 0;
+  free(head);
   /* (a') the same work with each device's idle start: the u devices that hold layers start at
    * distinct first layers, so they wait at least the forward prefixes of layers 0 .. u-1. */
   double heads = 0;
