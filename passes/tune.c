@@ -893,7 +893,6 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
   st->bubble = bs.bubble;
   st->fits = bs.fits;
   snprintf(st->stop, sizeof st->stop, "%s", t.late ? "time" : tune_spent(&t) ? "effort" : "converged");
-  if (!sim_bound_compute(m, &st->bound)) st->bound.bound = NAN;
   int rc = 0;
   if (best.k == 0 || !bs.ok) {
     tune_no_plan(&t, st, d, where);
@@ -924,6 +923,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
     strbuf_free(&text);
   }
   st->seconds = support_seconds() - t.t0;
+  if (!sim_bound_compute(m, &st->bound)) st->bound.bound = NAN; /* not part of the search */
   for (int i = 0; i <= TUNE_SEEDS; i++) plan_free(&pool.plan[i]);
   plan_free(&best);
   plan_free(&cur);

@@ -59,7 +59,7 @@ typedef struct bd_type {
 /* Most states (products of count + 1 over the types) and most states x configurations the exact
  * packing explores; beyond, only the bound L2 is used. */
 enum { BD_MAX_TYPES = 12, BD_MAX_STATES = 200000 };
-static const double bd_max_work = 4e7;
+static const double bd_max_work = 4e6;
 
 /* Whether the layers of types ty[0..nt) can be packed onto p devices, the k-th of which
  * (0-based, by first layer) has c - head[k] of time (it cannot start before the forward prefix
@@ -147,6 +147,46 @@ static int bd_pack(const bd_type *ty, int nt, double c, const double *head, doub
   free(cfg_k);
   free(cfg_t);
   return fits;
+}
+
+/* A feasible step for the packing of (a), as an upper end for its bisection: the layers,
+ * largest work first, each onto the device that then ends lowest (its start included) with room
+ * in memory; INFINITY when memory leaves some layer nowhere. */
+static double bd_greedy(const bd_layer *ly, int n, double mbs, const double *head, double mcap,
+                        int p) {
+  int *order = xmalloc((size_t)n * sizeof *order);
+  double *key = xmalloc((size_t)n * sizeof *key);
+  double *load = xcalloc((size_t)p, sizeof *load), *mem = xcalloc((size_t)p, sizeof *mem);
+  for (int i = 0; i < n; i++) {
+    key[i] = mbs * (ly[i].f + ly[i].b + ly[i].w) + ly[i].opt;
+    order[i] = i;
+  }
+  for (int i = 1; i < n; i++) { /* insertion sort by decreasing work */
+    int x = order[i], j = i;
+    while (j > 0 && key[order[j - 1]] < key[x]) order[j] = order[j - 1], j--;
+    order[j] = x;
+  }
+  double step = 0;
+  for (int i = 0; i < n && isfinite(step); i++) {
+    int l = order[i], best = -1;
+    double mi = ly[l].param + ly[l].act;
+    for (int k = 0; k < p; k++)
+      if (mem[k] + mi <= mcap &&
+          (best < 0 || load[k] + head[k] + key[l] < load[best] + head[best] + key[l]))
+        best = k;
+    if (best < 0) {
+      step = INFINITY;
+      break;
+    }
+    load[best] += key[l];
+    mem[best] += mi;
+    if (load[best] + head[best] > step) step = load[best] + head[best];
+  }
+  free(order);
+  free(key);
+  free(load);
+  free(mem);
+  return step;
 }
 
 bool sim_bound_compute(const ir_module *m, sim_bound *out) {
@@ -262,10 +302,12 @@ bool sim_bound_compute(const ir_module *m, sim_bound *out) {
   double *head = xmalloc((size_t)p * sizeof *head); /* the k-th device's earliest start */
   head[0] = 0;
   for (int k = 1; k < p; k++) head[k] = head[k - 1] + (k - 1 < n ? ly[k - 1].f : 0);
-  double lo = t[0] > sum[n] / p ? t[0] : sum[n] / p, hi = sum[n];
+  double lo = t[0] > sum[n] / p ? t[0] : sum[n] / p;
+  double hi = bd_greedy(ly, n, mbs, head, pack_mem, p);
+  if (!(hi >= lo)) hi = sum[n] > lo ? sum[n] : lo;
   int exact = nt > 0 ? bd_pack(ty, nt, lo, head, pack_mem, p, 0, NULL) : -1;
   if (bd_infeasible(t, sum, n, lo, p) || exact == 0) {
-    for (int it = 0; it < 60 && hi - lo > 1e-7 * hi; it++) {
+    for (int it = 0; it < 40 && hi - lo > 1e-9 * hi; it++) {
       double mid = (lo + hi) / 2;
       bool no = bd_infeasible(t, sum, n, mid, p);
       if (!no && exact >= 0) no = bd_pack(ty, nt, mid, head, pack_mem, p, 0, NULL) == 0;
