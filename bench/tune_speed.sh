@@ -72,16 +72,24 @@ header() {
   echo "|---|---|---|---|---|---|---|---|---|---|"
 }
 
+table() { # $1: spec function; then cases "label args..." (the smallest first)
+  make=$1
+  shift
+  header
+  for c in "$@"; do
+    set -- $c
+    label=$1
+    shift
+    "$make" "$@" > "$work/c.octo"
+    "$octoc" "$work/c.octo" --compare --report=json -o "$work/c.json"
+    row "$label" "$work/c.json"
+    [ "$quick" = --quick ] && break
+  done
+}
+
 echo "## 1. Targets (default settings, $(nproc) cores)"
-header
-for c in "64L/8dev/64mb 31 8 64 dgx_h100" "128L/16dev/128mb 63 16 128 dgx_h100_x2" \
-         "256L/64dev/512mb 127 64 512 dgx_h100_x8"; do
-  set -- $c
-  dense "$2" "$3" "$4" "$5" > "$work/d.octo"
-  "$octoc" "$work/d.octo" --compare --report=json -o "$work/d.json"
-  row "$1" "$work/d.json"
-  [ "$quick" = --quick ] && break
-done
+table dense "64L/8dev/64mb 31 8 64 dgx_h100" "128L/16dev/128mb 63 16 128 dgx_h100_x2" \
+  "256L/64dev/512mb 127 64 512 dgx_h100_x8"
 
 echo
 echo "## 2. Threads (128 layers, 16 devices, 128 microbatches; the plan must not change)"
@@ -98,14 +106,7 @@ python3 -c "import json,sys; a=json.load(open(sys.argv[1]))['tuner']['seconds'];
 
 echo
 echo "## 3. Strong scaling (hybrid Mamba-2/attention/MLP, 256K vocabulary, 128 layers, 256 microbatches)"
-header
-for c in "16dev 16 256 dgx_h100_x2" "32dev 32 256 dgx_h100_x4" "64dev 64 256 dgx_h100_x8"; do
-  set -- $c
-  hybrid "$2" "$3" "$4" > "$work/h.octo"
-  "$octoc" "$work/h.octo" --compare --report=json -o "$work/h.json"
-  row "$1" "$work/h.json"
-  [ "$quick" = --quick ] && break
-done
+table hybrid "16dev 16 256 dgx_h100_x2" "32dev 32 256 dgx_h100_x4" "64dev 64 256 dgx_h100_x8"
 
 echo
 echo "## 4. A wall-clock budget (--evals=0 --budget=S): the search's seconds"
