@@ -503,29 +503,20 @@ fail:
 }
 
 /* See backend.h. Post: as be_read; a file that cannot be opened or read gives
- * "PATH: strerror text", and every message of be_read is prefixed with "PATH: ". */
+ * "PATH: reason" (support_read_file's: strerror text, or the size limit), and every message of be_read is prefixed with "PATH: ". */
 be_stream *be_read_file(const char *path, strbuf *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    strbuf_printf(err, "%s: %s", path, strerror(errno));
-    return NULL;
-  }
-  strbuf buf = {0};
-  char chunk[65536];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) strbuf_append(&buf, chunk, n);
-  int failed = ferror(f);
-  int saved = errno;
-  fclose(f);
-  if (failed) {
-    strbuf_printf(err, "%s: %s", path, strerror(saved ? saved : EIO));
-    strbuf_free(&buf);
+  size_t len = 0;
+  strbuf why = {0};
+  char *buf = support_read_file(path, &len, &why);
+  if (!buf) {
+    strbuf_printf(err, "%s: %s", path, strbuf_cstr(&why));
+    strbuf_free(&why);
     return NULL;
   }
   strbuf msg = {0};
-  be_stream *s = be_read((const uint8_t *)buf.data, buf.len, &msg);
+  be_stream *s = be_read((const uint8_t *)buf, len, &msg);
   if (!s) strbuf_printf(err, "%s: %s", path, strbuf_cstr(&msg));
   strbuf_free(&msg);
-  strbuf_free(&buf);
+  free(buf);
   return s;
 }

@@ -20,25 +20,17 @@ uint64_t rt_next64(uint64_t *st) {
 }
 
 bool rt_data_read(const char *path, unsigned char **bytes, size_t *len, strbuf *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    if (err) strbuf_printf(err, "%s: %s", path, strerror(errno));
+  strbuf why = {0};
+  size_t n = 0;
+  char *buf = support_read_file(path, &n, &why);
+  if (!buf || n == 0) {
+    if (err) strbuf_printf(err, "%s: %s", path, buf ? "empty data file" : strbuf_cstr(&why));
+    free(buf);
+    strbuf_free(&why);
     return false;
   }
-  strbuf sb = {0};
-  char chunk[65536];
-  size_t n;
-  errno = 0;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) strbuf_append(&sb, chunk, n);
-  int e = ferror(f) ? (errno ? errno : EIO) : 0;
-  fclose(f);
-  if (e || sb.len == 0) {
-    strbuf_free(&sb);
-    if (err) strbuf_printf(err, "%s: %s", path, e ? strerror(e) : "empty data file");
-    return false;
-  }
-  *bytes = (unsigned char *)sb.data;
-  *len = sb.len;
+  *bytes = (unsigned char *)buf;
+  *len = n;
   return true;
 }
 

@@ -18,7 +18,8 @@ uint64_t rt_mix64(uint64_t z);
 uint64_t rt_next64(uint64_t *st);
 
 /* Read the data file at path into *bytes (xmalloc'd) and *len (> 0). Returns false with
- * "PATH: reason" appended to err (when set): unreadable, or an empty data file. */
+ * "PATH: reason" appended to err (when set): unreadable, larger than SUPPORT_MAX_FILE_BYTES,
+ * or an empty data file. */
 bool rt_data_read(const char *path, unsigned char **bytes, size_t *len, strbuf *err);
 /* A Fisher-Yates permutation of [0, V) from the seed (xmalloc'd): the synthetic data's
  * successor table. */

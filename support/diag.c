@@ -14,9 +14,17 @@ typedef struct diag_record {
   bool matched;      /* met an expectation */
 } diag_record;
 
+/* Where the lines of one source start, built on its first diagnostic with a snippet so that
+ * each later one finds its line by binary search (many errors stay linear, not quadratic). */
+typedef struct diag_lines {
+  size_t *start; /* byte offset of each line's first byte; NULL until built */
+  uint32_t n;    /* number of lines */
+} diag_lines;
+
 struct diag_engine {
   FILE *out;             /* where diagnostics print */
   diag_source *sources;  /* index id-1 */
+  diag_lines *lines;     /* index id-1: line starts of each source (parallel to sources) */
   uint32_t nsources, sources_cap;
   int errors;            /* errors reported, including suppressed ones */
   int limit;             /* printed error limit; 0 unlimited */
@@ -40,8 +48,10 @@ void diag_free(diag_engine *d) {
   for (uint32_t i = 0; i < d->nsources; i++) {
     free(d->sources[i].name);
     free(d->sources[i].text);
+    free(d->lines[i].start);
   }
   free(d->sources);
+  free(d->lines);
   for (int i = 0; i < d->nrecords; i++) free(d->records[i].msg);
   free(d->records);
   free(d);
@@ -57,28 +67,24 @@ uint32_t diag_add_source(diag_engine *d, const char *name, const char *text, siz
   s.len = len;
   s.line_base = line_base;
   s.no_verify = false;
+  uint32_t cap = d->sources_cap;
   VEC_PUSH(d->sources, d->nsources, d->sources_cap, s);
+  if (d->sources_cap != cap) d->lines = xrealloc(d->lines, d->sources_cap * sizeof *d->lines);
+  d->lines[d->nsources - 1] = (diag_lines){NULL, 0};
   return d->nsources;
 }
 
 uint32_t diag_load_file(diag_engine *d, const char *path, diag_loc from) {
   size_t len = 0;
-  char *text = strcmp(path, "-") == 0 ? NULL : read_file(path, &len);
-  if (strcmp(path, "-") == 0) {
-    strbuf sb = {0};
-    char chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, stdin)) > 0) strbuf_append(&sb, chunk, n);
-    if (!sb.data) strbuf_append(&sb, "", 0);
-    text = sb.data;
-    len = sb.len;
-    path = "<stdin>";
-  }
+  strbuf why = {0};
+  char *text = support_read_file(path, &len, &why);
+  const char *name = strcmp(path, "-") == 0 ? "<stdin>" : path;
   if (!text) {
-    diag_error(d, from, "cannot read '%s': %s", path, strerror(errno));
+    diag_error(d, from, "cannot read '%s': %s", name, strbuf_cstr(&why));
+    strbuf_free(&why);
     return 0;
   }
-  uint32_t id = diag_add_source(d, path, text, len, 0);
+  uint32_t id = diag_add_source(d, name, text, len, 0);
   free(text);
   return id;
 }
@@ -125,19 +131,29 @@ int diag_split_source(diag_engine *d, uint32_t id, uint32_t **ids) {
   return n;
 }
 
+/* The byte offset where line 'want' (1-based, counted from the source's first line) of source
+ * 'id' starts, or SIZE_MAX when the source has fewer lines. Builds the source's line table on
+ * first use: O(size) once, then O(log lines) per call. */
+static size_t line_start(diag_engine *d, uint32_t id, uint32_t want) {
+  diag_lines *ls = &d->lines[id - 1];
+  const diag_source *s = &d->sources[id - 1];
+  if (!ls->start) {
+    uint32_t cap = 16;
+    ls->start = xmalloc(cap * sizeof *ls->start);
+    ls->start[ls->n++] = 0;
+    for (const char *p = s->text, *end = s->text + s->len;
+         (p = memchr(p, '\n', (size_t)(end - p))) != NULL; p++)
+      VEC_PUSH(ls->start, ls->n, cap, (size_t)(p - s->text) + 1);
+  }
+  return want >= 1 && want <= ls->n ? ls->start[want - 1] : SIZE_MAX;
+}
+
 /* Print the source line of 'loc' and a caret line under its span. */
 static void print_snippet(diag_engine *d, diag_loc loc) {
   const diag_source *s = diag_get_source(d, loc.file);
   if (!s || loc.line <= s->line_base) return;
-  uint32_t want = loc.line - s->line_base, line = 1;
-  size_t pos = 0;
-  while (line < want && pos < s->len) {
-    const char *nl = memchr(s->text + pos, '\n', s->len - pos);
-    if (!nl) return;
-    pos = (size_t)(nl - s->text) + 1;
-    line++;
-  }
-  if (line != want) return;
+  size_t pos = line_start(d, loc.file, loc.line - s->line_base);
+  if (pos == SIZE_MAX || pos > s->len) return;
   size_t end = pos;
   while (end < s->len && s->text[end] != '\n') end++;
   /* show at most 200 bytes of the line, in a window that contains the column */
@@ -162,9 +178,42 @@ static void print_snippet(diag_engine *d, diag_loc loc) {
   fputc('\n', d->out);
 }
 
+/* Shorten every span quoted with ' or " in msg that is longer than DIAG_MAX_QUOTED bytes to
+ * its first DIAG_MAX_QUOTED bytes (never splitting a UTF-8 character) and "...": a name read
+ * from the input (megabytes long, in a hostile file) gives a short message. */
+static void shorten_quoted(strbuf *msg) {
+  if (msg->len <= DIAG_MAX_QUOTED) return;
+  strbuf out = {0};
+  const char *p = msg->data, *end = msg->data + msg->len;
+  while (p < end) {
+    const char *q = p;
+    while (q < end && *q != '\'' && *q != '"') q++;
+    const char *close = q < end ? memchr(q + 1, *q, (size_t)(end - q - 1)) : NULL;
+    if (!close) {
+      strbuf_append(&out, p, (size_t)(end - p));
+      break;
+    }
+    size_t inner = (size_t)(close - q - 1);
+    if (inner > DIAG_MAX_QUOTED) {
+      size_t keep = DIAG_MAX_QUOTED;
+      while (keep > 0 && ((unsigned char)q[1 + keep] & 0xC0) == 0x80) keep--;
+      strbuf_append(&out, p, (size_t)(q + 1 - p) + keep);
+      strbuf_puts(&out, "...");
+      strbuf_putc(&out, *close);
+      p = close + 1;
+    } else {
+      strbuf_append(&out, p, (size_t)(close + 1 - p));
+      p = close + 1;
+    }
+  }
+  strbuf_free(msg);
+  *msg = out;
+}
+
 void diag_vreport(diag_engine *d, diag_severity sev, diag_loc loc, const char *fmt, va_list ap) {
   strbuf msg = {0};
   strbuf_vprintf(&msg, fmt, ap);
+  shorten_quoted(&msg);
   if (sev == DIAG_ERROR) d->errors++;
   if (d->verify) {
     diag_record r = {sev, loc, msg.data ? msg.data : xstrdup(""), false};

@@ -1,11 +1,15 @@
-/* support.c -- allocation, arena, string buffer, suggestions, number formatting, file reading. */
+/* support.c -- allocation, arena, string buffer, suggestions, number formatting, bounded file
+ * reading and atomic file writing. */
 #include "support.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void *oom(void) {
   fputs("octopipe: out of memory\n", stderr);
@@ -220,21 +224,116 @@ bool fmt_shortest_scaled(char *buf, double v, double scale) {
   return scale_apply(strtod(buf, NULL), scale) == v;
 }
 
-char *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  strbuf sb = {0};
-  char chunk[65536];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) strbuf_append(&sb, chunk, n);
-  int err = ferror(f);
-  fclose(f);
-  if (err) {
-    strbuf_free(&sb);
-    errno = EIO;
+/* Read everything left in f into a buffer of at most SUPPORT_MAX_FILE_BYTES. Pre: f is open for
+ * reading; 'size' is its size when known (a regular file), else 0. Post: as support_read_file. */
+static char *read_stream(FILE *f, size_t size, size_t *len, strbuf *why) {
+  size_t cap = size ? size + 1 : 65536, n = 0;
+  char *buf = xmalloc(cap + 1);
+  for (;;) {
+    if (n == cap) {
+      if (cap > SUPPORT_MAX_FILE_BYTES) break;
+      cap = cap > SUPPORT_MAX_FILE_BYTES / 2 ? SUPPORT_MAX_FILE_BYTES + 1 : 2 * cap;
+      buf = xrealloc(buf, cap + 1);
+    }
+    size_t got = fread(buf + n, 1, cap - n, f);
+    n += got;
+    if (got == 0) break;
+  }
+  if (n > SUPPORT_MAX_FILE_BYTES) {
+    strbuf_printf(why, "larger than %zu MiB, the limit on input files",
+                  (size_t)SUPPORT_MAX_FILE_BYTES >> 20);
+    free(buf);
     return NULL;
   }
-  if (!sb.data) strbuf_append(&sb, "", 0);
-  *len = sb.len;
-  return sb.data;
+  if (ferror(f)) {
+    strbuf_puts(why, strerror(errno ? errno : EIO));
+    free(buf);
+    return NULL;
+  }
+  buf[n] = 0;
+  *len = n;
+  return buf;
+}
+
+char *support_read_file(const char *path, size_t *len, strbuf *why) {
+  bool in = strcmp(path, "-") == 0;
+  FILE *f = in ? stdin : fopen(path, "rb");
+  if (!f) {
+    strbuf_puts(why, strerror(errno));
+    return NULL;
+  }
+  struct stat st;
+  size_t size = 0;
+  if (fstat(fileno(f), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) {
+      if (!in) fclose(f);
+      strbuf_puts(why, strerror(EISDIR));
+      return NULL;
+    }
+    if (S_ISREG(st.st_mode) && (uintmax_t)st.st_size > SUPPORT_MAX_FILE_BYTES) {
+      if (!in) fclose(f);
+      strbuf_printf(why, "larger than %zu MiB, the limit on input files",
+                    (size_t)SUPPORT_MAX_FILE_BYTES >> 20);
+      return NULL;
+    }
+    if (S_ISREG(st.st_mode)) size = (size_t)st.st_size;
+  }
+  errno = 0;
+  char *text = read_stream(f, size, len, why);
+  if (!in) fclose(f);
+  return text;
+}
+
+bool support_write_file(const char *path, const void *data, size_t len, strbuf *why) {
+  struct stat st;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    /* a device or a pipe (/dev/null, /dev/stdout): written in place, never replaced */
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+      strbuf_puts(why, strerror(errno));
+      return false;
+    }
+    errno = 0;
+    bool ok = fwrite(data, 1, len, f) == len && fflush(f) == 0;
+    int e = errno ? errno : EIO;
+    if (fclose(f) != 0 && ok) ok = false, e = errno ? errno : EIO;
+    if (!ok) strbuf_puts(why, strerror(e));
+    return ok;
+  }
+  /* a temporary beside the target (same file system, so the rename is atomic) */
+  static unsigned counter;
+  strbuf tmp = {0};
+  int fd = -1;
+  for (int tries = 0; tries < 100 && fd < 0; tries++) {
+    tmp.len = 0;
+    strbuf_printf(&tmp, "%s.tmp%ld.%u", path, (long)getpid(), counter++);
+    fd = open(tmp.data, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0) {
+    strbuf_puts(why, strerror(errno));
+    strbuf_free(&tmp);
+    return false;
+  }
+  const char *p = data;
+  size_t left = len;
+  int e = 0;
+  while (left > 0) {
+    ssize_t w = write(fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      e = w < 0 ? errno : ENOSPC;
+      break;
+    }
+    p += w;
+    left -= (size_t)w;
+  }
+  if (close(fd) != 0 && !e) e = errno;
+  if (!e && rename(tmp.data, path) != 0) e = errno;
+  if (e) {
+    unlink(tmp.data);
+    strbuf_puts(why, strerror(e));
+  }
+  strbuf_free(&tmp);
+  return e == 0;
 }

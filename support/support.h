@@ -117,8 +117,25 @@ double scale_apply(double m, double scale);
  * Returns false when no text up to 17 digits gives v back. 'buf' needs 40 bytes. */
 bool fmt_shortest_scaled(char *buf, double v, double scale);
 
-/* Read a whole file into a NUL-terminated buffer. Returns NULL and sets errno on failure. */
-char *read_file(const char *path, size_t *len);
+/* ---- Files ------------------------------------------------------------------------------- */
+
+/* The largest input file any reader accepts (spec, import, profile, IR, stream, data): 256 MiB.
+ * Checked before reading a regular file, and while reading anything else (/dev/zero, a pipe). */
+#define SUPPORT_MAX_FILE_BYTES ((size_t)256 << 20)
+
+/* Read the whole file 'path' ("-": standard input) into a NUL-terminated buffer (which may
+ * contain other NULs). Returns it (caller frees) with its length in *len, or NULL after
+ * appending the reason to *why: the system's (strerror: "No such file or directory", "Is a
+ * directory", ...) or "larger than 256 MiB, the limit on input files". Never aborts on a large
+ * or endless input. */
+char *support_read_file(const char *path, size_t *len, strbuf *why);
+
+/* Replace the file 'path' with 'len' bytes of 'data' atomically: they are written to a
+ * temporary beside it ("PATH.tmpPID.N", mode 0666 less the umask) that is renamed over 'path'
+ * once complete, so 'path' is either unchanged or complete. An existing 'path' that is not a
+ * regular file (/dev/null, a pipe) is written in place. Returns true, or false after appending
+ * the reason (strerror) to *why and removing the temporary. */
+bool support_write_file(const char *path, const void *data, size_t len, strbuf *why);
 
 /* ---- Diagnostics --------------------------------------------------------------------------*/
 
@@ -156,7 +173,11 @@ const diag_source *diag_get_source(const diag_engine *d, uint32_t id);
  * original line numbers. Returns the number of chunks and their ids in *ids (caller frees). */
 int diag_split_source(diag_engine *d, uint32_t id, uint32_t **ids);
 
-/* Report a diagnostic. Errors past the limit are counted but not printed; the first one past it
+/* The longest quoted span (a name or value read from the input, in ' or ") a diagnostic shows:
+ * longer ones are cut to this many bytes and "...". */
+#define DIAG_MAX_QUOTED 256
+
+/* Report a diagnostic. Quoted spans are shortened to DIAG_MAX_QUOTED bytes. Errors past the limit are counted but not printed; the first one past it
  * prints "too many errors emitted". In verify mode diagnostics are collected, not printed. */
 void diag_report(diag_engine *d, diag_severity sev, diag_loc loc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -1,7 +1,8 @@
 /* octo-dis.c -- the disassembler tool: reads a binary instruction stream (.ois) with be_read_file,
  * which validates and deadlock-checks it, and prints its listing (be_disasm), or with --isa the
- * instruction-set reference tables of docs/isa.md (be_isa_doc). Exit codes: 0 success, 1 bad
- * input or command line, 2 the output cannot be written. */
+ * instruction-set reference tables of docs/isa.md (be_isa_doc). Exit codes (the table of
+ * docs/architecture.md): 0 success, 1 bad input, command line or an output that cannot be
+ * written. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,7 +14,7 @@
 
 #define PROG "octo-dis"
 
-enum { EXIT_OK = 0, EXIT_USER = 1, EXIT_OUTPUT = 2 };
+enum { EXIT_OK = 0, EXIT_USER = 1 };
 
 /* Command-line flags. */
 typedef enum flag_id { F_OUTPUT, F_ISA, F_HELP, F_VERSION } flag_id;
@@ -143,24 +144,22 @@ static bool parse_args(int argc, char **argv, cmdline *cl) {
   return true;
 }
 
-/* Write out to cl->output ("-" or NULL: stdout). Returns the exit code. */
+/* Write out to cl->output (replaced atomically, support_write_file; "-" or NULL: stdout).
+ * Returns the exit code: EXIT_USER when it cannot be written. */
 static int write_output(const cmdline *cl, const strbuf *out) {
-  bool to_file = cl->output && strcmp(cl->output, "-") != 0;
-  const char *name = to_file ? cl->output : "<stdout>";
-  FILE *f = stdout;
-  if (to_file) {
-    f = fopen(name, "w");
-    if (!f) {
-      cl_error("cannot open output '%s': %s", name, strerror(errno));
-      return EXIT_OUTPUT;
-    }
+  if (cl->output && strcmp(cl->output, "-") != 0) {
+    strbuf why = {0};
+    bool ok = support_write_file(cl->output, strbuf_cstr(out), out->len, &why);
+    if (!ok) cl_error("cannot write '%s': %s", cl->output, strbuf_cstr(&why));
+    strbuf_free(&why);
+    return ok ? EXIT_OK : EXIT_USER;
   }
   errno = 0;
-  bool ok = fwrite(strbuf_cstr(out), 1, out->len, f) == out->len;
-  ok = (f == stdout ? fflush(f) : fclose(f)) == 0 && ok;
+  bool ok = fwrite(strbuf_cstr(out), 1, out->len, stdout) == out->len;
+  ok = fflush(stdout) == 0 && ok;
   if (!ok) {
-    cl_error("cannot write '%s': %s", name, strerror(errno ? errno : EIO));
-    return EXIT_OUTPUT;
+    cl_error("cannot write '<stdout>': %s", strerror(errno ? errno : EIO));
+    return EXIT_USER;
   }
   return EXIT_OK;
 }
@@ -171,11 +170,11 @@ int main(int argc, char **argv) {
   if (!parse_args(argc, argv, &cl)) return EXIT_USER;
   if (cl.help) {
     usage(stdout);
-    return fflush(stdout) == 0 ? EXIT_OK : EXIT_OUTPUT;
+    return fflush(stdout) == 0 ? EXIT_OK : EXIT_USER;
   }
   if (cl.version) {
     printf(PROG " (OctoPipe) " OCTO_VERSION "\n");
-    return fflush(stdout) == 0 ? EXIT_OK : EXIT_OUTPUT;
+    return fflush(stdout) == 0 ? EXIT_OK : EXIT_USER;
   }
   if (cl.isa && cl.input) {
     cl_error("--isa takes no input file (got '%s')", cl.input);

@@ -1,8 +1,8 @@
 /* octo-opt.c -- runs chosen passes on textual IR: parses the command line, hands the work to
  * pass_opt_process (passes/driver.c), with report_emit writing the artifact when one other than
  * the IR is asked for (--report, --emit), writes the output, and decides the exit code:
- * 0 success, 1 user error (bad input, bad flags, failing pass or a plan that does not simulate),
- * 2 internal error. */
+ * 0 success, 1 user error (bad input, bad flags, failing pass, a plan that does not simulate or
+ * an output that cannot be written), 2 internal error (the table of docs/architecture.md). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -230,22 +230,22 @@ static bool parse_args(int argc, char **argv, cmdline *cl) {
   return true;
 }
 
-/* Write the output text to cl->output or stdout. Returns the exit code. */
+/* Write the output text to cl->output (replaced atomically, support_write_file) or stdout
+ * (NULL or "-"). Returns the exit code: EXIT_USER when it cannot be written. */
 static int write_output(const cmdline *cl, const strbuf *out) {
-  FILE *f = stdout;
-  const char *name = cl->output ? cl->output : "<stdout>";
   if (cl->output && strcmp(cl->output, "-") != 0) {
-    f = fopen(cl->output, "w");
-    if (!f) {
-      cl_error("cannot open output '%s': %s", cl->output, strerror(errno));
-      return EXIT_USER;
-    }
+    strbuf why = {0};
+    bool ok = support_write_file(cl->output, strbuf_cstr(out), out->len, &why);
+    if (!ok) cl_error("cannot write '%s': %s", cl->output, strbuf_cstr(&why));
+    strbuf_free(&why);
+    return ok ? EXIT_OK : EXIT_USER;
   }
-  bool ok = fwrite(strbuf_cstr(out), 1, out->len, f) == out->len;
-  ok = (f == stdout ? fflush(f) : fclose(f)) == 0 && ok;
+  errno = 0;
+  bool ok = fwrite(strbuf_cstr(out), 1, out->len, stdout) == out->len;
+  ok = fflush(stdout) == 0 && ok;
   if (!ok) {
-    cl_error("cannot write '%s': %s", name, strerror(errno ? errno : EIO));
-    return EXIT_INTERNAL;
+    cl_error("cannot write '<stdout>': %s", strerror(errno ? errno : EIO));
+    return EXIT_USER;
   }
   return EXIT_OK;
 }
@@ -276,7 +276,7 @@ int main(int argc, char **argv) {
   }
   if (cl.list_passes) {
     pass_list(stdout);
-    return fflush(stdout) == 0 ? EXIT_OK : EXIT_INTERNAL;
+    return fflush(stdout) == 0 ? EXIT_OK : EXIT_USER;
   }
   if (!cl.cfg.input) cl.cfg.input = "-";
 

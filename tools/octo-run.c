@@ -86,19 +86,14 @@ static int bad_value(const char *flag, const char *value, const char *want) {
   return RT_EXIT_INPUT;
 }
 
-/* Write text to path. Returns 0, or 1 after saying why. */
+/* Write text to path (replaced atomically, support_write_file). Returns 0, or 1 after saying
+ * why. */
 static int write_file(const char *path, const strbuf *text) {
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    fprintf(stderr, PROG ": error: cannot write '%s': %s\n", path, strerror(errno));
-    return 1;
-  }
-  bool ok = fwrite(strbuf_cstr(text), 1, text->len, f) == text->len;
-  if (fclose(f) != 0 || !ok) {
-    fprintf(stderr, PROG ": error: cannot write '%s'\n", path);
-    return 1;
-  }
-  return 0;
+  strbuf why = {0};
+  bool ok = support_write_file(path, strbuf_cstr(text), text->len, &why);
+  if (!ok) fprintf(stderr, PROG ": error: cannot write '%s': %s\n", path, strbuf_cstr(&why));
+  strbuf_free(&why);
+  return ok ? 0 : 1;
 }
 
 #ifdef OCTO_HAVE_CUDA

@@ -149,20 +149,21 @@ static bool starts(const char *arg, const char *prefix, const char **value) {
   return true;
 }
 
-/* Write 'text' to the file named 'path' (stdout when NULL). Returns 0, or 1 after saying why. */
+/* Write 'text' to the file named 'path' (stdout when NULL; a file is replaced atomically,
+ * support_write_file). Returns 0, or 1 after saying why. */
 static int write_output(const char *path, const strbuf *text) {
-  FILE *f = stdout;
   if (path) {
-    f = fopen(path, "w");
-    if (!f) {
-      fprintf(stderr, "octoc: error: cannot write '%s': %s\n", path, strerror(errno));
-      return 1;
-    }
+    strbuf why = {0};
+    bool ok = support_write_file(path, strbuf_cstr(text), text->len, &why);
+    if (!ok) fprintf(stderr, "octoc: error: cannot write '%s': %s\n", path, strbuf_cstr(&why));
+    strbuf_free(&why);
+    return ok ? 0 : 1;
   }
-  bool ok = fwrite(strbuf_cstr(text), 1, text->len, f) == text->len;
-  ok = (f == stdout ? fflush(f) : fclose(f)) == 0 && ok;
+  errno = 0;
+  bool ok = fwrite(strbuf_cstr(text), 1, text->len, stdout) == text->len;
+  ok = fflush(stdout) == 0 && ok;
   if (!ok) {
-    fprintf(stderr, "octoc: error: cannot write '%s'\n", path ? path : "<stdout>");
+    fprintf(stderr, "octoc: error: cannot write '<stdout>': %s\n", strerror(errno ? errno : EIO));
     return 1;
   }
   return 0;

@@ -1,8 +1,12 @@
 /* test_support.c -- unit tests of support/: suggestions, shortest exact number text, string
- * buffer, and the diagnostics engine's split and verify machinery. */
+ * buffer, the diagnostics engine's split and verify machinery, quoted-name shortening and line
+ * table, and the bounded file reader and atomic file writer. */
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "support.h"
 #include "unit.h"
@@ -94,4 +98,96 @@ void test_support_diag_limit(void) {
   UNIT_CHECK(lines == 3); /* two errors and "too many errors" */
   diag_free(d);
   fclose(sink);
+}
+
+/* support_read_file: a regular file, a directory ("Is a directory", not an I/O error), an
+ * endless device (refused at the size bound, never an abort), a missing file. */
+void test_support_read_file(void) {
+  char path[] = "/tmp/octo_sup_XXXXXX";
+  int fd = mkstemp(path);
+  UNIT_CHECK(fd >= 0);
+  if (fd < 0) return;
+  UNIT_CHECK(write(fd, "ab\0c", 4) == 4);
+  close(fd);
+  size_t len = 0;
+  strbuf why = {0};
+  char *text = support_read_file(path, &len, &why);
+  UNIT_CHECK(text && len == 4 && memcmp(text, "ab\0c", 5) == 0);
+  free(text);
+  text = support_read_file("/", &len, &why);
+  UNIT_CHECK(text == NULL);
+  UNIT_CHECK_STREQ(strbuf_cstr(&why), "Is a directory");
+  why.len = 0;
+  text = support_read_file("/dev/zero", &len, &why);
+  UNIT_CHECK(text == NULL);
+  UNIT_CHECK_STREQ(strbuf_cstr(&why), "larger than 256 MiB, the limit on input files");
+  why.len = 0;
+  unlink(path);
+  text = support_read_file(path, &len, &why);
+  UNIT_CHECK(text == NULL);
+  UNIT_CHECK_STREQ(strbuf_cstr(&why), "No such file or directory");
+  strbuf_free(&why);
+}
+
+/* support_write_file: creates and replaces a file; a failure (a missing directory) says why
+ * and leaves nothing; a device is written in place, not replaced. */
+void test_support_write_file(void) {
+  char dir[] = "/tmp/octo_sup_XXXXXX";
+  UNIT_CHECK(mkdtemp(dir) != NULL);
+  char path[64], bad[80];
+  snprintf(path, sizeof path, "%s/out", dir);
+  snprintf(bad, sizeof bad, "%s/no/out", dir);
+  strbuf why = {0};
+  UNIT_CHECK(support_write_file(path, "first", 5, &why));
+  UNIT_CHECK(support_write_file(path, "2nd", 3, &why));
+  size_t len = 0;
+  char *text = support_read_file(path, &len, &why);
+  UNIT_CHECK_STREQ(text, "2nd");
+  free(text);
+  UNIT_CHECK(!support_write_file(bad, "x", 1, &why));
+  UNIT_CHECK_STREQ(strbuf_cstr(&why), "No such file or directory");
+  why.len = 0;
+  UNIT_CHECK(support_write_file("/dev/null", "x", 1, &why)); /* in place: /dev/null stays */
+  UNIT_CHECK(!support_write_file("/dev/full", "x", 1, &why));
+  UNIT_CHECK_STREQ(strbuf_cstr(&why), "No space left on device");
+  strbuf_free(&why);
+  DIR *dd = opendir(dir); /* only "out": no temporary left */
+  int entries = 0;
+  for (struct dirent *e; dd && (e = readdir(dd)) != NULL;)
+    if (e->d_name[0] != '.') entries++;
+  if (dd) closedir(dd);
+  UNIT_CHECK(entries == 1);
+  unlink(path);
+  rmdir(dir);
+}
+
+/* Diagnostics: a long quoted name is cut to DIAG_MAX_QUOTED bytes and "..."; line lookups of
+ * many diagnostics in one source find the right lines (through the line table). */
+void test_support_diag_quoted_lines(void) {
+  FILE *sink = tmpfile();
+  diag_engine *d = diag_new(sink);
+  diag_set_error_limit(d, 0);
+  strbuf src = {0};
+  for (int i = 1; i <= 1000; i++) strbuf_printf(&src, "line%d\n", i);
+  uint32_t id = diag_add_source(d, "f", src.data, src.len, 0);
+  char *name = xmalloc(100001);
+  memset(name, 'n', 100000);
+  name[100000] = 0;
+  diag_error(d, diag_mkloc(id, 999, 1, 0), "unknown device '%s'", name);
+  diag_error(d, diag_mkloc(id, 2, 1, 0), "second");
+  free(name);
+  rewind(sink);
+  char line[512];
+  UNIT_CHECK(fgets(line, sizeof line, sink) != NULL);
+  UNIT_CHECK(strlen(line) == strlen("f:999:1: error: unknown device ''...\n") + DIAG_MAX_QUOTED);
+  UNIT_CHECK(strstr(line, "nnn...'\n") != NULL);
+  UNIT_CHECK(fgets(line, sizeof line, sink) != NULL);
+  UNIT_CHECK_STREQ(line, "line999\n");
+  UNIT_CHECK(fgets(line, sizeof line, sink) && fgets(line, sizeof line, sink));
+  UNIT_CHECK_STREQ(line, "f:2:1: error: second\n");
+  UNIT_CHECK(fgets(line, sizeof line, sink) != NULL);
+  UNIT_CHECK_STREQ(line, "line2\n");
+  diag_free(d);
+  fclose(sink);
+  strbuf_free(&src);
 }
