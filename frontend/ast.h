@@ -93,7 +93,8 @@ typedef struct fe_item {
   const char *kind_name; /* FE_I_LAYER: kind spelled */
   fe_loc kind_loc;      /* its span */
   fe_assign *params;    /* FE_I_LAYER: parameters */
-  double count;         /* FE_I_REPEAT: repetitions as written */
+  double count;         /* FE_I_REPEAT: repetitions as written (-1: not a plain whole number) */
+  const char *count_text; /* FE_I_REPEAT: the count's text */
   fe_loc count_loc;     /* its span */
   struct fe_item *body; /* FE_I_REPEAT: repeated items */
   const char *pattern;  /* FE_I_PATTERN: the letter string */
@@ -118,6 +119,10 @@ typedef struct fe_stmt {
   struct fe_stmt *next;  /* next statement */
 } fe_stmt;
 
+/* The deepest nesting of '{' and '[' a source may have (docs/language.md, "Limits"): deeper
+ * input stops the parse with a located error instead of exhausting the parser's stack. */
+#define FE_MAX_NESTING 256
+
 /* State shared by the lexer and the parser of one source. */
 typedef struct fe_parser {
   diag_engine *d;  /* diagnostics */
@@ -125,7 +130,10 @@ typedef struct fe_parser {
   uint32_t file;   /* source id */
   int line, col;   /* lexer position of the next character */
   fe_stmt *stmts;  /* result: statements in order */
-  int syntax_errors; /* syntax errors reported by the parser */
+  int syntax_errors; /* syntax errors reported by the parser (and the nesting error) */
+  int depth;       /* '{' and '[' open at the lexer's position */
+  bool stopped;    /* the lexer ended the input early (too deep): later syntax errors are not
+                      reported */
 } fe_parser;
 
 /* Parse source 'file' of d into statements allocated in 'a'. Returns the statement list (NULL

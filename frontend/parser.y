@@ -41,7 +41,7 @@ typedef struct fe_list {
 static void fe_yyerror(FE_YYLTYPE *loc, yyscan_t scanner, fe_parser *p, const char *msg) {
   (void)scanner;
   p->syntax_errors++;
-  diag_error(p->d, fe_diag_loc(*loc), "%s", msg);
+  if (!p->stopped) diag_error(p->d, fe_diag_loc(*loc), "%s", msg);
 }
 
 /* Append node n (whose first member chain is 'next') to list l. */
@@ -143,6 +143,7 @@ item
   | KW_REPEAT NUMBER '{' items '}'
                               { $$ = NEW(fe_item); $$->kind = FE_I_REPEAT; $$->loc = @1;
                                 $$->count = $2.integral && !$2.unit ? $2.num : -1;
+                                $$->count_text = $2.text;
                                 $$->count_loc = @2; $$->body = $4.head; }
   | KW_USE IDENT              { $$ = NEW(fe_item); $$->kind = FE_I_USE; $$->loc = @1;
                                 $$->name = $2; $$->name_loc = @2; }
@@ -233,7 +234,7 @@ elem_seq
 
 fe_stmt *fe_parse(diag_engine *d, arena *a, uint32_t file, int *syntax_errors) {
   const diag_source *src = diag_get_source(d, file);
-  fe_parser p = {d, a, file, 1, 1, NULL, 0};
+  fe_parser p = {d, a, file, 1, 1, NULL, 0, 0, false};
   *syntax_errors = 0;
   yyscan_t scanner;
   if (fe_yylex_init_extra(&p, &scanner) != 0) {

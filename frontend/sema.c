@@ -10,19 +10,25 @@
 #include "ast.h"
 #include "frontend.h"
 
+/* Limits of the input (docs/language.md, "Limits"); each is checked before the work it bounds. */
 #define SEMA_MAX_LAYERS 1000000 /* a larger model is surely a runaway repeat */
 #define SEMA_MAX_IMPORT_DEPTH 32
-#define SEMA_MAX_INT 9007199254740992.0 /* 2^53: the largest exact whole number */
+#define SEMA_MAX_EXPAND_DEPTH 256 /* repeats and block uses inside one another while expanding */
+#define SEMA_MAX_EXPANDED 10000000 /* expansion steps: items, repeat rounds, pattern letters */
+#define SEMA_MAX_INT 9007199254740992.0 /* 2^53: the largest whole number allowed */
 
 /* A named top-level definition. */
 typedef struct sema_def {
   fe_stmt *stmt; /* defining statement */
 } sema_def;
 
-/* A list of definitions of one namespace. */
+/* A list of definitions of one namespace, with a hash index of their names (so that many
+ * definitions cost linear time, not quadratic). */
 typedef struct sema_defs {
-  fe_stmt **v; /* statements */
-  int n, cap;  /* count, capacity */
+  fe_stmt **v;   /* statements */
+  int n, cap;    /* count, capacity */
+  int *slots;    /* open-addressing index: position in v + 1 of a name, 0 empty */
+  size_t nslots; /* a power of two larger than 2n (0 before the first push) */
 } sema_defs;
 
 /* State of one compilation. */
@@ -40,7 +46,9 @@ typedef struct sema {
   fe_loc dim_loc[IR_MD_COUNT]; /* where each was given */
   const char **block_stack;  /* blocks being expanded (cycle check) */
   int block_depth, block_cap;
-  bool too_many;         /* the layer limit was reported */
+  int expand_depth;      /* repeats and blocks being expanded, one inside the other */
+  long expanded;         /* expansion steps so far (bounded by SEMA_MAX_EXPANDED) */
+  bool too_many;         /* a limit of the expansion was reported: expansion stops */
   bool quiet;            /* convert() reports nothing (repeated instances of a statement) */
   int syntax_errors;     /* syntax errors in any file read: the trees are incomplete */
   bool dims_bad;         /* a model dimension was rejected: layer checks would only cascade */
@@ -55,12 +63,39 @@ typedef struct sema {
 
 static diag_loc L(fe_loc l) { return fe_diag_loc(l); }
 
-static void defs_push(sema_defs *ds, fe_stmt *st) { VEC_PUSH(ds->v, ds->n, ds->cap, st); }
+/* FNV-1a hash of a name. */
+static size_t defs_hash(const char *name) {
+  uint64_t h = 1469598103934665603ull;
+  for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+    h = (h ^ *p) * 1099511628211ull;
+  return (size_t)h;
+}
+
+/* The index slot of 'name': its entry, or the empty slot where it would go. Pre: nslots > 0. */
+static int *defs_slot(const sema_defs *ds, const char *name) {
+  size_t at = defs_hash(name) & (ds->nslots - 1);
+  while (ds->slots[at] && strcmp(ds->v[ds->slots[at] - 1]->name, name) != 0)
+    at = (at + 1) & (ds->nslots - 1);
+  return &ds->slots[at];
+}
+
+/* Append st. Pre: no definition of ds has st's name (a later one would not be found). */
+static void defs_push(sema_defs *ds, fe_stmt *st) {
+  VEC_PUSH(ds->v, ds->n, ds->cap, st);
+  if ((size_t)ds->n * 2 > ds->nslots) { /* grow the index and enter every name again */
+    free(ds->slots);
+    ds->nslots = ds->nslots ? ds->nslots * 2 : 16;
+    ds->slots = xcalloc(ds->nslots, sizeof *ds->slots);
+    for (int i = 0; i < ds->n - 1; i++) *defs_slot(ds, ds->v[i]->name) = i + 1;
+  }
+  int *slot = defs_slot(ds, st->name);
+  if (!*slot) *slot = ds->n;
+}
 
 static fe_stmt *defs_find(const sema_defs *ds, const char *name) {
-  for (int i = 0; i < ds->n; i++)
-    if (strcmp(ds->v[i]->name, name) == 0) return ds->v[i];
-  return NULL;
+  if (!ds->nslots) return NULL;
+  int at = *defs_slot(ds, name);
+  return at ? ds->v[at - 1] : NULL;
 }
 
 static void note_suggestion(sema *s, fe_loc at, suggest *sg) {
@@ -198,6 +233,11 @@ static bool convert(sema *s, const fe_value *v, ir_type t, const char *what, dou
     }
     if (x > SEMA_MAX_INT) {
       conv_error(s, L(v->loc), "'%s' = %s is too large (at most 2^53)", what, n->text);
+      return false;
+    }
+    if (n->integral && !n->unit && !support_digits_exact(n->text, strlen(n->text), x)) {
+      conv_error(s, L(v->loc), "'%s' = %s is not exact: above 2^53 not every whole number is "
+                 "held (it would read as %.0f)", what, n->text, x);
       return false;
     }
   }
@@ -463,6 +503,34 @@ static void make_layer(sema *s, const char *name, ir_layer_kind k, fe_assign *pa
 
 static void expand_items(sema *s, fe_item *items, bool nested);
 
+/* Whether the expansion may go on: no limit reported, the error limit not reached. Counts one
+ * expansion step; the first step past SEMA_MAX_EXPANDED is reported at 'at' and stops the
+ * expansion (so that no input makes it run for long, whatever it produces). */
+static bool expand_step(sema *s, fe_loc at) {
+  if (s->too_many || diag_limit_reached(s->d)) return false;
+  if (++s->expanded > SEMA_MAX_EXPANDED) {
+    diag_error(s->d, L(at), "the model's expansion takes more than %d steps (layers, uses, "
+               "repeat rounds and pattern letters together)", SEMA_MAX_EXPANDED);
+    s->too_many = true;
+    return false;
+  }
+  return true;
+}
+
+/* Enter one more level of repeat or block expansion at 'at'. Returns false (after reporting
+ * the first time, which stops the expansion) when that would be more than
+ * SEMA_MAX_EXPAND_DEPTH levels. */
+static bool expand_enter(sema *s, fe_loc at, const char *what) {
+  if (s->expand_depth >= SEMA_MAX_EXPAND_DEPTH) {
+    diag_error(s->d, L(at), "%s nested more than %d deep (repeats and blocks using blocks, "
+               "counted together)", what, SEMA_MAX_EXPAND_DEPTH);
+    s->too_many = true;
+    return false;
+  }
+  s->expand_depth++;
+  return true;
+}
+
 /* Expand block 'name' referenced at 'at'. */
 static void expand_block(sema *s, const char *name, fe_loc at) {
   fe_stmt *b = defs_find(&s->blocks, name);
@@ -470,15 +538,17 @@ static void expand_block(sema *s, const char *name, fe_loc at) {
     unknown_ref(s, at, "block", name, &s->blocks);
     return;
   }
-  for (int i = 0; i < s->block_depth; i++)
+  for (int i = 0; i < s->block_depth; i++) /* at most SEMA_MAX_EXPAND_DEPTH entries */
     if (strcmp(s->block_stack[i], name) == 0) {
       diag_error(s->d, L(at), "block '%s' uses itself", name);
       diag_note(s->d, L(b->name_loc), "block '%s' is defined here", name);
       return;
     }
+  if (!expand_enter(s, at, "blocks used")) return;
   VEC_PUSH(s->block_stack, s->block_depth, s->block_cap, name);
   expand_items(s, b->items, true);
   s->block_depth--;
+  s->expand_depth--;
 }
 
 static void expand_pattern(sema *s, fe_item *it) {
@@ -515,6 +585,7 @@ static void expand_pattern(sema *s, fe_item *it) {
       continue;
     }
     used[ch] = true;
+    if (!expand_step(s, at)) return;
     int k = ir_kind_lookup(lt->target);
     if (k >= 0) {
       make_layer(s, ir_kinds[k].name, (ir_layer_kind)k, lt->params, lt->target_loc, !lt->seen);
@@ -542,7 +613,7 @@ static void expand_pattern(sema *s, fe_item *it) {
 }
 
 static void expand_items(sema *s, fe_item *items, bool nested) {
-  for (fe_item *it = items; it && !s->too_many && !diag_limit_reached(s->d); it = it->next) {
+  for (fe_item *it = items; it && expand_step(s, it->loc); it = it->next) {
     switch (it->kind) {
     case FE_I_ASSIGN:
       if (nested && !it->seen)
@@ -580,14 +651,21 @@ static void expand_items(sema *s, fe_item *items, bool nested) {
       }
       if (it->count > SEMA_MAX_LAYERS) {
         if (!it->seen)
-          diag_error(s->d, L(it->count_loc), "repeat count %g exceeds the limit of %d layers",
-                     it->count, SEMA_MAX_LAYERS);
+          diag_error(s->d, L(it->count_loc), "repeat count %s exceeds the limit of %d layers",
+                     it->count_text, SEMA_MAX_LAYERS);
         it->seen = true;
         break;
       }
       it->seen = true;
-      for (long i = 0; i < (long)it->count && !s->too_many && !diag_limit_reached(s->d); i++)
+      if (!expand_enter(s, it->loc, "repeats")) break;
+      for (long i = 0; i < (long)it->count && expand_step(s, it->loc); i++) {
+        int layers = s->m->nlayers, cuts = s->ncuts;
         expand_items(s, it->body, true);
+        /* A round that adds nothing adds nothing the next time either (only errors, reported
+         * once): the other rounds are skipped, so empty nests of repeats cost nothing. */
+        if (s->m->nlayers == layers && s->ncuts == cuts) break;
+      }
+      s->expand_depth--;
       break;
     }
     case FE_I_USE:
@@ -1121,11 +1199,11 @@ ir_module *fe_compile(diag_engine *d, uint32_t file, const fe_options *o) {
   }
   for (int i = 0; i < s.nloaded; i++) free(s.loaded[i]);
   free(s.loaded);
-  free(s.models.v);
-  free(s.blocks.v);
-  free(s.devices.v);
-  free(s.clusters.v);
-  free(s.profiles.v);
+  sema_defs *all[] = {&s.models, &s.blocks, &s.devices, &s.clusters, &s.profiles};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
+    free(all[i]->v);
+    free(all[i]->slots);
+  }
   free(s.block_stack);
   free(s.cuts);
   arena_free(&s.a);

@@ -806,6 +806,12 @@ static bool rd_convert(rd_parser *p, const rd_value *v, ir_type t, const char *w
                what, TEXT);
       goto done;
     }
+    size_t nd = strspn(p->text + v->off, "0123456789");
+    if (scale == 1.0 && nd == v->len && !support_digits_exact(p->text + v->off, nd, x)) {
+      rd_error(p, v->loc, "'%s' = %s is not exact: above 2^53 not every integer is held (it "
+               "would read as %.0f)", what, TEXT, x);
+      goto done;
+    }
   }
   *out = val;
   ok = true;

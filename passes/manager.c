@@ -178,6 +178,13 @@ int pass_opt_int(const pass_options *opts, const char *key, int64_t def, int64_t
       if (ok) v *= u->scale;
     }
     ok = ok && v == floor(v) && fabs(v) < 9.0e18;
+    /* plain digits that a double would round (2^53 + 1) are refused, not silently changed */
+    const char *digits = p + (*p == '+' || *p == '-');
+    size_t nd = strspn(digits, "0123456789");
+    if (ok && !*end && digits[nd] == 0 && !support_digits_exact(digits, nd, fabs(v))) {
+      bad_value(d, opts, o, "an exact whole number (above 2^53 not every one is held)");
+      return -1;
+    }
   }
   if (!ok) {
     bad_value(d, opts, o, "a whole number (K, M, G suffixes allowed)");

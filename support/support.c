@@ -224,6 +224,15 @@ bool fmt_shortest_scaled(char *buf, double v, double scale) {
   return scale_apply(strtod(buf, NULL), scale) == v;
 }
 
+bool support_digits_exact(const char *digits, size_t len, double v) {
+  size_t i = 0;
+  while (i < len && digits[i] == '0') i++;
+  if (len - i > 19) return false; /* 10^19 and more: far beyond 2^53 */
+  uint64_t u = 0;
+  for (; i < len; i++) u = u * 10 + (uint64_t)(digits[i] - '0');
+  return v >= 0 && v < 18446744073709551616.0 && (uint64_t)v == u && (double)u == v;
+}
+
 /* Read everything left in f into a buffer of at most SUPPORT_MAX_FILE_BYTES. Pre: f is open for
  * reading; 'size' is its size when known (a regular file), else 0. Post: as support_read_file. */
 static char *read_stream(FILE *f, size_t size, size_t *len, strbuf *why) {

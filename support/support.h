@@ -117,6 +117,11 @@ double scale_apply(double m, double scale);
  * Returns false when no text up to 17 digits gives v back. 'buf' needs 40 bytes. */
 bool fmt_shortest_scaled(char *buf, double v, double scale);
 
+/* Whether the decimal digits digits[0..len) (only '0'-'9') denote exactly the whole number v:
+ * false when reading them as a double rounded them (9007199254740993 reads as 2^53), so that
+ * readers can refuse a number they would silently change. */
+bool support_digits_exact(const char *digits, size_t len, double v);
+
 /* ---- Files ------------------------------------------------------------------------------- */
 
 /* The largest input file any reader accepts (spec, import, profile, IR, stream, data): 256 MiB.

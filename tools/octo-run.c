@@ -182,9 +182,12 @@ int main(int argc, char **argv) {
       if (!*v) return bad_value("--dump", v, "a directory");
       mo.dump = v;
     } else if (starts(a, "--seed=", &v)) {
-      if (!number(v, 0, 1e18, &x) || x != (double)(uint64_t)x)
-        return bad_value("--seed", v, "a non-negative whole number");
-      mo.seed = (uint64_t)x;
+      char *end;
+      errno = 0;
+      unsigned long long sd = strtoull(v, &end, 10);
+      if (end == v || *end || *v == '-' || *v == '+' || errno == ERANGE)
+        return bad_value("--seed", v, "a whole number from 0 to 18446744073709551615");
+      mo.seed = (uint64_t)sd;
     } else if (starts(a, "--lr=", &v)) {
       if (!number(v, 0, 1e6, &x)) return bad_value("--lr", v, "a non-negative number");
       mo.lr = x;

@@ -236,10 +236,11 @@ int main(int argc, char **argv) {
       *(evals ? &o.evals : &o.jobs) = (int)x;
     } else if (starts(a, "--seed=", &v)) {
       char *end;
+      errno = 0;
       unsigned long long sd = strtoull(v, &end, 10);
-      if (end == v || *end || *v == '-') {
-        fprintf(stderr, "octoc: error: --seed expects a non-negative whole number, got '%s'\n",
-                v);
+      if (end == v || *end || *v == '-' || *v == '+' || errno == ERANGE) {
+        fprintf(stderr, "octoc: error: --seed expects a whole number from 0 to %llu, got '%s'\n",
+                (unsigned long long)UINT64_MAX, v);
         return 1;
       }
       o.seed = sd;
