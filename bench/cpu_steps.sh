@@ -4,15 +4,18 @@
 # (every rank a thread, one BLAS thread each), and prints the scale, the median step time of the
 # steps after the first, the busiest rank's compute time per step, and the share of all ranks'
 # compute time spent in BLAS GEMMs. Figures only (bench/README.md quotes them).
-# usage: bench/cpu_steps.sh BUILD_DIR [STEPS]
+# usage: bench/cpu_steps.sh BUILD_DIR [STEPS [SPEC...]]   (default 4 steps of every example; the
+#        smoke run of tests/bench runs 2 steps of one small spec)
 set -eu
 BUILD=$1
 STEPS=${2:-4}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
+shift $(($# < 2 ? $# : 2))
+[ $# -gt 0 ] || set -- "$SRC"/examples/*.octo
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 printf '%-18s %6s %6s %10s %12s %10s\n' example ranks scale "step ms" "busiest ms" "BLAS share"
-for spec in "$SRC"/examples/*.octo; do
+for spec in "$@"; do
   name=$(basename "$spec" .octo)
   "$BUILD/tools/octoc" "$spec" --budget=0.5 --emit=stream -o "$TMP/$name.ois" > /dev/null
   "$BUILD/tools/octo-run" "$TMP/$name.ois" --steps="$STEPS" > "$TMP/$name.out"

@@ -9,12 +9,20 @@
 # ranking by prediction matches the ranking by measurement (for every pair whose predictions
 # differ by more than 10%), and the tuned plan's measured speedup over each classic plan beside
 # its predicted one. Figures only (bench/README.md quotes them).
-# usage: bench/fidelity.sh BUILD_DIR [STEPS] [RANKS]
+# usage: bench/fidelity.sh BUILD_DIR [STEPS] [RANKS] [SPEC...]   (SPEC: names of bench/specs,
+#        default all three; the smoke run of tests/bench: 2 steps, 2 ranks, fid_uniform,
+#        FIDELITY_SCALE=8 and FIDELITY_BUDGET=0.2)
+# environment: FIDELITY_SCALE (octo-run --scale of the profile and the runs, default 1),
+#              FIDELITY_BUDGET (the tuner's --budget in seconds, default 2)
 set -eu
+SCALE=${FIDELITY_SCALE:-1}
+BUDGET=${FIDELITY_BUDGET:-2}
 BUILD=$1
 STEPS=${2:-5}
 RANKS=${3:-$(nproc 2>/dev/null || echo 2)}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
+shift $(($# < 3 ? $# : 3))
+[ $# -gt 0 ] || set -- fid_hybrid fid_moe fid_uniform
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 MPIRUN=${MPIRUN:-mpirun --allow-run-as-root --oversubscribe --bind-to none}
@@ -37,14 +45,14 @@ world_of() {
     { read -r n r; echo $((n * r)); }
 }
 
-for name in fid_hybrid fid_moe fid_uniform; do
+for name in "$@"; do
   spec="$TMP/$name.octo"
   sed -e "s/pipeline = 2,/pipeline = $RANKS,/" -e "s/gpus_per_node = 2,/gpus_per_node = $RANKS,/" \
       -e "s|import \"../../examples/|import \"$SRC/examples/|" "$SRC/bench/specs/$name.octo" > "$spec"
   "$OCTOC" "$spec" --passes='cost,partition{method=uniform},place,schedule{method=1f1b}' \
     --emit=stream -o "$TMP/base.ois"
   t0=$(date +%s.%N)
-  $MPIRUN -np "$(world_of "$TMP/base.ois")" "$RUN" "$TMP/base.ois" --backend=mpi --scale=1 \
+  $MPIRUN -np "$(world_of "$TMP/base.ois")" "$RUN" "$TMP/base.ois" --backend=mpi --scale="$SCALE" \
     --profile="$TMP/$name.json" < /dev/null > /dev/null
   t1=$(date +%s.%N)
   echo "== $name: $RANKS MPI ranks, profiled in $(echo "$t1 - $t0" | bc | cut -c1-4) s"
@@ -53,12 +61,12 @@ for name in fid_hybrid fid_moe fid_uniform; do
   { echo "tuned|"; classics; } | while IFS='|' read -r plan passes; do
     out="$TMP/$name.$(echo "$plan" | tr -c 'A-Za-z0-9' '_').ois"
     if [ -z "$passes" ]; then
-      "$OCTOC" "$spec" --profile="$TMP/$name.json" --budget=2 --emit=stream -o "$out" 2>/dev/null || continue
+      "$OCTOC" "$spec" --profile="$TMP/$name.json" --budget="$BUDGET" --emit=stream -o "$out" 2>/dev/null || continue
     else
       "$OCTOC" "$spec" --profile="$TMP/$name.json" --passes="cost,$passes" --emit=stream -o "$out" \
         2>/dev/null || continue
     fi
-    $MPIRUN -np "$(world_of "$out")" "$RUN" "$out" --backend=mpi --scale=1 --steps="$STEPS" \
+    $MPIRUN -np "$(world_of "$out")" "$RUN" "$out" --backend=mpi --scale="$SCALE" --steps="$STEPS" \
       < /dev/null > "$out.txt" 2>&1 || { echo "$plan: run failed"; tail -3 "$out.txt"; continue; }
     awk -v plan="$plan" '
       /^prediction:/ { for (i = 1; i <= NF; i++) if ($i ~ /^predicted/) p = $(i - 2) }

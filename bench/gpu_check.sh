@@ -11,7 +11,7 @@
 #      the executor's overhead, and the simulator's prediction of the plan's total compute;
 #   5. the nccl backend with one rank, as a smoke test.
 # usage: bench/gpu_check.sh [BUILD_DIR]   (default build-gpu; prints figures, exit 0 unless the
-#        build fails)
+#        build fails; without a visible GPU it prints that it skipped and exits 0 at once)
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$SRC/build-gpu}
@@ -19,6 +19,11 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 say() { printf '\n== %s\n' "$*"; }
 
+# Without a visible GPU there is nothing to measure: say so and stop before building.
+if ! nvidia-smi -L > /dev/null 2>&1; then
+  echo "gpu_check.sh: no GPU visible (nvidia-smi -L fails): skipped"
+  exit 0
+fi
 say "build ($BUILD)"
 nvidia-smi -L 2>&1 | head -4
 cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release > "$T/cmake.log" 2>&1 || { cat "$T/cmake.log"; exit 1; }

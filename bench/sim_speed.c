@@ -81,18 +81,23 @@ static double time_runs(const sim_model *p, const ir_module *m, const sim_opts *
   return best;
 }
 
+/* usage: sim_speed [REPS [SIZES]]: best of REPS runs (default 200) of the first SIZES sizes
+ * (default all; 1 is the smallest, the smoke run of tests/bench). */
 int main(int argc, char **argv) {
   int reps = argc > 1 ? atoi(argv[1]) : 200;
   if (reps < 1) reps = 1;
   static const bench_size sizes[] = {
       {4, 1, 32}, {8, 2, 64}, {16, 2, 128}, {32, 4, 256}, {64, 2, 1024},
   };
+  size_t nsizes = sizeof sizes / sizeof sizes[0];
+  if (argc > 2 && atoi(argv[2]) >= 1 && (size_t)atoi(argv[2]) < nsizes)
+    nsizes = (size_t)atoi(argv[2]);
   diag_engine *d = diag_new(stderr);
   printf("simulator speed (best of %d runs each; targets: >= 5 M ops/s, 16x2x128 < 5 ms)\n\n",
          reps);
   printf("%-22s %8s %11s %11s %11s %12s %11s\n", "devices x stages x mb", "ops", "fixed ms",
          "fixed Mop/s", "priority ms", "priority Mop/s", "recorded ms");
-  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+  for (size_t i = 0; i < nsizes; i++) {
     const bench_size *b = &sizes[i];
     ir_module *m = make_module(b);
     sim_model *p = sim_model_build(m, d);

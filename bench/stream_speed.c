@@ -62,13 +62,18 @@ static ir_module *make_plan(const bench_size *b, diag_engine *d) {
   return m;
 }
 
-int main(void) {
+/* usage: stream_speed [SIZES]: the first SIZES sizes (default all; 1 is the smallest, the smoke
+ * run of tests/bench). */
+int main(int argc, char **argv) {
   static const bench_size sizes[] = {{4, 1, 32},  {8, 1, 64},  {8, 4, 64},
                                      {16, 2, 128}, {16, 4, 256}, {32, 2, 256}};
+  size_t nsizes = sizeof sizes / sizeof *sizes;
+  if (argc > 1 && atoi(argv[1]) >= 1 && (size_t)atoi(argv[1]) < nsizes)
+    nsizes = (size_t)atoi(argv[1]);
   diag_engine *d = diag_new(stderr);
   printf("%-16s %8s %9s %9s %9s %9s %9s %9s %7s\n", "devices x v x m", "instrs", "lower ms",
          "valid ms", "check ms", "write ms", "read ms", "MB", "arena/peak");
-  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+  for (size_t i = 0; i < nsizes; i++) {
     const bench_size *b = &sizes[i];
     ir_module *m = make_plan(b, d);
     if (!m) continue;

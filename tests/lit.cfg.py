@@ -17,6 +17,8 @@ path = os.pathsep.join([config.octo_tools_dir, config.octo_unit_dir,
 config.environment["PATH"] = path
 config.substitutions.append(("%examples", os.path.join(config.octo_src_root, "examples")))
 config.substitutions.append(("%srcroot", config.octo_src_root))
+# %buildroot: the build directory (the bench/ drivers take it as their first argument).
+config.substitutions.append(("%buildroot", config.octo_obj_root))
 # Sanitizer builds: memory errors, leaks and undefined behaviour all fail the test.
 config.environment["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0"
 config.environment["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
