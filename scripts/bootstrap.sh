@@ -6,7 +6,9 @@
 #   scripts/bootstrap.sh example [SPEC]   build, then plan SPEC (default: the Nemotron-H
 #                                          example) and print its report and the classic plans
 #   scripts/bootstrap.sh test              build, run the whole test suite, then build again
-#                                          with AddressSanitizer + UBSan and run it once more
+#                                          with AddressSanitizer + UBSan and run it once more;
+#                                          where clang is, build the fuzzers (-DOCTO_FUZZ=ON)
+#                                          and run each for 10 s (tests/fuzz/smoke-*.test)
 #   scripts/bootstrap.sh build             only install and build
 set -eu
 
@@ -62,6 +64,16 @@ test)
   lit "$build"
   configure_and_build "$root/build-asan" -DOCTO_SANITIZE=address,undefined
   lit "$root/build-asan"
+  if command -v clang >/dev/null 2>&1; then
+    # only what the fuzzers' smoke runs need: the harnesses and octoc (seed streams)
+    CC=clang cmake -S "$root" -B "$root/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DOCTO_FUZZ=ON -DOCTO_WITH_CUDA=OFF >/dev/null
+    cmake --build "$root/build-fuzz" -j "$jobs" --target octoc fuzz_octo fuzz_ir fuzz_ois \
+      fuzz_profile fuzz_plan
+    python3 /usr/lib/llvm-14/build/utils/lit/lit.py -sv "$root/build-fuzz/tests/fuzz"
+  else
+    echo "bootstrap: clang not found: the fuzzers' smoke runs are skipped"
+  fi
   ;;
 *)
   echo "usage: scripts/bootstrap.sh example [SPEC] | test | build" >&2

@@ -29,6 +29,10 @@ if config.octo_cuda in ("TRUE", "ON", "1") and shutil.which("nvidia-smi") and \
     config.available_features.add("cuda")
 if config.octo_sanitize:
     config.available_features.add("sanitizer")
+# libFuzzer: the tests/fuzz harnesses were built as fuzzers (-DOCTO_FUZZ=ON with clang); the
+# smoke runs of tests/fuzz/smoke-*.test need it and are skipped elsewhere.
+if getattr(config, "octo_fuzz", "") in ("ON", "TRUE", "1"):
+    config.available_features.add("libfuzzer")
 # %ois: the stream editor of tests/Inputs/ois.py (damaged and hand-edited .ois files).
 import sys
 config.substitutions.append(("%ois", sys.executable + " " +

@@ -2,12 +2,15 @@
 """seeds.py -- seed inputs for the fuzz harnesses' replay test (not a test itself).
 
     seeds.py SRCROOT OUT        copy the examples and test inputs of each reader into OUT/octo,
-                                OUT/ir, OUT/prof, with damaged copies of each
+                                OUT/ir, OUT/prof, with damaged copies of each, and into
+                                OUT/plan the examples with their imports written in place (the
+                                harnesses read from memory and follow no import)
     seeds.py --damage DIR       add damaged copies of every file of DIR
 
 A damaged copy is the file cut at a few lengths and with a few bytes changed, deterministically."""
 import glob
 import os
+import re
 import shutil
 import sys
 
@@ -29,6 +32,23 @@ def damage(path):
         open("%sx%d" % (base, k), "wb").write(bytes(b))
 
 
+def inline_imports(path, seen=None):
+    """The text of spec 'path' with every 'import "FILE"' line replaced by FILE's text (each file
+    once, relative to the importing one)."""
+    seen = set() if seen is None else seen
+    out = []
+    for line in open(path).read().splitlines(True):
+        m = re.match(r'\s*import\s+"([^"]*)"', line)
+        if not m:
+            out.append(line)
+            continue
+        target = os.path.normpath(os.path.join(os.path.dirname(path), m.group(1)))
+        if target not in seen:
+            seen.add(target)
+            out.append(inline_imports(target, seen))
+    return "".join(out)
+
+
 def main():
     if sys.argv[1] == "--damage":
         for f in sorted(glob.glob(os.path.join(sys.argv[2], "*"))):
@@ -43,6 +63,11 @@ def main():
         "prof": glob.glob(os.path.join(root, "tests", "cost", "Inputs", "*.json")) +
                 glob.glob(os.path.join(root, "examples", "profiles", "*.json")),
     }
+    os.makedirs(os.path.join(out, "plan"), exist_ok=True)
+    for i, f in enumerate(sorted(glob.glob(os.path.join(root, "examples", "*.octo")))):
+        dst = os.path.join(out, "plan", "%03d-%s" % (i, os.path.basename(f)))
+        with open(dst, "w") as o:
+            o.write(inline_imports(f))
     for g, files in groups.items():
         for i, f in enumerate(sorted(files)):
             dst = os.path.join(out, g, "%03d-%s" % (i, os.path.basename(f)))

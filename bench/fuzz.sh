@@ -1,0 +1,115 @@
+#!/bin/sh
+# fuzz.sh -- runs the libFuzzer harnesses of tests/fuzz (the .octo front end, the IR reader, the
+# .ois reader, the profile reader, plan -> lowering) for a given time each and prints, per
+# fuzzer, the executions, executions per second, coverage (cov: edges, ft: features) and corpus
+# size. It configures and builds the fuzzers first (clang, -DOCTO_FUZZ=ON: libFuzzer, ASan and
+# UBSan) unless -n is given. Each fuzzer starts from a corpus seeded from the examples and the
+# tests (tests/fuzz/seeds.py, two lowered streams for .ois) with the DSL or IR dictionary
+# (tests/fuzz/*.dict), kept in CORPUS/NAME so that later runs go on from it. A finding (crash,
+# leak, timeout, out of memory) is kept as CORPUS/NAME.findings/* and makes the exit status 1.
+#
+# usage: bench/fuzz.sh [-t SECONDS] [-b BUILD_DIR] [-c CORPUS_DIR] [-n] [FUZZER...]
+#   -t SECONDS   time per fuzzer (default 60)
+#   -b BUILD_DIR the fuzz build (default build-fuzz; configured with CC=clang when missing)
+#   -c CORPUS    corpus directory (default BUILD_DIR/fuzz-corpus)
+#   -n           build nothing: run the fuzzers of BUILD_DIR as they are (the smoke tests)
+#   FUZZER       octo, ir, ois, profile, plan (default all)
+set -eu
+
+usage() {
+  sed -n '/^# usage:/,/^#   FUZZER/s/^# \{0,1\}//p' "$0" >&2
+  exit 2
+}
+
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+SECONDS_EACH=60
+BUILD=$SRC/build-fuzz
+CORPUS=
+BUILD_IT=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    -t) [ $# -ge 2 ] || usage; SECONDS_EACH=$2; shift 2 ;;
+    -b) [ $# -ge 2 ] || usage; BUILD=$2; shift 2 ;;
+    -c) [ $# -ge 2 ] || usage; CORPUS=$2; shift 2 ;;
+    -n) BUILD_IT=0; shift ;;
+    -h|--help) usage ;;
+    -*) echo "fuzz.sh: unknown option '$1'" >&2; usage ;;
+    *) break ;;
+  esac
+done
+[ $# -gt 0 ] || set -- octo ir ois profile plan
+CORPUS=${CORPUS:-$BUILD/fuzz-corpus}
+
+if [ "$BUILD_IT" = 1 ]; then
+  if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+    command -v clang > /dev/null || { echo "fuzz.sh: clang is needed (libFuzzer)" >&2; exit 1; }
+    CC=clang cmake -S "$SRC" -B "$BUILD" -DOCTO_FUZZ=ON -DOCTO_WITH_CUDA=OFF \
+      -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
+  fi
+  targets=octoc
+  for f in "$@"; do targets="$targets fuzz_$f"; done
+  # shellcheck disable=SC2086
+  cmake --build "$BUILD" -j "$(nproc 2>/dev/null || echo 2)" --target $targets > /dev/null
+fi
+
+# Seeds, once per corpus directory.
+mkdir -p "$CORPUS"
+if [ ! -d "$CORPUS/seeds" ]; then
+  mkdir -p "$CORPUS/seeds.new/octo" "$CORPUS/seeds.new/ir" "$CORPUS/seeds.new/ois" \
+    "$CORPUS/seeds.new/prof"
+  python3 "$SRC/tests/fuzz/seeds.py" "$SRC" "$CORPUS/seeds.new"
+  octoc=$BUILD/tools/octoc
+  [ -x "$octoc" ] || octoc=$SRC/build/tools/octoc
+  if [ -x "$octoc" ]; then
+    "$octoc" "$SRC/examples/hybrid_tiny.octo" --emit=stream -o "$CORPUS/seeds.new/ois/tiny.ois"
+    zbv='cost,partition{method=balanced, chunks=2},place{method=vshape},schedule{method=zbv}'
+    "$octoc" "$SRC/examples/gpt_uniform.octo" --passes="$zbv" --emit=stream \
+      -o "$CORPUS/seeds.new/ois/zbv.ois"
+  else
+    echo "fuzz.sh: no octoc to lower seed streams with: the ois fuzzer starts from nothing" >&2
+  fi
+  mv "$CORPUS/seeds.new" "$CORPUS/seeds"
+fi
+
+printf '%-8s %8s %12s %9s %7s %7s %7s  %s\n' fuzzer seconds executions "exec/s" cov ft corpus result
+status=0
+for name in "$@"; do
+  bin=$BUILD/tests/fuzz/fuzz_$name
+  [ -x "$bin" ] || { echo "fuzz.sh: '$bin' is missing (build with -DOCTO_FUZZ=ON)" >&2; exit 1; }
+  case $name in
+    octo) seeds="octo plan"; dict=octo.dict ;;
+    plan) seeds="plan"; dict=octo.dict ;;
+    ir) seeds="ir"; dict=ir.dict ;;
+    ois) seeds="ois"; dict= ;;
+    profile) seeds="prof"; dict= ;;
+    *) echo "fuzz.sh: unknown fuzzer '$name' (octo, ir, ois, profile, plan)" >&2; exit 2 ;;
+  esac
+  dir=$CORPUS/$name
+  found=$CORPUS/$name.findings
+  mkdir -p "$dir" "$found"
+  set --
+  for s in $seeds; do set -- "$@" "$CORPUS/seeds/$s"; done
+  [ -z "$dict" ] || set -- "$@" -dict="$SRC/tests/fuzz/$dict"
+  log=$CORPUS/$name.log
+  rc=0
+  # ASan's leak check runs at exit; -timeout: one input taking longer is a hang (a finding).
+  "$bin" "$dir" "$@" -max_total_time="$SECONDS_EACH" -timeout=20 -rss_limit_mb=4096 \
+    -print_final_stats=1 -artifact_prefix="$found/" > "$log" 2>&1 || rc=$?
+  result=ok
+  if [ "$rc" != 0 ] || [ -n "$(ls "$found")" ]; then
+    result="FINDING (see $log, $found)"
+    status=1
+  fi
+  awk -v name="$name" -v secs="$SECONDS_EACH" -v result="$result" '
+    / cov: / {
+      for (i = 1; i <= NF; i++) {
+        if ($i == "cov:") cov = $(i + 1)
+        if ($i == "ft:") ft = $(i + 1)
+        if ($i == "corp:") { corp = $(i + 1); sub(/\/.*/, "", corp) }
+      }
+    }
+    /^stat::number_of_executed_units:/ { execs = $2 }
+    /^stat::average_exec_per_sec:/ { rate = $2 }
+    END { printf "%-8s %8s %12s %9s %7s %7s %7s  %s\n", name, secs, execs, rate, cov, ft, corp, result }' "$log"
+done
+exit $status
