@@ -502,8 +502,9 @@ fail:
   return NULL;
 }
 
-/* See backend.h. Post: as be_read; a file that cannot be opened or read gives
- * "PATH: reason" (support_read_file's: strerror text, or the size limit), and every message of be_read is prefixed with "PATH: ". */
+/* See backend.h. Post: as be_read; a file that cannot be opened or read gives "PATH: reason"
+ * (support_read_file's: strerror text, or the size limit), and every message of be_read is
+ * prefixed with "PATH: ". */
 be_stream *be_read_file(const char *path, strbuf *err) {
   size_t len = 0;
   strbuf why = {0};

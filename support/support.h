@@ -182,8 +182,9 @@ int diag_split_source(diag_engine *d, uint32_t id, uint32_t **ids);
  * longer ones are cut to this many bytes and "...". */
 #define DIAG_MAX_QUOTED 256
 
-/* Report a diagnostic. Quoted spans are shortened to DIAG_MAX_QUOTED bytes. Errors past the limit are counted but not printed; the first one past it
- * prints "too many errors emitted". In verify mode diagnostics are collected, not printed. */
+/* Report a diagnostic. Quoted spans are shortened to DIAG_MAX_QUOTED bytes. Errors past the
+ * limit are counted but not printed; the first one past it prints "too many errors emitted". In
+ * verify mode diagnostics are collected, not printed. */
 void diag_report(diag_engine *d, diag_severity sev, diag_loc loc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void diag_vreport(diag_engine *d, diag_severity sev, diag_loc loc, const char *fmt, va_list ap);
