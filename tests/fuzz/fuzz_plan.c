@@ -14,9 +14,9 @@
 #include "support.h"
 
 /* Largest plans the harness lowers: more would make single inputs slow, not find more bugs. */
-#define FUZZ_PLAN_MAX_LAYERS 128
-#define FUZZ_PLAN_MAX_DEVICES 16
-#define FUZZ_PLAN_MAX_MICROBATCHES 64
+#define FUZZ_PLAN_MAX_LAYERS 64
+#define FUZZ_PLAN_MAX_DEVICES 8
+#define FUZZ_PLAN_MAX_MICROBATCHES 16
 
 /* The pipelines tried, one per input. */
 static const char *const fuzz_pipelines[] = {

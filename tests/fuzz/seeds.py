@@ -4,7 +4,8 @@
     seeds.py SRCROOT OUT        copy the examples and test inputs of each reader into OUT/octo,
                                 OUT/ir, OUT/prof, with damaged copies of each, and into
                                 OUT/plan the examples with their imports written in place (the
-                                harnesses read from memory and follow no import)
+                                harnesses read from memory and follow no import), each also
+                                with 'global_batch = 8' (few microbatches: quick to lower)
     seeds.py --damage DIR       add damaged copies of every file of DIR
 
 A damaged copy is the file cut at a few lengths and with a few bytes changed, deterministically."""
@@ -66,8 +67,12 @@ def main():
     os.makedirs(os.path.join(out, "plan"), exist_ok=True)
     for i, f in enumerate(sorted(glob.glob(os.path.join(root, "examples", "*.octo")))):
         dst = os.path.join(out, "plan", "%03d-%s" % (i, os.path.basename(f)))
+        text = inline_imports(f)
         with open(dst, "w") as o:
-            o.write(inline_imports(f))
+            o.write(text)
+        # and one with few microbatches, small enough for fuzz_plan to lower
+        with open(dst + ".small", "w") as o:
+            o.write(re.sub(r"global_batch\s*=\s*\d+", "global_batch = 8", text))
     for g, files in groups.items():
         for i, f in enumerate(sorted(files)):
             dst = os.path.join(out, g, "%03d-%s" % (i, os.path.basename(f)))
