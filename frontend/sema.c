@@ -14,7 +14,7 @@
 #define SEMA_MAX_LAYERS 1000000 /* a larger model is surely a runaway repeat */
 #define SEMA_MAX_IMPORT_DEPTH 32
 #define SEMA_MAX_EXPAND_DEPTH 256 /* repeats and block uses inside one another while expanding */
-#define SEMA_MAX_EXPANDED 10000000 /* expansion steps: items, repeat rounds, pattern letters */
+#define SEMA_MAX_EXPANDED 10000000 /* expansion steps: items, repeat rounds, pattern characters */
 #define SEMA_MAX_INT 9007199254740992.0 /* 2^53: the largest whole number allowed */
 
 /* A named top-level definition. */
@@ -510,7 +510,7 @@ static bool expand_step(sema *s, fe_loc at) {
   if (s->too_many || diag_limit_reached(s->d)) return false;
   if (++s->expanded > SEMA_MAX_EXPANDED) {
     diag_error(s->d, L(at), "the model's expansion takes more than %d steps (layers, uses, "
-               "repeat rounds and pattern letters together)", SEMA_MAX_EXPANDED);
+               "repeat rounds and pattern characters together)", SEMA_MAX_EXPANDED);
     s->too_many = true;
     return false;
   }
@@ -567,11 +567,12 @@ static void expand_pattern(sema *s, fe_item *it) {
   bool used[256] = {false};
   for (const char *c = it->pattern; *c; c++) {
     unsigned char ch = (unsigned char)*c;
-    if (ch == ' ' || ch == '\t') continue;
     fe_loc at = it->pattern_loc;
     at.first_column += 1 + (int)(c - it->pattern);
     at.last_column = at.first_column;
     at.last_line = at.first_line;
+    if (!expand_step(s, at)) return; /* every character: a long pattern repeated is bounded */
+    if (ch == ' ' || ch == '\t') continue;
     if (ch == '|') {
       if (s->ncuts == 0) s->cut_loc = at;
       VEC_PUSH(s->cuts, s->ncuts, s->cuts_cap, s->m->nlayers);
@@ -585,7 +586,6 @@ static void expand_pattern(sema *s, fe_item *it) {
       continue;
     }
     used[ch] = true;
-    if (!expand_step(s, at)) return;
     int k = ir_kind_lookup(lt->target);
     if (k >= 0) {
       make_layer(s, ir_kinds[k].name, (ir_layer_kind)k, lt->params, lt->target_loc, !lt->seen);

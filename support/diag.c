@@ -15,7 +15,7 @@ typedef struct diag_record {
 } diag_record;
 
 /* Where the lines of one source start, built on its first diagnostic with a snippet so that
- * each later one finds its line by binary search (many errors stay linear, not quadratic). */
+ * each later one finds its line at once (many errors stay linear in number, not quadratic). */
 typedef struct diag_lines {
   size_t *start; /* byte offset of each line's first byte; NULL until built */
   uint32_t n;    /* number of lines */
@@ -133,7 +133,7 @@ int diag_split_source(diag_engine *d, uint32_t id, uint32_t **ids) {
 
 /* The byte offset where line 'want' (1-based, counted from the source's first line) of source
  * 'id' starts, or SIZE_MAX when the source has fewer lines. Builds the source's line table on
- * first use: O(size) once, then O(log lines) per call. */
+ * first use: O(size) once, then O(1) per call. */
 static size_t line_start(diag_engine *d, uint32_t id, uint32_t want) {
   diag_lines *ls = &d->lines[id - 1];
   const diag_source *s = &d->sources[id - 1];

@@ -233,6 +233,12 @@ bool support_digits_exact(const char *digits, size_t len, double v) {
   return v >= 0 && v < 18446744073709551616.0 && (uint64_t)v == u && (double)u == v;
 }
 
+/* Append the reason a file over SUPPORT_MAX_FILE_BYTES is refused to *why. */
+static void too_large(strbuf *why) {
+  strbuf_printf(why, "larger than %zu MiB, the limit on input files",
+                (size_t)SUPPORT_MAX_FILE_BYTES >> 20);
+}
+
 /* Read everything left in f into a buffer of at most SUPPORT_MAX_FILE_BYTES. Pre: f is open for
  * reading; 'size' is its size when known (a regular file), else 0. Post: as support_read_file. */
 static char *read_stream(FILE *f, size_t size, size_t *len, strbuf *why) {
@@ -249,8 +255,7 @@ static char *read_stream(FILE *f, size_t size, size_t *len, strbuf *why) {
     if (got == 0) break;
   }
   if (n > SUPPORT_MAX_FILE_BYTES) {
-    strbuf_printf(why, "larger than %zu MiB, the limit on input files",
-                  (size_t)SUPPORT_MAX_FILE_BYTES >> 20);
+    too_large(why);
     free(buf);
     return NULL;
   }
@@ -281,8 +286,7 @@ char *support_read_file(const char *path, size_t *len, strbuf *why) {
     }
     if (S_ISREG(st.st_mode) && (uintmax_t)st.st_size > SUPPORT_MAX_FILE_BYTES) {
       if (!in) fclose(f);
-      strbuf_printf(why, "larger than %zu MiB, the limit on input files",
-                    (size_t)SUPPORT_MAX_FILE_BYTES >> 20);
+      too_large(why);
       return NULL;
     }
     if (S_ISREG(st.st_mode)) size = (size_t)st.st_size;
