@@ -191,3 +191,14 @@ void test_support_diag_quoted_lines(void) {
   fclose(sink);
   strbuf_free(&src);
 }
+
+/* support_digits_exact: digits a double holds exactly, and those it rounds (2^53 + 1). */
+void test_support_digits_exact(void) {
+  UNIT_CHECK(support_digits_exact("4096", 4, 4096.0));
+  UNIT_CHECK(support_digits_exact("0007", 4, 7.0));
+  UNIT_CHECK(support_digits_exact("9007199254740992", 16, 9007199254740992.0));
+  UNIT_CHECK(support_digits_exact("9007199254740994", 16, 9007199254740994.0));
+  UNIT_CHECK(!support_digits_exact("9007199254740993", 16, strtod("9007199254740993", NULL)));
+  UNIT_CHECK(!support_digits_exact("99999999999999999999", 20, 1e20));
+  UNIT_CHECK(!support_digits_exact("12", 2, 13.0));
+}
