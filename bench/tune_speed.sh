@@ -9,10 +9,16 @@
 #      16, 32 and 64 devices, the tuned plan's speedup over interleaved 1F1B and over the best
 #      classic plan (the same 256 microbatches at every size);
 #   4. a wall-clock budget (--budget, no effort limit): the seconds the search took.
-# Usage: bench/tune_speed.sh BUILD [--quick]   (--quick: only the smallest case of each part)
+# Usage: bench/tune_speed.sh BUILD [--quick|--smoke]   (--quick: only the smallest case of each
+#        part; --smoke: that with an effort of 50 plans, the smoke run of tests/bench)
 set -eu
 build=$1
 quick=${2:-}
+effort=
+if [ "$quick" = --smoke ]; then
+  quick=--quick
+  effort=--evals=50
+fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/octo-tune-speed.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -81,7 +87,7 @@ table() { # $1: spec function; then cases "label args..." (the smallest first)
     label=$1
     shift
     "$make" "$@" > "$work/c.octo"
-    "$octoc" "$work/c.octo" --compare --report=json -o "$work/c.json"
+    "$octoc" "$work/c.octo" $effort --compare --report=json -o "$work/c.json"
     row "$label" "$work/c.json"
     [ "$quick" = --quick ] && break
   done
@@ -97,8 +103,8 @@ if [ "$quick" = --quick ]; then dense 31 8 64 dgx_h100 > "$work/t.octo"; else de
 echo "| jobs | s | step ms |"
 echo "|---|---|---|"
 for j in 1 2; do
-  "$octoc" "$work/t.octo" --jobs=$j --report=json -o "$work/t$j.json"
-  "$octoc" "$work/t.octo" --jobs=$j --emit=ir -o "$work/t$j.oir"
+  "$octoc" "$work/t.octo" $effort --jobs=$j --report=json -o "$work/t$j.json"
+  "$octoc" "$work/t.octo" $effort --jobs=$j --emit=ir -o "$work/t$j.oir"
   python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['tuner']; print('| %s | %.2f | %.3f |' % (sys.argv[2], t['seconds'], t['makespan_ms']))" "$work/t$j.json" $j
 done
 if cmp -s "$work/t1.oir" "$work/t2.oir"; then echo "same plan with 1 and 2 threads"; else echo "DIFFERENT plans with 1 and 2 threads"; exit 1; fi
