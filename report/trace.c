@@ -1,5 +1,6 @@
 /* trace.c -- the Chrome / Perfetto trace of a simulated step (report_trace): one process per
- * device with a compute, a send and a receive thread, a complete event per operation and per
+ * device (pid device + 1, in device order) with a compute, a send and a receive thread (tids
+ * unique in the trace and never a pid: trace_id_tid), a complete event per operation and per
  * transfer (on both ends), flow arrows from each send to its receive, and a memory counter per
  * device. Layout documented in docs/report.md. */
 #include <math.h>
@@ -8,8 +9,8 @@
 
 #include "report_impl.h"
 
-/* Thread of a device's operations (its transfers use lane_tid). */
-enum { TID_COMPUTE = 0 };
+/* Thread number (within its process) of a device's operations (its transfers use lane_thread). */
+enum { THREAD_COMPUTE = 0 };
 
 /* A time in whole nanoseconds (the trace's resolution): t seconds rounded to the nearest ns. */
 static long long trace_ns(double seconds) { return llround(seconds * 1e9); }
@@ -102,7 +103,7 @@ static void trace_memory(const sim_result *r, int dev, strbuf *sb, bool *first) 
   for (int i = 0; i < n; i++) {
     if (i > 0 && pts[i].mem == last) continue;
     last = pts[i].mem;
-    trace_head(sb, first, "memory", "memory", "C", dev, -1, pts[i].t);
+    trace_head(sb, first, "memory", "memory", "C", trace_id_pid(dev), -1, pts[i].t);
     strbuf_puts(sb, ", \"args\": {\"GiB\": ");
     rep_json_num(sb, pts[i].mem / 1073741824.0);
     strbuf_puts(sb, "}}");
@@ -112,8 +113,8 @@ static void trace_memory(const sim_result *r, int dev, strbuf *sb, bool *first) 
 
 /* Thread lanes of the transfers: a device's sends (or receives) that overlap in time go to
  * separate threads, so that every thread's slices nest (Perfetto requires it). Lane 0 is the
- * "send" (tid 1) or "recv" (tid 2) thread; lane k > 0 is "send k+1" / "recv k+1". Index [0] of
- * each pair is the sending side, [1] the receiving side (the 'dir' of lane_tid). */
+ * "send" (thread 1) or "recv" (thread 2) thread; lane k > 0 is "send k+1" / "recv k+1". Index [0]
+ * of each pair is the sending side, [1] the receiving side (the 'dir' of lane_thread). */
 typedef struct xfer_lanes {
   int (*lane)[2];   /* per transfer: its lane on the sender and on the receiver */
   int (*nlanes)[2]; /* per device: send and receive lanes used */
@@ -162,14 +163,22 @@ static void assign_lanes(const sim_result *r, int ndev, xfer_lanes *l) {
   free(lane_end);
 }
 
-/* Thread id of lane 'lane' of the send (dir 0) or receive (dir 1) threads. */
-static int lane_tid(int dir, int lane) { return lane == 0 ? 1 + dir : 1 + 2 * lane + dir; }
+/* Thread number (within its process) of lane 'lane' of the send (dir 0) or receive (dir 1)
+ * threads; trace_id_tid makes it a tid. */
+static int lane_thread(int dir, int lane) { return lane == 0 ? 1 + dir : 1 + 2 * lane + dir; }
 
 void report_trace(const ir_module *m, const sim_result *r, strbuf *out) {
   bool first = true;
   int ndev = r->ndevices < m->ndevices ? r->ndevices : m->ndevices;
   xfer_lanes lanes;
   assign_lanes(r, ndev, &lanes);
+  int nthreads = 1; /* thread numbers used by any device: compute and its lanes */
+  for (int d = 0; d < ndev; d++)
+    for (int dir = 0; dir < 2; dir++)
+      if (lanes.nlanes[d][dir] > 0 && lane_thread(dir, lanes.nlanes[d][dir] - 1) + 1 > nthreads)
+        nthreads = lane_thread(dir, lanes.nlanes[d][dir] - 1) + 1;
+  if (nthreads < 3) nthreads = 3; /* every device names a send and a recv thread */
+  int stride = trace_id_stride(trace_id_pid(ndev - 1), nthreads);
   strbuf_puts(out, "{\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"model\": ");
   strbuf_json_str(out, m->name);
   strbuf_puts(out, ", \"makespan_ms\": ");
@@ -182,19 +191,22 @@ void report_trace(const ir_module *m, const sim_result *r, strbuf *out) {
     strbuf name = {0};
     strbuf_printf(&name, "$d%d %s (node %lld)", d, m->devices[d].type,
                   (long long)m->devices[d].rec.node);
-    trace_meta(out, &first, "process_name", d, -1, strbuf_cstr(&name), 0);
-    trace_meta(out, &first, "process_sort_index", d, -1, NULL, d);
-    trace_meta(out, &first, "thread_name", d, TID_COMPUTE, "compute", 0);
-    trace_meta(out, &first, "thread_sort_index", d, TID_COMPUTE, NULL, 0);
+    int pid = trace_id_pid(d);
+    trace_meta(out, &first, "process_name", pid, -1, strbuf_cstr(&name), 0);
+    trace_meta(out, &first, "process_sort_index", pid, -1, NULL, d);
+    trace_meta(out, &first, "thread_name", pid, trace_id_tid(pid, THREAD_COMPUTE, stride),
+               "compute", 0);
+    trace_meta(out, &first, "thread_sort_index", pid, trace_id_tid(pid, THREAD_COMPUTE, stride),
+               NULL, 0);
     int nsend = lanes.nlanes[d][0] > 1 ? lanes.nlanes[d][0] : 1;
     int nrecv = lanes.nlanes[d][1] > 1 ? lanes.nlanes[d][1] : 1;
     for (int dir = 0; dir < 2; dir++)
       for (int k = 0; k < (dir ? nrecv : nsend); k++) {
         char tname[32];
         snprintf(tname, sizeof tname, k ? "%s %d" : "%s", dir ? "recv" : "send", k + 1);
-        trace_meta(out, &first, "thread_name", d, lane_tid(dir, k), tname, 0);
-        trace_meta(out, &first, "thread_sort_index", d, lane_tid(dir, k), NULL,
-                   1 + k + (dir ? nsend : 0));
+        int tid = trace_id_tid(pid, lane_thread(dir, k), stride);
+        trace_meta(out, &first, "thread_name", pid, tid, tname, 0);
+        trace_meta(out, &first, "thread_sort_index", pid, tid, NULL, 1 + k + (dir ? nsend : 0));
       }
     strbuf_free(&name);
   }
@@ -208,7 +220,9 @@ void report_trace(const ir_module *m, const sim_result *r, strbuf *out) {
       snprintf(name, sizeof name, "%s s%d mb%d", kind, e->stage, e->mb);
     else
       snprintf(name, sizeof name, "%s", kind);
-    trace_head(out, &first, name, kind, "X", e->device, TID_COMPUTE, e->start);
+    int pid = trace_id_pid(e->device);
+    trace_head(out, &first, name, kind, "X", pid, trace_id_tid(pid, THREAD_COMPUTE, stride),
+               e->start);
     strbuf_puts(out, ", \"dur\": ");
     trace_dur(out, e->start, e->end);
     strbuf_puts(out, ", \"args\": {");
@@ -230,8 +244,8 @@ void report_trace(const ir_module *m, const sim_result *r, strbuf *out) {
     snprintf(name, sizeof name, "%s s%d->s%d mb%d", cat, x->src_stage, x->dst_stage, x->mb);
     double mid = x->start + (x->end - x->start) / 2;
     for (int end = 0; end < 2; end++) {
-      int pid = end ? x->to : x->from;
-      int tid = lane_tid(end, lanes.lane[i][end]);
+      int pid = trace_id_pid(end ? x->to : x->from);
+      int tid = trace_id_tid(pid, lane_thread(end, lanes.lane[i][end]), stride);
       trace_head(out, &first, name, cat, "X", pid, tid, x->start);
       strbuf_puts(out, ", \"dur\": ");
       trace_dur(out, x->start, x->end);

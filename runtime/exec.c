@@ -333,9 +333,10 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
 }
 
 /* The predicted timeline of every step, for each rank of replica 0, as processes after the
- * measured ones (pid nranks x replicas + rank): step k's prediction starts where the earliest
- * rank measured step k's first event. */
-static void trace_predicted(const be_stream *s, const rt_rank_stats *stats, int n, strbuf *out) {
+ * measured ones (process nranks x replicas + rank, pid and tid by trace_id_pid/trace_id_tid with
+ * 'stride'): step k's prediction starts where the earliest rank measured step k's first event. */
+static void trace_predicted(const be_stream *s, const rt_rank_stats *stats, int n, int stride,
+                            strbuf *out) {
   int steps = 0;
   for (int i = 0; i < n; i++)
     for (int k = 0; k < stats[i].nev; k++)
@@ -350,20 +351,23 @@ static void trace_predicted(const be_stream *s, const rt_rank_stats *stats, int 
   int base = s->nranks * s->replicas;
   for (int r = 0; r < s->nranks; r++) {
     const be_program *p = &s->ranks[r];
+    int pid = trace_id_pid(base + r), tid = trace_id_tid(pid, 0, stride);
     strbuf_printf(out, ",\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, "
-                  "\"args\": {\"name\": \"rank %d predicted\"}}", base + r, r);
+                  "\"args\": {\"name\": \"rank %d predicted\"}}", pid, r);
     strbuf_printf(out, ",\n{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": %d, "
-                  "\"args\": {\"sort_index\": %d}}", base + r, 2 * r + 1);
+                  "\"args\": {\"sort_index\": %d}}", pid, 2 * r + 1);
+    strbuf_printf(out, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, "
+                  "\"tid\": %d, \"args\": {\"name\": \"compute\"}}", pid, tid);
     for (int k = 0; k < steps; k++) {
       if (!isfinite(start[k])) continue;
       for (int q = 0; q < p->npred; q++) {
         const be_inst *in = &p->code[p->pred[q].addr];
         bool staged = be_ops[in->op].nops > 1;
         strbuf_printf(out, ",\n{\"name\": \"%s s%d mb%d\", \"cat\": \"%s\", \"ph\": \"X\", "
-                      "\"pid\": %d, \"tid\": 0, \"ts\": %.3f, \"dur\": %.3f, "
+                      "\"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
                       "\"args\": {\"step\": %d, \"predicted\": true}}",
                       be_ops[in->op].trace, staged ? (int)in->a[0] : -1,
-                      staged ? (int)in->a[1] : -1, be_ops[in->op].trace, base + r,
+                      staged ? (int)in->a[1] : -1, be_ops[in->op].trace, pid, tid,
                       (start[k] + p->pred[q].t0) * 1e6, (p->pred[q].t1 - p->pred[q].t0) * 1e6,
                       k + 1);
       }
@@ -377,9 +381,13 @@ void rt_trace(const be_stream *s, const rt_rank_stats *stats, int n, strbuf *out
   strbuf_json_str(out, s->model ? s->model : "");
   strbuf_puts(out, ", \"source\": \"octo-run\"},\n\"traceEvents\": [");
   bool first = true;
+  /* processes: the measured ranks of every replica, then the predicted ranks; threads: compute
+   * (0) and wait (1) */
+  int stride = trace_id_stride(trace_id_pid(s->nranks * (s->replicas + 1) - 1), 2);
   for (int i = 0; i < n; i++) {
     const rt_rank_stats *x = &stats[i];
-    int pid = x->replica * s->nranks + x->rank;
+    int index = x->replica * s->nranks + x->rank, pid = trace_id_pid(index);
+    int tid_compute = trace_id_tid(pid, 0, stride), tid_wait = trace_id_tid(pid, 1, stride);
     const be_program *p = &s->ranks[x->rank];
     strbuf_printf(out, "%s\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, "
                   "\"args\": {\"name\": \"$d%d %s (node %d) rank %d%s\"}}",
@@ -387,11 +395,15 @@ void rt_trace(const be_stream *s, const rt_rank_stats *stats, int n, strbuf *out
                   x->rank, x->replica ? " (replica)" : "");
     first = false;
     strbuf_printf(out, ",\n{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": %d, "
-                  "\"args\": {\"sort_index\": %d}}", pid, 2 * pid); /* its prediction next */
-    strbuf_printf(out, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, "
-                  "\"args\": {\"name\": \"compute\"}}", pid);
-    strbuf_printf(out, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 1, "
-                  "\"args\": {\"name\": \"wait\"}}", pid);
+                  "\"args\": {\"sort_index\": %d}}", pid, 2 * index); /* its prediction next */
+    strbuf_printf(out, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
+                  "\"args\": {\"name\": \"compute\"}}", pid, tid_compute);
+    strbuf_printf(out, ",\n{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": %d, "
+                  "\"tid\": %d, \"args\": {\"sort_index\": 0}}", pid, tid_compute);
+    strbuf_printf(out, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
+                  "\"args\": {\"name\": \"wait\"}}", pid, tid_wait);
+    strbuf_printf(out, ",\n{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": %d, "
+                  "\"tid\": %d, \"args\": {\"sort_index\": 1}}", pid, tid_wait);
     for (int k = 0; k < x->nev; k++) {
       const rt_event *e = &x->ev[k];
       const char *k_name = e->op < BE_OP_COUNT ? be_ops[e->op].trace : "?";
@@ -404,11 +416,11 @@ void rt_trace(const be_stream *s, const rt_rank_stats *stats, int n, strbuf *out
         snprintf(name, sizeof name, "%s", k_name);
       strbuf_printf(out, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, "
                     "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"step\": %d}}",
-                    name, k_name, pid, e->op == BE_OP_WAIT ? 1 : 0, e->t0 * 1e6,
+                    name, k_name, pid, e->op == BE_OP_WAIT ? tid_wait : tid_compute, e->t0 * 1e6,
                     (e->t1 - e->t0) * 1e6, e->step + 1);
     }
   }
   if (n > 0 && rt_prediction_comparable(s, NULL, stats[0].scale, NULL))
-    trace_predicted(s, stats, n, out);
+    trace_predicted(s, stats, n, stride, out);
   strbuf_puts(out, "\n]}\n");
 }

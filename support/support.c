@@ -152,6 +152,16 @@ void strbuf_json_str(strbuf *sb, const char *s) {
   strbuf_putc(sb, '"');
 }
 
+int trace_id_pid(int index) { return index + 1; }
+
+int trace_id_stride(int max_pid, int nthreads) {
+  int stride = 10;
+  while (stride <= max_pid || stride < nthreads) stride *= 10;
+  return stride;
+}
+
+int trace_id_tid(int pid, int k, int stride) { return pid * stride + k; }
+
 void strbuf_free(strbuf *sb) {
   free(sb->data);
   sb->data = NULL;

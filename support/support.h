@@ -92,6 +92,19 @@ void strbuf_free(strbuf *sb);
  * "null" when s is NULL). */
 void strbuf_json_str(strbuf *sb, const char *s);
 
+/* Process and thread ids of the Chrome/Perfetto traces (report/trace.c, runtime/exec.c). Perfetto
+ * takes the thread whose tid equals a pid for that process's main thread, tid/pid 0 for the
+ * idle task, and assumes tids unique in the whole trace; so processes are numbered from 1 and
+ * thread k (0-based) of process p gets tid p * stride + k, where the stride (a power of ten) is
+ * larger than every pid and every k: no tid is 0, equals a pid or repeats in another process. */
+/* Pid of the process at 0-based position 'index' (index + 1). */
+int trace_id_pid(int index);
+/* The tid stride for processes with pids up to max_pid and threads numbered below nthreads: the
+ * smallest power of ten (at least 10) larger than both. */
+int trace_id_stride(int max_pid, int nthreads);
+/* Tid of thread k of process pid. Pre: 0 <= k < stride, stride from trace_id_stride. */
+int trace_id_tid(int pid, int k, int stride);
+
 /* Levenshtein distance, capped at 'max' + 1. */
 int str_edit_distance(const char *a, const char *b, int max);
 

@@ -268,8 +268,8 @@ void test_report_trace(void) {
     UNIT_CHECK_STREQ(json_str(j, "displayTimeUnit"), "ms");
     const cJSON *ev = cJSON_GetObjectItemCaseSensitive(j, "traceEvents");
     UNIT_CHECK(cJSON_IsArray(ev));
-    /* processes and threads */
-    const cJSON *pn = find_event(ev, "M", "process_name", 1);
+    /* processes (pid device + 1) and threads (tid pid * 10 + thread: never 0 or a pid) */
+    const cJSON *pn = find_event(ev, "M", "process_name", 2);
     UNIT_CHECK(pn != NULL);
     if (pn)
       UNIT_CHECK_STREQ(json_str(cJSON_GetObjectItemCaseSensitive(pn, "args"), "name"),
@@ -282,46 +282,46 @@ void test_report_trace(void) {
     }
     UNIT_CHECK(threads == 6);
     /* an operation with real microsecond times and its arguments */
-    const cJSON *fw = find_event(ev, "X", "F s1 mb0", 1);
+    const cJSON *fw = find_event(ev, "X", "F s1 mb0", 2);
     UNIT_CHECK(fw != NULL);
     if (fw) {
       UNIT_CHECK_EQ_DBL(json_num(fw, "ts"), 1500);
       UNIT_CHECK_EQ_DBL(json_num(fw, "dur"), 1000);
-      UNIT_CHECK_EQ_DBL(json_num(fw, "tid"), 0);
+      UNIT_CHECK_EQ_DBL(json_num(fw, "tid"), 20);
       UNIT_CHECK_STREQ(json_str(fw, "cat"), "F");
       const cJSON *args = cJSON_GetObjectItemCaseSensitive(fw, "args");
       UNIT_CHECK_EQ_DBL(json_num(args, "stage"), 1);
       UNIT_CHECK_EQ_DBL(json_num(args, "mb"), 0);
       UNIT_CHECK_STREQ(json_str(args, "layers"), "[%1, %2)");
     }
-    UNIT_CHECK(find_event(ev, "X", "W s0 mb0", 0) != NULL);
+    UNIT_CHECK(find_event(ev, "X", "W s0 mb0", 1) != NULL);
     /* each transfer on both ends, with a flow pair of the same id */
-    const cJSON *send = find_event(ev, "X", "act s0->s1 mb0", 0);
-    const cJSON *recv = find_event(ev, "X", "act s0->s1 mb0", 1);
+    const cJSON *send = find_event(ev, "X", "act s0->s1 mb0", 1);
+    const cJSON *recv = find_event(ev, "X", "act s0->s1 mb0", 2);
     UNIT_CHECK(send && recv);
     if (send && recv) {
-      UNIT_CHECK_EQ_DBL(json_num(send, "tid"), 1);
-      UNIT_CHECK_EQ_DBL(json_num(recv, "tid"), 2);
+      UNIT_CHECK_EQ_DBL(json_num(send, "tid"), 11);
+      UNIT_CHECK_EQ_DBL(json_num(recv, "tid"), 22);
       UNIT_CHECK_EQ_DBL(json_num(send, "ts"), 1000);
       UNIT_CHECK_EQ_DBL(json_num(send, "dur"), 500);
       UNIT_CHECK_EQ_DBL(json_num(cJSON_GetObjectItemCaseSensitive(send, "args"), "bytes"),
                         4 * MiB);
     }
-    const cJSON *fs = find_event(ev, "s", "grad s1->s0 mb0", 1);
-    const cJSON *ff = find_event(ev, "f", "grad s1->s0 mb0", 0);
+    const cJSON *fs = find_event(ev, "s", "grad s1->s0 mb0", 2);
+    const cJSON *ff = find_event(ev, "f", "grad s1->s0 mb0", 1);
     UNIT_CHECK(fs && ff);
     if (fs && ff) {
       UNIT_CHECK_EQ_DBL(json_num(fs, "id"), json_num(ff, "id"));
       UNIT_CHECK_STREQ(json_str(ff, "bp"), "e");
-      UNIT_CHECK_EQ_DBL(json_num(fs, "tid"), 1);
-      UNIT_CHECK_EQ_DBL(json_num(ff, "tid"), 2);
+      UNIT_CHECK_EQ_DBL(json_num(fs, "tid"), 21);
+      UNIT_CHECK_EQ_DBL(json_num(ff, "tid"), 12);
     }
     /* memory counters: static memory at 0, then each change, per device */
     int counters = 0;
     double last_gib = NAN;
     cJSON_ArrayForEach(e, ev) {
       const char *p = json_str(e, "ph");
-      if (p && strcmp(p, "C") == 0 && json_num(e, "pid") == 0) {
+      if (p && strcmp(p, "C") == 0 && json_num(e, "pid") == 1) {
         counters++;
         last_gib = json_num(cJSON_GetObjectItemCaseSensitive(e, "args"), "GiB");
         if (counters == 1) UNIT_CHECK_EQ_DBL(json_num(e, "ts"), 0);

@@ -202,3 +202,23 @@ void test_support_digits_exact(void) {
   UNIT_CHECK(!support_digits_exact("99999999999999999999", 20, 1e20));
   UNIT_CHECK(!support_digits_exact("12", 2, 13.0));
 }
+
+/* Trace ids: pids from 1, tids p * stride + k with a power-of-ten stride above every pid and
+ * thread number, so that no tid is 0, equals a pid or repeats across processes. */
+void test_support_trace_ids(void) {
+  UNIT_CHECK(trace_id_pid(0) == 1);
+  UNIT_CHECK(trace_id_stride(1, 3) == 10);
+  UNIT_CHECK(trace_id_stride(9, 10) == 10);
+  UNIT_CHECK(trace_id_stride(10, 3) == 100); /* 16 devices: tid 10 would be pid 10 */
+  UNIT_CHECK(trace_id_stride(16, 11) == 100);
+  UNIT_CHECK(trace_id_stride(2, 101) == 1000);
+  int stride = trace_id_stride(16, 5);
+  UNIT_CHECK(trace_id_tid(1, 0, stride) == 100);
+  for (int p = 1; p <= 16; p++)
+    for (int k = 0; k < 5; k++) {
+      int tid = trace_id_tid(p, k, stride);
+      UNIT_CHECK(tid > 16); /* no pid, not 0 */
+      UNIT_CHECK(tid / stride == p); /* unique: the process and thread read back */
+      UNIT_CHECK(tid % stride == k);
+    }
+}

@@ -4,12 +4,19 @@ displayTimeUnit ms and traceEvents; every process named "$dI TYPE (node N)" with
 and send/recv threads; complete events (X) with non-negative ts and dur; on every thread the X
 events nest (no partial overlap, as Perfetto requires); each transfer has one send and one recv X
 event and one flow pair (s on the send thread, f with bp=e on the recv thread, same id, inside
-their slices); memory counters per process with increasing timestamps starting at 0.
+their slices); memory counters per process with increasing timestamps starting at 0; the id rules of
+tests/Inputs/trace_ids.py (no pid or tid 0, no tid equal to a pid or in two processes, a sort
+index per process), processes in device order (pid device + 1, process_sort_index the device),
+thread_sort_index on every thread.
 Prints a summary line that the tests match: "ok: P processes, O ops, T transfers, C counters"."""
 import collections
 import json
+import os
 import re
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "Inputs"))
+import trace_ids  # noqa: E402
 
 
 def fail(msg):
@@ -30,7 +37,11 @@ def main(path):
     events = doc.get("traceEvents")
     if not isinstance(events, list):
         fail("no traceEvents array")
+    why = trace_ids.check_ids(events)
+    if why:
+        fail(why)
     procs, threads = {}, collections.defaultdict(dict)
+    sorts, thread_sorts = {}, set()
     slices = collections.defaultdict(list)  # (pid, tid) -> [(ts, end, name)]
     flows = collections.defaultdict(dict)   # id -> {ph: event}
     counters = collections.defaultdict(list)
@@ -42,12 +53,16 @@ def main(path):
                 procs[e["pid"]] = e["args"]["name"]
             elif e["name"] == "thread_name":
                 threads[e["pid"]][e["tid"]] = e["args"]["name"]
+            elif e["name"] == "process_sort_index":
+                sorts[e["pid"]] = e["args"]["sort_index"]
+            elif e["name"] == "thread_sort_index":
+                thread_sorts.add((e["pid"], e["tid"]))
         elif ph == "X":
             if e["ts"] < 0 or e["dur"] < 0:
                 fail("negative time in " + json.dumps(e))
             ts, dur = ns(e["ts"]), ns(e["dur"])
             slices[(e["pid"], e["tid"])].append((ts, ts + dur, e["name"]))
-            if e["tid"] == 0:
+            if threads[e["pid"]].get(e["tid"]) == "compute":
                 ops += 1
                 if e["cat"] not in ("F", "B", "W", "BW", "allreduce", "optimizer"):
                     fail("unknown operation category " + e["cat"])
@@ -66,8 +81,13 @@ def main(path):
         else:
             fail("unexpected phase " + str(ph))
     for pid, name in procs.items():
-        if not re.fullmatch(r"\$d%d \S+ \(node \d+\)" % pid, name):
-            fail("bad process name " + name)
+        if not re.fullmatch(r"\$d%d \S+ \(node \d+\)" % (pid - 1), name):
+            fail("bad process name %s for pid %d" % (name, pid))
+        if sorts.get(pid) != pid - 1:
+            fail("process %d is not sorted as device %d" % (pid, pid - 1))
+        for tid in threads[pid]:
+            if (pid, tid) not in thread_sorts:
+                fail("thread %d of process %d has no thread_sort_index" % (tid, pid))
         names = set(threads[pid].values())
         if not {"compute", "send", "recv"} <= names:
             fail("process %d lacks a compute, send or recv thread" % pid)
