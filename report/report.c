@@ -112,22 +112,34 @@ typedef struct kind_costs {
   } field[KC_NFIELDS]; /* per KC_* field */
 } kind_costs;
 
-/* Fill k[IR_KIND_COUNT] from m's layers; returns whether any layer has a cost record. */
-static bool collect_kind_costs(const ir_module *m, kind_costs *k) {
+/* Fill k[IR_KIND_COUNT] from m's layers' costs on device 'dev' (its type; dev < 0: the first
+ * device's type); returns whether any layer has a cost record. */
+static bool collect_kind_costs(const ir_module *m, int dev, kind_costs *k) {
   bool any = false;
   memset(k, 0, sizeof *k * IR_KIND_COUNT);
   for (int i = 0; i < m->nlayers; i++) {
     const ir_layer *l = &m->layers[i];
+    const ir_cost *c = ir_layer_cost_on(m, l, dev);
     kind_costs *kc = &k[l->kind];
     kc->count++;
-    if (l->cost.set) any = true;
+    if (c->set) any = true;
     for (int f = 0; f < KC_NFIELDS; f++)
-      if (ir_field_is_set(&l->cost, kind_cost_fields[f])) {
-        kc->field[f].sum += ir_field_get(&l->cost, kind_cost_fields[f]);
+      if (ir_field_is_set(c, kind_cost_fields[f])) {
+        kc->field[f].sum += ir_field_get(c, kind_cost_fields[f]);
         kc->field[f].have++;
       }
   }
   return any;
+}
+
+/* A device's cell in the stage and device tables: "$d2", or "$d2 a100" in a mixed cluster. */
+static void table_device(text_table *t, const ir_module *m, int dev, bool mixed) {
+  if (dev < 0 || dev >= m->ndevices)
+    table_cell(t, "-");
+  else if (mixed)
+    table_cellf(t, "$d%d %s", dev, m->devices[dev].type);
+  else
+    table_cellf(t, "$d%d", dev);
 }
 
 /* Mean of field f (KC_*) of kind costs kc, NAN when no layer has it. */
@@ -177,15 +189,28 @@ static void text_header(const ir_module *m, strbuf *sb) {
     }
   strbuf_puts(sb, ")\n");
   if (m->cluster_name && m->ndevices > 0) {
-    const ir_device *d = &m->devices[0];
-    strbuf_printf(sb, "cluster %s: %lld node(s) x %lld GPUs of %s (", m->cluster_name,
-                  (long long)m->cluster.nodes, (long long)m->cluster.gpus_per_node, d->type);
-    ir_format_value(sb, IR_T_FLOPS, d->rec.peak);
-    strbuf_puts(sb, ", ");
-    ir_format_value(sb, IR_T_BYTES, d->rec.mem);
-    strbuf_puts(sb, ", ");
-    ir_format_value(sb, IR_T_BW, d->rec.hbm);
-    strbuf_printf(sb, ", efficiency %g)\n", d->rec.efficiency);
+    /* "... GPUs of h100 (...)", or for a mixed cluster "... GPUs: 8 h100 (...), 8 a100 (...)" */
+    int *types = xmalloc(sizeof *types * ((size_t)m->ndevices + 1));
+    int ntypes = rep_type_devices(m, types);
+    strbuf_printf(sb, "cluster %s: %lld node(s) x %lld GPUs%s", m->cluster_name,
+                  (long long)m->cluster.nodes, (long long)m->cluster.gpus_per_node,
+                  ntypes > 1 ? ":" : " of");
+    for (int k = 0; k < ntypes; k++) {
+      const ir_device *d = &m->devices[types[k]];
+      int count = 0;
+      for (int dv = 0; dv < m->ndevices; dv++) count += strcmp(m->devices[dv].type, d->type) == 0;
+      strbuf_puts(sb, k ? ", " : " ");
+      if (ntypes > 1) strbuf_printf(sb, "%d ", count);
+      strbuf_printf(sb, "%s (", d->type);
+      ir_format_value(sb, IR_T_FLOPS, d->rec.peak);
+      strbuf_puts(sb, ", ");
+      ir_format_value(sb, IR_T_BYTES, d->rec.mem);
+      strbuf_puts(sb, ", ");
+      ir_format_value(sb, IR_T_BW, d->rec.hbm);
+      strbuf_printf(sb, ", efficiency %g)", d->rec.efficiency);
+    }
+    strbuf_putc(sb, '\n');
+    free(types);
   }
   /* "train: pipeline P x tensor T x data D; micro_batch B, M microbatches, global batch G,
    * seq S": each count after its text. */
@@ -220,39 +245,56 @@ static void text_header(const ir_module *m, strbuf *sb) {
                   (long long)m->devices[m->ndevices - 1].rec.node);
 }
 
-/* The per-layer-kind cost table (when any layer has costs). */
+/* The per-layer-kind cost table (when any layer has costs): in a mixed cluster, a "type" column
+ * and the rows of every kind once per device type, and an "all layers" line per type. */
 static void text_costs(const ir_module *m, strbuf *sb) {
   kind_costs k[IR_KIND_COUNT];
-  if (!collect_kind_costs(m, k)) {
+  if (!collect_kind_costs(m, -1, k)) {
     strbuf_puts(sb, m->ndevices ? "costs: none (no layer has a cost record: run the cost pass)\n"
                                 : "costs: none (no devices to estimate them on)\n");
     return;
   }
+  int *types = xmalloc(sizeof *types * ((size_t)m->ndevices + 1));
+  int ntypes = rep_type_devices(m, types);
+  bool mixed = ntypes > 1;
   strbuf_puts(sb, "\ncosts per layer kind (mean per layer, one microbatch):\n");
-  static const char *const cols[] = {"kind", ">layers", ">F ms", ">B ms", ">W ms", ">act",
+  static const char *const cols[] = {"kind", "type", ">layers", ">F ms", ">B ms", ">W ms", ">act",
                                      ">param"};
+  const char *pick[8];
+  int ncols = 0;
+  for (int c = 0; c < 8; c++)
+    if (c != 1 || mixed) pick[ncols++] = cols[c];
   text_table t;
-  table_init(&t, 7, cols);
-  for (int i = 0; i < IR_KIND_COUNT; i++) {
-    if (!k[i].count) continue;
-    table_cell(&t, ir_kinds[i].name);
-    table_cellf(&t, "%d", k[i].count);
-    for (int f = KC_F; f <= KC_W; f++) table_ms(&t, kind_mean(&k[i], f));
-    table_bytes(&t, kind_mean(&k[i], KC_ACT));
-    table_bytes(&t, kind_mean(&k[i], KC_PARAM));
-  }
+  table_init(&t, ncols, pick);
+  for (int i = 0; i < IR_KIND_COUNT; i++)
+    for (int ty = 0; ty < (mixed ? ntypes : 1); ty++) {
+      if (mixed) collect_kind_costs(m, types[ty], k);
+      if (!k[i].count) continue;
+      table_cell(&t, ir_kinds[i].name);
+      if (mixed) table_cell(&t, m->devices[types[ty]].type);
+      table_cellf(&t, "%d", k[i].count);
+      for (int f = KC_F; f <= KC_W; f++) table_ms(&t, kind_mean(&k[i], f));
+      table_bytes(&t, kind_mean(&k[i], KC_ACT));
+      table_bytes(&t, kind_mean(&k[i], KC_PARAM));
+    }
   table_flush(&t, sb);
-  rep_cost_sum all = rep_cost_range(m, 0, m->nlayers);
-  strbuf_printf(sb, "  all %d layers: F %.3f ms, B %.3f ms, W %.3f ms, act ", m->nlayers,
-                all.f * 1e3, all.b * 1e3, all.w * 1e3);
-  rep_bytes(sb, all.act);
-  strbuf_puts(sb, ", param ");
-  rep_bytes(sb, all.param);
-  strbuf_putc(sb, '\n');
+  for (int ty = 0; ty < (mixed ? ntypes : 1); ty++) {
+    rep_cost_sum all = rep_cost_range(m, 0, m->nlayers, mixed ? types[ty] : -1);
+    strbuf_printf(sb, "  all %d layers", m->nlayers);
+    if (mixed) strbuf_printf(sb, " on %s", m->devices[types[ty]].type);
+    strbuf_printf(sb, ": F %.3f ms, B %.3f ms, W %.3f ms, act ", all.f * 1e3, all.b * 1e3,
+                  all.w * 1e3);
+    rep_bytes(sb, all.act);
+    strbuf_puts(sb, ", param ");
+    rep_bytes(sb, all.param);
+    strbuf_putc(sb, '\n');
+  }
+  free(types);
 }
 
-/* The stage table. */
+/* The stage table: each stage's costs on its own device's type. */
 static void text_stages(const ir_module *m, strbuf *sb) {
+  bool mixed = rep_mixed(m);
   strbuf_printf(sb, "\nstages (%d):\n", m->nstages);
   static const char *const cols[] = {"stage", "layers", "first", "last", "device", ">F ms",
                                      ">B ms", ">W ms", ">act", ">param"};
@@ -261,15 +303,12 @@ static void text_stages(const ir_module *m, strbuf *sb) {
   for (int s = 0; s < m->nstages; s++) {
     const ir_stage *st = &m->stages[s];
     char b1[24], b2[24];
-    rep_cost_sum c = rep_cost_range(m, st->first, st->end);
+    rep_cost_sum c = rep_cost_range(m, st->first, st->end, st->device);
     table_cellf(&t, "@s%d", s);
     table_cellf(&t, "[%%%d, %%%d)", st->first, st->end);
     table_cell(&t, rep_layer_name(m, st->first, b1));
     table_cell(&t, rep_layer_name(m, st->end - 1, b2));
-    if (st->device >= 0)
-      table_cellf(&t, "$d%d", st->device);
-    else
-      table_cell(&t, "-");
+    table_device(&t, m, st->device, mixed);
     table_ms(&t, c.any ? c.f : NAN);
     table_ms(&t, c.any ? c.b : NAN);
     table_ms(&t, c.any ? c.w : NAN);
@@ -295,12 +334,13 @@ static void text_simulation(const ir_module *m, const sim_result *r, strbuf *sb)
     if (c != COL_ALLREDUCE || any_comm) pick[n++] = cols[c];
   text_table t;
   table_init(&t, n, pick);
+  bool mixed = rep_mixed(m);
   for (int i = 0; i < r->ndevices && i < m->ndevices; i++) {
     const sim_device_stats *ds = &r->dev[i];
     strbuf stages = {0};
     device_stages(m, i, &stages);
     double lim = rep_mem_limit(m, i);
-    table_cellf(&t, "$d%d", i);
+    table_device(&t, m, i, mixed);
     table_cell(&t, strbuf_cstr(&stages));
     strbuf_free(&stages);
     table_ms(&t, ds->busy);
@@ -610,25 +650,32 @@ void report_json(const ir_module *m, const sim_result *r, const report_extra *x,
 
   top_key(out, "layer_kinds", &first);
   kind_costs k[IR_KIND_COUNT];
-  bool costs = collect_kind_costs(m, k);
+  bool costs = collect_kind_costs(m, -1, k);
+  int *types = xmalloc(sizeof *types * ((size_t)m->ndevices + 1));
+  int ntypes = rep_type_devices(m, types);
   strbuf_putc(out, '[');
   bool first_kind = true;
-  for (int i = 0; costs && i < IR_KIND_COUNT; i++) {
-    if (!k[i].count) continue;
-    strbuf_puts(out, first_kind ? "\n    {" : ",\n    {");
-    first_kind = false;
-    bool f1 = true;
-    inner_key(out, "kind", &f1);
-    strbuf_json_str(out, ir_kinds[i].name);
-    inner_key(out, "count", &f1);
-    strbuf_printf(out, "%d", k[i].count);
-    member_ms(out, "f_ms", kind_mean(&k[i], KC_F), &f1);
-    member_ms(out, "b_ms", kind_mean(&k[i], KC_B), &f1);
-    member_ms(out, "w_ms", kind_mean(&k[i], KC_W), &f1);
-    member_num(out, "act_bytes", kind_mean(&k[i], KC_ACT), &f1);
-    member_num(out, "param_bytes", kind_mean(&k[i], KC_PARAM), &f1);
-    strbuf_putc(out, '}');
-  }
+  for (int i = 0; costs && i < IR_KIND_COUNT; i++)
+    for (int ty = 0; ty < (ntypes > 1 ? ntypes : 1); ty++) {
+      if (ntypes > 1) collect_kind_costs(m, types[ty], k);
+      if (!k[i].count) continue;
+      strbuf_puts(out, first_kind ? "\n    {" : ",\n    {");
+      first_kind = false;
+      bool f1 = true;
+      inner_key(out, "kind", &f1);
+      strbuf_json_str(out, ir_kinds[i].name);
+      inner_key(out, "device_type", &f1);
+      strbuf_json_str(out, ntypes > 0 ? m->devices[types[ty]].type : NULL);
+      inner_key(out, "count", &f1);
+      strbuf_printf(out, "%d", k[i].count);
+      member_ms(out, "f_ms", kind_mean(&k[i], KC_F), &f1);
+      member_ms(out, "b_ms", kind_mean(&k[i], KC_B), &f1);
+      member_ms(out, "w_ms", kind_mean(&k[i], KC_W), &f1);
+      member_num(out, "act_bytes", kind_mean(&k[i], KC_ACT), &f1);
+      member_num(out, "param_bytes", kind_mean(&k[i], KC_PARAM), &f1);
+      strbuf_putc(out, '}');
+    }
+  free(types);
   strbuf_puts(out, first_kind ? "]" : "\n  ]");
 
   top_key(out, "schedule_method", &first);
@@ -642,7 +689,7 @@ void report_json(const ir_module *m, const sim_result *r, const report_extra *x,
   for (int s = 0; s < m->nstages; s++) {
     const ir_stage *st = &m->stages[s];
     char b1[24], b2[24];
-    rep_cost_sum c = rep_cost_range(m, st->first, st->end);
+    rep_cost_sum c = rep_cost_range(m, st->first, st->end, st->device);
     strbuf_puts(out, s ? ",\n    {" : "\n    {");
     bool f1 = true;
     inner_key(out, "stage", &f1);
@@ -660,6 +707,9 @@ void report_json(const ir_module *m, const sim_result *r, const report_extra *x,
       strbuf_printf(out, "%d", st->device);
     else
       strbuf_puts(out, "null");
+    inner_key(out, "device_type", &f1);
+    strbuf_json_str(out, st->device >= 0 && st->device < m->ndevices
+                             ? m->devices[st->device].type : NULL);
     member_ms(out, "f_ms", c.any ? c.f : NAN, &f1);
     member_ms(out, "b_ms", c.any ? c.b : NAN, &f1);
     member_ms(out, "w_ms", c.any ? c.w : NAN, &f1);

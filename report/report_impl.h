@@ -69,14 +69,23 @@ double rep_op_mem_time(const sim_op_event *e);
 /* Name of a layer for the reports: its name, or "%I" when it has none. */
 const char *rep_layer_name(const ir_module *m, int layer, char buf[24]);
 
-/* Sums of the cost records of layers [first, end): F, B, W times (seconds), activation and
- * parameter bytes. Unset fields count as 0; *complete says whether every layer had f, b, w. */
+/* Sums of the cost records of layers [first, end) on device 'dev' (its type's records,
+ * ir_layer_cost_on; dev < 0: the first device's type): F, B, W times (seconds), activation and
+ * parameter bytes. Unset fields count as 0; complete says whether every layer had f, b, w. */
 typedef struct rep_cost_sum {
   double f, b, w;     /* seconds */
   double act, param;  /* bytes */
   bool any;           /* some layer of the range has a cost record */
   bool complete;      /* every layer of the range has f, b and w */
 } rep_cost_sum;
-rep_cost_sum rep_cost_range(const ir_module *m, int first, int end);
+rep_cost_sum rep_cost_range(const ir_module *m, int first, int end, int dev);
+
+/* ---- Device types ---------------------------------------------------------------------------- */
+
+/* The first device of each of m's device types, in device order, into devs[] (room for
+ * m->ndevices); returns how many types there are (0 without devices). */
+int rep_type_devices(const ir_module *m, int *devs);
+/* Whether m's devices are of more than one type (a mixed cluster). */
+bool rep_mixed(const ir_module *m);
 
 #endif

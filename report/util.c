@@ -106,10 +106,10 @@ const char *rep_layer_name(const ir_module *m, int layer, char buf[24]) {
   return buf;
 }
 
-rep_cost_sum rep_cost_range(const ir_module *m, int first, int end) {
+rep_cost_sum rep_cost_range(const ir_module *m, int first, int end, int dev) {
   rep_cost_sum s = {0, 0, 0, 0, 0, false, true};
   for (int i = first; i < end && i < m->nlayers; i++) {
-    const ir_cost *c = &m->layers[i].cost;
+    const ir_cost *c = ir_layer_cost_on(m, &m->layers[i], dev);
     if (c->set) s.any = true;
     bool has_f = ir_field_is_set(c, IR_F_COST_f), has_b = ir_field_is_set(c, IR_F_COST_b),
          has_w = ir_field_is_set(c, IR_F_COST_w);
@@ -121,6 +121,23 @@ rep_cost_sum rep_cost_range(const ir_module *m, int first, int end) {
     if (ir_field_is_set(c, IR_F_COST_param)) s.param += c->param;
   }
   return s;
+}
+
+int rep_type_devices(const ir_module *m, int *devs) {
+  int n = 0;
+  for (int d = 0; d < m->ndevices; d++) {
+    bool seen = false;
+    for (int k = 0; k < n && !seen; k++)
+      seen = strcmp(m->devices[devs[k]].type, m->devices[d].type) == 0;
+    if (!seen) devs[n++] = d;
+  }
+  return n;
+}
+
+bool rep_mixed(const ir_module *m) {
+  for (int d = 1; d < m->ndevices; d++)
+    if (strcmp(m->devices[d].type, m->devices[0].type) != 0) return true;
+  return false;
 }
 
 const char *rep_schedule_method(const ir_module *m) {
