@@ -1,8 +1,11 @@
 /* svg.c -- the SVG timeline of a simulated step (report_svg): a caption with the model, makespan
- * and bubble ratio; one row per device with its operations as coloured boxes (microbatch number
- * inside when it fits, idle time left white), its sends as a thin band under the row and every
- * transfer as an arrow from the sender's row to the receiver's; the peak memory at the row end;
- * a time axis in ms and a legend. Self-contained, fixed width. Legend in docs/report.md. */
+ * and bubble ratio; one row per device, labelled with the device and its type, with its
+ * operations as coloured boxes ("s<stage>:<microbatch>", or the microbatch, inside when it fits;
+ * idle time left white), its sends as a thin band under the row; a transfer between adjacent
+ * rows as an arrow from the sender's row to the receiver's, one between rows further apart as a
+ * short tick out of the sender's row and one into the receiver's (never drawn across the rows
+ * in between); the peak memory at the row end; a time axis in ms and a legend. Self-contained,
+ * fixed width. Legend in docs/report.md. */
 #include <math.h>
 #include <string.h>
 
@@ -17,6 +20,7 @@ enum {
   SVG_ROW = 30,       /* height of a device row */
   SVG_GAP = 24,       /* space between rows (send band and transfer arrows) */
   SVG_BAND = 4,       /* height of the send band under a row */
+  SVG_TICK = 8,       /* length of the tick of a transfer between rows that are not adjacent */
 };
 
 /* How a timeline operation kind is drawn. */
@@ -98,6 +102,7 @@ static void svg_defs(strbuf *sb) {
                   k ? "grad" : "act", xfer_color[k]);
   strbuf_puts(sb, "</defs>\n<style>text { font-family: sans-serif; } "
                   ".mb { font-size: 11px; fill: #fff; text-anchor: middle; } "
+                  ".type { font-size: 10px; fill: #555; } "
                   ".op { stroke: #fff; stroke-width: 0.5; }</style>\n");
 }
 
@@ -111,7 +116,7 @@ void report_svg(const ir_module *m, const sim_result *r, strbuf *out) {
   double rows_end = svg_row_y(c.ndev);
   double axis_y = rows_end - SVG_GAP + 14;
   double legend_y = axis_y + 36;
-  int height = (int)legend_y + 30;
+  int height = (int)legend_y + 50;
 
   strbuf_printf(out,
                 "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -148,9 +153,18 @@ void report_svg(const ir_module *m, const sim_result *r, strbuf *out) {
     bool oom = lim > 0 && r->dev[d].peak_mem > lim;
     strbuf_printf(out,
                   "<text x=\"10\" y=\"%.2f\" font-size=\"13\" font-weight=\"bold\">$d%d</text>\n"
-                  "<rect x=\"%d\" y=\"%.2f\" width=\"%.2f\" height=\"%d\" fill=\"#fff\" "
-                  "stroke=\"#bbb\"/>\n",
-                  y + SVG_ROW / 2.0 + 5, d, SVG_LEFT, y, plot_w, SVG_ROW);
+                  "<text class=\"type\" x=\"10\" y=\"%.2f\"",
+                  y + 13, d, y + SVG_ROW - 3);
+    /* a long type name is squeezed into the label column */
+    const char *type = m->devices[d].type ? m->devices[d].type : "?";
+    if (SVG_CHAR_W * 10 / 11 * (double)strlen(type) > SVG_LEFT - 14)
+      strbuf_printf(out, " textLength=\"%d\" lengthAdjust=\"spacingAndGlyphs\"", SVG_LEFT - 14);
+    strbuf_putc(out, '>');
+    svg_escape(out, type);
+    strbuf_printf(out,
+                  "</text>\n<rect class=\"row\" x=\"%d\" y=\"%.2f\" width=\"%.2f\" "
+                  "height=\"%d\" fill=\"#fff\" stroke=\"#bbb\"/>\n",
+                  SVG_LEFT, y, plot_w, SVG_ROW);
     label.len = 0;
     strbuf_puts(&label, "peak ");
     rep_bytes(&label, r->dev[d].peak_mem);
@@ -160,7 +174,7 @@ void report_svg(const ir_module *m, const sim_result *r, strbuf *out) {
     }
     if (oom) strbuf_puts(&label, " OOM");
     strbuf_printf(out, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\"%s", SVG_LEFT + plot_w + 8,
-                  y + SVG_ROW / 2.0 + 4, oom ? " fill=\"#c00\"" : "");
+                  y + 12, oom ? " fill=\"#c00\"" : "");
     /* A label wider than the column (large sizes, OOM) is squeezed to fit the picture. */
     double room = SVG_RIGHT - 8 - 4;
     if (SVG_CHAR_W * (double)label.len > room)
@@ -168,6 +182,17 @@ void report_svg(const ir_module *m, const sim_result *r, strbuf *out) {
     strbuf_putc(out, '>');
     svg_escape(out, strbuf_cstr(&label));
     strbuf_puts(out, "</text>\n");
+    /* the stages of the row, under the peak: "stages 0 8 16 24" */
+    label.len = 0;
+    for (int s = 0; s < m->nstages; s++)
+      if (m->stages[s].device == d) strbuf_printf(&label, " %d", s);
+    if (label.len) {
+      strbuf_printf(out, "<text class=\"stages\" x=\"%.2f\" y=\"%.2f\" font-size=\"10\" "
+                    "fill=\"#555\"", SVG_LEFT + plot_w + 8, y + SVG_ROW - 3);
+      if (SVG_CHAR_W * 10 / 11 * (double)(label.len + 6) > room)
+        strbuf_printf(out, " textLength=\"%.0f\" lengthAdjust=\"spacingAndGlyphs\"", room);
+      strbuf_printf(out, ">stages%s</text>\n", strbuf_cstr(&label));
+    }
   }
   strbuf_free(&label);
   strbuf_puts(out, "</g>\n");
@@ -200,26 +225,31 @@ void report_svg(const ir_module *m, const sim_result *r, strbuf *out) {
     double x = svg_x(&c, e->start), w = (e->end - e->start) * c.scale;
     if (w < 0.5) w = 0.5;
     double y = svg_row_y(e->device);
-    strbuf_printf(out, "<rect class=\"op\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%d\" "
+    /* boxes narrower than 3 px have no white outline, which would wash their colour out */
+    strbuf_printf(out, "<rect class=\"%s\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%d\" "
                        "fill=\"%s\"><title>",
-                  x, y, w, SVG_ROW, st->fill);
+                  w >= 3 ? "op" : "op-thin", x, y, w, SVG_ROW, st->fill);
     if (e->kind < IR_OP_COUNT)
       strbuf_printf(out, "%s s%d mb%d", rep_op_kind_name(e->kind), e->stage, e->mb);
     else
       strbuf_puts(out, rep_op_kind_name(e->kind));
     strbuf_printf(out, ": %.3f to %.3f ms</title></rect>\n", e->start * 1e3, e->end * 1e3);
-    char label[24];
-    if (e->kind < IR_OP_COUNT)
-      snprintf(label, sizeof label, "%d", e->mb);
-    else
+    /* "s<stage>:<mb>" where it fits, else the microbatch alone */
+    char label[40];
+    if (e->kind < IR_OP_COUNT) {
+      snprintf(label, sizeof label, "s%d:%d", e->stage, e->mb);
+      if (w < 7.0 * (double)strlen(label) + 4) snprintf(label, sizeof label, "%d", e->mb);
+    } else {
       snprintf(label, sizeof label, "%s", (int)e->kind == SIM_OP_ALLREDUCE ? "AR" : "opt");
+    }
     if (w >= 7.0 * (double)strlen(label) + 4)
       strbuf_printf(out, "<text class=\"mb\" x=\"%.2f\" y=\"%.2f\">%s</text>\n", x + w / 2,
                     y + SVG_ROW / 2.0 + 4, label);
   }
   strbuf_puts(out, "</g>\n");
 
-  /* transfers: the sender's send band, then an arrow from sender to receiver */
+  /* transfers: the sender's send band, then an arrow from sender to receiver when their rows
+   * are adjacent, else a tick out of the sender's row and one into the receiver's */
   strbuf_puts(out, "<g id=\"transfers\">\n");
   for (int i = 0; i < r->nxfers; i++) {
     const sim_transfer *x = &r->xfers[i];
@@ -234,12 +264,28 @@ void report_svg(const ir_module *m, const sim_result *r, strbuf *out) {
     bool down = x->to > x->from;
     double y1 = down ? svg_row_y(x->from) + SVG_ROW + 2 + SVG_BAND : svg_row_y(x->from);
     double y2 = down ? svg_row_y(x->to) : svg_row_y(x->to) + SVG_ROW;
-    strbuf_printf(out,
-                  "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"%s\" "
-                  "stroke-width=\"1\" opacity=\"0.75\" marker-end=\"url(#arrow-%s)\">"
-                  "<title>%s s%d-&gt;s%d mb%d: %.3f to %.3f ms</title></line>\n",
-                  x1, y1, x2, y2, xfer_color[k], k ? "grad" : "act", k ? "grad" : "act",
-                  x->src_stage, x->dst_stage, x->mb, x->start * 1e3, x->end * 1e3);
+    bool adjacent = x->to - x->from == 1 || x->from - x->to == 1;
+    /* (x, y) pairs of the lines: one arrow, or the sender's tick and the receiver's */
+    double seg[2][4] = {{x1, y1, x2, y2}, {0, 0, 0, 0}};
+    if (!adjacent) {
+      double dir = down ? 1 : -1;
+      seg[0][2] = x1;
+      seg[0][3] = y1 + dir * SVG_TICK;
+      seg[1][0] = x2;
+      seg[1][1] = y2 - dir * SVG_TICK;
+      seg[1][2] = x2;
+      seg[1][3] = y2;
+    }
+    for (int s = 0; s < (adjacent ? 1 : 2); s++) {
+      strbuf_printf(out,
+                    "<line class=\"%s\" x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" "
+                    "stroke=\"%s\" stroke-width=\"1\" opacity=\"0.75\" "
+                    "marker-end=\"url(#arrow-%s)\"><title>%s s%d-&gt;s%d mb%d ($d%d to $d%d",
+                    adjacent ? "arrow" : s ? "tick-in" : "tick-out", seg[s][0], seg[s][1],
+                    seg[s][2], seg[s][3], xfer_color[k], k ? "grad" : "act", k ? "grad" : "act",
+                    x->src_stage, x->dst_stage, x->mb, x->from, x->to);
+      strbuf_printf(out, "): %.3f to %.3f ms</title></line>\n", x->start * 1e3, x->end * 1e3);
+    }
   }
   strbuf_puts(out, "</g>\n");
 
@@ -254,6 +300,12 @@ void report_svg(const ir_module *m, const sim_result *r, strbuf *out) {
     lx += 26 + 7.0 * (double)strlen(op_styles[s].legend);
   }
   static const char *const xfer_legend[] = {"activation transfer", "gradient transfer"};
+  /* label key and tick legend on a line of their own */
+  strbuf_printf(out,
+                "<text x=\"%d\" y=\"%.2f\" fill=\"#444\">boxes: s&lt;stage&gt;:&lt;microbatch&gt;"
+                " (the microbatch alone when narrow); a transfer between rows that are not "
+                "adjacent: a tick out of the sender's row and one into the receiver's</text>\n",
+                SVG_LEFT, legend_y + 20);
   for (int k = 0; k < 2; k++) {
     strbuf_printf(out,
                   "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"%s\" "
