@@ -56,3 +56,12 @@ for py in (sys.executable, "/usr/bin/python3"):
         config.available_features.add("torch")
         config.substitutions.append(("%torch_python", py))
         break
+# %torch_pp_python: a Python whose torch has torch.distributed.pipelining's schedule runtime
+# (torch 2.4 or later; Debian's python3-torch 1.13 has not) for examples/torch/run_plan.py; the
+# test that runs it needs the "torch-pipelining" feature and is skipped elsewhere.
+for py in (sys.executable, "/usr/bin/python3"):
+    if py and os.system(py + " -c 'from torch.distributed.pipelining.schedules import "
+                        "_PipelineScheduleRuntime' >/dev/null 2>&1") == 0:
+        config.available_features.add("torch-pipelining")
+        config.substitutions.append(("%torch_pp_python", py))
+        break
