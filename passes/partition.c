@@ -161,20 +161,33 @@ static int need_costs(part_ctx *c, const char *method) {
 #define PART_MAX_TOTAL_S 9e6
 
 /* balanced: the exact min-max split of F + B + W per layer (pass_partition_balanced), under
- * mem_cap when given. Needs complete layer costs. */
+ * mem_cap when given; with megatron=true, cuts only where pass_megatron_cut_ok allows (the
+ * split of the blocks between those cuts). Needs complete layer costs. */
 static int part_balanced(part_ctx *c) {
   ir_module *m = c->m;
   if (need_costs(c, "balanced")) return 1;
+  bool megatron;
+  if (pass_opt_bool(c->opts, "megatron", false, &megatron, c->d)) return 1;
   double cap;
   if (pass_opt_quantity(c->opts, "mem_cap", IR_DIM_BYTES, 0, &cap, c->d)) return 1;
   if (pass_opt_find(c->opts, "mem_cap") && !(cap > 0)) { /* 0 would mean "no cap" below */
     diag_error(c->d, opt_loc(c, "mem_cap"), "mem_cap must be a positive size");
     return 1;
   }
-  int n = m->nlayers;
+  /* The units the balanced split works on: layers, or with megatron=true the blocks between
+   * the cuts Megatron allows; unit u ends at layer uend[u]. */
+  int *uend = xmalloc(((size_t)m->nlayers + 1) * sizeof *uend);
+  int n = 0;
+  for (int i = 1; i <= m->nlayers; i++)
+    if (i == m->nlayers || !megatron || pass_megatron_cut_ok(m, i)) uend[n++] = i;
   if (n < c->k) {
-    diag_error(c->d, c->opts->loc, "partition{method=balanced} cannot cut %d layers into %d "
-               "stages", n, c->k);
+    if (megatron)
+      diag_error(c->d, c->opts->loc, "partition{method=balanced, megatron=true} cannot cut %d "
+                 "blocks (layers between the cuts Megatron can express) into %d stages", n, c->k);
+    else
+      diag_error(c->d, c->opts->loc, "partition{method=balanced} cannot cut %d layers into %d "
+                 "stages", n, c->k);
+    free(uend);
     return 1;
   }
   /* Picoseconds, as the simulator: their sum must fit in int64_t (9.2e18 ps, about 106 days). */
@@ -186,22 +199,25 @@ static int part_balanced(part_ctx *c) {
   if (!(total <= PART_MAX_TOTAL_S)) {
     diag_error(c->d, c->opts->loc, "partition{method=balanced} cannot balance layers whose F + B "
                "+ W times add up to %g s (at most %g s)", total, PART_MAX_TOTAL_S);
+    free(uend);
     return 1;
   }
-  int64_t *cost = xmalloc((size_t)n * sizeof *cost);
-  double *ms = xmalloc((size_t)n * sizeof *ms), *ma = xmalloc((size_t)n * sizeof *ma);
-  for (int i = 0; i < n; i++) {
-    const ir_cost *k = &m->layers[i].cost;
-    cost[i] = llround((k->f + k->b + k->w) * 1e12);
-    ms[i] = k->param;
-    ma[i] = k->act;
-  }
+  int64_t *cost = xcalloc((size_t)n, sizeof *cost);
+  double *ms = xcalloc((size_t)n, sizeof *ms), *ma = xcalloc((size_t)n, sizeof *ma);
+  for (int u = 0, i = 0; u < n; u++)
+    for (; i < uend[u]; i++) {
+      const ir_cost *k = &m->layers[i].cost;
+      cost[u] += llround((k->f + k->b + k->w) * 1e12);
+      ms[u] += k->param;
+      ma[u] += k->act;
+    }
   /* In flight at a stage: min(k - i, mb), so mb only matters up to k (NAN when unset: 1). */
   double mbs = ir_field_value(&m->train, IR_F_TRAIN_microbatches);
   int mb = !(mbs >= 1) ? 1 : mbs < c->k ? (int)mbs : c->k;
   int *ends = xmalloc((size_t)c->k * sizeof *ends);
   int rc = pass_partition_balanced(cost, ms, ma, n, c->k, cap, mb, ends, NULL);
   if (rc == 0) {
+    for (int s = 0; s < c->k; s++) ends[s] = uend[ends[s] - 1]; /* unit ends to layer ends */
     apply_cuts(m, ends, c->k);
   } else {
     strbuf sb = {0};
@@ -215,6 +231,7 @@ static int part_balanced(part_ctx *c) {
   free(ms);
   free(ma);
   free(ends);
+  free(uend);
   return rc != 0;
 }
 
@@ -457,9 +474,12 @@ int pass_run_partition(ir_module *m, const pass_options *opts, diag_engine *d) {
     diag_error(d, o->key_loc, "'%s' is for method=explicit", o->key);
     return 1;
   }
-  if (pass_opt_find(opts, "mem_cap") && method != PART_BALANCED) {
-    diag_error(d, pass_opt_find(opts, "mem_cap")->key_loc, "'mem_cap' is for method=balanced");
-    return 1;
+  for (int i = 0; i < 2; i++) {
+    const char *key = i ? "megatron" : "mem_cap";
+    if (pass_opt_find(opts, key) && method != PART_BALANCED) {
+      diag_error(d, pass_opt_find(opts, key)->key_loc, "'%s' is for method=balanced", key);
+      return 1;
+    }
   }
   if (stages > 0) {
     c.k = (int)stages;
@@ -507,6 +527,20 @@ char pass_layout_symbol(pass_layout_notation n, ir_layer_kind k) {
     if (layout_symbols[i].notation == n && layout_symbols[i].kind == k)
       return layout_symbols[i].symbol;
   return 0;
+}
+
+pass_layout_notation pass_layout_notation_of(const ir_module *m) {
+  for (int i = 0; i < m->nlayers; i++)
+    if (m->layers[i].kind == IR_KIND_MAMBA2) return PASS_LAYOUT_HYBRID;
+  return PASS_LAYOUT_MEGATRON;
+}
+
+bool pass_megatron_cut_ok(const ir_module *m, int i) {
+  ir_layer_kind prev = m->layers[i - 1].kind, next = m->layers[i].kind;
+  if (pass_layout_notation_of(m) == PASS_LAYOUT_HYBRID)
+    return !(i == 1 && prev == IR_KIND_EMBEDDING) &&
+           !(i == m->nlayers - 1 && next == IR_KIND_LM_HEAD);
+  return !(prev == IR_KIND_ATTENTION && (next == IR_KIND_MLP || next == IR_KIND_MOE));
 }
 
 void pass_layout_symbols(pass_layout_notation n, strbuf *sb) {

@@ -157,6 +157,19 @@ int pass_layout_kind(pass_layout_notation n, char c);
 char pass_layout_symbol(pass_layout_notation n, ir_layer_kind k);
 /* Append notation n's symbols to sb as "E, t and L". */
 void pass_layout_symbols(pass_layout_notation n, strbuf *sb);
+/* The notation m's partition is written in: the hybrid pattern when m has Mamba-2 layers, else
+ * the pipeline layout. */
+pass_layout_notation pass_layout_notation_of(const ir_module *m);
+/* Whether Megatron can start a stage at layer i (0 < i < m->nlayers) of m: not between an
+ * attention layer and the MLP or MoE after it (a layout's 't' is both); in a hybrid pattern, not
+ * after a leading embedding or before a trailing LM head (both implicit, so a stage of either
+ * alone cannot be written). */
+bool pass_megatron_cut_ok(const ir_module *m, int i);
+/* The octoc --megatron plan: stages Megatron can express (balanced under pass_megatron_cut_ok),
+ * one per device in order, 1F1B (Megatron's default schedule). */
+#define PASS_MEGATRON_PIPELINE \
+  "cost,partition{method=balanced, megatron=true},place{method=sequential}," \
+  "schedule{method=1f1b},simulate"
 
 /* ---- Comparison with the classic plans --------------------------------------------------- */
 

@@ -72,6 +72,7 @@ int report_emit(const ir_module *m, report_kind k, const report_opts *o, strbuf 
     return 0;
   }
   case REPORT_MEGATRON_LAYOUT: return report_megatron_layout(m, out, d, where);
+  case REPORT_MEGATRON_ARGS: return report_megatron_args(m, out, d, where);
   default: break;
   }
   /* The classic plans: the tuner's when it ran them, else run now when asked for. */

@@ -1,6 +1,7 @@
 /* export.c -- the plan in other frameworks' terms: the schedule as the CSV that PyTorch's
  * torch.distributed.pipelining reads (_load_csv, compute-only actions), and the partition as
- * Megatron-LM's --pipeline-model-parallel-layout string or hybrid layer pattern with '|' cuts. */
+ * Megatron-LM's --pipeline-model-parallel-layout string or --hybrid-layer-pattern with '|' cuts,
+ * alone or as Megatron-LM's command-line flags. */
 #include <string.h>
 
 #include "report_impl.h"
@@ -38,29 +39,31 @@ static void put_run(strbuf *out, bool *first, char c, int n) {
     strbuf_printf(out, "%c*%d", c, n);
 }
 
+/* The way forward named by the errors of a plan Megatron cannot express. */
+#define MEGATRON_HINT "; plan with octoc --megatron for stages Megatron can express"
+
 int report_megatron_layout(const ir_module *m, strbuf *out, diag_engine *d, diag_loc where) {
   int p = m->ndevices;
   if (p == 0 || m->nstages % p != 0) {
     diag_error(d, where, "cannot write a Megatron layout: Megatron gives every one of the %d "
-               "pipeline ranks the same number of virtual stages, but the plan has %d stages",
-               p, m->nstages);
+               "pipeline ranks the same number of virtual stages, but the plan has %d stages"
+               MEGATRON_HINT, p, m->nstages);
     return -1;
   }
   for (int s = 0; s < m->nstages; s++)
     if (m->stages[s].device != s % p) {
       diag_error(d, where, "cannot write a Megatron layout: Megatron places virtual stage s on "
                  "pipeline rank s mod %d, but @s%d is on $d%d (only sequential and interleaved "
-                 "placements can be written)", p, s, m->stages[s].device);
+                 "placements can be written)" MEGATRON_HINT, p, s, m->stages[s].device);
       return -1;
     }
-  bool hybrid = false;
-  for (int i = 0; i < m->nlayers; i++)
-    if (m->layers[i].kind == IR_KIND_MAMBA2) hybrid = true;
-  pass_layout_notation notation = hybrid ? PASS_LAYOUT_HYBRID : PASS_LAYOUT_MEGATRON;
+  pass_layout_notation notation = pass_layout_notation_of(m);
+  bool hybrid = notation == PASS_LAYOUT_HYBRID;
   strbuf sb = {0};
   for (int s = 0; s < m->nstages; s++) {
     const ir_stage *st = &m->stages[s];
     if (s) strbuf_putc(&sb, '|');
+    size_t start = sb.len;
     bool first = true;
     char run = 0;
     int count = 0;
@@ -77,8 +80,8 @@ int report_megatron_layout(const ir_module *m, strbuf *out, diag_engine *d, diag
         else if (i + 1 < m->nlayers && (m->layers[i + 1].kind == IR_KIND_MLP ||
                                         m->layers[i + 1].kind == IR_KIND_MOE)) {
           diag_error(d, where, "cannot write a Megatron layout: @s%d ends between attention "
-                     "layer %%%d \"%s\" and its %s (a Megatron 't' is both)", s, i,
-                     m->layers[i].name, ir_kinds[m->layers[i + 1].kind].name);
+                     "layer %%%d \"%s\" and its %s (a Megatron 't' is both)" MEGATRON_HINT, s,
+                     i, m->layers[i].name, ir_kinds[m->layers[i + 1].kind].name);
           strbuf_free(&sb);
           return -1;
         }
@@ -105,9 +108,62 @@ int report_megatron_layout(const ir_module *m, strbuf *out, diag_engine *d, diag
       count++;
     }
     put_run(&sb, &first, run, count);
+    if (sb.len == start) { /* a hybrid stage of only the implicit embedding or LM head */
+      diag_error(d, where, "cannot write a Megatron layout: @s%d holds only the %s, which a "
+                 "hybrid pattern leaves implicit in the %s stage" MEGATRON_HINT, s,
+                 ir_kinds[m->layers[st->first].kind].name, s == 0 ? "first" : "last");
+      strbuf_free(&sb);
+      return -1;
+    }
   }
   strbuf_append(out, strbuf_cstr(&sb), sb.len);
   strbuf_putc(out, '\n');
   strbuf_free(&sb);
+  return 0;
+}
+
+int report_megatron_args(const ir_module *m, strbuf *out, diag_engine *d, diag_loc where) {
+  strbuf layout = {0};
+  if (report_megatron_layout(m, &layout, d, where) != 0) {
+    strbuf_free(&layout);
+    return -1;
+  }
+  layout.data[--layout.len] = 0; /* the newline */
+  bool hybrid = pass_layout_notation_of(m) == PASS_LAYOUT_HYBRID;
+  int p = m->ndevices; /* the layout's '|' cuts give the virtual stages per rank */
+  strbuf_printf(out, "--pipeline-model-parallel-size %d", p);
+  strbuf_printf(out, " %s '%s'\n",
+                hybrid ? "--hybrid-layer-pattern" : "--pipeline-model-parallel-layout",
+                strbuf_cstr(&layout));
+  if (hybrid) {
+    /* megatron-core <= 0.16: no '|'; the layers are split evenly over the ranks */
+    strbuf plain = {0};
+    int total = 0, per = -1;
+    bool even = m->nstages == p;
+    for (const char *c = strbuf_cstr(&layout);; c++) {
+      if (*c == '|' || *c == 0) {
+        if (per >= 0 && total != per) even = false;
+        per = total;
+        total = 0;
+        if (!*c) break;
+      } else {
+        strbuf_putc(&plain, *c);
+        total++;
+      }
+    }
+    strbuf_printf(out, "# megatron-core 0.16 and earlier reject '|' in hybrid patterns; there "
+                  "--hybrid-layer-pattern '%s' ", strbuf_cstr(&plain));
+    if (plain.len % (size_t)p)
+      strbuf_printf(out, "fails: its %zu layers do not split evenly over %d ranks\n", plain.len,
+                    p);
+    else if (even)
+      strbuf_printf(out, "splits its %zu layers evenly over the %d ranks, as this plan does\n",
+                    plain.len, p);
+    else
+      strbuf_printf(out, "splits its %zu layers evenly over the %d ranks, not as this plan does "
+                    "(partition{method=uniform} plans that split)\n", plain.len, p);
+    strbuf_free(&plain);
+  }
+  strbuf_free(&layout);
   return 0;
 }

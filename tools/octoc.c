@@ -60,6 +60,9 @@ static void usage(FILE *f) {
         "                         (costs, then the tuner's plan, then simulate);\n"
         "                         e.g. 'cost,partition,place,schedule{method=zb-h1},simulate'\n"
         "                         (see octo-opt --list-passes); --passes= runs none\n"
+        "  --megatron             plan stages Megatron-LM can express (for --emit=megatron-*):\n"
+        "                         balanced cuts between transformer blocks, one stage per\n"
+        "                         device, 1F1B\n"
         "  -o FILE                write to FILE instead of stdout\n"
         "  --explain              report every default the compiler assumed\n"
         "  --print-debuginfo      print source locations in the IR\n"
@@ -185,7 +188,8 @@ int main(int argc, char **argv) {
                                       "--print-debuginfo", "--verify-diagnostics",
                                       "--split-input-file", "--error-limit=",
                                       "--help",          "--version",
-                                      "--profile=",      NULL};
+                                      "--profile=",      "--megatron", NULL};
+  bool megatron = false; /* --megatron: the passes are PASS_MEGATRON_PIPELINE */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -209,6 +213,8 @@ int main(int argc, char **argv) {
       o.compare = true;
     } else if (starts(a, "--passes=", &v)) {
       o.passes = v;
+    } else if (strcmp(a, "--megatron") == 0) {
+      megatron = true;
     } else if (starts(a, "--profile=", &v)) {
       if (!*v || o.nprofiles == (int)(sizeof o.profiles / sizeof *o.profiles)) {
         fputs(*v ? "octoc: error: at most 16 --profile files\n"
@@ -284,6 +290,11 @@ int main(int argc, char **argv) {
       o.input = a;
     }
   }
+  if (megatron && o.passes) {
+    fputs("octoc: error: --megatron chooses the passes: give either it or --passes\n", stderr);
+    return 1;
+  }
+  if (megatron) o.passes = PASS_MEGATRON_PIPELINE;
   if (!o.input) {
     fputs("octoc: error: no input file (try 'octoc --help')\n", stderr);
     return 1;

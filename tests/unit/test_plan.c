@@ -1,6 +1,6 @@
 /* test_plan.c -- unit tests of the planning algorithms of passes/: the balanced partition is the
  * exact min-max split (checked against brute force on many small random cases, with and without
- * a memory cap). */
+ * a memory cap); the cuts Megatron's notations allow. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -107,4 +107,24 @@ void test_plan_balanced_overflow(void) {
   /* The largest sum that fits still works. */
   UNIT_CHECK(pass_partition_balanced(edge, z, z, 2, 1, 0, 1, ends, &got) == 0);
   UNIT_CHECK(got == INT64_MAX / 2 * 2 && ends[0] == 2);
+}
+
+/* Megatron's cuts: never between an attention layer and the MLP or MoE after it (a layout's
+ * 't'); in a hybrid model (Mamba-2 layers) any cut but those that would leave the implicit
+ * embedding or LM head alone in a stage. */
+void test_plan_megatron_cuts(void) {
+  static const ir_layer_kind dense[] = {IR_KIND_EMBEDDING, IR_KIND_ATTENTION, IR_KIND_MLP,
+                                        IR_KIND_ATTENTION, IR_KIND_MOE,       IR_KIND_LM_HEAD};
+  static const bool dense_ok[] = {false, true, false, true, false, true};
+  static const ir_layer_kind hybrid[] = {IR_KIND_EMBEDDING, IR_KIND_MAMBA2, IR_KIND_ATTENTION,
+                                         IR_KIND_MLP,       IR_KIND_MAMBA2, IR_KIND_LM_HEAD};
+  static const bool hybrid_ok[] = {false, false, true, true, true, false};
+  for (int h = 0; h < 2; h++) {
+    ir_module *m = ir_module_new("cuts");
+    for (int i = 0; i < 6; i++) ir_module_add_layer(m, "l", h ? hybrid[i] : dense[i]);
+    UNIT_CHECK(pass_layout_notation_of(m) == (h ? PASS_LAYOUT_HYBRID : PASS_LAYOUT_MEGATRON));
+    for (int i = 1; i < 6; i++)
+      UNIT_CHECK(pass_megatron_cut_ok(m, i) == (h ? hybrid_ok : dense_ok)[i]);
+    ir_module_free(m);
+  }
 }
