@@ -479,12 +479,17 @@ static void text_compare(const ir_module *m, const sim_result *r, const report_e
                                      "memory"};
   text_table t;
   table_init(&t, 6, cols);
+  /* the star: the fastest row that fits, the plan itself included (it wins ties) */
   int best = -1;
   for (int i = 0; i < nb; i++)
     if (b[i].ok && b[i].fits && (best < 0 || b[i].makespan < b[best].makespan)) best = i;
+  bool plan_best = r && r->status == SIM_OK && r->fits &&
+                   (best < 0 || r->makespan <= b[best].makespan);
+  if (plan_best) best = -1;
   if (r && r->status == SIM_OK) {
     strbuf name = {0};
-    strbuf_printf(&name, "%s plan (%s)", x->tuner ? "tuned" : "this", rep_schedule_method(m));
+    strbuf_printf(&name, "%s plan (%s)%s", x->tuner ? "tuned" : "this", rep_schedule_method(m),
+                  plan_best ? " *" : "");
     table_cell(&t, strbuf_cstr(&name));
     strbuf_free(&name);
     table_ms(&t, r->makespan);
