@@ -147,6 +147,14 @@ static double kind_mean(const kind_costs *kc, int f) {
   return kc->field[f].have ? kc->field[f].sum / kc->field[f].have : NAN;
 }
 
+/* Bytes stage s sends to the next stage per microbatch (its last layer's output; the same
+ * size of gradient comes back); NAN for the last stage or without a cost record. */
+static double stage_send_bytes(const ir_module *m, int s) {
+  if (s + 1 >= m->nstages) return NAN;
+  const ir_cost *c = &m->layers[m->stages[s].end - 1].cost;
+  return ir_field_is_set(c, IR_F_COST_out) ? c->out : NAN;
+}
+
 /* Whether m has a plan that can be simulated: stages and schedules. */
 static bool has_schedule(const ir_module *m) { return m->schedules && m->nstages > 0; }
 
@@ -297,9 +305,9 @@ static void text_stages(const ir_module *m, strbuf *sb) {
   bool mixed = rep_mixed(m);
   strbuf_printf(sb, "\nstages (%d):\n", m->nstages);
   static const char *const cols[] = {"stage", "layers", "first", "last", "device", ">F ms",
-                                     ">B ms", ">W ms", ">act", ">param"};
+                                     ">B ms", ">W ms", ">act", ">param", ">send"};
   text_table t;
-  table_init(&t, 10, cols);
+  table_init(&t, 11, cols);
   for (int s = 0; s < m->nstages; s++) {
     const ir_stage *st = &m->stages[s];
     char b1[24], b2[24];
@@ -314,6 +322,7 @@ static void text_stages(const ir_module *m, strbuf *sb) {
     table_ms(&t, c.any ? c.w : NAN);
     table_bytes(&t, c.any ? c.act : NAN);
     table_bytes(&t, c.any ? c.param : NAN);
+    table_bytes(&t, stage_send_bytes(m, s));
   }
   table_flush(&t, sb);
 }
@@ -720,6 +729,7 @@ void report_json(const ir_module *m, const sim_result *r, const report_extra *x,
     member_ms(out, "w_ms", c.any ? c.w : NAN, &f1);
     member_num(out, "act_bytes", c.any ? c.act : NAN, &f1);
     member_num(out, "param_bytes", c.any ? c.param : NAN, &f1);
+    member_num(out, "send_bytes", stage_send_bytes(m, s), &f1);
     strbuf_putc(out, '}');
   }
   strbuf_puts(out, m->nstages ? "\n  ]" : "]");
