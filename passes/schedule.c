@@ -59,7 +59,8 @@ static sched_verdict sched_check_interleaved(const sched_shape *sh, const char *
                                              strbuf *why) {
   if (sh->S % sh->p != 0 || sh->S < 2 * sh->p) {
     strbuf_printf(why, "%s needs v x p stages with v >= 2 model chunks per device (stage s on "
-                  "device s mod %d); the module has %d stage%s on %d device%s", name, sh->p, sh->S,
+                  "device s mod %d: partition{chunks=2},place{method=interleaved} makes them); "
+                  "the module has %d stage%s on %d device%s", name, sh->p, sh->S,
                   sh->S == 1 ? "" : "s", sh->p, sh->p == 1 ? "" : "s");
     return SCHED_BAD_SHAPE;
   }
@@ -87,8 +88,9 @@ static sched_verdict sched_check_interleaved(const sched_shape *sh, const char *
  * only from m >= 2p on. Pre/post as sched_check_seq. */
 static sched_verdict sched_check_zbv(const sched_shape *sh, const char *name, strbuf *why) {
   if (sh->S != 2 * sh->p) {
-    strbuf_printf(why, "%s needs exactly two stages per device in a V (2 x %d = %d stages); the "
-                  "module has %d", name, sh->p, 2 * sh->p, sh->S);
+    strbuf_printf(why, "%s needs exactly two stages per device in a V (2 x %d = %d stages: "
+                  "partition{chunks=2},place{method=vshape} makes them); the module has %d", name,
+                  sh->p, 2 * sh->p, sh->S);
     return SCHED_BAD_SHAPE;
   }
   int s = sched_misplaced(sh, sched_want_v);
