@@ -102,7 +102,8 @@ static void note_suggestion(sema *s, fe_loc at, suggest *sg) {
   if (suggest_result(sg)) diag_note(s->d, L(at), "did you mean '%s'?", suggest_result(sg));
 }
 
-/* Report an unknown reference and suggest the closest name among the definitions. */
+/* Report an unknown reference and suggest the closest name among the definitions; without one,
+ * a cluster or device reference is told where such definitions come from (a forgotten import). */
 static void unknown_ref(sema *s, fe_loc at, const char *what, const char *name,
                         const sema_defs *ds) {
   diag_error(s->d, L(at), "unknown %s '%s'", what, name);
@@ -110,6 +111,10 @@ static void unknown_ref(sema *s, fe_loc at, const char *what, const char *name,
   suggest_init(&sg, name);
   for (int i = 0; i < ds->n; i++) suggest_add(&sg, ds->v[i]->name);
   note_suggestion(s, at, &sg);
+  if (!suggest_result(&sg) && (strcmp(what, "cluster") == 0 || strcmp(what, "device") == 0))
+    diag_note(s->d, L(at), "no %s of that name is defined in this file or the files it imports; "
+              "define one, or import the file that does (the examples import "
+              "\"clusters/h100.octo\", which defines dgx_h100)", what);
 }
 
 static void explain(sema *s, fe_loc at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
