@@ -17,7 +17,7 @@ trap 'rm -rf "$TMP"' EXIT
 printf '%-18s %6s %6s %10s %12s %10s\n' example ranks scale "step ms" "busiest ms" "BLAS share"
 for spec in "$@"; do
   name=$(basename "$spec" .octo)
-  "$BUILD/tools/octoc" "$spec" --budget=0.5 --emit=stream -o "$TMP/$name.ois" > /dev/null
+  "$BUILD/tools/octoc" "$spec" --evals=200 --emit=stream -o "$TMP/$name.ois" > /dev/null
   "$BUILD/tools/octo-run" "$TMP/$name.ois" --steps="$STEPS" > "$TMP/$name.out"
   awk -v name="$name" -v steps="$STEPS" '
     NR == 1 { for (i = 1; i <= NF; i++) if ($i == "scale") scale = $(i + 1); ranks = $2 }

@@ -11,12 +11,12 @@
 # its predicted one. Figures only (bench/README.md quotes them).
 # usage: bench/fidelity.sh BUILD_DIR [STEPS] [RANKS] [SPEC...]   (SPEC: names of bench/specs,
 #        default all three; the smoke run of tests/bench: 2 steps, 2 ranks, fid_uniform,
-#        FIDELITY_SCALE=8 and FIDELITY_BUDGET=0.2)
+#        FIDELITY_SCALE=8 and FIDELITY_EVALS=100)
 # environment: FIDELITY_SCALE (octo-run --scale of the profile and the runs, default 1),
-#              FIDELITY_BUDGET (the tuner's --budget in seconds, default 2)
+#              FIDELITY_EVALS (the tuner's --evals, plans simulated, default 1000)
 set -eu
 SCALE=${FIDELITY_SCALE:-1}
-BUDGET=${FIDELITY_BUDGET:-2}
+EVALS=${FIDELITY_EVALS:-1000}
 BUILD=$1
 STEPS=${2:-5}
 RANKS=${3:-$(nproc 2>/dev/null || echo 2)}
@@ -61,7 +61,7 @@ for name in "$@"; do
   { echo "tuned|"; classics; } | while IFS='|' read -r plan passes; do
     out="$TMP/$name.$(echo "$plan" | tr -c 'A-Za-z0-9' '_').ois"
     if [ -z "$passes" ]; then
-      "$OCTOC" "$spec" --profile="$TMP/$name.json" --budget="$BUDGET" --emit=stream -o "$out" 2>/dev/null || continue
+      "$OCTOC" "$spec" --profile="$TMP/$name.json" --evals="$EVALS" --emit=stream -o "$out" 2>/dev/null || continue
     else
       "$OCTOC" "$spec" --profile="$TMP/$name.json" --passes="cost,$passes" --emit=stream -o "$out" \
         2>/dev/null || continue

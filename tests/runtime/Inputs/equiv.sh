@@ -27,7 +27,7 @@ for name in gpipe 1f1b interleaved zb-h1 zbv adaptive tuned; do
   if [ -n "$passes" ]; then
     octoc "$spec" --passes="$passes" --emit=stream -o "$plan" 2>/dev/null
   else
-    octoc "$spec" --budget=0.5 --emit=stream -o "$plan" 2>/dev/null
+    octoc "$spec" --evals=200 --emit=stream -o "$plan" 2>/dev/null
   fi
   if [ $? -ne 0 ]; then
     echo "$name: refused"

@@ -11,7 +11,7 @@ mkdir -p "$tmp"
 for spec in "$dir"/*.octo; do
   name=$(basename "$spec" .octo)
   plan="$tmp/$name.ois"
-  if ! octoc "$spec" --budget=0.5 --emit=stream -o "$plan" > "$plan.log" 2>&1; then
+  if ! octoc "$spec" --evals=200 --emit=stream -o "$plan" > "$plan.log" 2>&1; then
     echo "$name: FAILED (octoc)"
     cat "$plan.log"
     continue
