@@ -1,14 +1,19 @@
 /* comm_mpi.c -- the mpi backend: one process per rank of every replica (world rank = replica x
  * nranks + rank), messages with MPI_Isend/MPI_Irecv on a private communicator (tags encode the
  * tensor, stage and microbatch, so pairing never depends on arrival order), WAIT as MPI_Test
- * polling until the deadline, the all-reduce over replicas with MPI_Allreduce on a communicator
- * per pipeline rank; a failing rank prints its error and aborts the job. rt_main_mpi is octo-run's
- * whole mpi path: set-up, checks, the run, the gathered report. */
+ * polling until the deadline, the all-reduce over replicas with MPI_Iallreduce on a communicator
+ * per pipeline rank, polled against the same deadline, and so are the report's collectives. A
+ * failing rank prints its error and aborts the job (MPI_Abort with its exit status); every other
+ * process, ended by mpirun with SIGTERM, says where it stopped and exits with RT_EXIT_RUNTIME, so
+ * that the job's status is 3 whichever rank fails. rt_main_mpi is octo-run's whole mpi path:
+ * set-up, checks, the run, the gathered report. */
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kernels.h"
 #include "runtime.h"
@@ -19,7 +24,96 @@ typedef struct mpi_comm {
   MPI_Comm replicas; /* the processes of the same pipeline rank: the all-reduce */
   int base;          /* world rank of this replica's rank 0 */
   int nmb;           /* microbatches: tag encoding */
+  int replica;       /* this process's replica */
+  int nreplicas;     /* replicas of the stream (messages name the replica when > 1) */
 } mpi_comm;
+
+/* What the SIGTERM handler reports: set up by rt_mpi_start and rt_main_mpi, read only in the
+ * handler. */
+static struct {
+  int rank, replica, replicas;    /* this process's pipeline rank and replica; the replicas */
+  const be_program *prog;         /* its program while the interpreter runs it, else NULL */
+  const volatile sig_atomic_t *at; /* the interpreter's address (rt_comm.at), or NULL */
+  volatile sig_atomic_t quiet;    /* this process already said why it ends: exit silently */
+} mp_term = {0, 0, 1, NULL, NULL, 0};
+
+/* Append decimal v (>= 0), at least 'width' digits, to out at *n (async-signal-safe). */
+static void put_num(char *out, size_t *n, size_t cap, long v, int width) {
+  char d[24];
+  int k = 0;
+  do {
+    d[k++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v > 0 || k < width);
+  while (k > 0 && *n + 1 < cap) out[(*n)++] = d[--k];
+}
+
+/* Append text to out at *n (async-signal-safe). */
+static void put_str(char *out, size_t *n, size_t cap, const char *text) {
+  while (*text && *n + 1 < cap) out[(*n)++] = *text++;
+}
+
+/* SIGTERM: mpirun ends the job because another process failed or exited. Say where this rank
+ * stopped ("rank 1 at 0005 (WAIT): stopped ..."), then exit with RT_EXIT_RUNTIME. */
+static void mp_on_term(int sig) {
+  (void)sig;
+  if (!mp_term.quiet) {
+    char msg[256];
+    size_t n = 0;
+    put_str(msg, &n, sizeof msg, "octo-run: error: ");
+    if (mp_term.replicas > 1) {
+      put_str(msg, &n, sizeof msg, "replica ");
+      put_num(msg, &n, sizeof msg, mp_term.replica, 1);
+      put_str(msg, &n, sizeof msg, ": ");
+    }
+    put_str(msg, &n, sizeof msg, "rank ");
+    put_num(msg, &n, sizeof msg, mp_term.rank, 1);
+    int at = mp_term.at ? (int)*mp_term.at : -1;
+    if (mp_term.prog && at >= 0 && at < mp_term.prog->ncode) {
+      put_str(msg, &n, sizeof msg, " at ");
+      put_num(msg, &n, sizeof msg, at, 4);
+      put_str(msg, &n, sizeof msg, " (");
+      put_str(msg, &n, sizeof msg, be_ops[mp_term.prog->code[at].op].name);
+      put_str(msg, &n, sizeof msg, ")");
+    }
+    put_str(msg, &n, sizeof msg, ": stopped because another process failed and mpirun ended "
+            "the job\n");
+    ssize_t w = write(STDERR_FILENO, msg, n);
+    (void)w;
+  }
+  _exit(RT_EXIT_RUNTIME);
+}
+
+/* Print "octo-run: error: [replica Q: ]why" for this process, then stay quiet when mpirun ends
+ * it. */
+static void mp_say(const mpi_comm *c, const char *why) {
+  mp_term.quiet = 1;
+  if (c->nreplicas > 1)
+    fprintf(stderr, "octo-run: error: replica %d: %s\n", c->replica, why);
+  else
+    fprintf(stderr, "octo-run: error: %s\n", why);
+  fflush(stderr);
+}
+
+/* Poll q with MPI_Test until it completes or 'timeout' seconds pass: 0 completed, 1 timed out,
+ * -1 MPI error (err says so). */
+static int mp_poll(MPI_Request *q, double timeout, strbuf *err) {
+  double until = support_seconds() + timeout;
+  int flag = 0;
+  for (long spin = 0; !flag; spin++) {
+    if (MPI_Test(q, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      if (err) strbuf_puts(err, "MPI_Test failed");
+      return -1;
+    }
+    if (flag) break;
+    if (support_seconds() > until) return 1;
+    if (spin > 1000) {
+      struct timespec nap = {0, 20000}; /* 20 us once the request is late */
+      nanosleep(&nap, NULL);
+    }
+  }
+  return 0;
+}
 
 /* Tag of a message: unique per (kind, stage, microbatch) within a step. */
 static int tag_of(const mpi_comm *c, be_tensor_ref t) {
@@ -52,38 +146,43 @@ static int mp_irecv(void *ctx, int peer, be_tensor_ref tag, void *buf, size_t by
 static int mp_wait(void *ctx, rt_req *r, double timeout, strbuf *err) {
   (void)ctx;
   MPI_Request *q = r->impl;
-  double until = support_seconds() + timeout;
-  int flag = 0;
-  for (long spin = 0; !flag; spin++) {
-    if (MPI_Test(q, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-      strbuf_puts(err, "MPI_Test failed");
-      return -1;
-    }
-    if (flag) break;
-    if (support_seconds() > until) return 1;
-    if (spin > 1000) {
-      struct timespec nap = {0, 20000}; /* 20 us once the message is late */
-      nanosleep(&nap, NULL);
-    }
-  }
+  int rc = mp_poll(q, timeout, err);
+  if (rc != 0) return rc;
   free(q);
   r->impl = NULL;
   r->done = true;
   return 0;
 }
 
-static int mp_allreduce(void *ctx, float *buf, size_t n) {
+static int mp_allreduce(void *ctx, float *buf, size_t n, double timeout, strbuf *err) {
   mpi_comm *c = ctx;
-  return MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, c->replicas) == MPI_SUCCESS
-             ? 0
-             : 2;
+  MPI_Request q;
+  if (n > (size_t)INT32_MAX) {
+    strbuf_printf(err, "%zu floats are more than one MPI call carries", n);
+    return -1;
+  }
+  if (MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, c->replicas, &q) !=
+      MPI_SUCCESS) {
+    strbuf_puts(err, "MPI_Iallreduce failed");
+    return -1;
+  }
+  return mp_poll(&q, timeout, err);
 }
 
 static void mp_fail(void *ctx, const char *why, int code) {
-  (void)ctx;
-  fprintf(stderr, "octo-run: error: %s\n", why);
-  fflush(stderr);
+  mp_say(ctx, why);
   MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+static void mp_die(void *ctx, const char *why) {
+  mp_say(ctx, why);
+  _Exit(RT_EXIT_RUNTIME); /* a crash, as far as the other processes can tell */
+}
+
+static void mp_stop(void *ctx, const char *why) {
+  mp_say(ctx, why);
+  raise(SIGSTOP);
+  _Exit(RT_EXIT_RUNTIME); /* continued without being ended */
 }
 
 /* Nothing to forget: a rank leaves with every message completed, or the job is aborted. */
@@ -126,6 +225,25 @@ static void unpack(rt_rank_stats *st, int steps, const double *d) {
   }
 }
 
+/* Complete collective q of the report ('what') within the run's timeout, or say so and abort the
+ * job with RT_EXIT_RUNTIME. */
+static void report_wait(MPI_Request *q, const be_stream *s, const rt_run_opts *o,
+                        const char *what) {
+  strbuf err = {0};
+  int rc = mp_poll(q, o->timeout, &err);
+  if (rc == 0) return;
+  int me;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  mpi_comm c = {MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, me / s->nranks, s->replicas};
+  strbuf why = {0};
+  strbuf_printf(&why, "rank %d: the report's %s ", me % s->nranks, what);
+  if (rc == 1)
+    strbuf_printf(&why, "did not complete within %g s (another process stopped)", o->timeout);
+  else
+    strbuf_printf(&why, "failed: %s", strbuf_cstr(&err));
+  mp_fail(&c, strbuf_cstr(&why), RT_EXIT_RUNTIME);
+}
+
 int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *mine,
                   const char *path, const char *backend, const char *trace_path) {
   int me, world, rc = RT_EXIT_OK;
@@ -135,11 +253,14 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
   double *packed = xcalloc((size_t)per, sizeof *packed), *all = NULL;
   pack(mine, steps, packed);
   if (me == 0) all = xcalloc((size_t)per * world, sizeof *all);
-  MPI_Gather(packed, per, MPI_DOUBLE, all, per, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Request q;
+  MPI_Igather(packed, per, MPI_DOUBLE, all, per, MPI_DOUBLE, 0, MPI_COMM_WORLD, &q);
+  report_wait(&q, s, o, "gather of the figures");
   int evbytes = (int)(mine->nev * sizeof(rt_event));
   int *counts = me == 0 ? xcalloc((size_t)world, sizeof *counts) : NULL;
   int *displs = me == 0 ? xcalloc((size_t)world, sizeof *displs) : NULL;
-  MPI_Gather(&evbytes, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Igather(&evbytes, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD, &q);
+  report_wait(&q, s, o, "gather of the timelines");
   char *evs = NULL;
   if (me == 0) {
     long total = 0;
@@ -149,7 +270,8 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     }
     evs = xmalloc((size_t)(total ? total : 1));
   }
-  MPI_Gatherv(mine->ev, evbytes, MPI_BYTE, evs, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
+  MPI_Igatherv(mine->ev, evbytes, MPI_BYTE, evs, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD, &q);
+  report_wait(&q, s, o, "gather of the timelines");
   if (me == 0) {
     rt_rank_stats *stats = xcalloc((size_t)world, sizeof *stats);
     for (int w = 0; w < world; w++) {
@@ -186,7 +308,8 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     strbuf_free(&out);
     strbuf_free(&errs);
   }
-  MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Ibcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD, &q);
+  report_wait(&q, s, o, "broadcast of the exit status");
   free(packed);
   free(all);
   free(counts);
@@ -204,6 +327,15 @@ int rt_mpi_start(int *argc, char ***argv, const char *path, const rt_opts *mo,
   strbuf err = {0};
   be_stream *s = be_read_file(path, &err);
   int rc = RT_EXIT_OK;
+  if (s) { /* mpirun ends the others with SIGTERM when one process fails: each says where */
+    mp_term.replicas = s->replicas;
+    mp_term.rank = me % (s->nranks > 0 ? s->nranks : 1);
+    mp_term.replica = me / (s->nranks > 0 ? s->nranks : 1);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = mp_on_term;
+    sigaction(SIGTERM, &sa, NULL);
+  }
   if (!s) {
     if (me == 0) fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(&err));
     rc = RT_EXIT_INPUT;
@@ -255,19 +387,33 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
   rt_opts mo1 = *mo;
   if (mo1.scale == 0 && s->scale > 0) mo1.scale = s->scale; /* where its costs were measured */
   mo = &mo1;
+  rt_run_opts o1 = *o;
+  strbuf err = {0};
+  rc = rt_fault_resolve(s, &o1.fault, &err) == 0 ? RT_EXIT_OK : RT_EXIT_INPUT;
+  if (rc != RT_EXIT_OK) { /* every process finds it: rank 0 says it */
+    if (me == 0) fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(&err));
+    strbuf_free(&err);
+    be_stream_free(s);
+    MPI_Finalize();
+    return rc;
+  }
+  strbuf_free(&err);
+  o = &o1;
   mpi_comm mc;
   MPI_Comm_dup(MPI_COMM_WORLD, &mc.pipe);
   MPI_Comm_split(MPI_COMM_WORLD, rank, replica, &mc.replicas);
   mc.base = replica * s->nranks;
   mc.nmb = s->nmb;
-  rt_comm c = {"mpi", &mc, mp_isend, mp_irecv, mp_wait, mp_allreduce, mp_fail, mp_leave};
+  mc.replica = replica;
+  mc.nreplicas = s->replicas;
+  rt_comm c = {"mpi", &mc, mp_isend, mp_irecv, mp_wait, mp_allreduce, mp_fail,
+               mp_die, mp_stop, mp_leave, -1};
+  mp_term.prog = &s->ranks[rank];
+  mp_term.at = &c.at;
   rt_rank_stats st;
-  int status = rt_exec_rank(s, rank, replica, mo, o, &c, &st);
-  if (status == RT_DIED) {
-    fprintf(stderr, "octo-run: %s\n", st.err);
-    fflush(stderr);
-    _Exit(9); /* a crash, as far as the other processes can tell */
-  }
+  rt_exec_rank(s, rank, replica, mo, o, &c, &st); /* a failure aborted the job */
+  mp_term.at = NULL;
+  mp_term.prog = NULL;
   char what[64];
   snprintf(what, sizeof what, "mpi (%d processes)", (int)(s->nranks * s->replicas));
   rc = rt_mpi_report(s, o, &st, path, what, trace_path);
@@ -320,10 +466,11 @@ int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts
   double lat = 0, bw = 0;
   strbuf err = {0};
   if (world >= 2 && me < 2) {
-    mpi_comm mc = {MPI_COMM_NULL, MPI_COMM_NULL, 0, 1};
+    mpi_comm mc = {MPI_COMM_NULL, MPI_COMM_NULL, 0, 1, 0, 1};
     MPI_Comm_dup(MPI_COMM_SELF, &mc.replicas);
     mc.pipe = MPI_COMM_WORLD;
-    rt_comm c = {"mpi", &mc, mp_isend, mp_irecv, mp_wait, mp_allreduce, mp_fail, mp_leave};
+    rt_comm c = {"mpi", &mc, mp_isend, mp_irecv, mp_wait, mp_allreduce, mp_fail,
+                 mp_die, mp_stop, mp_leave, -1};
     if (rt_profile_link(&c, me, big, &lat, &bw, &err) != 0) mp_fail(&mc, strbuf_cstr(&err), RT_EXIT_RUNTIME);
     MPI_Comm_free(&mc.replicas);
   }

@@ -4,7 +4,9 @@
  * data is copied) as soon as both sides are posted, by whichever thread posts second; WAIT blocks
  * on a condition variable until its message completed, the deadline passed or a rank failed. The
  * all-reduce over the replicas of a rank sums in replica order, so results do not depend on
- * thread timing. Also rt_run_threads, which launches the threads. */
+ * thread timing, and waits against the same deadline. A rank that fails or dies (--die) marks
+ * the hub failed, names itself, and wakes every waiter, so that its peers stop at once with its
+ * name. Also rt_run_threads, which launches the threads. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -47,7 +49,10 @@ typedef struct rt_hub {
   int nranks, replicas;
   channel *ch;     /* [(replica * nranks + from) * nranks + to] */
   reduce *red;     /* per pipeline rank */
-  bool failed;     /* some rank failed: waits return 2 */
+  bool failed;     /* some rank failed or died: waits return 2 */
+  char culprit[64]; /* who, for the others' messages: "rank 2 died", "rank 1 of replica 1
+                       failed" (the first) */
+  int left;        /* ranks that left (th_leave) */
   char error[256]; /* a transport error (tag mismatch), "" when none */
 } rt_hub;
 
@@ -126,16 +131,43 @@ static struct timespec deadline(double seconds) {
   return t;
 }
 
+/* Mark the hub failed by rank t, which 'did' ("failed", "died"), and wake every waiter. Pre:
+ * h->mu held. */
+static void mark_failed(thread_comm *t, const char *did) {
+  rt_hub *h = t->hub;
+  if (!h->failed) {
+    if (h->replicas > 1)
+      snprintf(h->culprit, sizeof h->culprit, "rank %d of replica %d %s", t->rank, t->replica, did);
+    else
+      snprintf(h->culprit, sizeof h->culprit, "rank %d %s", t->rank, did);
+  }
+  h->failed = true;
+  pthread_cond_broadcast(&h->cv);
+}
+
+/* Block on the hub until done() or the hub failed or the deadline 'until' passed. Returns 0,
+ * 1 (deadline) or 2 (failed: who appended to err). Pre: h->mu held. */
+static int hub_wait(rt_hub *h, bool (*done)(void *), void *arg, const struct timespec *until,
+                    strbuf *err) {
+  int rc = 0;
+  while (!done(arg) && !h->failed && rc == 0)
+    if (pthread_cond_timedwait(&h->cv, &h->mu, until) == ETIMEDOUT) rc = 1;
+  if (done(arg)) return 0; /* completed just as the deadline passed */
+  if (h->failed) {
+    if (err) strbuf_puts(err, h->culprit[0] ? h->culprit : "another rank failed");
+    return 2;
+  }
+  return rc;
+}
+
+static bool req_done(void *r) { return ((rt_req *)r)->done; }
+
 static int th_wait(void *ctx, rt_req *r, double timeout, strbuf *err) {
   thread_comm *t = ctx;
   rt_hub *h = t->hub;
   struct timespec until = deadline(timeout);
-  int rc = 0;
   pthread_mutex_lock(&h->mu);
-  while (!r->done && !h->failed && rc == 0)
-    if (pthread_cond_timedwait(&h->cv, &h->mu, &until) == ETIMEDOUT) rc = 1;
-  if (r->done) rc = 0; /* completed just as the deadline passed */
-  else if (h->failed) rc = 2;
+  int rc = h->error[0] ? -1 : hub_wait(h, req_done, r, &until, err);
   if (h->error[0] && err) {
     strbuf_puts(err, h->error);
     rc = -1;
@@ -144,14 +176,29 @@ static int th_wait(void *ctx, rt_req *r, double timeout, strbuf *err) {
   return rc;
 }
 
-static int th_allreduce(void *ctx, float *buf, size_t n) {
+/* An all-reduce that a replica waits on: the reduce and the round it waits for. */
+typedef struct round_at {
+  reduce *x;
+  int round;
+} round_at;
+
+static bool round_reached(void *arg) {
+  round_at *r = arg;
+  return r->x->round == r->round;
+}
+
+static bool sum_ready(void *arg) { return ((reduce *)arg)->ready; }
+
+static int th_allreduce(void *ctx, float *buf, size_t n, double timeout, strbuf *err) {
   thread_comm *t = ctx;
   rt_hub *h = t->hub;
   reduce *x = &h->red[t->rank];
-  int R = h->replicas, rc = 0;
+  int R = h->replicas;
+  struct timespec until = deadline(timeout);
+  round_at mine = {x, t->rounds};
   pthread_mutex_lock(&h->mu);
-  while (x->round != t->rounds && !h->failed) pthread_cond_wait(&h->cv, &h->mu);
-  if (!h->failed) {
+  int rc = hub_wait(h, round_reached, &mine, &until, err);
+  if (rc == 0) {
     x->bufs[t->replica] = buf;
     x->n = n;
     if (++x->arrived == R) {
@@ -164,11 +211,9 @@ static int th_allreduce(void *ctx, float *buf, size_t n) {
       x->ready = true;
       pthread_cond_broadcast(&h->cv);
     }
-    while (!x->ready && !h->failed) pthread_cond_wait(&h->cv, &h->mu);
+    rc = hub_wait(h, sum_ready, x, &until, err);
   }
-  if (h->failed) {
-    rc = 2;
-  } else {
+  if (rc == 0) {
     memcpy(buf, x->acc, n * sizeof *buf);
     if (++x->departed == R) {
       x->arrived = x->departed = 0;
@@ -187,9 +232,27 @@ static void th_fail(void *ctx, const char *why, int code) {
   (void)code;
   thread_comm *t = ctx;
   pthread_mutex_lock(&t->hub->mu);
-  t->hub->failed = true;
-  pthread_cond_broadcast(&t->hub->cv);
+  mark_failed(t, "failed");
   pthread_mutex_unlock(&t->hub->mu);
+}
+
+static void th_die(void *ctx, const char *why) {
+  (void)why; /* reported from the rank's stats */
+  thread_comm *t = ctx;
+  pthread_mutex_lock(&t->hub->mu);
+  mark_failed(t, "died");
+  pthread_mutex_unlock(&t->hub->mu);
+}
+
+/* Sleep, as a stopped process does, until the run failed (the others' deadlines passed) or
+ * every other rank left: no peer is left to notice. */
+static void th_stop(void *ctx, const char *why) {
+  (void)why;
+  thread_comm *t = ctx;
+  rt_hub *h = t->hub;
+  pthread_mutex_lock(&h->mu);
+  while (!h->failed && h->left < h->nranks * h->replicas - 1) pthread_cond_wait(&h->cv, &h->mu);
+  pthread_mutex_unlock(&h->mu);
 }
 
 /* Drop rank t's unpaired posts: its sends in the channels from it, its receives in the channels
@@ -203,6 +266,8 @@ static void th_leave(void *ctx) {
     out->nsends = out->send_head = 0;
     in->nrecvs = in->recv_head = 0;
   }
+  h->left++;
+  pthread_cond_broadcast(&h->cv);
   pthread_mutex_unlock(&h->mu);
 }
 
@@ -217,7 +282,8 @@ typedef struct job {
 
 static void *run_job(void *arg) {
   job *j = arg;
-  rt_comm c = {"cpu", &j->tc, th_isend, th_irecv, th_wait, th_allreduce, th_fail, th_leave};
+  rt_comm c = {"cpu", &j->tc, th_isend, th_irecv, th_wait, th_allreduce, th_fail,
+               th_die, th_stop, th_leave, -1};
   rt_exec_rank(j->s, j->tc.rank, j->tc.replica, j->mo, j->o, &c, j->st);
   return NULL;
 }
@@ -287,7 +353,8 @@ typedef struct link_job {
 
 static void *link_run(void *arg) {
   link_job *j = arg;
-  rt_comm c = {"cpu", &j->tc, th_isend, th_irecv, th_wait, th_allreduce, th_fail, th_leave};
+  rt_comm c = {"cpu", &j->tc, th_isend, th_irecv, th_wait, th_allreduce, th_fail,
+               th_die, th_stop, th_leave, -1};
   j->rc = rt_profile_link(&c, j->tc.rank, j->big, &j->lat, &j->bw, &j->err);
   if (j->rc) th_fail(&j->tc, strbuf_cstr(&j->err), RT_EXIT_RUNTIME);
   return NULL;

@@ -19,6 +19,103 @@ static void failed_at(rt_rank_stats *st, const be_stream *s, int r, int pc, cons
   st->status = RT_FAILED;
 }
 
+/* The names of the places a fault strikes (RT_FAULT_PLACES) and their opcodes. */
+static const struct {
+  const char *name;
+  be_opcode op;
+} fault_places[RT_PLACE_COUNT] = {
+#define X(id, name, op) {name, op},
+    RT_FAULT_PLACES(X)
+#undef X
+};
+
+/* The option of each fault kind (RT_FAULT_KINDS), indexed by kind. */
+static const char *const fault_options[] = {
+    "",
+#define X(id, opt, what) opt,
+    RT_FAULT_KINDS(X)
+#undef X
+};
+
+int rt_fault_parse(const char *text, rt_fault *f) {
+  char *end;
+  long r = strtol(text, &end, 10), q = 0;
+  if (end == text || r < 0 || r > INT32_MAX || *text == '-' || *text == '+') return -1;
+  if (*end == '/') {
+    const char *t = end + 1;
+    q = strtol(t, &end, 10);
+    if (end == t || q < 0 || q > INT32_MAX || *t == '-' || *t == '+') return -1;
+  }
+  if (*end != ':' || !end[1]) return -1;
+  const char *where = end + 1;
+  f->rank = (int)r;
+  f->replica = (int)q;
+  f->addr = -1;
+  f->place = -1;
+  for (int i = 0; i < RT_PLACE_COUNT; i++)
+    if (strcmp(where, fault_places[i].name) == 0) f->place = i;
+  if (f->place >= 0) return 0;
+  long a = strtol(where, &end, 10);
+  if (end == where || *end || a < 0 || a > INT32_MAX || *where == '-' || *where == '+') return -1;
+  f->addr = (int)a;
+  return 0;
+}
+
+int rt_fault_resolve(const be_stream *s, rt_fault *f, strbuf *err) {
+  if (f->kind == RT_FAULT_NONE) return 0;
+  const char *opt = fault_options[f->kind];
+  if (f->rank >= s->nranks) {
+    if (s->nranks == 1)
+      strbuf_printf(err, "--%s: the stream has no rank %d (only rank 0)", opt, f->rank);
+    else
+      strbuf_printf(err, "--%s: the stream has no rank %d (ranks 0 to %d)", opt, f->rank,
+                    (int)s->nranks - 1);
+    return -1;
+  }
+  if (f->replica >= s->replicas) {
+    if (s->replicas == 1)
+      strbuf_printf(err, "--%s: the stream has no replica %d (only replica 0)", opt, f->replica);
+    else
+      strbuf_printf(err, "--%s: the stream has no replica %d (replicas 0 to %d)", opt,
+                    f->replica, (int)s->replicas - 1);
+    return -1;
+  }
+  const be_program *p = &s->ranks[f->rank];
+  if (f->place >= 0) {
+    for (int pc = 0; pc < p->ncode && f->addr < 0; pc++)
+      if (p->code[pc].op == fault_places[f->place].op) f->addr = pc;
+    if (f->addr < 0) {
+      strbuf_printf(err, "--%s: rank %d has no %s instruction (%s)", opt, f->rank,
+                    be_ops[fault_places[f->place].op].name, fault_places[f->place].name);
+      return -1;
+    }
+  } else if (f->addr >= p->ncode) {
+    strbuf_printf(err, "--%s: rank %d has no address %d (its program has %d instructions)", opt,
+                  f->rank, f->addr, p->ncode);
+    return -1;
+  }
+  return 0;
+}
+
+/* Inject o's fault when it strikes rank 'rank' of replica 'replica' at pc of step 'step': the
+ * transport kills or stops the rank, st records it (RT_DIED). Returns whether it struck. */
+static bool inject(const be_stream *s, const rt_run_opts *o, int rank, int replica, int step,
+                   int pc, rt_comm *c, rt_rank_stats *st) {
+  const rt_fault *f = &o->fault;
+  if (f->kind == RT_FAULT_NONE || step != 0 || rank != f->rank || replica != f->replica ||
+      pc != f->addr)
+    return false;
+  snprintf(st->err, sizeof st->err, "rank %d %s at %04d (%s) as asked (--%s)", rank,
+           f->kind == RT_FAULT_DIE ? "died" : "stopped", pc, be_ops[s->ranks[rank].code[pc].op].name,
+           fault_options[f->kind]);
+  st->status = RT_DIED;
+  if (f->kind == RT_FAULT_DIE)
+    c->die(c->ctx, st->err);
+  else
+    c->stop(c->ctx, st->err);
+  return true;
+}
+
 void rt_rank_stats_free(rt_rank_stats *st) {
   free(st->step_s);
   free(st->loss);
@@ -99,12 +196,8 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
     for (int pc = 0; pc < p->ncode && st->status == RT_OK; pc++) {
       const be_inst *in = &p->code[pc];
       const int32_t *a = in->a;
-      if (replica == 0 && rank == o->die_rank && pc == o->die_addr && step == 0) {
-        snprintf(st->err, sizeof st->err, "rank %d stopped at %04d (%s) as asked", rank, pc,
-                 be_ops[in->op].name);
-        st->status = RT_DIED;
-        break;
-      }
+      c->at = pc;
+      if (inject(s, o, rank, replica, step, pc, c, st)) break;
       double t0 = support_seconds(), blas0 = rt_blas_seconds();
       bool compute = true;
       switch ((be_opcode)in->op) {
@@ -150,7 +243,7 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
             strbuf_printf(&what, " (posted at %04d) did not complete within %g s",
                           posted_at[a[0]], o->timeout);
           else if (rc == 2)
-            strbuf_puts(&what, ": stopped because another rank failed");
+            strbuf_printf(&what, ": stopped because %s", strbuf_cstr(&why));
           else
             strbuf_printf(&what, ": %s", strbuf_cstr(&why));
           failed_at(st, s, rank, pc, strbuf_cstr(&what));
@@ -165,10 +258,20 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
       case BE_OP_ALLREDUCE: {
         size_t n;
         float *g = rt_stage_grads(m, a[0], &n);
-        if (c->allreduce(c->ctx, g, n) != 0) {
-          failed_at(st, s, rank, pc, "stopped because another rank failed");
-          st->status = RT_ABORTED;
-        }
+        strbuf why = {0}, what = {0};
+        int rc = c->allreduce(c->ctx, g, n, o->timeout, &why);
+        strbuf_printf(&what, "the all-reduce of stage %d over %d replicas", (int)a[0],
+                      (int)s->replicas);
+        if (rc == 1)
+          strbuf_printf(&what, " did not complete within %g s", o->timeout);
+        else if (rc == 2)
+          strbuf_printf(&what, ": stopped because %s", strbuf_cstr(&why));
+        else if (rc != 0)
+          strbuf_printf(&what, ": %s", strbuf_cstr(&why));
+        if (rc != 0) failed_at(st, s, rank, pc, strbuf_cstr(&what));
+        if (rc == 2) st->status = RT_ABORTED;
+        strbuf_free(&what);
+        strbuf_free(&why);
         break;
       }
       case BE_OP_STEP:
@@ -204,6 +307,7 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
     }
     st->step_s[step] = support_seconds() - t_step;
   }
+  c->at = -1;
   st->peak_bytes = (double)rt_model_bytes(m);
   for (int i = 0; i < p->nslots; i++) st->peak_bytes += (double)floats[i] * sizeof(float);
   if (st->status == RT_FAILED || st->status == RT_NONFINITE)
@@ -248,24 +352,20 @@ bool rt_prediction_comparable(const be_stream *s, const rt_run_opts *o, int scal
 int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *stats, int n,
                   strbuf *out, strbuf *errs) {
   int steps = o->steps > 0 ? o->steps : 1, rc = RT_EXIT_OK;
-  /* Failures first: the ranks that failed or died, then how many stopped because of them. */
-  int aborted = 0;
-  for (int i = 0; i < n; i++) {
-    if (stats[i].status == RT_FAILED || stats[i].status == RT_DIED ||
-        stats[i].status == RT_NONFINITE) {
-      if (s->replicas > 1)
-        strbuf_printf(errs, "error: replica %d: %s\n", stats[i].replica, stats[i].err);
-      else
-        strbuf_printf(errs, "error: %s\n", stats[i].err);
+  /* Failures first: the ranks that failed or died, then where each other rank stopped because
+   * of them. */
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < n; i++) {
+      const rt_rank_stats *x = &stats[i];
+      bool culprit = x->status == RT_FAILED || x->status == RT_DIED || x->status == RT_NONFINITE;
+      if (pass == 0 ? !culprit : x->status != RT_ABORTED) continue;
+      strbuf_puts(errs, pass == 0 ? "error: " : "note: ");
+      if (s->replicas > 1) strbuf_printf(errs, "replica %d: ", x->replica);
+      strbuf_printf(errs, "%s\n", x->err);
       if (rc != RT_EXIT_NUMERIC)
-        rc = stats[i].status == RT_NONFINITE ? RT_EXIT_NUMERIC : RT_EXIT_RUNTIME;
+        rc = x->status == RT_NONFINITE ? RT_EXIT_NUMERIC : RT_EXIT_RUNTIME;
     }
-    aborted += stats[i].status == RT_ABORTED;
-  }
-  if (rc != RT_EXIT_OK) {
-    if (aborted) strbuf_printf(errs, "note: %d other rank%s stopped\n", aborted, aborted == 1 ? "" : "s");
-    return rc;
-  }
+  if (rc != RT_EXIT_OK) return rc;
   bool pred = rt_prediction_comparable(s, o, stats[0].scale, NULL);
   double first = 0, last = 0;
   double *times = xcalloc((size_t)steps, sizeof *times);

@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <signal.h>
 #include <stdint.h>
 
 #include "backend.h"
@@ -118,7 +119,8 @@ typedef struct rt_req {
 
 /* A transport between the ranks of one replica (peers are pipeline ranks), plus the all-reduce
  * over the replicas of a rank. Posting never blocks; a send and a receive between the same two
- * ranks pair in posting order (as NCCL); a message completes when both sides are posted. */
+ * ranks pair in posting order (as NCCL); a message completes when both sides are posted. Every
+ * blocking call takes the run's deadline. */
 typedef struct rt_comm {
   const char *name;  /* "cpu" or "mpi" */
   void *ctx;         /* the transport's state for this rank */
@@ -127,32 +129,88 @@ typedef struct rt_comm {
                rt_req *r);
   /* Post a receive of bytes from peer into buf. */
   int (*irecv)(void *ctx, int peer, be_tensor_ref tag, void *buf, size_t bytes, rt_req *r);
-  /* Wait up to 'timeout' seconds for r: 0 completed, 1 timed out, 2 another rank failed,
-   * -1 transport error (message in err). */
+  /* Wait up to 'timeout' seconds for r: 0 completed, 1 timed out, 2 another rank failed or died
+   * (who, e.g. "rank 2 died", appended to err), -1 transport error (message in err). */
   int (*wait)(void *ctx, rt_req *r, double timeout, strbuf *err);
-  /* Sum n floats over the replicas of this rank (in place); 0, or 2 when another rank failed. */
-  int (*allreduce)(void *ctx, float *buf, size_t n);
+  /* Sum n floats over the replicas of this rank (in place), waiting at most 'timeout' seconds:
+   * the results of wait. */
+  int (*allreduce)(void *ctx, float *buf, size_t n, double timeout, strbuf *err);
   /* Tell every rank that this one failed with message 'why' (they stop at their next wait, or the
    * transport ends the job with exit status 'code', an RT_EXIT_* value). */
   void (*fail)(void *ctx, const char *why, int code);
+  /* Testing (--die): this rank dies with message 'why', as a crash would. Threads: the hub marks
+   * it dead and wakes every waiter, whose waits return 2 at once (a process notices a crashed
+   * thread). MPI: the process prints why and exits with RT_EXIT_RUNTIME without a word to the
+   * others (mpirun then ends the job); it does not return. */
+  void (*die)(void *ctx, const char *why);
+  /* Testing (--stop): this rank stops responding without dying, as SIGSTOP does; its peers'
+   * deadlines pass. Threads: returns once the run failed or every other rank left. MPI: the
+   * process prints why and stops itself with SIGSTOP; if it is ever continued, it exits with
+   * RT_EXIT_RUNTIME. */
+  void (*stop)(void *ctx, const char *why);
   /* This rank is done (normally or not) and its buffers go away: forget its messages that are
    * still unpaired, so that no other rank's post touches them. */
   void (*leave)(void *ctx);
+  volatile sig_atomic_t at; /* the address the interpreter runs (-1 outside the program), for a
+                               transport that reports from a signal handler */
 } rt_comm;
 
 /* ---- Interpreter and launchers --------------------------------------------------------------- */
 
+/* The kinds of fault a run can inject for testing: X(ID, option, what the rank does). */
+#define RT_FAULT_KINDS(X)                                                                  \
+  X(DIE, "die", "dies (its thread ends, its process exits), as a crash would")            \
+  X(STOP, "stop", "stops responding without dying, as SIGSTOP does (under MPI it is one)")
+
+/* Named places a fault strikes, besides an address: X(ID, name, opcode): the rank's first
+ * instruction with that opcode. */
+#define RT_FAULT_PLACES(X)                                                                 \
+  X(ALLREDUCE, "allreduce", BE_OP_ALLREDUCE) /* its first all-reduce, before it adds in */ \
+  X(OPTIMIZER, "optimizer", BE_OP_STEP)      /* its optimizer step, after the all-reduce */
+
+enum {
+  RT_FAULT_NONE,
+#define X(id, opt, what) RT_FAULT_##id,
+  RT_FAULT_KINDS(X)
+#undef X
+};
+enum {
+#define X(id, name, op) RT_PLACE_##id,
+  RT_FAULT_PLACES(X)
+#undef X
+  RT_PLACE_COUNT
+};
+
+/* A fault to inject (--die, --stop): one rank of one replica, at one address of its first
+ * step. */
+typedef struct rt_fault {
+  int kind;          /* RT_FAULT_NONE (no fault), RT_FAULT_DIE or RT_FAULT_STOP */
+  int rank, replica; /* the rank it strikes */
+  int addr;          /* the address (>= 0); -1 before rt_fault_resolve when place names it */
+  int place;         /* an RT_PLACE_* index, or -1 when addr was given */
+} rt_fault;
+
 /* How to run a stream. */
 typedef struct rt_run_opts {
   int steps;        /* training steps (>= 1) */
-  double timeout;   /* seconds a WAIT may block before the run fails */
+  double timeout;   /* seconds any blocking operation (a WAIT, an all-reduce, the MPI report's
+                       collectives) may block before the run fails */
   bool check;       /* keep a sequential reference and compare losses and gradients each step */
   bool trace;       /* record the timeline (rt_rank_stats.ev) */
-  int die_rank;     /* testing: this rank of replica 0 stops dead at ... (-1: never) */
-  int die_addr;     /* ... this address of its first step, without telling the others */
+  rt_fault fault;   /* testing: the fault to inject (kind RT_FAULT_NONE: none) */
   const char *backend; /* the backend's name as profiles spell it ("cpu", "mpi", "cuda",
                           "nccl"): compared with the one that measured the plan's costs */
+  double mem_limit; /* bytes the run may hold in all on this machine (cpu: all ranks; mpi: the
+                       processes of one node); 0: the machine's available memory */
 } rt_run_opts;
+
+/* Parse "RANK[/REPLICA]:WHERE" (WHERE: an address or an RT_FAULT_PLACES name) into f's rank,
+ * replica, addr and place (f->kind is left as it is). Returns 0, or -1 when text is not one. */
+int rt_fault_parse(const char *text, rt_fault *f);
+/* Check f against stream s and resolve a named place to its address: the rank, replica and
+ * address must exist in s, a place must occur in the rank's program. Returns 0, or -1 with the
+ * reason ("--die=7:3: the stream has ranks 0 to 3") in err. Nothing to do for RT_FAULT_NONE. */
+int rt_fault_resolve(const be_stream *s, rt_fault *f, strbuf *err);
 
 /* One recorded instruction of the timeline. */
 typedef struct rt_event {
@@ -167,7 +225,8 @@ typedef struct rt_rank_stats {
   int rank, replica;   /* who */
   int scale;           /* the model's scale (rt_model_scale; 0 when it was not built) */
   int status;          /* RT_OK, RT_FAILED (it failed: err says why), RT_ABORTED (another rank
-                          failed), RT_DIED (stopped by die_rank), RT_NONFINITE (a loss or
+                          failed; err says where it stopped), RT_DIED (an injected fault struck
+                          it), RT_NONFINITE (a loss or
                           gradient was NaN or infinite: err names the step, layer and tensor) */
   char err[512];       /* its error message */
   double *step_s;      /* per step: wall time from its start to its STEP */

@@ -56,7 +56,13 @@ static void usage(FILE *out) {
           "  --check            run the sequential reference beside it and compare every step's\n"
           "                     loss and gradients (relative difference <= 1e-5)\n"
           "  --trace=FILE       write the timeline as Chrome/Perfetto trace JSON\n"
-          "  --die=RANK:ADDR    testing: rank RANK stops dead at address ADDR of its first step\n"
+          "  --die=RANK[/REPLICA]:WHERE\n"
+          "                     testing: that rank (of replica 0 unless given) dies at WHERE of\n"
+          "                     its first step: an address, allreduce (its first ALLREDUCE) or\n"
+          "                     optimizer (its STEP); the others stop with its name\n"
+          "  --stop=RANK[/REPLICA]:WHERE\n"
+          "                     testing: the same, but the rank stops responding without dying\n"
+          "                     (SIGSTOP under MPI); the others fail when --timeout passes\n"
           "  --help, --version\n\n"
           "exit status: 0 success, 1 bad input or command line (or no GPU for a GPU backend),\n"
           "3 a rank failed (timeout, transport or NCCL error, a rank that died), 4 --check\n"
@@ -152,7 +158,7 @@ int main(int argc, char **argv) {
   const char *input = NULL, *trace_path = NULL, *backend = "cpu", *profile = NULL;
   bool bf16 = false;
   rt_opts mo = {0, 1, 0.01, NULL, NULL};
-  rt_run_opts o = {1, 60, false, false, -1, -1, "cpu"};
+  rt_run_opts o = {1, 60, false, false, {RT_FAULT_NONE, 0, 0, -1, -1}, "cpu", 0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     double x;
@@ -205,13 +211,12 @@ int main(int argc, char **argv) {
     } else if (starts(a, "--trace=", &v)) {
       trace_path = v;
       o.trace = true;
-    } else if (starts(a, "--die=", &v)) {
-      int r, ad;
-      char tail;
-      if (sscanf(v, "%d:%d%c", &r, &ad, &tail) != 2 || r < 0 || ad < 0)
-        return bad_value("--die", v, "RANK:ADDR");
-      o.die_rank = r;
-      o.die_addr = ad;
+    } else if (starts(a, "--die=", &v) || starts(a, "--stop=", &v)) {
+      bool die = a[2] == 'd';
+      if (rt_fault_parse(v, &o.fault) != 0)
+        return bad_value(die ? "--die" : "--stop", v,
+                         "RANK[/REPLICA]:WHERE (WHERE: an address, allreduce or optimizer)");
+      o.fault.kind = die ? RT_FAULT_DIE : RT_FAULT_STOP;
     } else if (a[0] == '-' && a[1]) {
       fprintf(stderr, PROG ": error: unknown option '%s' (try '" PROG " --help')\n", a);
       return RT_EXIT_INPUT;
@@ -229,6 +234,11 @@ int main(int argc, char **argv) {
   bool gpu = strcmp(backend, "cuda") == 0 || strcmp(backend, "nccl") == 0;
   if (profile && strcmp(backend, "nccl") == 0) {
     fputs(PROG ": error: --profile runs with --backend=cpu, mpi or cuda\n", stderr);
+    return RT_EXIT_INPUT;
+  }
+  if (o.fault.kind != RT_FAULT_NONE && (gpu || profile)) {
+    fputs(PROG ": error: --die and --stop run with --backend=cpu or mpi, without --profile\n",
+          stderr);
     return RT_EXIT_INPUT;
   }
   if (gpu && mo.scale == 0) mo.scale = 64; /* the GPU stand-in's scale */
@@ -272,6 +282,12 @@ int main(int argc, char **argv) {
   if (!s) {
     fprintf(stderr, PROG ": error: %s\n", strbuf_cstr(&err));
     strbuf_free(&err);
+    return RT_EXIT_INPUT;
+  }
+  if (rt_fault_resolve(s, &o.fault, &err) != 0) {
+    fprintf(stderr, PROG ": error: %s\n", strbuf_cstr(&err));
+    strbuf_free(&err);
+    be_stream_free(s);
     return RT_EXIT_INPUT;
   }
   if (mo.scale == 0 && !gpu && s->scale > 0) mo.scale = s->scale; /* where its costs were measured */
