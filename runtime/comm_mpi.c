@@ -376,6 +376,28 @@ int rt_mpi_start(int *argc, char ***argv, const char *path, const rt_opts *mo,
   return RT_EXIT_OK;
 }
 
+/* The memory check (rt_mem_check) of the processes on this node, in every process; the first
+ * process of a node that does not fit prints why. Returns the exit status for every process:
+ * RT_EXIT_OK, or RT_EXIT_INPUT when some node does not fit. */
+static int mem_check(const be_stream *s, const rt_opts *mo, const rt_run_opts *o, strbuf *err) {
+  int me, local, n;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_size(node, &n);
+  int *members = xcalloc((size_t)n, sizeof *members);
+  MPI_Allgather(&me, 1, MPI_INT, members, 1, MPI_INT, node);
+  MPI_Comm_free(&node);
+  rt_model *m = rt_model_new(s, mo, NULL); /* rt_mpi_start built one already: it cannot fail */
+  int rc = m && rt_mem_check(s, m, o, members, n, err) != 0 ? RT_EXIT_INPUT : RT_EXIT_OK, worst;
+  if (rc != RT_EXIT_OK && local == 0) fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(err));
+  rt_model_free(m);
+  free(members);
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return worst;
+}
+
 int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
                 const rt_run_opts *o, const char *trace_path) {
   be_stream *s;
@@ -397,7 +419,13 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
     MPI_Finalize();
     return rc;
   }
+  rc = mem_check(s, mo, &o1, &err);
   strbuf_free(&err);
+  if (rc != RT_EXIT_OK) {
+    be_stream_free(s);
+    MPI_Finalize();
+    return rc;
+  }
   o = &o1;
   mpi_comm mc;
   MPI_Comm_dup(MPI_COMM_WORLD, &mc.pipe);

@@ -144,6 +144,18 @@ void rt_rank_stats_init(rt_rank_stats *st, int rank, int replica, int steps) {
   st->grad_diff = xcalloc((size_t)steps, sizeof *st->grad_diff);
 }
 
+void rt_slot_floats(const be_stream *s, int rank, const rt_model *m, size_t *floats) {
+  const be_program *p = &s->ranks[rank];
+  for (int pc = 0; pc < p->ncode; pc++)
+    for (int k = 0; k < be_ops[p->code[pc].op].nops; k++) {
+      be_tensor_ref t;
+      if (!be_operand_tensor(s, &p->code[pc], k, &t)) continue;
+      size_t n = rt_tensor_floats(m, t.kind, t.stage);
+      int slot = p->code[pc].a[k];
+      if (n > floats[slot]) floats[slot] = n;
+    }
+}
+
 int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
                  const rt_run_opts *o, rt_comm *c, rt_rank_stats *st) {
   int steps = o->steps > 0 ? o->steps : 1;
@@ -175,14 +187,7 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
   }
   /* Buffers: each slot as large as the largest runtime tensor it holds. */
   size_t *floats = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *floats);
-  for (int pc = 0; pc < p->ncode; pc++)
-    for (int k = 0; k < be_ops[p->code[pc].op].nops; k++) {
-      be_tensor_ref t;
-      if (!be_operand_tensor(s, &p->code[pc], k, &t)) continue;
-      size_t n = rt_tensor_floats(m, t.kind, t.stage);
-      int slot = p->code[pc].a[k];
-      if (n > floats[slot]) floats[slot] = n;
-    }
+  rt_slot_floats(s, rank, m, floats);
   float **buf = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *buf);
   for (int i = 0; i < p->nslots; i++) buf[i] = floats[i] ? xcalloc(floats[i], sizeof **buf) : NULL;
   rt_req *req = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *req);

@@ -23,6 +23,11 @@
 #define RT_AUTO_FLOPS 3e9
 /* Largest automatic scale. */
 #define RT_AUTO_MAX 1024
+/* Bound of a layer's size products: sequences per microbatch x the cube of its largest
+ * dimension. Every size a kernel forms (a parameter tensor, a saved-state block: products of at
+ * most the tokens and two widths, or three widths, summed over fewer than 64 terms) stays below
+ * 2^63, so no size_t arithmetic overflows; the memory check (rt_mem_check) refuses far earlier. */
+#define RT_MAX_WORK 0x1p57
 
 /* One layer as the runtime runs it. */
 typedef struct mlayer {
@@ -221,6 +226,24 @@ static bool layer_dims(const be_stream *s, const be_layer *l, int k, int prev_S,
   return true;
 }
 
+/* Whether d's size products stay within RT_MAX_WORK; else false with the reason in err. */
+static bool layer_bounded(const rt_ldims *d, strbuf *err) {
+  const int dims[] = {d->S, d->in_S, d->in_w, d->hidden, d->heads, d->kv_heads, d->head_dim,
+                      d->ffn, d->experts, d->top_k, d->shared, d->state, d->groups, d->conv,
+                      d->inner, d->chunk, d->vocab, d->out_w};
+  double big = 1;
+  for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
+    if (dims[i] > big) big = dims[i];
+  double work = (d->B > 1 ? d->B : 1) * big * big * big;
+  if (work < RT_MAX_WORK) return true;
+  strbuf_printf(err, "too large for the runtime: %d sequence%s x its largest dimension %.0f cubed "
+                "is %.3g, above 2^57", d->B, d->B == 1 ? "" : "s", big, work);
+  return false;
+}
+
+/* a + b, or SIZE_MAX when the sum does not fit (sizes the memory check then refuses). */
+static size_t sat_add(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }
+
 /* Build every layer at scale k into m->layers (allocated by the caller). Returns false with
  * "layer NAME (KIND): reason" in err. */
 static bool build_layers(rt_model *m, const be_stream *s, int k, strbuf *err) {
@@ -241,7 +264,7 @@ static bool build_layers(rt_model *m, const be_stream *s, int k, strbuf *err) {
       L->d.hidden = L->d.in_w;
       L->d.out_w = L->d.in_w;
     }
-    ok = ok && L->k->plan(&L->d, &L->p, &why) == 0;
+    ok = ok && layer_bounded(&L->d, &why) && L->k->plan(&L->d, &L->p, &why) == 0;
     if (!ok) {
       strbuf_printf(err, "layer %s (%s): %s", L->name, l->kind ? l->kind : "?",
                     strbuf_cstr(&why));
@@ -356,8 +379,7 @@ rt_model *rt_model_new(const be_stream *s, const rt_opts *o, strbuf *err) {
     if (b > big) big = b;
     if (c > big) big = c;
   }
-  m->scratch_n = big;
-  for (int i = 0; i < 3; i++) m->scr[i] = xmalloc(big * sizeof *m->scr[i]);
+  m->scratch_n = big; /* allocated with the first stage (rt_model_init_stage) */
   m->stages = xcalloc((size_t)m->nstages, sizeof *m->stages);
   for (int si = 0; si < m->nstages; si++) {
     mstage *st = &m->stages[si];
@@ -367,9 +389,9 @@ rt_model *rt_model_new(const be_stream *s, const rt_opts *o, strbuf *err) {
     for (int i = st->first; i < st->end; i++) {
       mlayer *L = &m->layers[i];
       L->w_off = p;
-      p += L->nw;
+      p = sat_add(p, L->nw);
       L->sv_off = q;
-      q += L->p.save_floats;
+      q = sat_add(q, L->p.save_floats);
     }
     st->nparams = p;
     st->state_floats = q;
@@ -416,7 +438,7 @@ void rt_model_free(rt_model *m) {
 int rt_model_scale(const rt_model *m) { return m->scale; }
 
 size_t rt_model_bytes(const rt_model *m) {
-  size_t n = 3 * m->scratch_n * sizeof(float);
+  size_t n = m->scr[0] ? 3 * m->scratch_n * sizeof(float) : 0;
   for (int si = 0; si < m->nstages; si++) {
     const mstage *st = &m->stages[si];
     if (st->init) n += st->nparams * sizeof(float) * (m->adam ? 4 : 2);
@@ -425,6 +447,55 @@ size_t rt_model_bytes(const rt_model *m) {
     n += blocks * st->state_floats * sizeof(float);
   }
   return n;
+}
+
+void rt_rank_memory(const rt_model *m, const be_stream *s, int rank, bool check,
+                    rt_mem_need *out) {
+  memset(out, 0, sizeof *out);
+  const be_program *p = &s->ranks[rank];
+  const double f = sizeof(float), opt = m->adam ? 2 : 0;
+  /* Saved-state blocks: per stage, the most microbatches between its F and its W at once. */
+  int *live = xcalloc((size_t)m->nstages, sizeof *live), *peak = xcalloc((size_t)m->nstages,
+                                                                         sizeof *peak);
+  for (int pc = 0; pc < p->ncode; pc++) {
+    const be_inst *in = &p->code[pc];
+    int st = in->a[0];
+    if (in->op != BE_OP_FWD && in->op != BE_OP_BWD_W && in->op != BE_OP_BWD) continue;
+    if (st < 0 || st >= m->nstages) continue;
+    live[st] += in->op == BE_OP_FWD ? 1 : -1;
+    if (live[st] > peak[st]) peak[st] = live[st];
+  }
+  double all_params = 0, all_state = 0;
+  for (int si = 0; si < m->nstages; si++) {
+    const mstage *st = &m->stages[si];
+    all_params += (double)st->nparams;
+    all_state += (double)st->state_floats;
+    if (s->stages[si].rank != rank) continue;
+    out->params += (double)st->nparams * f;
+    out->state += (double)peak[si] * (double)st->state_floats * f;
+  }
+  free(live);
+  free(peak);
+  out->grads = out->params;
+  out->optim = opt * out->params;
+  size_t *floats = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *floats);
+  rt_slot_floats(s, rank, m, floats);
+  out->buffers = 3 * (double)m->scratch_n * f;
+  for (int i = 0; i < p->nslots; i++) out->buffers += (double)floats[i] * f;
+  free(floats);
+  if (check) {
+    /* Its model, one saved block per stage, and rt_reference_step's buffers: the input, every
+     * stage's output, two gradients and, with replicas, a second copy of the gradients. */
+    double big = 1;
+    for (int si = 0; si < m->nstages; si++)
+      if ((double)rt_tensor_floats(m, BE_T_ACT, si) > big)
+        big = (double)rt_tensor_floats(m, BE_T_ACT, si);
+    out->reference = all_params * f * (2 + opt + (m->replicas > 1)) + all_state * f +
+                     3 * (double)m->scratch_n * f +
+                     ((double)rt_tensor_floats(m, BE_T_INPUT, 0) + (m->nstages + 2) * big) * f;
+  }
+  out->total = out->params + out->grads + out->optim + out->state + out->buffers +
+               out->reference;
 }
 
 void rt_model_set_step(rt_model *m, int step, int replica) {
@@ -436,6 +507,8 @@ void rt_model_init_stage(rt_model *m, int st_i) {
   if (st_i < 0 || st_i >= m->nstages) return;
   mstage *st = &m->stages[st_i];
   if (st->init) return;
+  if (!m->scr[0]) /* the scratch buffers, with the first stage */
+    for (int k = 0; k < 3; k++) m->scr[k] = xmalloc(m->scratch_n * sizeof *m->scr[k]);
   st->w = xmalloc((st->nparams ? st->nparams : 1) * sizeof *st->w);
   st->g = xcalloc(st->nparams ? st->nparams : 1, sizeof *st->g);
   if (m->adam) {

@@ -40,7 +40,8 @@ typedef struct rt_opts {
  * saved between F, B and W of each (stage, microbatch) in flight. Opaque. */
 typedef struct rt_model rt_model;
 
-/* Build the model of stream s (dimensions only; no stage initialized). Returns NULL with the
+/* Build the model of stream s (dimensions only; nothing of the size of a tensor allocated, so
+ * that rt_mem_check can refuse a run first). Returns NULL with the
  * reason appended to err: a layer the runtime cannot run at this scale ("layer attn.3
  * (attention): heads 6 is not a multiple of kv_heads 4"), a data file that cannot be read or is
  * empty, a negative scale. */
@@ -52,6 +53,24 @@ int rt_model_scale(const rt_model *m);
  * the saved-state blocks it allocated (as many as were ever in flight at once, since finished
  * ones are reused) and its scratch buffers. */
 size_t rt_model_bytes(const rt_model *m);
+/* What one rank of a run holds at its peak, in bytes (in double: no sum overflows, however
+ * large the model). */
+typedef struct rt_mem_need {
+  double params;    /* its stages' parameters */
+  double grads;     /* their gradients */
+  double optim;     /* Adam's two moments (0 with SGD) */
+  double state;     /* saved-state blocks: per stage, the most microbatches its program has
+                       between F and W at once */
+  double buffers;   /* the model's three scratch buffers and the program's slot buffers */
+  double reference; /* with --check: the sequential reference (every stage's parameters,
+                       gradients, optimizer state, one saved block each, its buffers) */
+  double total;     /* the sum */
+} rt_mem_need;
+
+/* The peak memory of rank 'rank' of stream s run with model m (built by rt_model_new for s;
+ * nothing needs to be allocated), with the sequential reference when check. */
+void rt_rank_memory(const rt_model *m, const be_stream *s, int rank, bool check, rt_mem_need *out);
+
 /* The step and replica whose data rt_forward's spliced embeddings read (the interpreter sets it
  * at every step; the reference sets it itself). */
 void rt_model_set_step(rt_model *m, int step, int replica);
@@ -212,6 +231,23 @@ int rt_fault_parse(const char *text, rt_fault *f);
  * reason ("--die=7:3: the stream has ranks 0 to 3") in err. Nothing to do for RT_FAULT_NONE. */
 int rt_fault_resolve(const be_stream *s, rt_fault *f, strbuf *err);
 
+/* Bytes of memory this machine offers a run: MemAvailable of /proc/meminfo, else the free
+ * physical pages (sysconf); 0 when neither is known. */
+double rt_mem_available(void);
+
+/* Parse a size: bytes, or a number with K, M, G or T (powers of 1024, optionally followed by
+ * "iB" or "B"), e.g. "512MiB", "16G". Returns 0 with *bytes > 0, or -1 when text is not one. */
+int rt_parse_bytes(const char *text, double *bytes);
+
+/* Check, before anything is allocated, that the ranks that run on this machine fit in its
+ * memory: the world ranks ranks[0 .. n) (world rank = replica x nranks + rank; ranks NULL: 0 to
+ * n - 1) of stream s run with model m and o (o->check, o->mem_limit) need at most o->mem_limit
+ * bytes together, or rt_mem_available() when that is 0 (unknown: nothing is checked). Returns
+ * 0, or -1 with the reason in err: the total, the limit and where it comes from, and the largest
+ * rank with its need by kind ("rank 0 needs 310.2 GiB: parameters ..."). */
+int rt_mem_check(const be_stream *s, const rt_model *m, const rt_run_opts *o, const int *ranks,
+                 int n, strbuf *err);
+
 /* One recorded instruction of the timeline. */
 typedef struct rt_event {
   uint8_t op;       /* be_opcode */
@@ -251,6 +287,9 @@ enum { RT_OK = 0, RT_FAILED = 1, RT_ABORTED = 2, RT_DIED = 3, RT_NONFINITE = 4 }
  * other ranks through c->fail. Returns st->status. */
 int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
                  const rt_run_opts *o, rt_comm *c, rt_rank_stats *st);
+/* Floats of each slot buffer of rank 'rank' of s with model m: the largest runtime tensor the
+ * slot holds (0 when it holds none). floats has s->ranks[rank].nslots entries. */
+void rt_slot_floats(const be_stream *s, int rank, const rt_model *m, size_t *floats);
 /* Add instruction 'in' of step 'step', run from t0 to t1 seconds, to st's timeline: its stage and
  * microbatch when it has them (compute instructions, ALLREDUCE's stage). */
 void rt_record(rt_rank_stats *st, const be_inst *in, int step, double t0, double t1);

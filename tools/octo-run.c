@@ -53,6 +53,9 @@ static void usage(FILE *out) {
           "  --data=FILE        use FILE's bytes as the token stream instead of synthetic data\n"
           "  --timeout=S        seconds a rank may wait for a message before the run fails\n"
           "                     (default 60)\n"
+          "  --mem-limit=SIZE   memory the run may use on this machine (cpu: all ranks; mpi: the\n"
+          "                     processes of a node), e.g. 16GiB; default: MemAvailable. A run\n"
+          "                     that needs more is refused before it allocates\n"
           "  --check            run the sequential reference beside it and compare every step's\n"
           "                     loss and gradients (relative difference <= 1e-5)\n"
           "  --trace=FILE       write the timeline as Chrome/Perfetto trace JSON\n"
@@ -202,6 +205,9 @@ int main(int argc, char **argv) {
     } else if (starts(a, "--timeout=", &v)) {
       if (!number(v, 0.001, 1e6, &x)) return bad_value("--timeout", v, "seconds > 0");
       o.timeout = x;
+    } else if (starts(a, "--mem-limit=", &v)) {
+      if (rt_parse_bytes(v, &o.mem_limit) != 0)
+        return bad_value("--mem-limit", v, "a size (bytes, or with K, M, G or T: 16GiB)");
     } else if (strcmp(a, "--bf16") == 0) {
       bf16 = true;
     } else if (starts(a, "--profile=", &v)) {
@@ -299,6 +305,13 @@ int main(int argc, char **argv) {
     return RT_EXIT_INPUT;
   }
   mo.scale = rt_model_scale(probe); /* every rank builds the same */
+  if (!gpu && !profile && rt_mem_check(s, probe, &o, NULL, s->nranks * s->replicas, &err) != 0) {
+    fprintf(stderr, PROG ": error: %s\n", strbuf_cstr(&err));
+    strbuf_free(&err);
+    rt_model_free(probe);
+    be_stream_free(s);
+    return RT_EXIT_INPUT;
+  }
   rt_model_free(probe);
   if (profile) {
 #ifdef OCTO_HAVE_CUDA
