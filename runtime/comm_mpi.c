@@ -143,6 +143,12 @@ static int mp_irecv(void *ctx, int peer, be_tensor_ref tag, void *buf, size_t by
              : -1;
 }
 
+int rt_mpi_barrier(double timeout) {
+  MPI_Request q;
+  if (MPI_Ibarrier(MPI_COMM_WORLD, &q) != MPI_SUCCESS) return -1;
+  return mp_poll(&q, timeout, NULL);
+}
+
 static int mp_wait(void *ctx, rt_req *r, double timeout, strbuf *err) {
   (void)ctx;
   MPI_Request *q = r->impl;

@@ -10,10 +10,13 @@
  *         pair becomes a device-to-device copy on the sender's communication stream, after both
  *         sides' compute reached the SEND and the RECV.
  *   nccl: one process per GPU under mpirun (rank r on local GPU r mod GPUs per node); NCCL
- *         communicators bootstrapped with MPI; each run of consecutive SEND/RECV instructions is
- *         one ncclGroupStart/ncclGroupEnd group on the communication stream, after the compute
- *         stream's work so far: exactly the semantics the deadlock checker proves. The all-reduce
- *         over replicas is ncclAllReduce on a communicator per pipeline rank. */
+ *         communicators bootstrapped with MPI, nonblocking (so that no NCCL call blocks the host
+ *         past the deadline and ncclCommAbort can end any of them); each run of consecutive
+ *         SEND/RECV instructions is one ncclGroupStart/ncclGroupEnd group on the communication
+ *         stream, after the compute stream's work so far: exactly the semantics the deadlock
+ *         checker proves. The all-reduce over replicas is ncclAllReduce on a communicator per
+ *         pipeline rank. Set-up (initialization, warm-up, the barrier before the first step) is
+ *         bound by --timeout too. */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -281,6 +284,40 @@ static void enqueue_compute(gpu_run *R, grank *g, int a, int step) {
 }
 
 #ifdef OCTO_HAVE_NCCL
+/* nccl backend, nonblocking communicators: wait while comm has an operation in progress (being
+ * enqueued or initialized), until the run failed (R not NULL: the watchdog aborted the
+ * communicators) or 'until' (support_seconds) passed. Returns ncclSuccess, the communicator's
+ * error, or ncclInProgress at the deadline or the failure. */
+static ncclResult_t nccl_settle(gpu_run *R, ncclComm_t comm, double until) {
+  for (;;) {
+    /* The watchdog fails the run before it aborts (frees) the communicators: never query one
+     * after that. */
+    if (R && failed(R)) return ncclInProgress;
+    ncclResult_t e = ncclSuccess;
+    ncclResult_t q = ncclCommGetAsyncError(comm, &e);
+    if (q != ncclSuccess) return q;
+    if (e != ncclInProgress) return e;
+    if (support_seconds() > until) return ncclInProgress;
+    struct timespec nap = {0, 50000}; /* 50 us */
+    nanosleep(&nap, NULL);
+  }
+}
+
+/* nccl backend: after the NCCL call that returned r at address a of g (what: its name), wait
+ * until its enqueueing finished (nccl_settle) within the timeout; a failure fails the run. */
+static void nccl_done(gpu_run *R, grank *g, ncclComm_t comm, int a, const char *what,
+                      ncclResult_t r) {
+  if (r == ncclInProgress) r = nccl_settle(R, comm, support_seconds() + R->o->timeout);
+  if (r == ncclSuccess || failed(R)) return;
+  const be_inst *in = &g->p->code[a];
+  if (r == ncclInProgress)
+    run_fail(R, "rank %d at %04d (%s): %s did not complete within %g s", g->rank, a,
+             be_ops[in->op].name, what, R->o->timeout);
+  else
+    run_fail(R, "rank %d at %04d (%s): %s: %s", g->rank, a, be_ops[in->op].name, what,
+             ncclGetErrorString(r));
+}
+
 /* nccl backend: post SEND or RECV at address a inside the current group. */
 static void enqueue_nccl_msg(gpu_run *R, grank *g, int a) {
   const be_inst *in = &g->p->code[a];
@@ -396,10 +433,7 @@ static void step_nccl(gpu_run *R, grank *g, int step) {
       ncclGroupStart();
       while (b < p->ncode && (p->code[b].op == BE_OP_SEND || p->code[b].op == BE_OP_RECV))
         enqueue_nccl_msg(R, g, b++);
-      ncclResult_t ge = ncclGroupEnd();
-      if (ge != ncclSuccess && ge != ncclInProgress)
-        run_fail(R, "rank %d at %04d (%s): ncclGroupEnd: %s", g->rank, a, be_ops[in->op].name,
-                 ncclGetErrorString(ge));
+      nccl_done(R, g, g->pipe, a, "ncclGroupEnd", ncclGroupEnd());
       for (int k = a; k < b; k++) {
         cudaEventRecord(g->done[p->code[k].a[1]], g->comm);
         marked(g, k, g->comm);
@@ -411,11 +445,9 @@ static void step_nccl(gpu_run *R, grank *g, int step) {
     } else if (in->op == BE_OP_ALLREDUCE) {
       size_t n;
       float *gr = rg_stage_grads(g->m, in->a[0], &n);
-      ncclResult_t re = ncclSuccess;
       if (R->s->replicas > 1)
-        re = ncclAllReduce(gr, gr, n, ncclFloat32, ncclSum, g->reduce, g->compute);
-      if (re != ncclSuccess && re != ncclInProgress)
-        run_fail(R, "rank %d at %04d (ALLREDUCE): %s", g->rank, a, ncclGetErrorString(re));
+        nccl_done(R, g, g->reduce, a, "ncclAllReduce",
+                  ncclAllReduce(gr, gr, n, ncclFloat32, ncclSum, g->reduce, g->compute));
       marked(g, a, g->compute);
     } else {
       enqueue_compute(R, g, a, step);
@@ -703,22 +735,33 @@ int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
   g->st = &st;
   /* Communicators: the world for point-to-point, and one per pipeline rank for the all-reduce;
    * NCCL ids made on the first process of each and broadcast with MPI. */
+  /* Nonblocking: every call returns at once (ncclInProgress) and is settled against the deadline
+   * (nccl_settle), so that a peer that stopped cannot block this process forever. */
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
   ncclUniqueId id;
   if (me == 0) ncclGetUniqueId(&id);
   MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
-  ncclResult_t e = ncclCommInitRank(&g->pipe, world, id, me);
+  ncclResult_t e = ncclCommInitRankConfig(&g->pipe, world, id, me, &config);
+  if (e == ncclInProgress) e = nccl_settle(NULL, g->pipe, support_seconds() + o->timeout);
   MPI_Comm group;
   MPI_Comm_split(MPI_COMM_WORLD, rank, replica, &group);
   if (e == ncclSuccess && s->replicas > 1) {
     ncclUniqueId rid;
     if (replica == 0) ncclGetUniqueId(&rid);
     MPI_Bcast(&rid, sizeof rid, MPI_BYTE, 0, group);
-    e = ncclCommInitRank(&g->reduce, s->replicas, rid, replica);
+    e = ncclCommInitRankConfig(&g->reduce, s->replicas, rid, replica, &config);
+    if (e == ncclInProgress) e = nccl_settle(NULL, g->reduce, support_seconds() + o->timeout);
   }
   MPI_Comm_free(&group);
   if (e != ncclSuccess) {
-    fprintf(stderr, "octo-run: error: rank %d: NCCL initialization failed: %s\n", rank,
-            ncclGetErrorString(e));
+    if (e == ncclInProgress)
+      fprintf(stderr, "octo-run: error: rank %d: NCCL initialization did not complete within "
+              "%g s\n", rank, o->timeout);
+    else
+      fprintf(stderr, "octo-run: error: rank %d: NCCL initialization failed: %s\n", rank,
+              ncclGetErrorString(e));
+    fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, RT_EXIT_RUNTIME);
   }
   if (grank_init(&R, g, device, bf16, mo)) {
@@ -737,12 +780,28 @@ int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
         ncclSend(warm + 2 * q, 1, ncclFloat32, replica * s->nranks + q, g->pipe, g->comm);
         ncclRecv(warm + 2 * q + 1, 1, ncclFloat32, replica * s->nranks + q, g->pipe, g->comm);
       }
-    ncclGroupEnd();
-    cudaStreamSynchronize(g->comm);
+    double until = support_seconds() + o->timeout;
+    e = ncclGroupEnd();
+    if (e == ncclInProgress) e = nccl_settle(NULL, g->pipe, until);
+    cudaError_t ce = cudaErrorNotReady;
+    while (e == ncclSuccess && (ce = cudaStreamQuery(g->comm)) == cudaErrorNotReady &&
+           support_seconds() <= until) {
+      ncclCommGetAsyncError(g->pipe, &e);
+      if (e == ncclInProgress) e = ncclSuccess;
+      struct timespec nap = {0, 100000}; /* 0.1 ms */
+      nanosleep(&nap, NULL);
+    }
+    if (e != ncclSuccess || ce != cudaSuccess)
+      run_fail(&R, "rank %d: the warm-up messages with its peers %s", rank,
+               e != ncclSuccess ? ncclGetErrorString(e)
+               : ce == cudaErrorNotReady ? "did not complete within the timeout"
+                                          : cudaGetErrorString(ce));
+    else if (rt_mpi_barrier(o->timeout) != 0)
+      run_fail(&R, "rank %d: the barrier before the first step did not complete within %g s",
+               rank, o->timeout);
+    if (!failed(&R)) run_all(&R);
     cudaFree(warm);
     free(peer);
-    MPI_Barrier(MPI_COMM_WORLD);
-    run_all(&R);
   }
   if (failed(&R)) {
     fprintf(stderr, "octo-run: error: %s\n", R.why);
@@ -753,6 +812,11 @@ int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
   snprintf(what, sizeof what, "nccl (%d GPUs)", world);
   rc = rt_mpi_report(s, o, &st, path, what, trace_path);
   cudaDeviceSynchronize();
+  /* Nonblocking communicators: finalize (settled), then destroy. */
+  double until = support_seconds() + o->timeout;
+  if (ncclCommFinalize(g->pipe) == ncclInProgress) nccl_settle(NULL, g->pipe, until);
+  if (g->reduce && ncclCommFinalize(g->reduce) == ncclInProgress)
+    nccl_settle(NULL, g->reduce, until);
   ncclCommDestroy(g->pipe);
   if (g->reduce) ncclCommDestroy(g->reduce);
   grank_free(g);

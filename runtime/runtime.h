@@ -322,6 +322,11 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
  * Defined when built with MPI. */
 int rt_mpi_start(int *argc, char ***argv, const char *path, const rt_opts *mo, be_stream **s);
 
+/* For the MPI launchers: MPI_Ibarrier on the world, polled until it completes or 'timeout'
+ * seconds pass. Returns 0, or 1 at the deadline (-1: an MPI error). Defined when built with
+ * MPI. */
+int rt_mpi_barrier(double timeout);
+
 /* For the MPI launchers (mpi and nccl backends): gather every process's figures (mine) on world
  * rank 0, which prints the run line ("PATH: ... backend BACKEND, N steps"), the report and writes
  * the trace; every process returns the exit status. Defined when built with MPI. */
