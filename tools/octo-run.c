@@ -3,9 +3,11 @@
  * every rank a thread (--backend=cpu) or an MPI process (--backend=mpi, under mpirun), and prints
  * per step the time and the loss (with --check also the sequential run's loss and the largest
  * gradient difference), per rank the busy and waiting time; --trace writes the timeline, --dump
- * every layer's tensors. Exit codes (docs/runtime.md): 0 success, 1 bad input or command line,
- * 3 a rank failed (timeout, transport error, a rank that died), 4 --check found a difference
- * above 1e-5, 5 a loss or gradient was NaN or infinite. */
+ * every layer's tensors; --die and --stop inject faults, --mem-limit bounds the memory the run
+ * may use. Exit codes (docs/runtime.md): 0 success, 1 bad input or command line (a run that
+ * does not fit in memory too), 3 a rank failed (timeout, transport error, a rank that died or
+ * stopped), 4 --check found a difference above 1e-5, 5 a loss or gradient was NaN or
+ * infinite. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,8 +53,8 @@ static void usage(FILE *out) {
           "  --seed=S           initialization and synthetic data (default 1)\n"
           "  --lr=X             learning rate (default 0.01)\n"
           "  --data=FILE        use FILE's bytes as the token stream instead of synthetic data\n"
-          "  --timeout=S        seconds a rank may wait for a message before the run fails\n"
-          "                     (default 60)\n"
+          "  --timeout=S        seconds any blocking operation (a message, the all-reduce, the\n"
+          "                     MPI report) may wait before the run fails (default 60)\n"
           "  --mem-limit=SIZE   memory the run may use on this machine (cpu: all ranks; mpi: the\n"
           "                     processes of a node), e.g. 16GiB; default: MemAvailable. A run\n"
           "                     that needs more is refused before it allocates\n"
@@ -67,9 +69,10 @@ static void usage(FILE *out) {
           "                     testing: the same, but the rank stops responding without dying\n"
           "                     (SIGSTOP under MPI); the others fail when --timeout passes\n"
           "  --help, --version\n\n"
-          "exit status: 0 success, 1 bad input or command line (or no GPU for a GPU backend),\n"
-          "3 a rank failed (timeout, transport or NCCL error, a rank that died), 4 --check\n"
-          "found a difference, 5 a loss or gradient was NaN or infinite.\n");
+          "exit status: 0 success, 1 bad input or command line (or no GPU for a GPU backend,\n"
+          "or more memory than the machine offers), 3 a rank failed (timeout, transport or\n"
+          "NCCL error, a rank that died or stopped; under mpirun too, whichever rank), 4\n"
+          "--check found a difference, 5 a loss or gradient was NaN or infinite.\n");
 }
 
 /* Whether arg starts with prefix; *value then points just after it. */
