@@ -560,3 +560,127 @@ void test_runtime_model_dump(void) {
   rt_model_free(m);
   be_stream_free(s);
 }
+
+/* rt_fault_parse and rt_fault_resolve: the spellings of --die and --stop, and the checks against
+ * a stream (a rank, replica, address or place it lacks). */
+void test_runtime_fault(void) {
+  rt_fault f = {RT_FAULT_DIE, 0, 0, -1, -1};
+  UNIT_CHECK(rt_fault_parse("2:17", &f) == 0 && f.rank == 2 && f.replica == 0 && f.addr == 17 &&
+             f.place == -1);
+  UNIT_CHECK(rt_fault_parse("1/3:allreduce", &f) == 0 && f.rank == 1 && f.replica == 3 &&
+             f.addr == -1 && f.place == RT_PLACE_ALLREDUCE);
+  UNIT_CHECK(rt_fault_parse("0:optimizer", &f) == 0 && f.place == RT_PLACE_OPTIMIZER);
+  static const char *const bad[] = {"", "3", "3:", ":3", "-1:3", "1:-3", "1/:3", "1/-1:3",
+                                    "1:3x", "1:backward", "x:3", "1/2/3:4", "99999999999:1"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) UNIT_CHECK(rt_fault_parse(bad[i], &f) != 0);
+  /* Rank 0 runs FWD, ALLREDUCE, STEP; rank 1 FWD only. */
+  be_stream *s = rm_stream5(2, 2, 1, 8, "sgd", 16, 16);
+  static const be_opcode ops0[] = {BE_OP_FWD, BE_OP_ALLREDUCE, BE_OP_STEP};
+  s->ranks[0].code = xcalloc(3, sizeof *s->ranks[0].code);
+  s->ranks[0].ncode = 3;
+  for (int i = 0; i < 3; i++) s->ranks[0].code[i].op = (uint8_t)ops0[i];
+  s->ranks[1].code = xcalloc(1, sizeof *s->ranks[1].code);
+  s->ranks[1].ncode = 1;
+  s->ranks[1].code[0].op = BE_OP_FWD;
+  static const struct {
+    const char *spec;
+    int kind, addr;    /* addr: the resolved address, or -1 for an error */
+    const char *error; /* its message */
+  } cases[] = {
+      {"0:optimizer", RT_FAULT_DIE, 2, NULL},
+      {"0/1:allreduce", RT_FAULT_STOP, 1, NULL},
+      {"1:0", RT_FAULT_DIE, 0, NULL},
+      {"3:0", RT_FAULT_DIE, -1, "--die: the stream has no rank 3 (ranks 0 to 2)"},
+      {"0/2:0", RT_FAULT_STOP, -1, "--stop: the stream has no replica 2 (replicas 0 to 1)"},
+      {"1:1", RT_FAULT_DIE, -1, "--die: rank 1 has no address 1 (its program has 1 instructions)"},
+      {"1:allreduce", RT_FAULT_DIE, -1, "--die: rank 1 has no ALLREDUCE instruction (allreduce)"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    strbuf err = {0};
+    UNIT_CHECK(rt_fault_parse(cases[i].spec, &f) == 0);
+    f.kind = cases[i].kind;
+    int rc = rt_fault_resolve(s, &f, &err);
+    UNIT_CHECK(rc == (cases[i].addr >= 0 ? 0 : -1));
+    if (cases[i].addr >= 0) UNIT_CHECK(f.addr == cases[i].addr);
+    UNIT_CHECK_STREQ(cases[i].error ? strbuf_cstr(&err) : NULL, cases[i].error);
+    strbuf_free(&err);
+  }
+  f.kind = RT_FAULT_NONE; /* nothing to check */
+  f.rank = 99;
+  UNIT_CHECK(rt_fault_resolve(s, &f, NULL) == 0);
+  be_stream_free(s);
+}
+
+/* rt_parse_bytes: bytes and binary units. */
+void test_runtime_parse_bytes(void) {
+  double b = 0;
+  UNIT_CHECK(rt_parse_bytes("4096", &b) == 0 && b == 4096);
+  UNIT_CHECK(rt_parse_bytes("512B", &b) == 0 && b == 512);
+  UNIT_CHECK(rt_parse_bytes("2K", &b) == 0 && b == 2048);
+  UNIT_CHECK(rt_parse_bytes("1.5MiB", &b) == 0 && b == 1.5 * 1048576);
+  UNIT_CHECK(rt_parse_bytes("16GB", &b) == 0 && b == 16.0 * 1073741824);
+  UNIT_CHECK(rt_parse_bytes("2TiB", &b) == 0 && b == 2.0 * 1099511627776.0);
+  static const char *const bad[] = {"", "0", "-1G", "12X", "1Gi", "G", "nan", "inf", "0.5"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) UNIT_CHECK(rt_parse_bytes(bad[i], &b) != 0);
+}
+
+/* rt_rank_memory counts what a rank holds: with its stages initialized, the parameters,
+ * gradients, Adam moments and scratch buffers are rt_model_bytes; the saved-state peak follows
+ * the program (two microbatches between F and W at once); rt_mem_check compares the sum with a
+ * limit and names the largest rank; a layer whose size products could overflow is refused. */
+void test_runtime_memory(void) {
+  be_stream *s = rm_stream5(4, 1, 1, 8, "adam", 16, 16);
+  /* Rank 0 (stage 0): F mb0, F mb1, BW mb0, F mb2, BW mb1, BW mb2: at most 2 in flight. */
+  static const be_opcode ops[] = {BE_OP_FWD, BE_OP_FWD, BE_OP_BWD, BE_OP_FWD, BE_OP_BWD, BE_OP_BWD};
+  s->ranks[0].code = xcalloc(6, sizeof *s->ranks[0].code);
+  s->ranks[0].ncode = 6;
+  for (int i = 0; i < 6; i++) s->ranks[0].code[i].op = (uint8_t)ops[i];
+  rt_model *m = rm_model(s, 1, 1, 0.1, false);
+  rt_mem_need need;
+  rt_rank_memory(m, s, 0, false, &need);
+  rt_model_init_stage(m, 0);
+  UNIT_CHECK(need.params > 0 && need.grads == need.params && need.optim == 2 * need.params);
+  UNIT_CHECK_EQ_DBL(need.params + need.grads + need.optim + need.buffers, (double)rt_model_bytes(m));
+  /* Run the program's F and BW on stage 0: the blocks it allocated are the predicted peak. */
+  size_t nin = rt_tensor_floats(m, BE_T_INPUT, 0), nout = rt_tensor_floats(m, BE_T_ACT, 0);
+  float *in = xcalloc(nin, sizeof *in), *out = xcalloc(nout, sizeof *out);
+  float *g = xcalloc(nout, sizeof *g);
+  int order[][2] = {{0, 0}, {0, 1}, {1, 0}, {0, 2}, {1, 1}, {1, 2}};
+  for (int i = 0; i < 6; i++) {
+    if (order[i][0] == 0) {
+      rt_load(m, 0, 0, order[i][1], in);
+      rt_forward(m, 0, order[i][1], in, out);
+    } else {
+      rt_backward_input(m, 0, order[i][1], g, NULL);
+      rt_backward_weight(m, 0, order[i][1]);
+    }
+  }
+  UNIT_CHECK(need.state > 0);
+  UNIT_CHECK_EQ_DBL(need.params + need.grads + need.optim + need.buffers + need.state,
+                    (double)rt_model_bytes(m));
+  free(in);
+  free(out);
+  free(g);
+  rt_mem_need with_ref;
+  rt_rank_memory(m, s, 0, true, &with_ref);
+  UNIT_CHECK(with_ref.reference > need.params * 4 && with_ref.total > need.total);
+  rt_run_opts o = {1, 60, false, false, {RT_FAULT_NONE, 0, 0, -1, -1}, "cpu", 1e12};
+  strbuf err = {0};
+  UNIT_CHECK(rt_mem_check(s, m, &o, NULL, 3, &err) == 0 && err.len == 0);
+  o.mem_limit = need.total; /* rank 0 alone fits exactly; all three do not */
+  int only0 = 0;
+  UNIT_CHECK(rt_mem_check(s, m, &o, &only0, 1, &err) == 0);
+  UNIT_CHECK(rt_mem_check(s, m, &o, NULL, 3, &err) == -1);
+  UNIT_CHECK(strstr(strbuf_cstr(&err), "the 3 ranks on this machine need ") != NULL);
+  UNIT_CHECK(strstr(strbuf_cstr(&err), "more than the --mem-limit of ") != NULL);
+  UNIT_CHECK(strstr(strbuf_cstr(&err), "; the largest, rank ") != NULL);
+  strbuf_free(&err);
+  rt_model_free(m);
+  be_stream_free(s);
+  /* A vocabulary of 2^20: 2^60 for a size product, refused before any size is computed. */
+  s = rm_stream5(2, 1, 1, 8, "sgd", 16, 1 << 20);
+  rm_check_fails(s, (rt_opts){1, 1, 0.1, NULL, NULL},
+                 "layer l0 (embedding): too large for the runtime: 1 sequence x its largest "
+                 "dimension 1048576 cubed is 1.15e+18, above 2^57");
+  be_stream_free(s);
+}
