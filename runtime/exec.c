@@ -32,7 +32,7 @@ static const struct {
 /* The option of each fault kind (RT_FAULT_KINDS), indexed by kind. */
 static const char *const fault_options[] = {
     "",
-#define X(id, opt, what) opt,
+#define X(id, opt) opt,
     RT_FAULT_KINDS(X)
 #undef X
 };

@@ -176,10 +176,10 @@ typedef struct rt_comm {
 
 /* ---- Interpreter and launchers --------------------------------------------------------------- */
 
-/* The kinds of fault a run can inject for testing: X(ID, option, what the rank does). */
+/* The kinds of fault a run can inject for testing: X(ID, option). */
 #define RT_FAULT_KINDS(X)                                                                  \
-  X(DIE, "die", "dies (its thread ends, its process exits), as a crash would")            \
-  X(STOP, "stop", "stops responding without dying, as SIGSTOP does (under MPI it is one)")
+  X(DIE, "die")   /* the rank dies (its thread ends, its process exits), as a crash would */ \
+  X(STOP, "stop") /* it stops responding without dying, as SIGSTOP does (under MPI it is) */
 
 /* Named places a fault strikes, besides an address: X(ID, name, opcode): the rank's first
  * instruction with that opcode. */
@@ -189,7 +189,7 @@ typedef struct rt_comm {
 
 enum {
   RT_FAULT_NONE,
-#define X(id, opt, what) RT_FAULT_##id,
+#define X(id, opt) RT_FAULT_##id,
   RT_FAULT_KINDS(X)
 #undef X
 };
@@ -282,9 +282,10 @@ enum { RT_OK = 0, RT_FAILED = 1, RT_ABORTED = 2, RT_DIED = 3, RT_NONFINITE = 4 }
 
 /* Run rank 'rank' of replica 'replica': build its model (stages it runs), allocate its buffers,
  * interpret its program o->steps times on transport c; fills *st (allocating its arrays; free
- * them with rt_rank_stats_free). A failure (a WAIT past its timeout, a transport error) is
- * recorded in st with the rank, address, opcode and what it waited for, and announced to the
- * other ranks through c->fail. Returns st->status. */
+ * them with rt_rank_stats_free). A failure (a WAIT or an all-reduce past its timeout, a
+ * transport error) is recorded in st with the rank, address, opcode and what it waited for, and
+ * announced to the other ranks through c->fail; o->fault (resolved: rt_fault_resolve) strikes
+ * through c->die or c->stop. Returns st->status. */
 int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
                  const rt_run_opts *o, rt_comm *c, rt_rank_stats *st);
 /* Floats of each slot buffer of rank 'rank' of s with model m: the largest runtime tensor the
