@@ -231,10 +231,10 @@ static void unpack(rt_rank_stats *st, int steps, const double *d) {
   }
 }
 
-/* Complete collective q of the report ('what') within the run's timeout, or say so and abort the
- * job with RT_EXIT_RUNTIME. */
-static void report_wait(MPI_Request *q, const be_stream *s, const rt_run_opts *o,
-                        const char *what) {
+/* Complete collective q ('what': "the report's gather of the figures") within the run's timeout,
+ * or say so and abort the job with RT_EXIT_RUNTIME. */
+static void collective_wait(MPI_Request *q, const be_stream *s, const rt_run_opts *o,
+                            const char *what) {
   strbuf err = {0};
   int rc = mp_poll(q, o->timeout, &err);
   if (rc == 0) return;
@@ -242,7 +242,7 @@ static void report_wait(MPI_Request *q, const be_stream *s, const rt_run_opts *o
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   mpi_comm c = {MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, me / s->nranks, s->replicas};
   strbuf why = {0};
-  strbuf_printf(&why, "rank %d: the report's %s ", me % s->nranks, what);
+  strbuf_printf(&why, "rank %d: %s ", me % s->nranks, what);
   if (rc == 1)
     strbuf_printf(&why, "did not complete within %g s (another process stopped)", o->timeout);
   else
@@ -261,12 +261,12 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
   if (me == 0) all = xcalloc((size_t)per * world, sizeof *all);
   MPI_Request q;
   MPI_Igather(packed, per, MPI_DOUBLE, all, per, MPI_DOUBLE, 0, MPI_COMM_WORLD, &q);
-  report_wait(&q, s, o, "gather of the figures");
+  collective_wait(&q, s, o, "the report's gather of the figures");
   int evbytes = (int)(mine->nev * sizeof(rt_event));
   int *counts = me == 0 ? xcalloc((size_t)world, sizeof *counts) : NULL;
   int *displs = me == 0 ? xcalloc((size_t)world, sizeof *displs) : NULL;
   MPI_Igather(&evbytes, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD, &q);
-  report_wait(&q, s, o, "gather of the timelines");
+  collective_wait(&q, s, o, "the report's gather of the timelines");
   char *evs = NULL;
   if (me == 0) {
     long total = 0;
@@ -277,7 +277,7 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     evs = xmalloc((size_t)(total ? total : 1));
   }
   MPI_Igatherv(mine->ev, evbytes, MPI_BYTE, evs, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD, &q);
-  report_wait(&q, s, o, "gather of the timelines");
+  collective_wait(&q, s, o, "the report's gather of the timelines");
   if (me == 0) {
     rt_rank_stats *stats = xcalloc((size_t)world, sizeof *stats);
     for (int w = 0; w < world; w++) {
@@ -315,7 +315,7 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     strbuf_free(&errs);
   }
   MPI_Ibcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD, &q);
-  report_wait(&q, s, o, "broadcast of the exit status");
+  collective_wait(&q, s, o, "the report's broadcast of the exit status");
   free(packed);
   free(all);
   free(counts);
@@ -393,14 +393,17 @@ static int mem_check(const be_stream *s, const rt_opts *mo, const rt_run_opts *o
   MPI_Comm_rank(node, &local);
   MPI_Comm_size(node, &n);
   int *members = xcalloc((size_t)n, sizeof *members);
-  MPI_Allgather(&me, 1, MPI_INT, members, 1, MPI_INT, node);
+  MPI_Request q;
+  MPI_Iallgather(&me, 1, MPI_INT, members, 1, MPI_INT, node, &q);
+  collective_wait(&q, s, o, "the memory check's gather of the node's processes");
   MPI_Comm_free(&node);
   rt_model *m = rt_model_new(s, mo, NULL); /* rt_mpi_start built one already: it cannot fail */
   int rc = m && rt_mem_check(s, m, o, members, n, err) != 0 ? RT_EXIT_INPUT : RT_EXIT_OK, worst;
   if (rc != RT_EXIT_OK && local == 0) fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(err));
   rt_model_free(m);
   free(members);
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Iallreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &q);
+  collective_wait(&q, s, o, "the memory check's verdict");
   return worst;
 }
 
