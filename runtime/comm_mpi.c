@@ -143,6 +143,19 @@ static int mp_irecv(void *ctx, int peer, be_tensor_ref tag, void *buf, size_t by
              : -1;
 }
 
+/* rc, this process's exit status once decided: when it is not 0, the process is about to end,
+ * mpirun may end it first (another process exited first with its status), and it has said what
+ * it had to: stay quiet. */
+static int mp_decided(int rc) {
+  if (rc != RT_EXIT_OK) mp_term.quiet = 1;
+  return rc;
+}
+
+void rt_mpi_end(void) {
+  mp_term.quiet = 1;
+  MPI_Finalize();
+}
+
 int rt_mpi_barrier(double timeout) {
   MPI_Request q;
   if (MPI_Ibarrier(MPI_COMM_WORLD, &q) != MPI_SUCCESS) return -1;
@@ -316,6 +329,7 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
   }
   MPI_Ibcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD, &q);
   collective_wait(&q, s, o, "the report's broadcast of the exit status");
+  mp_decided(rc);
   free(packed);
   free(all);
   free(counts);
@@ -373,9 +387,9 @@ int rt_mpi_start(int *argc, char ***argv, const char *path, const rt_opts *mo,
     }
   }
   strbuf_free(&err);
-  if (rc != RT_EXIT_OK) {
+  if (mp_decided(rc) != RT_EXIT_OK) {
     be_stream_free(s);
-    MPI_Finalize();
+    rt_mpi_end();
     return rc;
   }
   *out = s;
@@ -404,7 +418,7 @@ static int mem_check(const be_stream *s, const rt_opts *mo, const rt_run_opts *o
   free(members);
   MPI_Iallreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &q);
   collective_wait(&q, s, o, "the memory check's verdict");
-  return worst;
+  return mp_decided(worst);
 }
 
 int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
@@ -420,19 +434,19 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
   mo = &mo1;
   rt_run_opts o1 = *o;
   strbuf err = {0};
-  rc = rt_fault_resolve(s, &o1.fault, &err) == 0 ? RT_EXIT_OK : RT_EXIT_INPUT;
+  rc = mp_decided(rt_fault_resolve(s, &o1.fault, &err) == 0 ? RT_EXIT_OK : RT_EXIT_INPUT);
   if (rc != RT_EXIT_OK) { /* every process finds it: rank 0 says it */
     if (me == 0) fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(&err));
     strbuf_free(&err);
     be_stream_free(s);
-    MPI_Finalize();
+    rt_mpi_end();
     return rc;
   }
   rc = mem_check(s, mo, &o1, &err);
   strbuf_free(&err);
   if (rc != RT_EXIT_OK) {
     be_stream_free(s);
-    MPI_Finalize();
+    rt_mpi_end();
     return rc;
   }
   o = &o1;
@@ -458,7 +472,7 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
   MPI_Comm_free(&mc.pipe);
   MPI_Comm_free(&mc.replicas);
   be_stream_free(s);
-  MPI_Finalize();
+  rt_mpi_end();
   return rc;
 }
 
@@ -537,6 +551,6 @@ int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts
   free(costs);
   rt_model_free(m);
   be_stream_free(s);
-  MPI_Finalize();
+  rt_mpi_end();
   return rc;
 }

@@ -106,8 +106,8 @@ static bool inject(const be_stream *s, const rt_run_opts *o, int rank, int repli
       pc != f->addr)
     return false;
   snprintf(st->err, sizeof st->err, "rank %d %s at %04d (%s) as asked (--%s)", rank,
-           f->kind == RT_FAULT_DIE ? "died" : "stopped", pc, be_ops[s->ranks[rank].code[pc].op].name,
-           fault_options[f->kind]);
+           f->kind == RT_FAULT_DIE ? "died" : "stopped", pc,
+           be_ops[s->ranks[rank].code[pc].op].name, fault_options[f->kind]);
   st->status = RT_DIED;
   if (f->kind == RT_FAULT_DIE)
     c->die(c->ctx, st->err);

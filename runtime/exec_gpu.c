@@ -712,7 +712,7 @@ int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
   MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (worst != RT_EXIT_OK) {
     be_stream_free(s);
-    MPI_Finalize();
+    rt_mpi_end();
     return worst;
   }
   int device = local % ndev;
@@ -823,7 +823,7 @@ int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
   free(R.g);
   rt_rank_stats_free(&st);
   be_stream_free(s);
-  MPI_Finalize();
+  rt_mpi_end();
   return rc;
 }
 #endif

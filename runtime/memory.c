@@ -109,7 +109,8 @@ int rt_mem_check(const be_stream *s, const rt_model *m, const rt_run_opts *o, co
     put_bytes(err, limit);
     strbuf_puts(err, " this machine has available");
   }
-  if (n > 1) strbuf_printf(err, "; the largest, %s, needs %s", strbuf_cstr(&who), strbuf_cstr(&need));
+  if (n > 1)
+    strbuf_printf(err, "; the largest, %s, needs %s", strbuf_cstr(&who), strbuf_cstr(&need));
   strbuf_puts(err, "; use a larger --scale");
   strbuf_free(&who);
   strbuf_free(&need);

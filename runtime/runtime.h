@@ -319,9 +319,16 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
 /* The common start of the MPI launchers: MPI_Init (main's argc and argv), read the stream at
  * path on every process, check the world size (ranks x replicas), the model's options (data
  * file, scale) and MPI's tag range; world rank 0 prints any problem. Returns RT_EXIT_OK with *s
- * the stream (the caller frees it and finalizes MPI), or an exit status after MPI_Finalize.
+ * the stream (the caller frees it and ends MPI: rt_mpi_end), or an exit status after
+ * rt_mpi_end.
  * Defined when built with MPI. */
 int rt_mpi_start(int *argc, char ***argv, const char *path, const rt_opts *mo, be_stream **s);
+
+/* For the MPI launchers: MPI_Finalize, the end of every process that returns its exit status.
+ * When another process exits first with a status that is not 0, mpirun ends this one with
+ * SIGTERM: it then exits without a message (the first status is the job's). Defined when built
+ * with MPI. */
+void rt_mpi_end(void);
 
 /* For the MPI launchers: MPI_Ibarrier on the world, polled until it completes or 'timeout'
  * seconds pass. Returns 0, or 1 at the deadline (-1: an MPI error). Defined when built with
