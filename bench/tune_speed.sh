@@ -89,7 +89,7 @@ table() { # $1: spec function; then cases "label args..." (the smallest first)
     "$make" "$@" > "$work/c.octo"
     "$octoc" "$work/c.octo" $effort --compare --report=json -o "$work/c.json"
     row "$label" "$work/c.json"
-    [ "$quick" = --quick ] && break
+    if [ "$quick" = --quick ]; then break; fi
   done
 }
 
@@ -124,5 +124,5 @@ for c in "64L/8dev/64mb 31 8 64 dgx_h100 0.2" "128L/16dev/128mb 63 16 128 dgx_h1
   dense "$2" "$3" "$4" "$5" > "$work/b.octo"
   "$octoc" "$work/b.octo" --evals=0 --budget="$6" --report=json -o "$work/b.json"
   python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['tuner']; print('| %s | %s | %.3f | %s |' % (sys.argv[2], sys.argv[3], t['seconds'], t['stop']))" "$work/b.json" "$1" "$6"
-  [ "$quick" = --quick ] && break
+  if [ "$quick" = --quick ]; then break; fi
 done

@@ -311,12 +311,12 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     if (trace_path && rc != RT_EXIT_RUNTIME) {
       strbuf tr = {0};
       rt_trace(s, stats, world, &tr);
-      FILE *f = fopen(trace_path, "w");
-      if (!f || fwrite(strbuf_cstr(&tr), 1, tr.len, f) != tr.len) {
-        fprintf(stderr, "octo-run: error: cannot write '%s'\n", trace_path);
+      strbuf why = {0};
+      if (!support_write_file(trace_path, strbuf_cstr(&tr), tr.len, &why)) {
+        fprintf(stderr, "octo-run: error: cannot write '%s': %s\n", trace_path, strbuf_cstr(&why));
         if (rc == RT_EXIT_OK) rc = RT_EXIT_INPUT;
       }
-      if (f) fclose(f);
+      strbuf_free(&why);
       strbuf_free(&tr);
     }
     for (int w = 0; w < world; w++) {
@@ -530,15 +530,12 @@ int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts
     strbuf json = {0};
     /* With one process there is no link to measure: the cluster's stays (no "link" key). */
     rt_profile_json(s, m, costs, "mpi", world >= 2 ? lat : -1, bw, rate_sum / world, &json);
-    FILE *f = fopen(out_path, "w");
-    if (!f || fwrite(json.data, 1, json.len, f) != json.len) {
-      fprintf(stderr, "octo-run: error: cannot write '%s'\n", out_path);
+    strbuf why = {0};
+    if (!support_write_file(out_path, strbuf_cstr(&json), json.len, &why)) {
+      fprintf(stderr, "octo-run: error: cannot write '%s': %s\n", out_path, strbuf_cstr(&why));
       rc = RT_EXIT_INPUT;
     }
-    if (f && fclose(f) != 0 && rc == RT_EXIT_OK) {
-      fprintf(stderr, "octo-run: error: cannot write '%s'\n", out_path);
-      rc = RT_EXIT_INPUT;
-    }
+    strbuf_free(&why);
     if (rc == RT_EXIT_OK)
       printf("%s: profiled %d layers at scale %d on %d MPI processes in %.1f s: %s\n", s->model,
              n, rt_model_scale(m), world, support_seconds() - t0, out_path);
