@@ -30,8 +30,9 @@ bool report_check_options(report_kind k, const report_opts *o, bool split, strbu
                   "document", report_kinds[k].name);
     return false;
   }
-  if (o->compare && k != REPORT_TEXT && k != REPORT_JSON) {
-    strbuf_puts(err, "--compare adds to the report: use it with --report (text or json)");
+  if (o->compare && k != REPORT_TEXT && k != REPORT_JSON && k != REPORT_HTML) {
+    strbuf_puts(err, "--compare adds to the report: use it with --report (text or json) or "
+                "--emit=html");
     return false;
   }
   return true;
@@ -82,7 +83,7 @@ int report_emit(const ir_module *m, report_kind k, const report_opts *o, strbuf 
   if (o->compare && o->tuner) {
     x.baselines = o->tuner->baselines;
     x.nbaselines = o->tuner->nbaselines;
-  } else if (o->compare && (k == REPORT_TEXT || k == REPORT_JSON)) {
+  } else if (o->compare && (k == REPORT_TEXT || k == REPORT_JSON || k == REPORT_HTML)) {
     nbase = pass_compare(m, &base);
     x.baselines = base;
     x.nbaselines = nbase;
@@ -110,6 +111,7 @@ int report_emit(const ir_module *m, report_kind k, const report_opts *o, strbuf 
     case REPORT_JSON: report_json(m, rr, &x, out); break;
     case REPORT_TRACE: report_trace(m, rr, out); break;
     case REPORT_SVG: report_svg(m, rr, out); break;
+    case REPORT_HTML: report_html(m, rr, &x, out); break;
     default: break;
     }
   }

@@ -87,6 +87,15 @@ int report_megatron_args(const ir_module *m, strbuf *out, diag_engine *d, diag_l
 void report_trace(const ir_module *m, const sim_result *r, strbuf *out);
 /* SVG timeline of r (pre: r is a recorded SIM_OK run of m). */
 void report_svg(const ir_module *m, const sim_result *r, strbuf *out);
+/* The interactive HTML page of r (pre: r is a recorded SIM_OK run of m; x may be NULL, its
+ * baselines add the comparison chart). Post: out holds one self-contained HTML document whose
+ * data (the JSON report and the timeline) sits in a <script type="application/json"> element. */
+void report_html(const ir_module *m, const sim_result *r, const report_extra *x, strbuf *out);
+/* Append the n bytes of JSON text 'json' to out for a <script> element: every '<' becomes
+ * \u003c (valid inside JSON strings; JSON has no '<' elsewhere), so no name can close the
+ * element ("</script") or open a comment. Pre: json is JSON text. Post: out holds JSON that
+ * parses to the same value and contains no '<'. */
+void report_html_script_json(strbuf *out, const char *json, size_t n);
 
 /* Simulate m's plan when it has one (stages and schedules; recorded, fixed mode) and write
  * artifact k to 'out'. Pre: m passed ir_verify. Trace and SVG need a scheduled module: without
