@@ -65,3 +65,11 @@ for py in (sys.executable, "/usr/bin/python3"):
         config.available_features.add("torch-pipelining")
         config.substitutions.append(("%torch_pp_python", py))
         break
+# %chromium: a headless-capable Chromium (Debian's chromium, or chromium-browser) for the test
+# that runs the --emit=html page in a browser; it needs the "chromium" feature and is skipped
+# where none is installed.
+for exe in ("chromium", "chromium-browser"):
+    if shutil.which(exe):
+        config.available_features.add("chromium")
+        config.substitutions.append(("%chromium", shutil.which(exe)))
+        break
