@@ -360,6 +360,56 @@ void test_report_svg(void) {
   ir_module_free(m);
 }
 
+/* The HTML page: self-contained, the model name escaped in the text and in the embedded JSON
+ * (no "</script" but the page's own), the data parsing back with every operation. */
+void test_report_html(void) {
+  ir_module *m = fixture_module("a</script><!--b&");
+  fixture_run f;
+  fixture_timeline(&f, true);
+  strbuf sb = {0};
+  report_html(m, &f.r, NULL, &sb);
+  const char *s = strbuf_cstr(&sb);
+  UNIT_CHECK(strncmp(s, "<!DOCTYPE html>", 15) == 0);
+  UNIT_CHECK(strstr(s, "http://") == NULL && strstr(s, "https://") == NULL);
+  UNIT_CHECK(strstr(s, "src=") == NULL);
+  UNIT_CHECK(strstr(s, "<title>a&lt;/script&gt;&lt;!--b&amp; -- OctoPipe plan</title>") != NULL);
+  int closes = 0;
+  for (const char *p = strstr(s, "</script"); p; p = strstr(p + 1, "</script")) closes++;
+  UNIT_CHECK(closes == 2); /* the data element's and the script's */
+  UNIT_CHECK(strstr(s, "<!--") == NULL);
+  const char *open = "<script type=\"application/json\" id=\"octo-data\">";
+  const char *b = strstr(s, open);
+  UNIT_CHECK(b != NULL);
+  if (b) {
+    b += strlen(open);
+    const char *e = strstr(b, "</script>");
+    UNIT_CHECK(e != NULL);
+    char *text = xmalloc((size_t)(e - b) + 1);
+    memcpy(text, b, (size_t)(e - b));
+    text[e - b] = 0;
+    cJSON *j = cJSON_Parse(text);
+    UNIT_CHECK(j != NULL);
+    cJSON *rep = cJSON_GetObjectItem(j, "report"), *tl = cJSON_GetObjectItem(j, "timeline");
+    UNIT_CHECK(rep && tl);
+    if (rep && tl) {
+      UNIT_CHECK_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(rep, "model")),
+                       "a</script><!--b&");
+      UNIT_CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(tl, "ops")) == f.r.nops);
+      UNIT_CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(tl, "xfers")) == f.r.nxfers);
+    }
+    cJSON_Delete(j);
+    free(text);
+  }
+  strbuf_free(&sb);
+  /* the escaping alone: every '<', nothing else */
+  strbuf esc = {0};
+  const char *js = "{\"k\": \"</script>x<y\"}";
+  report_html_script_json(&esc, js, strlen(js));
+  UNIT_CHECK_STREQ(strbuf_cstr(&esc), "{\"k\": \"\\u003c/script>x\\u003cy\"}");
+  strbuf_free(&esc);
+  ir_module_free(m);
+}
+
 void test_report_text(void) {
   ir_module *m = fixture_module("tiny");
   fixture_run f;
