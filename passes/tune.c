@@ -564,7 +564,8 @@ static int tune_classic_kept(const pass_tune_stats *st, const tune_score *bs, in
 /* The best few starting plans (each improved by local search before the restarts). */
 enum { TUNE_SEEDS = 3 };
 typedef struct tune_pool {
-  tune_plan plan[TUNE_SEEDS + 1]; /* best first; then the best start placed for balance */
+  tune_plan plan[TUNE_SEEDS + 1]; /* best first (once filled: the best start placed for balance
+                                     goes in front of them) */
   tune_score score[TUNE_SEEDS + 1];
   int n;                      /* plans held */
 } tune_pool;
