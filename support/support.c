@@ -360,3 +360,12 @@ bool support_write_file(const char *path, const void *data, size_t len, strbuf *
   strbuf_free(&tmp);
   return e == 0;
 }
+
+bool support_write_output(const char *path, const void *data, size_t len, strbuf *why) {
+  if (path && strcmp(path, "-") != 0) return support_write_file(path, data, len, why);
+  errno = 0;
+  bool ok = fwrite(data, 1, len, stdout) == len;
+  ok = fflush(stdout) == 0 && ok;
+  if (!ok) strbuf_puts(why, strerror(errno ? errno : EIO));
+  return ok;
+}

@@ -154,6 +154,8 @@ char *support_read_file(const char *path, size_t *len, strbuf *why);
  * regular file (/dev/null, a pipe) is written in place. Returns true, or false after appending
  * the reason (strerror) to *why and removing the temporary. */
 bool support_write_file(const char *path, const void *data, size_t len, strbuf *why);
+/* The same, but to standard output (written and flushed) when 'path' is NULL or "-". */
+bool support_write_output(const char *path, const void *data, size_t len, strbuf *why);
 
 /* ---- Diagnostics --------------------------------------------------------------------------*/
 

@@ -147,21 +147,14 @@ static bool parse_args(int argc, char **argv, cmdline *cl) {
 /* Write out to cl->output (replaced atomically, support_write_file; "-" or NULL: stdout).
  * Returns the exit code: EXIT_USER when it cannot be written. */
 static int write_output(const cmdline *cl, const strbuf *out) {
-  if (cl->output && strcmp(cl->output, "-") != 0) {
-    strbuf why = {0};
-    bool ok = support_write_file(cl->output, strbuf_cstr(out), out->len, &why);
-    if (!ok) cl_error("cannot write '%s': %s", cl->output, strbuf_cstr(&why));
-    strbuf_free(&why);
-    return ok ? EXIT_OK : EXIT_USER;
-  }
-  errno = 0;
-  bool ok = fwrite(strbuf_cstr(out), 1, out->len, stdout) == out->len;
-  ok = fflush(stdout) == 0 && ok;
-  if (!ok) {
-    cl_error("cannot write '<stdout>': %s", strerror(errno ? errno : EIO));
-    return EXIT_USER;
-  }
-  return EXIT_OK;
+  strbuf why = {0};
+  bool ok = support_write_output(cl->output, strbuf_cstr(out), out->len, &why);
+  if (!ok)
+    cl_error("cannot write '%s': %s",
+             cl->output && strcmp(cl->output, "-") != 0 ? cl->output : "<stdout>",
+             strbuf_cstr(&why));
+  strbuf_free(&why);
+  return ok ? EXIT_OK : EXIT_USER;
 }
 
 int main(int argc, char **argv) {
