@@ -198,6 +198,11 @@ static int th_allreduce(void *ctx, float *buf, size_t n, double timeout, strbuf 
   round_at mine = {x, t->rounds};
   pthread_mutex_lock(&h->mu);
   int rc = hub_wait(h, round_reached, &mine, &until, err);
+  if (rc == 0 && h->failed) {
+    /* a replica that arrived before the failure may have left and freed its buffer: no sum */
+    if (err) strbuf_puts(err, h->culprit[0] ? h->culprit : "another rank failed");
+    rc = 2;
+  }
   if (rc == 0) {
     x->bufs[t->replica] = buf;
     x->n = n;
