@@ -545,6 +545,13 @@ static diag_loc train_loc(const ir_module *m) {
 static int check_train(const ir_module *m, diag_engine *d) {
   static const int whole[] = {IR_F_TRAIN_micro_batch, IR_F_TRAIN_tensor, IR_F_TRAIN_data};
   int bad = 0;
+  int free_f = ir_train_first_free(m);
+  if (free_f >= 0) {
+    diag_error(d, train_loc(m), "train '%s' is free: the config pass must choose the "
+               "configuration first (octoc --search=config, or 'config' first in --passes)",
+               ir_fields[free_f].name);
+    return 1;
+  }
   for (size_t i = 0; i < sizeof whole / sizeof whole[0]; i++) {
     double v = train_value(m, whole[i]);
     if (!(v >= 1)) {

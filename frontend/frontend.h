@@ -9,6 +9,9 @@
 /* Options of one compilation. */
 typedef struct fe_options {
   bool explain; /* report every default the compiler assumed as a remark */
+  bool free_config; /* octoc --search=config: the train fields of IR_TRAIN_FREE_FIELDS that the
+                       spec omits stay unset (free, for the config pass), and the devices are
+                       the pipeline of every GPU the fixed degrees leave (docs/language.md) */
 } fe_options;
 
 /* Compile source 'file' (already added to d, e.g. with diag_load_file or a split chunk).

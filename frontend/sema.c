@@ -787,12 +787,32 @@ static void train_settings(sema *s, fe_assign **cluster_ref) {
   /* global batch and microbatches: one determines the other */
   int f_gb = ir_field_lookup(IR_REC_TRAIN, "global_batch");
   int f_mb = ir_field_lookup(IR_REC_TRAIN, "microbatches");
-  record_defaults(s, IR_REC_TRAIN, t, at, "train", "global_batch microbatches seq mem_limit");
+  record_defaults(s, IR_REC_TRAIN, t, at, "train",
+                  s->o->free_config ? "global_batch microbatches seq mem_limit " IR_TRAIN_FREE_FIELDS
+                                    : "global_batch microbatches seq mem_limit");
   record_positive(s, t, IR_REC_TRAIN, at, "train", "zero", failed);
+  int first, nf;
+  ir_record_fields(IR_REC_TRAIN, &first, &nf);
+  for (int f = first; f < first + nf && s->o->free_config; f++)
+    if (!ir_field_is_set(t, f) && ir_train_may_be_free(f)) {
+      ir_train_set_free(t, f, true);
+      explain(s, at, "train: %s is free: the configuration search chooses it", ir_fields[f].name);
+    }
   if (failed) return; /* the batch arithmetic below would only repeat the error */
-  if (t->zero > 1)
+  if (ir_field_is_set(t, IR_F_TRAIN_zero) && t->zero > 1)
     diag_error(s->d, L(train_key(s, "zero")), "train: zero = %lld is not supported (0 or 1)",
                (long long)t->zero);
+  if (!ir_field_is_set(t, IR_F_TRAIN_micro_batch) || !ir_field_is_set(t, IR_F_TRAIN_data)) {
+    /* free micro_batch or data: the config pass derives microbatches from the global batch */
+    const char *free_f = ir_field_is_set(t, IR_F_TRAIN_data) ? "micro_batch" : "data";
+    if (ir_field_is_set(t, f_mb))
+      diag_error(s->d, L(train_key(s, "microbatches")), "microbatches cannot be fixed while "
+                 "%s is free: give global_batch instead", free_f);
+    else if (!ir_field_is_set(t, f_gb))
+      diag_error(s->d, L(at), "the configuration search needs 'global_batch' in the train block "
+                 "(the microbatches follow from it once %s is chosen)", free_f);
+    return;
+  }
   int64_t per_mb = t->micro_batch * t->data;
   bool gb = ir_field_is_set(t, f_gb), mb = ir_field_is_set(t, f_mb);
   if (per_mb <= 0) return;
@@ -931,6 +951,9 @@ static void cluster_devices(sema *s, fe_assign *cluster_ref) {
   } else if (s->clusters.n > 1) {
     diag_error(s->d, L(train_at), "%d clusters are defined; say which one with 'cluster = NAME' "
                                   "in the train block", s->clusters.n);
+  } else if (s->o->free_config) {
+    diag_error(s->d, L(train_at), "the configuration search needs a cluster: define one and "
+                                  "name it with 'cluster = NAME'");
   } else if (m->train.pipeline > 1) {
     diag_error(s->d, L(train_at), "pipeline = %lld needs a cluster: define one and name it "
                                   "with 'cluster = NAME'", (long long)m->train.pipeline);
@@ -983,7 +1006,34 @@ static void cluster_devices(sema *s, fe_assign *cluster_ref) {
 
   ir_train *t = &m->train;
   int64_t gpus = m->cluster.nodes * m->cluster.gpus_per_node;
-  int64_t want = t->pipeline * t->tensor * t->data;
+  if (ir_field_is_set(t, IR_F_TRAIN_tensor) && t->tensor > m->cluster.gpus_per_node) {
+    diag_error(s->d, L(train_key(s, "tensor")),
+               "tensor = %lld exceeds the %lld GPUs of a node of cluster '%s': a tensor-parallel "
+               "group stays within a node", (long long)t->tensor,
+               (long long)m->cluster.gpus_per_node, c->name);
+    free(types);
+    free(recs);
+    return;
+  }
+  /* free degrees (octoc --search=config) count as 1; a free pipeline takes every GPU left */
+  int64_t fixed = 1;
+  bool any_free = false;
+  static const int degrees[] = {IR_F_TRAIN_pipeline, IR_F_TRAIN_tensor, IR_F_TRAIN_data};
+  for (int i = 0; i < 3; i++) {
+    if (ir_field_is_set(t, degrees[i])) fixed *= (int64_t)ir_field_get(t, degrees[i]);
+    else any_free = true;
+  }
+  if (any_free && (fixed > gpus || gpus % fixed != 0)) {
+    diag_error(s->d, L(train_at), "the fixed degrees (pipeline x tensor x data) use %lld GPUs, "
+               "which does not divide the %lld GPUs of cluster '%s'", (long long)fixed,
+               (long long)gpus, c->name);
+    free(types);
+    free(recs);
+    return;
+  }
+  int64_t want = any_free ? gpus : t->pipeline * t->tensor * t->data;
+  int64_t npipe = ir_field_is_set(t, IR_F_TRAIN_pipeline) ? t->pipeline : gpus / fixed;
+  int64_t group = any_free ? gpus / npipe : t->tensor * t->data; /* GPUs per pipeline device */
   if (want != gpus) {
     diag_error(s->d, L(train_at),
                "pipeline x tensor x data = %lld x %lld x %lld = %lld GPUs, but cluster '%s' "
@@ -1011,8 +1061,8 @@ static void cluster_devices(sema *s, fe_assign *cluster_ref) {
     strbuf_free(&b);
   }
   int f_node = ir_field_lookup(IR_REC_DEVICE, "node");
-  for (int64_t i = 0; i < t->pipeline; i++) {
-    int64_t node = (i * t->tensor * t->data) / m->cluster.gpus_per_node;
+  for (int64_t i = 0; i < npipe; i++) {
+    int64_t node = (i * group) / m->cluster.gpus_per_node;
     fe_stmt *type = types[node];
     ir_device *d = ir_module_add_device(m, type->name);
     d->rec = recs[node];
@@ -1109,7 +1159,7 @@ static void spec_stages(sema *s) {
 static void cross_checks(sema *s) {
   ir_module *m = s->m;
   ir_train *t = &m->train;
-  if (m->nlayers > 0 && t->pipeline > m->nlayers)
+  if (m->nlayers > 0 && ir_field_is_set(t, IR_F_TRAIN_pipeline) && t->pipeline > m->nlayers)
     diag_error(s->d, L(train_key(s, "pipeline")),
                "pipeline = %lld exceeds the %d layers of model '%s'", (long long)t->pipeline,
                m->nlayers, m->name);

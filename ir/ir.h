@@ -142,10 +142,15 @@ typedef enum ir_field_id {
 /* Training set-up: parallel degrees, batch, precision, memory (records.def TRAIN). */
 typedef struct ir_train {
 #include "records.def"
-  uint64_t set; /* mask of fields given */
+  uint64_t set;  /* mask of fields given */
+  uint64_t free; /* mask of fields left for the config pass to choose (IR_TRAIN_FREE_FIELDS;
+                    never also in 'set'); printed "field = free" */
 } ir_train;
 #undef IR_IN_TRAIN
 #define IR_IN_TRAIN IR_SKIP_
+/* The train fields a configuration search may choose (octoc --search=config, the config pass):
+ * unset in a module they are free, and only the config pass may run on it. */
+#define IR_TRAIN_FREE_FIELDS "pipeline tensor data micro_batch recompute zero"
 #undef IR_IN_CLUSTER
 #define IR_IN_CLUSTER IR_MEMBER_
 /* Shape of the cluster (records.def CLUSTER). */
@@ -412,6 +417,14 @@ const ir_cost *ir_layer_cost_on(const ir_module *m, const ir_layer *l, int dv);
 /* The memory limit of device dv (pre: 0 <= dv < m->ndevices): the train record's mem_limit when
  * given, else the device's memory, else INFINITY (no limit known). */
 double ir_device_mem_limit(const ir_module *m, int dv);
+/* Whether train field f (an IR_F_TRAIN_* index) is free, and marking it free (which unsets it)
+ * or not. Only the fields of IR_TRAIN_FREE_FIELDS may be free. */
+bool ir_train_is_free(const ir_train *t, int f);
+void ir_train_set_free(ir_train *t, int f, bool free);
+/* Whether f is one of IR_TRAIN_FREE_FIELDS. */
+bool ir_train_may_be_free(int f);
+/* The first free train field of m, or -1 when none is. */
+int ir_train_first_free(const ir_module *m);
 /* Drop every layer's records for other device types. */
 void ir_module_clear_type_costs(ir_module *m);
 /* Record a profile file named by the spec (the path is copied into the module). */

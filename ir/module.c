@@ -212,3 +212,37 @@ ir_module *ir_module_clone(const ir_module *src) {
   }
   return m;
 }
+
+/* Bit of train field f in the train masks. */
+static uint64_t train_bit(int f) {
+  int first, n;
+  ir_record_fields(IR_REC_TRAIN, &first, &n);
+  return (uint64_t)1 << (f - first);
+}
+
+bool ir_train_is_free(const ir_train *t, int f) { return (t->free & train_bit(f)) != 0; }
+
+void ir_train_set_free(ir_train *t, int f, bool free) {
+  if (free) {
+    t->free |= train_bit(f);
+    t->set &= ~train_bit(f);
+  } else {
+    t->free &= ~train_bit(f);
+  }
+}
+
+bool ir_train_may_be_free(int f) {
+  const char *list = IR_TRAIN_FREE_FIELDS, *name = ir_fields[f].name;
+  size_t n = strlen(name);
+  for (const char *q = strstr(list, name); q; q = strstr(q + 1, name))
+    if ((q == list || q[-1] == ' ') && (q[n] == ' ' || q[n] == 0)) return true;
+  return false;
+}
+
+int ir_train_first_free(const ir_module *m) {
+  int first, n;
+  ir_record_fields(IR_REC_TRAIN, &first, &n);
+  for (int f = first; f < first + n; f++)
+    if (ir_train_is_free(&m->train, f)) return f;
+  return -1;
+}

@@ -88,11 +88,13 @@ static void print_record(strbuf *sb, ir_record_kind r, const void *rec) {
   bool any = false;
   strbuf_putc(sb, '{');
   for (int i = first; i < first + count; i++) {
-    if (!ir_field_is_set(rec, i)) continue;
+    bool free = r == IR_REC_TRAIN && ir_train_is_free(rec, i);
+    if (!ir_field_is_set(rec, i) && !free) continue;
     strbuf_puts(sb, any ? ", " : " ");
     strbuf_puts(sb, ir_fields[i].name);
     strbuf_puts(sb, " = ");
-    print_value(sb, ir_fields[i].type, ir_field_get(rec, i));
+    if (free) strbuf_puts(sb, "free");
+    else print_value(sb, ir_fields[i].type, ir_field_get(rec, i));
     any = true;
   }
   strbuf_puts(sb, " }");

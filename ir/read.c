@@ -945,11 +945,19 @@ static bool rd_parse_body(rd_parser *p, rd_body *b) {
     if (!rd_expect(p, RD_EQUAL, "'='")) return false;
     rd_value v;
     if (!rd_parse_value(p, &v, name)) return false;
+    bool free_word = !b->layer && b->kind == IR_REC_TRAIN && v.ident && v.len == 4 &&
+                     memcmp(p->text + v.off, "free", 4) == 0;
     if (idx >= 0) {
       bool dup = b->layer ? !isnan(b->layer->p[idx]) : rd_field_is_set(b, idx);
+      if (!b->layer && b->kind == IR_REC_TRAIN && ir_train_is_free(b->rec, idx)) dup = true;
       double x;
       if (dup)
         rd_error(p, rd_loc(p, &nt), "duplicate %s '%s'", b->layer ? "parameter" : "field", name);
+      else if (free_word && ir_train_may_be_free(idx))
+        ir_train_set_free(b->rec, idx, true);
+      else if (free_word)
+        rd_error(p, v.loc, "train '%s' cannot be free: only %s can (for the config pass)", name,
+                 IR_TRAIN_FREE_FIELDS);
       else if (rd_convert(p, &v, type, name, &x)) {
         if (b->layer)
           b->layer->p[idx] = x;

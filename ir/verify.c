@@ -69,11 +69,22 @@ static void vf_train(vf_ctx *v) {
   const ir_train *t = &m->train;
   static const char *const required[] = {"pipeline", "tensor", "data", "micro_batch",
                                          "microbatches"};
+  /* Free fields wait for the config pass, which runs first. */
+  bool planned = m->nstages > 0 || m->schedules;
+  for (int i = 0; i < m->nlayers && !planned; i++) planned = m->layers[i].cost.set != 0;
+  double x;
+  bool batch_free = ir_train_is_free(t, IR_F_TRAIN_micro_batch) ||
+                    ir_train_is_free(t, IR_F_TRAIN_data);
+  int free_f = ir_train_first_free(m);
+  if (free_f >= 0 && planned)
+    vf_error(v, m->train_loc, "train: '%s' is free (for the config pass) but the module already "
+             "has costs or a plan", ir_fields[free_f].name);
   for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
-    double x;
-    if (!vf_get(v, t, IR_REC_TRAIN, required[i], &x))
-      vf_error(v, m->train_loc, "train: '%s' is not set", required[i]);
-    else if (!(x >= 1))
+    int f = vf_field(v, IR_REC_TRAIN, required[i]);
+    bool is_free = ir_train_is_free(t, f) || (f == IR_F_TRAIN_microbatches && batch_free);
+    if (!vf_get(v, t, IR_REC_TRAIN, required[i], &x)) {
+      if (!is_free) vf_error(v, m->train_loc, "train: '%s' is not set", required[i]);
+    } else if (!(x >= 1))
       vf_error(v, m->train_loc, "train: %s = %g must be at least 1", required[i], x);
   }
   double gb, mbs, mb, dp;

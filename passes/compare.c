@@ -26,14 +26,12 @@ static void run_baseline(const ir_module *m, const char *name, const char *pipel
   memset(row, 0, sizeof *row);
   snprintf(row->name, sizeof row->name, "%s", name);
   snprintf(row->pipeline, sizeof row->pipeline, "%s", pipeline);
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  if (!f) {
+  pass_quiet q;
+  if (!pass_quiet_begin(&q)) {
     snprintf(row->why, sizeof row->why, "cannot collect the passes' messages: out of memory");
     return;
   }
-  diag_engine *d = diag_new(f);
+  diag_engine *d = q.d;
   ir_module *c = ir_module_clone(m);
   if (pass_run_text(c, pipeline, d) == PASS_OK) {
     sim_model *p = sim_model_build(c, d);
@@ -61,18 +59,30 @@ static void run_baseline(const ir_module *m, const char *name, const char *pipel
     sim_model_free(p);
   }
   ir_module_free(c);
-  diag_free(d);
-  fclose(f);
-  if (!row->ok) {
-    /* The first message, without its location prefix ("<pipeline>:1:2: error: "). */
-    const char *msg = text ? strstr(text, "error: ") : NULL;
-    msg = msg ? msg + 7 : "the plan could not be made";
-    size_t n = strcspn(msg, "\n");
-    if (n >= sizeof row->why) n = sizeof row->why - 1;
-    memcpy(row->why, msg, n);
-    row->why[n] = 0;
-  }
-  free(text);
+  pass_quiet_end(&q, row->why, sizeof row->why);
+  if (row->ok) row->why[0] = 0;
+  else if (!row->why[0]) snprintf(row->why, sizeof row->why, "the plan could not be made");
+}
+
+bool pass_quiet_begin(pass_quiet *q) {
+  memset(q, 0, sizeof *q);
+  q->f = open_memstream(&q->text, &q->len);
+  if (!q->f) return false;
+  q->d = diag_new(q->f);
+  return true;
+}
+
+void pass_quiet_end(pass_quiet *q, char *why, size_t n) {
+  diag_free(q->d);
+  fclose(q->f);
+  /* The first message, without its location prefix ("<pipeline>:1:2: error: "). */
+  const char *msg = q->text ? strstr(q->text, "error: ") : NULL;
+  size_t k = msg ? strcspn(msg + 7, "\n") : 0;
+  if (k >= n) k = n - 1;
+  if (msg) memcpy(why, msg + 7, k);
+  why[k] = 0;
+  free(q->text);
+  memset(q, 0, sizeof *q);
 }
 
 /* Pool body: run the i-th of the plans in ctx. */
@@ -89,20 +99,27 @@ static void cmp_job_run(void *ctx, int i, int worker) {
   run_baseline(j->m, j->name[i], j->pipe[i], &j->rows[i]);
 }
 
-int pass_compare_on(const ir_module *m, support_pool *pool, pass_baseline **out) {
-  int nfixed = (int)(sizeof baselines / sizeof baselines[0]);
+/* The baselines of compare.def (megatron: only uniform 1F1B and I-1F1B v=2), then the best
+ * interleaved 1F1B with v > 2. */
+static int compare(const ir_module *m, support_pool *pool, bool megatron, pass_baseline **out) {
+  int nall = (int)(sizeof baselines / sizeof baselines[0]), nfixed = 0;
   /* The fixed plans, then interleaved 1F1B with every v >= 3 that gives each stage the same
    * number of layers (v x devices divides the body), as Megatron requires; the best of those is
    * kept. */
   int first, end, p = m->ndevices;
   ir_module_body(m, &first, &end);
-  int body = end - first, n = nfixed;
-  char (*name)[32] = xcalloc((size_t)nfixed + 16, sizeof *name);
-  char (*pipe)[256] = xcalloc((size_t)nfixed + 16, sizeof *pipe);
-  for (int i = 0; i < nfixed; i++) {
-    snprintf(name[i], sizeof name[i], "%s", baselines[i].name);
-    snprintf(pipe[i], sizeof pipe[i], "%s", baselines[i].pipeline);
+  int body = end - first, n;
+  char (*name)[32] = xcalloc((size_t)nall + 16, sizeof *name);
+  char (*pipe)[256] = xcalloc((size_t)nall + 16, sizeof *pipe);
+  for (int i = 0; i < nall; i++) {
+    if (megatron && strcmp(baselines[i].name, "S-1F1B") != 0 &&
+        strcmp(baselines[i].name, "I-1F1B v=2") != 0)
+      continue;
+    snprintf(name[nfixed], sizeof name[nfixed], "%s", baselines[i].name);
+    snprintf(pipe[nfixed], sizeof pipe[nfixed], "%s", baselines[i].pipeline);
+    nfixed++;
   }
+  n = nfixed;
   for (int v = 3; p > 0 && v * p <= body && v <= 16; v++) {
     if (body % (v * p)) continue;
     snprintf(name[n], sizeof name[n], "I-1F1B v=%d", v);
@@ -128,6 +145,14 @@ int pass_compare_on(const ir_module *m, support_pool *pool, pass_baseline **out)
   free(pipe);
   *out = rows;
   return nfixed + (best >= 0);
+}
+
+int pass_compare_on(const ir_module *m, support_pool *pool, pass_baseline **out) {
+  return compare(m, pool, false, out);
+}
+
+int pass_compare_megatron(const ir_module *m, support_pool *pool, pass_baseline **out) {
+  return compare(m, pool, true, out);
 }
 
 int pass_compare(const ir_module *m, pass_baseline **out) { return pass_compare_on(m, NULL, out); }

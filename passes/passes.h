@@ -196,6 +196,22 @@ typedef struct pass_baseline {
 int pass_compare(const ir_module *m, pass_baseline **out);
 /* The same, running the plans on the threads of 'pool' (NULL: on the caller's). */
 int pass_compare_on(const ir_module *m, support_pool *pool, pass_baseline **out);
+/* Only the plans Megatron-LM runs: uniform 1F1B and interleaved 1F1B (v = 2 and the best v > 2
+ * that divides the layers), on the threads of 'pool' (NULL: the caller's). */
+int pass_compare_megatron(const ir_module *m, support_pool *pool, pass_baseline **out);
+
+/* Messages of passes run quietly (on a copy, for a search): collected, never printed. */
+typedef struct pass_quiet {
+  diag_engine *d; /* give this to the passes */
+  FILE *f;        /* its stream */
+  char *text;     /* what it collected (after pass_quiet_end) */
+  size_t len;
+} pass_quiet;
+/* Start collecting; false when no stream could be opened (out of memory). */
+bool pass_quiet_begin(pass_quiet *q);
+/* Stop collecting and copy the first error message, without its location, into why[0..n)
+ * ("" when there was none). */
+void pass_quiet_end(pass_quiet *q, char *why, size_t n);
 /* Free the arrays of n rows, and the array itself when 'array'. */
 void pass_baseline_free(pass_baseline *rows, int n, bool array);
 
@@ -231,6 +247,8 @@ typedef struct pass_tune_stats {
   bool fits;                 /* it fits in memory */
   sim_bound bound;           /* the plan-independent bound (bound.bound NAN when unknown) */
   char start[32];            /* "tuned", or the classic plan kept as it was */
+  double overflow;           /* when no plan fits: bytes the best plan found needs over the
+                                limit (0 otherwise) */
   pass_baseline *baselines;  /* the classic plans evaluated (pass_compare) */
   int nbaselines;
 } pass_tune_stats;
@@ -244,10 +262,75 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
               diag_loc where);
 void pass_tune_stats_free(pass_tune_stats *st);
 
+/* ---- The configuration search (the config pass, docs/passes.md#config) ------------------- */
+
+/* Options of the search (config{evals=..., long_evals=..., top=..., ...}). */
+typedef struct pass_config_opts {
+  int evals;          /* plans the short tune of each surviving configuration simulates */
+  int long_evals;     /* plans the long tune of each of the best 'top' simulates */
+  int top;            /* configurations given a long tune */
+  int max_micro_batch; /* largest micro_batch tried */
+  bool fewer;         /* also try configurations that leave GPUs unused */
+  bool exhaustive;    /* no pruning and no short tunes: every configuration gets a long tune (for
+                         tests: the search must find the same configuration) */
+  bool baselines;     /* also evaluate the Megatron grid and the PP-only plan */
+  int jobs;           /* threads (pass_tune_opts.jobs); the result does not depend on it */
+  uint64_t seed;      /* the tuner's seed */
+} pass_config_opts;
+
+/* The search's defaults: short tunes of 60 plans, long tunes of 1000 for the best 3, micro_batch
+ * up to 8, fewer GPUs allowed, baselines on. */
+extern const pass_config_opts pass_config_defaults;
+
+/* One configuration: the choice of the free train fields and what it gives. */
+typedef struct pass_config_row {
+  int64_t tensor, pipeline, data, micro_batch; /* degrees and sequences per microbatch */
+  int recompute, zero;   /* IR_RECOMPUTE_*, ZeRO stage */
+  int64_t gpus;          /* pipeline x tensor x data: the GPUs it uses */
+  double bound;          /* the plan-independent lower bound of its step (sim_bound), s */
+  double makespan;       /* predicted step of its best plan, s (INFINITY: no plan) */
+  double bubble;         /* idle / (devices x makespan) */
+  double peak_mem;       /* largest peak memory of a GPU, bytes */
+  double tokens_per_gpu; /* tokens per second per GPU used */
+  double mfu;            /* model FLOPs (3 x forward) per second / (GPUs x peak) */
+  int evals;             /* plans simulated for it (0: pruned by its bound) */
+  char plan[32];         /* how its plan was made: "tuned", a classic plan's name, "-" */
+  char why[200];         /* when makespan is INFINITY: the first reason */
+} pass_config_row;
+
+/* What the search did and found. */
+typedef struct pass_config_stats {
+  int candidates;        /* configurations enumerated */
+  int pruned;            /* skipped: bound not below the best step found */
+  int short_tuned;       /* given a short tune */
+  int long_tuned;        /* given a long tune */
+  double seconds;        /* time taken */
+  pass_config_row *rows; /* every configuration with a plan, best first; rows[0] was chosen */
+  int nrows;
+  bool has_grid;         /* grid: the best Megatron grid configuration (uniform 1F1B or
+                            interleaved 1F1B, no tuner) */
+  pass_config_row grid;
+  bool has_pp_only;      /* pp_only: the tuned plan with tensor = data = 1 */
+  pass_config_row pp_only;
+} pass_config_stats;
+
+/* Choose m's free train fields (IR_TRAIN_FREE_FIELDS unset) and plan the best configuration:
+ * enumerate every valid choice, estimate each one's costs and bound, tune them in bound order
+ * (pruning those whose bound cannot beat the best step found), give the best o->top a long tune,
+ * and write the winner into m: train fields, devices, costs, partition, placement, schedule and
+ * prediction. Deterministic for given options. Pre: m verified; free fields unset, fixed ones
+ * set; a cluster. Fills *st (free with pass_config_stats_free). Returns 0, or 1 after reporting
+ * at 'where' (no configuration: the smallest memory overflow or the divisibility that fails). */
+int pass_config(ir_module *m, const pass_config_opts *o, pass_config_stats *st, diag_engine *d,
+                diag_loc where);
+void pass_config_stats_free(pass_config_stats *st);
+
 /* Figures passes leave for the tools' reports. Zero-initialize; free with pass_results_free. */
 typedef struct pass_results {
   bool tuned;           /* a tune pass ran and succeeded */
   pass_tune_stats tune; /* the last one's figures */
+  bool configured;      /* a config pass ran and succeeded */
+  pass_config_stats config; /* its figures */
 } pass_results;
 void pass_results_free(pass_results *r);
 

@@ -899,6 +899,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
     tune_no_plan(&t, st, d, where);
     rc = 1;
   } else if (!bs.fits) {
+    st->overflow = bs.overflow;
     strbuf sb = {0};
     ir_format_value(&sb, IR_T_BYTES, bs.overflow);
     diag_error(d, where, "no plan fits in memory: the best the tuner found still needs %s more "
@@ -946,6 +947,8 @@ const pass_tune_opts pass_tune_defaults = {.evals = 1000, .budget = 0, .jobs = 0
 void pass_results_free(pass_results *r) {
   if (r->tuned) pass_tune_stats_free(&r->tune);
   r->tuned = false;
+  if (r->configured) pass_config_stats_free(&r->config);
+  r->configured = false;
 }
 
 /* tune: the tuner as a pass; its figures go to opts->results when given. */
@@ -979,7 +982,7 @@ int pass_run_tune(ir_module *m, const pass_options *opts, diag_engine *d) {
   pass_tune_stats st;
   int rc = pass_tune(m, &o, &st, d, opts->loc);
   if (rc == 0 && opts->results) {
-    pass_results_free(opts->results);
+    if (opts->results->tuned) pass_tune_stats_free(&opts->results->tune);
     opts->results->tune = st;
     opts->results->tuned = true;
   } else {

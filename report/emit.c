@@ -79,7 +79,7 @@ int report_emit(const ir_module *m, report_kind k, const report_opts *o, strbuf 
   /* The classic plans: the tuner's when it ran them, else run now when asked for. */
   pass_baseline *base = NULL;
   int nbase = 0;
-  report_extra x = {NULL, 0, o->tuner};
+  report_extra x = {NULL, 0, o->tuner, o->config};
   if (o->compare && o->tuner) {
     x.baselines = o->tuner->baselines;
     x.nbaselines = o->tuner->nbaselines;

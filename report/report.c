@@ -454,6 +454,61 @@ static void text_tuner(const pass_tune_stats *st, strbuf *out) {
 static void text_compare(const ir_module *m, const sim_result *r, const report_extra *x,
                          strbuf *out);
 
+/* "tensor 2 x pipeline 4 x data 1, micro_batch 2, recompute none, zero 0" for row c. */
+static void config_text(const pass_config_row *c, strbuf *out) {
+  strbuf_printf(out, "tensor %lld x pipeline %lld x data %lld, micro_batch %lld, recompute %s, "
+                "zero %d", (long long)c->tensor, (long long)c->pipeline, (long long)c->data,
+                (long long)c->micro_batch, ir_enum_name(IR_T_RECOMPUTE, c->recompute), c->zero);
+}
+
+/* The configuration search: the best ten configurations and the baselines beside them. */
+static void text_configs(const ir_module *m, const pass_config_stats *st, strbuf *out) {
+  strbuf_printf(out, "\nconfigurations (%d enumerated, %d pruned by their bound, %d short and %d "
+                "long tunes, %.2f s; the first was chosen):\n", st->candidates, st->pruned,
+                st->short_tuned, st->long_tuned, st->seconds);
+  static const char *const cols[] = {">#", ">tensor", ">pipeline", ">data", ">micro_batch",
+                                     "recompute", ">zero", ">step ms", ">tokens/s/GPU", ">MFU",
+                                     ">peak memory", "plan"};
+  text_table t;
+  table_init(&t, 12, cols);
+  for (int i = 0; i < st->nrows && i < 10; i++) {
+    const pass_config_row *c = &st->rows[i];
+    table_cellf(&t, "%d", i + 1);
+    table_cellf(&t, "%lld", (long long)c->tensor);
+    table_cellf(&t, "%lld", (long long)c->pipeline);
+    table_cellf(&t, "%lld", (long long)c->data);
+    table_cellf(&t, "%lld", (long long)c->micro_batch);
+    table_cell(&t, ir_enum_name(IR_T_RECOMPUTE, c->recompute));
+    table_cellf(&t, "%d", c->zero);
+    table_ms(&t, c->makespan);
+    table_cellf(&t, "%.0f", c->tokens_per_gpu);
+    table_cellf(&t, "%.1f%%", 100 * c->mfu);
+    table_bytes(&t, c->peak_mem);
+    table_cell(&t, c->plan);
+  }
+  table_flush(&t, out);
+  const pass_config_row *best = st->nrows ? &st->rows[0] : NULL;
+  int64_t gpus = (int64_t)(ir_field_value(&m->cluster, IR_F_CLUSTER_nodes) *
+                           ir_field_value(&m->cluster, IR_F_CLUSTER_gpus_per_node));
+  if (best && best->gpus < gpus)
+    strbuf_printf(out, "the chosen configuration uses %lld of the %lld GPUs: it is faster than "
+                  "every configuration that uses them all\n", (long long)best->gpus,
+                  (long long)gpus);
+  const struct {
+    const char *name;
+    bool has;
+    const pass_config_row *row;
+  } base[] = {{"best Megatron grid configuration", st->has_grid, &st->grid},
+              {"PP-only tuned plan", st->has_pp_only, &st->pp_only}};
+  for (size_t i = 0; i < sizeof base / sizeof base[0] && best; i++) {
+    if (!base[i].has) continue;
+    strbuf_printf(out, "%s: ", base[i].name);
+    config_text(base[i].row, out);
+    strbuf_printf(out, ", %s: step %.3f ms; the chosen one is %.2fx faster\n", base[i].row->plan,
+                  base[i].row->makespan * 1e3, base[i].row->makespan / best->makespan);
+  }
+}
+
 void report_text(const ir_module *m, const sim_result *r, const report_extra *x, strbuf *out) {
   text_header(m, out);
   text_costs(m, out);
@@ -470,6 +525,7 @@ void report_text(const ir_module *m, const sim_result *r, const report_extra *x,
       text_simulation(m, r, out);
   }
   if (x && x->tuner) text_tuner(x->tuner, out);
+  if (x && x->config) text_configs(m, x->config, out);
   if (x && x->baselines)
     text_compare(m, simulated && has_schedule(m) ? r : NULL, x, out);
 }
@@ -612,6 +668,57 @@ static void json_bound_parts(const sim_bound *bd, strbuf *out) {
   member_ms(out, "path_ms", bd->path, &f1);
   member_ms(out, "memory_ms", bd->memory, &f1);
   member_num(out, "memory_layer", bd->memory_layer, &f1);
+  strbuf_putc(out, '}');
+}
+
+/* One configuration as a JSON object (the keys of a "configs" entry). */
+static void json_config(const pass_config_row *c, strbuf *out) {
+  bool f = true;
+  strbuf_putc(out, '{');
+  member_num(out, "tensor", (double)c->tensor, &f);
+  member_num(out, "pipeline", (double)c->pipeline, &f);
+  member_num(out, "data", (double)c->data, &f);
+  member_num(out, "micro_batch", (double)c->micro_batch, &f);
+  inner_key(out, "recompute", &f);
+  strbuf_json_str(out, ir_enum_name(IR_T_RECOMPUTE, c->recompute));
+  member_num(out, "zero", c->zero, &f);
+  member_num(out, "gpus", (double)c->gpus, &f);
+  member_ms(out, "makespan_ms", c->makespan, &f);
+  member_ms(out, "bound_ms", c->bound, &f);
+  member_num(out, "bubble_ratio", c->bubble, &f);
+  member_num(out, "tokens_per_s_per_gpu", c->tokens_per_gpu, &f);
+  member_num(out, "mfu", c->mfu, &f);
+  member_num(out, "peak_mem_bytes", c->peak_mem, &f);
+  inner_key(out, "plan", &f);
+  strbuf_json_str(out, c->plan);
+  member_num(out, "evals", c->evals, &f);
+  strbuf_putc(out, '}');
+}
+
+/* The configuration search's keys: "configs" (best ten, best first), "megatron_grid",
+ * "pp_only" (null when not evaluated) and "config_search" (what it did). */
+static void json_configs(const pass_config_stats *st, strbuf *out, bool *first) {
+  top_key(out, "configs", first);
+  strbuf_putc(out, '[');
+  for (int i = 0; i < st->nrows && i < 10; i++) {
+    strbuf_puts(out, i ? ",\n    " : "\n    ");
+    json_config(&st->rows[i], out);
+  }
+  strbuf_puts(out, st->nrows ? "\n  ]" : "]");
+  top_key(out, "megatron_grid", first);
+  if (st->has_grid) json_config(&st->grid, out);
+  else strbuf_puts(out, "null");
+  top_key(out, "pp_only", first);
+  if (st->has_pp_only) json_config(&st->pp_only, out);
+  else strbuf_puts(out, "null");
+  top_key(out, "config_search", first);
+  bool f = true;
+  strbuf_putc(out, '{');
+  member_num(out, "candidates", st->candidates, &f);
+  member_num(out, "pruned", st->pruned, &f);
+  member_num(out, "short_tunes", st->short_tuned, &f);
+  member_num(out, "long_tunes", st->long_tuned, &f);
+  member_num(out, "seconds", st->seconds, &f);
   strbuf_putc(out, '}');
 }
 
@@ -828,5 +935,6 @@ void report_json(const ir_module *m, const sim_result *r, const report_extra *x,
     top_key(out, "tuner", &first);
     json_tuner(x->tuner, out);
   }
+  if (x && x->config) json_configs(x->config, out, &first);
   strbuf_puts(out, "\n}\n");
 }

@@ -46,6 +46,8 @@ typedef struct report_opts {
   bool debuginfo;    /* IR: print loc(...) */
   bool compare;      /* report and JSON: show the classic plans (run them unless 'tuner' has) */
   const pass_tune_stats *tuner; /* the tuner's figures when it made the plan, else NULL */
+  const pass_config_stats *config; /* the configuration search's figures when it chose the
+                                      configuration, else NULL */
 } report_opts;
 
 /* What the report shows besides the module and its simulation. */
@@ -53,6 +55,7 @@ typedef struct report_extra {
   const pass_baseline *baselines; /* the classic plans to show beside the plan, NULL: none */
   int nbaselines;                 /* their number */
   const pass_tune_stats *tuner;   /* the tuner's figures, NULL: not tuned */
+  const pass_config_stats *config; /* the configuration search's figures, NULL: none ran */
 } report_extra;
 
 /* Whether the tools may write artifact k with options o (compare: only with the report) and

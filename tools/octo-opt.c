@@ -250,6 +250,7 @@ static int emit_artifact(void *ctx, const ir_module *m, const pass_results *res,
   const cmdline *cl = ctx;
   report_opts ro = cl->ropts;
   if (res->tuned) ro.tuner = &res->tune; /* the tune pass's figures, as octoc reports them */
+  if (res->configured) ro.config = &res->config;
   return report_emit(m, cl->emit, &ro, out, d, where);
 }
 

@@ -26,6 +26,7 @@ typedef struct octoc_opts {
   int jobs;               /* --jobs: the tuner's threads; 0: every core */
   uint64_t seed;          /* --seed: the tuner's seed */
   bool compare;           /* --compare: run the classic plans too */
+  bool search_config;     /* --search=config: the train fields the spec omits are chosen */
   bool explain;           /* --explain */
   bool verify_diags;      /* --verify-diagnostics */
   bool split;             /* --split-input-file */
@@ -61,6 +62,9 @@ static void usage(FILE *f) {
         "                         (costs, then the tuner's plan, then simulate);\n"
         "                         e.g. 'cost,partition,place,schedule{method=zb-h1},simulate'\n"
         "                         (see octo-opt --list-passes); --passes= runs none\n"
+        "  --search=config        choose the train fields the spec leaves out (tensor, pipeline,\n"
+        "                         data, micro_batch, recompute, zero) with the plan: the\n"
+        "                         report lists the best configurations (the config pass)\n"
         "  --megatron             plan stages Megatron-LM can express (for --emit=megatron-*):\n"
         "                         balanced cuts between transformer blocks, one stage per\n"
         "                         device, 1F1B\n"
@@ -87,8 +91,20 @@ static void usage(FILE *f) {
  * tuner's figures. A partition given in the spec is kept instead: one stage per device runs
  * 1F1B, more are placed in Megatron's loop and scheduled by the adaptive scheduler. */
 static pass_status default_plan(ir_module *m, const octoc_opts *o, pass_tune_stats *st,
-                                bool *tuned, diag_engine *d) {
+                                bool *tuned, pass_results *res, diag_engine *d) {
   *tuned = false;
+  if (o->search_config) {
+    pass_config_opts co = pass_config_defaults;
+    co.long_evals = o->evals ? o->evals : 1000000000;
+    co.jobs = o->jobs;
+    co.seed = o->seed;
+    if (pass_config(m, &co, &res->config, d, ir_diag_loc(m->train_loc)) != 0) {
+      pass_config_stats_free(&res->config);
+      return PASS_FAILED;
+    }
+    res->configured = true;
+    return pass_run_text(m, "simulate", d);
+  }
   if (m->ndevices == 0) return PASS_OK; /* nothing to cost on, nothing to plan */
   pass_status ps = pass_run_text(m, "cost", d);
   if (ps != PASS_OK) return ps;
@@ -113,10 +129,21 @@ static pass_status default_plan(ir_module *m, const octoc_opts *o, pass_tune_sta
   return pass_run_text(m, "simulate", d);
 }
 
+/* Run the pipeline 'text' on m, leaving the figures of its passes in *res. */
+static pass_status run_passes(ir_module *m, const char *text, pass_results *res, diag_engine *d) {
+  pass_pipeline pl = {0};
+  pass_status st = PASS_FAILED;
+  pass_manager_opts pm = {0};
+  pm.results = res;
+  if (pass_pipeline_parse(&pl, text, d) == 0) st = pass_pipeline_run(&pl, m, &pm, d);
+  pass_pipeline_free(&pl);
+  return st;
+}
+
 /* Compile one source and append its output to 'out'. Returns 0 on success, 1 on an input error,
  * 2 on an internal error. */
 static int compile_one(diag_engine *d, uint32_t src, const octoc_opts *o, strbuf *out) {
-  fe_options fo = {o->explain};
+  fe_options fo = {o->explain, o->search_config};
   ir_module *m = fe_compile(d, src, &fo);
   if (!m) return 1;
   for (int i = 0; i < o->nprofiles; i++) ir_module_add_profile(m, o->profiles[i]);
@@ -126,12 +153,15 @@ static int compile_one(diag_engine *d, uint32_t src, const octoc_opts *o, strbuf
     rc = 1;
   } else {
     pass_tune_stats ts = {0};
+    pass_results res = {0};
     bool tuned = false;
-    pass_status st = o->passes ? pass_run_text(m, o->passes, d) : default_plan(m, o, &ts, &tuned, d);
+    pass_status st = o->passes ? run_passes(m, o->passes, &res, d)
+                               : default_plan(m, o, &ts, &tuned, &res, d);
     if (st != PASS_OK) {
       rc = st == PASS_INTERNAL ? 2 : 1;
     } else {
-      report_opts ro = {o->debuginfo, o->compare, tuned ? &ts : NULL};
+      report_opts ro = {o->debuginfo, o->compare, tuned ? &ts : res.tuned ? &res.tune : NULL,
+                        res.configured ? &res.config : NULL};
       strbuf text = {0};
       if (report_emit(m, o->emit, &ro, &text, d, where) != 0)
         rc = 1;
@@ -140,6 +170,7 @@ static int compile_one(diag_engine *d, uint32_t src, const octoc_opts *o, strbuf
       strbuf_free(&text);
     }
     pass_tune_stats_free(&ts);
+    pass_results_free(&res);
   }
   ir_module_free(m);
   return rc;
@@ -189,7 +220,8 @@ int main(int argc, char **argv) {
                                       "--print-debuginfo", "--verify-diagnostics",
                                       "--split-input-file", "--error-limit=",
                                       "--help",          "--version",
-                                      "--profile=",      "--megatron", NULL};
+                                      "--profile=",      "--megatron",
+                                      "--search=config", NULL};
   bool megatron = false; /* --megatron: the passes are PASS_MEGATRON_PIPELINE */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
@@ -216,6 +248,12 @@ int main(int argc, char **argv) {
       o.passes = v;
     } else if (strcmp(a, "--megatron") == 0) {
       megatron = true;
+    } else if (starts(a, "--search=", &v)) {
+      if (strcmp(v, "config") != 0) {
+        fprintf(stderr, "octoc: error: unknown --search '%s' (expected config)\n", v);
+        return 1;
+      }
+      o.search_config = true;
     } else if (starts(a, "--profile=", &v)) {
       if (!*v || o.nprofiles == (int)(sizeof o.profiles / sizeof *o.profiles)) {
         fputs(*v ? "octoc: error: at most 16 --profile files\n"
@@ -296,6 +334,11 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (megatron) o.passes = PASS_MEGATRON_PIPELINE;
+  if (o.search_config && o.passes && !strstr(o.passes, "config")) {
+    fputs("octoc: error: --search=config needs the config pass: put 'config' first in --passes "
+          "(or leave --passes and --megatron out)\n", stderr);
+    return 1;
+  }
   if (!o.input) {
     fputs("octoc: error: no input file (try 'octoc --help')\n", stderr);
     return 1;
@@ -305,7 +348,7 @@ int main(int argc, char **argv) {
           stderr);
     return 1;
   }
-  report_opts check = {false, o.compare, NULL};
+  report_opts check = {false, o.compare, NULL, NULL};
   strbuf why = {0};
   bool ok = report_check_options(o.emit, &check, o.split && !o.verify_diags, &why);
   if (!ok) fprintf(stderr, "octoc: error: %s\n", strbuf_cstr(&why));
