@@ -125,6 +125,8 @@ static void gemm(cost_breakdown *bd, const cost_setup *su, const char *name, dou
   double by = (M * K + M * N) * su->e + nweights * K * N * su->we;
   const double flops[3] = {g, g, g}, bytes[3] = {by, by, by};
   add_part(bd, su, name, COST_PART_GEMM, split, false, flops, bytes);
+  double kn = split ? fmax(K, N) / su->t : fmax(K, N);
+  bd->parts[bd->nparts - 1].size = fmin(M, fmin(kn, fmin(K, N)));
 }
 
 /* A weight-less core of forward FLOPs C and forward bytes 'by': C in F, 2C in B (gradients of
@@ -456,11 +458,14 @@ int cost_estimate_layer(const ir_module *m, const ir_layer *l, const ir_device_r
     return -1;
   }
   double rate = dev->peak * ir_field_value(dev, IR_F_DEVICE_efficiency);
+  double half = ir_field_value(dev, IR_F_DEVICE_gemm_half);
   double core_time = 0, core_flops = 0, core_bytes = 0; /* forward of the attention core */
   for (int i = 0; i < bd.nparts; i++) {
     const cost_part *p = &bd.parts[i];
+    /* a small GEMM reaches less of the peak: efficiency x size / (size + gemm_half) */
+    double r = half > 0 && p->size > 0 ? rate * p->size / (p->size + half) : rate;
     for (int k = 0; k < COST_NPASS; k++) {
-      double t = fmax(p->flops[k] / rate, p->bytes[k] / dev->hbm);
+      double t = fmax(p->flops[k] / r, p->bytes[k] / dev->hbm);
       e->flops[k] += p->flops[k];
       e->bytes[k] += p->bytes[k];
       e->time[k] += t;

@@ -46,6 +46,8 @@ typedef struct cost_part {
   bool attn_core;           /* part of the attention core (recomputed by selective recompute) */
   double flops[COST_NPASS]; /* FLOPs of F, B, W (recomputation not included) */
   double bytes[COST_NPASS]; /* HBM bytes of F, B, W */
+  double size;              /* GEMM: its smallest dimension on one GPU (M, K, N, the larger of K
+                               and N divided by t when tensor parallelism splits it); 0 otherwise */
 } cost_part;
 
 /* Flags of an activation term. */

@@ -788,8 +788,9 @@ static void train_settings(sema *s, fe_assign **cluster_ref) {
   int f_gb = ir_field_lookup(IR_REC_TRAIN, "global_batch");
   int f_mb = ir_field_lookup(IR_REC_TRAIN, "microbatches");
   record_defaults(s, IR_REC_TRAIN, t, at, "train",
-                  s->o->free_config ? "global_batch microbatches seq mem_limit " IR_TRAIN_FREE_FIELDS
-                                    : "global_batch microbatches seq mem_limit");
+                  s->o->free_config
+                      ? "global_batch microbatches seq mem_limit overlap_grad_reduce " IR_TRAIN_FREE_FIELDS
+                      : "global_batch microbatches seq mem_limit overlap_grad_reduce");
   record_positive(s, t, IR_REC_TRAIN, at, "train", "zero", failed);
   int first, nf;
   ir_record_fields(IR_REC_TRAIN, &first, &nf);
@@ -924,8 +925,8 @@ static bool device_def(sema *s, fe_stmt *dev, ir_device_rec *rec) {
   snprintf(what, sizeof what, "device '%s'", dev->name);
   int before = diag_error_count(s->d);
   uint64_t failed = fill_record(s, dev->assigns, IR_REC_DEVICE, rec, NULL, what);
-  record_defaults(s, IR_REC_DEVICE, rec, dev->name_loc, what, NULL);
-  record_positive(s, rec, IR_REC_DEVICE, dev->name_loc, what, "node", failed);
+  record_defaults(s, IR_REC_DEVICE, rec, dev->name_loc, what, "gemm_half");
+  record_positive(s, rec, IR_REC_DEVICE, dev->name_loc, what, "node gemm_half", failed);
   if (rec->efficiency > 1)
     diag_error(s->d, L(dev->name_loc), "%s: efficiency = %g must be at most 1", what,
                rec->efficiency);

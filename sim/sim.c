@@ -43,13 +43,17 @@ typedef struct sim_stage {
   double in_bytes;      /* bytes of its input gradient (the previous stage's output) */
   int link_next;        /* link id towards the next stage's device, -1 when local or last */
   int link_prev;        /* link id towards the previous stage's device, -1 when local or first */
+  tick grad_comm;       /* with overlap_grad_reduce: the data-parallel reduction of its gradients,
+                           started when its last backward ends (0 otherwise) */
 } sim_stage;
 
 /* Per-device numbers of a problem. */
 typedef struct sim_dev {
   double static_mem; /* parameter, gradient and optimizer-state bytes of its stages */
   double mem_limit;  /* its limit (INFINITY when unknown) */
-  tick allreduce;    /* data-parallel gradient all-reduce time at the end of the step */
+  tick allreduce;    /* data-parallel gradient reduction at the end of the step, after the last
+                        operation (without overlap_grad_reduce; else 0, see sim_stage.grad_comm) */
+  tick gather;       /* ZeRO-1: all-gather of the updated weights after the optimizer step */
   tick optim;        /* optimizer step time */
   tick work;         /* total compute of the step: its stages' F+B+W for every microbatch + optim */
   tick head;         /* earliest start of its first operation: the forwards and transfers of one
@@ -100,6 +104,12 @@ static double ring_allreduce(const ir_link_rec *l, double bytes, int64_t n) {
   if (n <= 1 || bytes <= 0) return 0;
   double lat = ir_field_value(l, IR_F_LINK_lat);
   return 2.0 * (double)(n - 1) / (double)n * bytes / l->bw + 2.0 * (double)(n - 1) * lat;
+}
+
+/* Seconds of a ring reduce-scatter or all-gather of 'bytes' (the whole buffer) over n ranks:
+ * half an all-reduce, (n-1)/n of the data in n-1 steps. Pre: l->bw > 0. */
+static double ring_half(const ir_link_rec *l, double bytes, int64_t n) {
+  return ring_allreduce(l, bytes, n) / 2;
 }
 
 /* Whether durations adding up to 'step' seconds stay within SIM_MAX_STEP_S; reports at 'where'
@@ -195,6 +205,7 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
 
   /* Stage sums. */
   double *grad = xcalloc((size_t)(m->ndevices ? m->ndevices : 1), sizeof *grad);
+  double *stage_grad = xcalloc((size_t)(m->nstages ? m->nstages : 1), sizeof *stage_grad);
   for (int s = 0; s < m->nstages; s++) {
     sim_stage *st = &p->st[s];
     const ir_stage *is = &m->stages[s];
@@ -208,6 +219,7 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
       st->act_w += c->act_w;
       p->dev[st->dev].static_mem += c->param;
       grad[st->dev] += c->grad;
+      stage_grad[s] += c->grad;
     }
     st->out_bytes = m->layers[is->end - 1].cost.out;
     st->link_next = st->link_prev = -1;
@@ -243,10 +255,20 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
   free(ids);
   p->nlinks = nlinks;
 
-  /* End of step: data-parallel all-reduce over the replicas of each pipeline device (Megatron's
-   * rank order puts them in one block of tensor x data GPUs), then the optimizer step, which
-   * reads and writes every parameter, gradient and optimizer-state byte once. */
+  /* End of step: data-parallel reduction of the gradients over the replicas of each pipeline
+   * device (Megatron's rank order puts them in one block of tensor x data GPUs): a ring
+   * all-reduce, or with ZeRO-1 a reduce-scatter, then the optimizer step, which reads and writes
+   * every parameter, gradient and optimizer-state byte once, then (ZeRO-1) the all-gather of the
+   * updated weights. With overlap_grad_reduce each stage's gradients are reduced as soon as its
+   * last backward ends (one bucket per stage), overlapping the backwards still to run. */
   int64_t data = (int64_t)ir_field_value(&m->train, IR_F_TRAIN_data);
+  bool zero = ir_field_value(&m->train, IR_F_TRAIN_zero) >= 1;
+  bool overlap = ir_field_value(&m->train, IR_F_TRAIN_overlap_grad_reduce) != 0;
+  /* weight bytes per gradient byte, for the all-gather: 2-byte weights (4 in fp32 and tf32)
+   * against 2-byte gradients (4 in fp32, tf32 or with fp32_grads) */
+  int dt = (int)ir_field_value(&m->train, IR_F_TRAIN_dtype);
+  bool wide = dt == IR_DTYPE_FP32 || dt == IR_DTYPE_TF32;
+  double w_per_g = wide ? 1 : ir_field_value(&m->train, IR_F_TRAIN_fp32_grads) != 0 ? 0.5 : 1;
   double tensor = ir_field_value(&m->train, IR_F_TRAIN_tensor);
   double gpn = ir_field_value(&m->cluster, IR_F_CLUSTER_gpus_per_node);
   const ir_link_rec *dp_link = tensor * (double)data <= gpn ? &m->intra : &m->inter;
@@ -262,17 +284,26 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
       }
     }
     double hbm = sim_optim_rate(m, dv);
-    double ar = data > 1 ? ring_allreduce(dp_link, grad[dv], data) : 0;
+    double ar = 0, ag = 0;
+    if (data > 1) {
+      ar = zero ? ring_half(dp_link, grad[dv], data) : ring_allreduce(dp_link, grad[dv], data);
+      ag = zero ? ring_half(dp_link, grad[dv] * w_per_g, data) : 0;
+    }
     double opt = x->static_mem > 0 && hbm > 0 ? 2 * x->static_mem / hbm : 0;
-    step += ar + opt;
+    step += ar + opt + ag;
     if (!step_within_limit(step, d, where)) {
       errors++;
       break;
     }
-    x->allreduce = to_tick(ar);
+    x->allreduce = overlap ? 0 : to_tick(ar);
+    x->gather = to_tick(ag);
     x->optim = to_tick(opt);
   }
+  for (int s = 0; s < m->nstages && !errors && overlap && data > 1; s++)
+    p->st[s].grad_comm = to_tick(zero ? ring_half(dp_link, stage_grad[s], data)
+                                      : ring_allreduce(dp_link, stage_grad[s], data));
   free(grad);
+  free(stage_grad);
   if (errors) {
     sim_model_free(p);
     return NULL;
@@ -299,7 +330,7 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
   for (int s = 0; s < m->nstages; s++)
     cp += p->st[s].t[SL_F] + p->st[s].x_next + p->st[s].t[SL_B] + p->st[s].x_prev;
   const sim_dev *d0 = &p->dev[p->st[0].dev];
-  p->lb_critical = cp + p->st[0].t[SL_W] + d0->allreduce + d0->optim;
+  p->lb_critical = cp + p->st[0].t[SL_W] + d0->allreduce + d0->optim + d0->gather;
   for (int dv = 0; dv < m->ndevices; dv++) p->dev[dv].work += p->dev[dv].optim;
   return p;
 }
@@ -342,6 +373,8 @@ typedef struct sim_work {
   int dev_cap;        /* capacity of 'dev' */
   int *next_mb;       /* priority mode: per stage and slot, next microbatch to offer */
   int stage_cap;      /* capacity of next_mb */
+  tick *grad_ready;   /* per stage: when its last backward (W or BW) started so far ends */
+  int ready_cap;      /* capacity of grad_ready */
   tick *link_free;    /* per link: when it finishes its queued transfers */
   int link_cap;       /* capacity of link_free */
   sim_event *heap;    /* pending events */
@@ -420,6 +453,11 @@ static void work_reset(sim_work *w, const sim_model *p) {
     w->next_mb = grow(w->next_mb, sizeof(int), (size_t)p->nstages * SL_N);
     w->stage_cap = p->nstages * SL_N;
   }
+  if (p->nstages > w->ready_cap) {
+    w->grad_ready = grow(w->grad_ready, sizeof(tick), (size_t)p->nstages);
+    w->ready_cap = p->nstages;
+  }
+  for (int s = 0; s < p->nstages; s++) w->grad_ready[s] = 0;
   if (p->nlinks > w->link_cap) {
     w->link_free = grow(w->link_free, sizeof(tick), p->nlinks);
     w->link_cap = p->nlinks;
@@ -483,6 +521,7 @@ static void start_op(sim_ctx *c, int dv, int s, int mb, int slot, bool fused) {
   wd->remaining--;
   sim_device_stats *ds = &c->r->dev[dv];
   wd->busy += dur;
+  if ((slot == SL_W || fused) && c->now + dur > w->grad_ready[s]) w->grad_ready[s] = c->now + dur;
   if (slot == SL_F) {
     wd->mem += st->act;
     wd->inflight++;
@@ -509,7 +548,30 @@ static void start_op(sim_ctx *c, int dv, int s, int mb, int slot, bool fused) {
 static void finish_device(sim_ctx *c, int dv) {
   const sim_dev *x = &c->p->dev[dv];
   sim_wdev *wd = &c->w->dev[dv];
+  const sim_model *p = c->p;
   tick t = c->now;
+  /* overlapped buckets: each stage's reduction once its gradients are ready, in that order */
+  tick link = 0;
+  bool *done = NULL;
+  for (int k = 0; k < x->nstages; k++) {
+    int pick = -1;
+    for (int i = 0; i < x->nstages; i++) {
+      int s = p->dev_stages[x->first_stage + i];
+      if (p->st[s].grad_comm <= 0 || (done && done[i])) continue;
+      if (pick < 0 || c->w->grad_ready[s] < c->w->grad_ready[p->dev_stages[x->first_stage + pick]])
+        pick = i;
+    }
+    if (pick < 0) break;
+    if (!done) done = xcalloc((size_t)x->nstages, sizeof *done);
+    done[pick] = true;
+    int s = p->dev_stages[x->first_stage + pick];
+    tick start = link > c->w->grad_ready[s] ? link : c->w->grad_ready[s];
+    link = start + p->st[s].grad_comm;
+    if (c->o->record) record_op(c, SIM_OP_ALLREDUCE, dv, -1, -1, start, link, wd->mem);
+    wd->comm += p->st[s].grad_comm;
+  }
+  free(done);
+  if (link > t) t = link;
   if (x->allreduce > 0) {
     if (c->o->record) record_op(c, SIM_OP_ALLREDUCE, dv, -1, -1, t, t + x->allreduce, wd->mem);
     wd->comm += x->allreduce;
@@ -519,6 +581,11 @@ static void finish_device(sim_ctx *c, int dv) {
     if (c->o->record) record_op(c, SIM_OP_OPTIM, dv, -1, -1, t, t + x->optim, wd->mem);
     wd->busy += x->optim;
     t += x->optim;
+  }
+  if (x->gather > 0) {
+    if (c->o->record) record_op(c, SIM_OP_ALLREDUCE, dv, -1, -1, t, t + x->gather, wd->mem);
+    wd->comm += x->gather;
+    t += x->gather;
   }
   wd->end = t;
   wd->pos = -1 - wd->pos; /* finished: keep the count, negative */
@@ -843,6 +910,7 @@ void sim_result_free(sim_result *r) {
     free(w->op);
     free(w->dev);
     free(w->next_mb);
+    free(w->grad_ready);
     free(w->link_free);
     free(w->heap);
     free(w->cands);
