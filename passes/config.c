@@ -22,7 +22,9 @@ const pass_config_opts pass_config_defaults = {
 typedef struct cfg_cand {
   pass_config_row row; /* its choice and figures */
   ir_module *m;        /* its module: costs, then its latest plan; NULL when costing failed */
-  double overflow;     /* when no plan fits: bytes over the limit of the best one found */
+  double overflow;     /* when no plan fits: bytes over the limit of the best one found, or
+                          (when 'at_least') a lower bound on what any plan needs over it */
+  bool at_least;       /* overflow is a lower bound: no packing of the layers fits at all */
   bool tuned_long;     /* its figures come from a long tune */
 } cfg_cand;
 
@@ -159,8 +161,26 @@ static void cand_prepare(void *ctx, int i, int worker) {
   }
   k->m = cand_module(x, &k->row);
   sim_bound b;
-  if (cost_run(k->m, true, q.d) == 0 && sim_bound_compute(k->m, &b)) k->row.bound = b.bound;
+  bool costed = cost_run(k->m, true, q.d) == 0;
+  if (costed && sim_bound_compute(k->m, &b)) k->row.bound = b.bound;
   pass_quiet_end(&q, k->row.why, sizeof k->row.why);
+  if (costed && !isfinite(k->row.bound)) {
+    /* memory leaves some layer nowhere: what is over, at least (one microbatch's activations
+     * and the static bytes of the largest layer on one device, or of all on all devices) */
+    double one = 0, all = 0, cap = 0, total = 0;
+    for (int i = 0; i < k->m->nlayers; i++) {
+      const ir_cost *c = &k->m->layers[i].cost;
+      one = fmax(one, c->param + c->act);
+      all += c->param + c->act;
+    }
+    for (int dv = 0; dv < k->m->ndevices; dv++) {
+      cap = fmax(cap, ir_device_mem_limit(k->m, dv));
+      total += ir_device_mem_limit(k->m, dv);
+    }
+    k->overflow = fmax(fmax(one - cap, all - total), 0);
+    k->at_least = true;
+    snprintf(k->row.why, sizeof k->row.why, "its layers fit no packing onto the devices' memory");
+  }
   if (!isfinite(k->row.bound)) {
     if (!k->row.why[0]) snprintf(k->row.why, sizeof k->row.why, "no bound: a layer has no cost");
     ir_module_free(k->m);
@@ -196,6 +216,7 @@ static void cand_tune(const cfg_ctx *x, cfg_cand *k, int evals) {
     snprintf(k->row.plan, sizeof k->row.plan, "%s", ts.start);
   }
   k->overflow = ts.overflow;
+  k->at_least = false;
   k->row.evals += ts.evaluations;
   pass_tune_stats_free(&ts);
   pass_quiet_end(&q, k->row.why, sizeof k->row.why);
@@ -322,11 +343,12 @@ static void no_config(const cfg_ctx *x, diag_engine *d, diag_loc where) {
   strbuf sb = {0};
   if (best) ir_format_value(&sb, IR_T_BYTES, best->overflow);
   diag_error(d, where, "no configuration %s: the closest (tensor = %lld, pipeline = %lld, data "
-             "= %lld, micro_batch = %lld, recompute = %s, zero = %d) %s%s", best ? "fits in memory"
+             "= %lld, micro_batch = %lld, recompute = %s, zero = %d) %s%s%s", best ? "fits in memory"
              : "has a plan", (long long)r->tensor, (long long)r->pipeline, (long long)r->data,
              (long long)r->micro_batch, ir_enum_name(IR_T_RECOMPUTE, r->recompute), r->zero,
-             best ? "still needs more than the limit by " : "failed: ",
-             best ? strbuf_cstr(&sb) : r->why[0] ? r->why : "no plan");
+             !best ? "failed: " : best->at_least ? "needs at least " : "still needs ",
+             best ? strbuf_cstr(&sb) : r->why[0] ? r->why : "no plan",
+             best ? " more than the limit" : "");
   strbuf_free(&sb);
 }
 

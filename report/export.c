@@ -131,6 +131,25 @@ int report_megatron_args(const ir_module *m, strbuf *out, diag_engine *d, diag_l
   layout.data[--layout.len] = 0; /* the newline */
   bool hybrid = pass_layout_notation_of(m) == PASS_LAYOUT_HYBRID;
   int p = m->ndevices; /* the layout's '|' cuts give the virtual stages per rank */
+  /* the configuration: degrees, batch, recomputation, distributed optimizer, overlap */
+  const ir_train *t = &m->train;
+  int rc = (int)ir_field_value(t, IR_F_TRAIN_recompute);
+  strbuf_printf(out, "--tensor-model-parallel-size %lld\n",
+                (long long)ir_field_value(t, IR_F_TRAIN_tensor));
+  strbuf_printf(out, "--micro-batch-size %lld --global-batch-size %lld\n",
+                (long long)ir_field_value(t, IR_F_TRAIN_micro_batch),
+                (long long)ir_field_value(t, IR_F_TRAIN_global_batch));
+  if (rc == IR_RECOMPUTE_SELECTIVE) strbuf_puts(out, "--recompute-granularity selective\n");
+  if (rc == IR_RECOMPUTE_FULL)
+    strbuf_puts(out, "--recompute-granularity full --recompute-method uniform "
+                     "--recompute-num-layers 1\n");
+  if (ir_field_value(t, IR_F_TRAIN_zero) >= 1) strbuf_puts(out, "--use-distributed-optimizer\n");
+  if (ir_field_value(t, IR_F_TRAIN_overlap_grad_reduce) != 0)
+    strbuf_puts(out, "--overlap-grad-reduce\n");
+  strbuf_printf(out, "# data-parallel size %lld: launch tensor x pipeline x data = %lld ranks\n",
+                (long long)ir_field_value(t, IR_F_TRAIN_data),
+                (long long)(ir_field_value(t, IR_F_TRAIN_tensor) * p *
+                            ir_field_value(t, IR_F_TRAIN_data)));
   strbuf_printf(out, "--pipeline-model-parallel-size %d", p);
   strbuf_printf(out, " %s '%s'\n",
                 hybrid ? "--hybrid-layer-pattern" : "--pipeline-model-parallel-layout",

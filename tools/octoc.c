@@ -27,6 +27,8 @@ typedef struct octoc_opts {
   uint64_t seed;          /* --seed: the tuner's seed */
   bool compare;           /* --compare: run the classic plans too */
   bool search_config;     /* --search=config: the train fields the spec omits are chosen */
+  bool megatron;          /* --megatron with --search=config: the chosen configuration is
+                             planned with stages Megatron can express */
   bool explain;           /* --explain */
   bool verify_diags;      /* --verify-diagnostics */
   bool split;             /* --split-input-file */
@@ -65,7 +67,8 @@ static void usage(FILE *f) {
         "  --search=config        choose the train fields the spec leaves out (tensor, pipeline,\n"
         "                         data, micro_batch, recompute, zero) with the plan: the\n"
         "                         report lists the best configurations (the config pass)\n"
-        "  --megatron             plan stages Megatron-LM can express (for --emit=megatron-*):\n"
+        "  --megatron             plan stages Megatron-LM can express (for --emit=megatron-*;\n"
+        "                         with --search=config, the chosen configuration's plan):\n"
         "                         balanced cuts between transformer blocks, one stage per\n"
         "                         device, 1F1B\n"
         "  -o FILE                write to FILE instead of stdout\n"
@@ -103,7 +106,8 @@ static pass_status default_plan(ir_module *m, const octoc_opts *o, pass_tune_sta
       return PASS_FAILED;
     }
     res->configured = true;
-    return pass_run_text(m, "simulate", d);
+    /* the chosen configuration's costs stay; its plan is made again as --megatron makes it */
+    return pass_run_text(m, o->megatron ? PASS_MEGATRON_PIPELINE : "simulate", d);
   }
   if (m->ndevices == 0) return PASS_OK; /* nothing to cost on, nothing to plan */
   pass_status ps = pass_run_text(m, "cost", d);
@@ -333,8 +337,9 @@ int main(int argc, char **argv) {
     fputs("octoc: error: --megatron chooses the passes: give either it or --passes\n", stderr);
     return 1;
   }
-  if (megatron) o.passes = PASS_MEGATRON_PIPELINE;
-  if (o.search_config && o.passes && !strstr(o.passes, "config")) {
+  if (megatron && o.search_config) o.megatron = true;
+  else if (megatron) o.passes = PASS_MEGATRON_PIPELINE;
+  if (o.search_config && o.passes && *o.passes && !strstr(o.passes, "config")) {
     fputs("octoc: error: --search=config needs the config pass: put 'config' first in --passes "
           "(or leave --passes and --megatron out)\n", stderr);
     return 1;
