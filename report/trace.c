@@ -1,5 +1,5 @@
 /* trace.c -- the Chrome / Perfetto trace of a simulated step (report_trace): one process per
- * device (pid device + 1, in device order) with a compute, a send and a receive thread (tids
+ * device (pid device + 1, in device order) with a compute, send, receive and data-parallel thread (tids
  * unique in the trace and never a pid: trace_id_tid), a complete event per operation and per
  * transfer (on both ends), flow arrows from each send to its receive, and a memory counter per
  * device. Layout documented in docs/report.md. */
@@ -178,6 +178,7 @@ void report_trace(const ir_module *m, const sim_result *r, strbuf *out) {
       if (lanes.nlanes[d][dir] > 0 && lane_thread(dir, lanes.nlanes[d][dir] - 1) + 1 > nthreads)
         nthreads = lane_thread(dir, lanes.nlanes[d][dir] - 1) + 1;
   if (nthreads < 3) nthreads = 3; /* every device names a send and a recv thread */
+  int dp_thread = nthreads++; /* the data-parallel reductions: they may overlap compute */
   int stride = trace_id_stride(trace_id_pid(ndev - 1), nthreads);
   strbuf_puts(out, "{\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"model\": ");
   strbuf_json_str(out, m->name);
@@ -208,6 +209,10 @@ void report_trace(const ir_module *m, const sim_result *r, strbuf *out) {
         trace_meta(out, &first, "thread_name", pid, tid, tname, 0);
         trace_meta(out, &first, "thread_sort_index", pid, tid, NULL, 1 + k + (dir ? nsend : 0));
       }
+    trace_meta(out, &first, "thread_name", pid, trace_id_tid(pid, dp_thread, stride),
+               "data-parallel", 0);
+    trace_meta(out, &first, "thread_sort_index", pid, trace_id_tid(pid, dp_thread, stride), NULL,
+               1 + nsend + nrecv);
     strbuf_free(&name);
   }
 
@@ -221,8 +226,8 @@ void report_trace(const ir_module *m, const sim_result *r, strbuf *out) {
     else
       snprintf(name, sizeof name, "%s", kind);
     int pid = trace_id_pid(e->device);
-    trace_head(out, &first, name, kind, "X", pid, trace_id_tid(pid, THREAD_COMPUTE, stride),
-               e->start);
+    int thread = (int)e->kind == SIM_OP_ALLREDUCE ? dp_thread : THREAD_COMPUTE;
+    trace_head(out, &first, name, kind, "X", pid, trace_id_tid(pid, thread, stride), e->start);
     strbuf_puts(out, ", \"dur\": ");
     trace_dur(out, e->start, e->end);
     strbuf_puts(out, ", \"args\": {");

@@ -43,9 +43,17 @@ typedef struct sim_stage {
   double in_bytes;      /* bytes of its input gradient (the previous stage's output) */
   int link_next;        /* link id towards the next stage's device, -1 when local or last */
   int link_prev;        /* link id towards the previous stage's device, -1 when local or first */
-  tick grad_comm;       /* with overlap_grad_reduce: the data-parallel reduction of its gradients,
-                           started when its last backward ends (0 otherwise) */
+  int first_bucket;     /* with overlap_grad_reduce: its gradient buckets are
+                           bucket[first_bucket .. first_bucket + nbuckets), one per layer in
+                           backward order (last layer first) */
+  int nbuckets;         /* 0 without overlap (or without data parallelism) */
 } sim_stage;
+
+/* One bucket of gradients reduced over data parallelism while the backward still runs. */
+typedef struct sim_bucket {
+  tick comm;   /* its reduction's time */
+  double frac; /* the share of its stage's last backward done when it is ready (0..1] */
+} sim_bucket;
 
 /* Per-device numbers of a problem. */
 typedef struct sim_dev {
@@ -68,6 +76,7 @@ struct sim_model {
   sim_stage *st;          /* per stage */
   sim_dev *dev;           /* per device */
   int *dev_stages;        /* stage indices grouped by device (CSR, see sim_dev) */
+  sim_bucket *bucket;     /* gradient buckets of every stage (see sim_stage.first_bucket) */
   int nlinks;             /* distinct ordered device pairs that carry transfers */
   tick lb_critical;       /* one microbatch's critical path */
 };
@@ -80,6 +89,7 @@ void sim_model_free(sim_model *p) {
   free(p->st);
   free(p->dev);
   free(p->dev_stages);
+  free(p->bucket);
   free(p);
 }
 
@@ -205,7 +215,7 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
 
   /* Stage sums. */
   double *grad = xcalloc((size_t)(m->ndevices ? m->ndevices : 1), sizeof *grad);
-  double *stage_grad = xcalloc((size_t)(m->nstages ? m->nstages : 1), sizeof *stage_grad);
+
   for (int s = 0; s < m->nstages; s++) {
     sim_stage *st = &p->st[s];
     const ir_stage *is = &m->stages[s];
@@ -219,7 +229,6 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
       st->act_w += c->act_w;
       p->dev[st->dev].static_mem += c->param;
       grad[st->dev] += c->grad;
-      stage_grad[s] += c->grad;
     }
     st->out_bytes = m->layers[is->end - 1].cost.out;
     st->link_next = st->link_prev = -1;
@@ -299,11 +308,30 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
     x->gather = to_tick(ag);
     x->optim = to_tick(opt);
   }
-  for (int s = 0; s < m->nstages && !errors && overlap && data > 1; s++)
-    p->st[s].grad_comm = to_tick(zero ? ring_half(dp_link, stage_grad[s], data)
-                                      : ring_allreduce(dp_link, stage_grad[s], data));
+  if (!errors && overlap && data > 1) {
+    /* one bucket per layer, ready when the share of its stage's last backward (W, or BW) up to
+     * and including the layer is done: the backward runs the layers last to first */
+    p->bucket = xcalloc((size_t)(m->nlayers ? m->nlayers : 1), sizeof *p->bucket);
+    int nb = 0;
+    for (int s = 0; s < m->nstages; s++) {
+      const ir_stage *is = &m->stages[s];
+      sim_stage *st = &p->st[s];
+      double total = 0, done = 0;
+      for (int i = is->first; i < is->end; i++) total += ir_layer_cost_on(m, &m->layers[i], is->device)->w;
+      st->first_bucket = nb;
+      for (int i = is->end - 1; i >= is->first; i--) {
+        const ir_cost *c = ir_layer_cost_on(m, &m->layers[i], is->device);
+        done += c->w;
+        if (!(c->grad > 0)) continue;
+        sim_bucket *b = &p->bucket[nb++];
+        b->comm = to_tick(zero ? ring_half(dp_link, c->grad, data)
+                               : ring_allreduce(dp_link, c->grad, data));
+        b->frac = total > 0 ? done / total : (double)(is->end - i) / (is->end - is->first);
+      }
+      st->nbuckets = nb - st->first_bucket;
+    }
+  }
   free(grad);
-  free(stage_grad);
   if (errors) {
     sim_model_free(p);
     return NULL;
@@ -373,8 +401,9 @@ typedef struct sim_work {
   int dev_cap;        /* capacity of 'dev' */
   int *next_mb;       /* priority mode: per stage and slot, next microbatch to offer */
   int stage_cap;      /* capacity of next_mb */
-  tick *grad_ready;   /* per stage: when its last backward (W or BW) started so far ends */
-  int ready_cap;      /* capacity of grad_ready */
+  tick *grad_ready;   /* per stage: when its last backward (W or BW) started so far ends ... */
+  tick *grad_start;   /* ... and when it started */
+  int ready_cap;      /* capacity of both */
   tick *link_free;    /* per link: when it finishes its queued transfers */
   int link_cap;       /* capacity of link_free */
   sim_event *heap;    /* pending events */
@@ -455,9 +484,10 @@ static void work_reset(sim_work *w, const sim_model *p) {
   }
   if (p->nstages > w->ready_cap) {
     w->grad_ready = grow(w->grad_ready, sizeof(tick), (size_t)p->nstages);
+    w->grad_start = grow(w->grad_start, sizeof(tick), (size_t)p->nstages);
     w->ready_cap = p->nstages;
   }
-  for (int s = 0; s < p->nstages; s++) w->grad_ready[s] = 0;
+  for (int s = 0; s < p->nstages; s++) w->grad_ready[s] = w->grad_start[s] = 0;
   if (p->nlinks > w->link_cap) {
     w->link_free = grow(w->link_free, sizeof(tick), p->nlinks);
     w->link_cap = p->nlinks;
@@ -521,7 +551,10 @@ static void start_op(sim_ctx *c, int dv, int s, int mb, int slot, bool fused) {
   wd->remaining--;
   sim_device_stats *ds = &c->r->dev[dv];
   wd->busy += dur;
-  if ((slot == SL_W || fused) && c->now + dur > w->grad_ready[s]) w->grad_ready[s] = c->now + dur;
+  if ((slot == SL_W || fused) && c->now + dur > w->grad_ready[s]) {
+    w->grad_ready[s] = c->now + dur;
+    w->grad_start[s] = fused ? c->now + st->t[SL_B] : c->now; /* a BW's W part comes last */
+  }
   if (slot == SL_F) {
     wd->mem += st->act;
     wd->inflight++;
@@ -550,14 +583,15 @@ static void finish_device(sim_ctx *c, int dv) {
   sim_wdev *wd = &c->w->dev[dv];
   const sim_model *p = c->p;
   tick t = c->now;
-  /* overlapped buckets: each stage's reduction once its gradients are ready, in that order */
+  /* overlapped buckets: each stage's, as its last backward makes them ready, one at a time in
+   * the order they become ready (stages by the end of their last backward) */
   tick link = 0;
   bool *done = NULL;
   for (int k = 0; k < x->nstages; k++) {
     int pick = -1;
     for (int i = 0; i < x->nstages; i++) {
       int s = p->dev_stages[x->first_stage + i];
-      if (p->st[s].grad_comm <= 0 || (done && done[i])) continue;
+      if (p->st[s].nbuckets == 0 || (done && done[i])) continue;
       if (pick < 0 || c->w->grad_ready[s] < c->w->grad_ready[p->dev_stages[x->first_stage + pick]])
         pick = i;
     }
@@ -565,10 +599,15 @@ static void finish_device(sim_ctx *c, int dv) {
     if (!done) done = xcalloc((size_t)x->nstages, sizeof *done);
     done[pick] = true;
     int s = p->dev_stages[x->first_stage + pick];
-    tick start = link > c->w->grad_ready[s] ? link : c->w->grad_ready[s];
-    link = start + p->st[s].grad_comm;
-    if (c->o->record) record_op(c, SIM_OP_ALLREDUCE, dv, -1, -1, start, link, wd->mem);
-    wd->comm += p->st[s].grad_comm;
+    tick t0 = c->w->grad_start[s], len = c->w->grad_ready[s] - t0;
+    for (int j = 0; j < p->st[s].nbuckets; j++) {
+      const sim_bucket *b = &p->bucket[p->st[s].first_bucket + j];
+      tick ready = t0 + (tick)llround(b->frac * (double)len);
+      tick start = link > ready ? link : ready;
+      link = start + b->comm;
+      if (c->o->record) record_op(c, SIM_OP_ALLREDUCE, dv, -1, -1, start, link, wd->mem);
+      wd->comm += b->comm;
+    }
   }
   free(done);
   if (link > t) t = link;
@@ -911,6 +950,7 @@ void sim_result_free(sim_result *r) {
     free(w->dev);
     free(w->next_mb);
     free(w->grad_ready);
+    free(w->grad_start);
     free(w->link_free);
     free(w->heap);
     free(w->cands);

@@ -280,7 +280,7 @@ void test_report_trace(void) {
       const char *n = json_str(e, "name");
       if (n && strcmp(n, "thread_name") == 0) threads++;
     }
-    UNIT_CHECK(threads == 6);
+    UNIT_CHECK(threads == 8); /* compute, send, recv, data-parallel on each device */
     /* an operation with real microsecond times and its arguments */
     const cJSON *fw = find_event(ev, "X", "F s1 mb0", 2);
     UNIT_CHECK(fw != NULL);
