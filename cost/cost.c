@@ -414,13 +414,6 @@ double cost_forward_flops_per_sequence(const ir_module *m, const ir_layer *l) {
 
 /* ---- Estimate on a device ---- */
 
-/* Layer kinds to which recomputation applies (Megatron recomputes transformer layers, not the
- * embedding or the LM head). */
-static bool recomputable(ir_layer_kind k) {
-  return k == IR_KIND_ATTENTION || k == IR_KIND_MLP || k == IR_KIND_MOE ||
-         k == IR_KIND_MAMBA2 || k == IR_KIND_VIT;
-}
-
 /* Ring all-reduce of 'bytes' over t GPUs on a link: 2(t-1)/t x bytes / bw + 2(t-1) x lat. */
 static double ring_allreduce(double t, double bytes, const ir_link_rec *link) {
   if (t <= 1) return 0;
@@ -491,12 +484,12 @@ int cost_estimate_layer(const ir_module *m, const ir_layer *l, const ir_device_r
   e->act = all;
   e->act_w = w;
   int rc = (int)train_value(m, IR_F_TRAIN_recompute);
-  if (recomputable(l->kind) && rc == IR_RECOMPUTE_SELECTIVE) {
+  if (ir_kind_recomputable(l->kind) && rc == IR_RECOMPUTE_SELECTIVE) {
     e->act = kept; /* W inputs are never score terms */
     e->flops[COST_B] += core_flops;
     e->bytes[COST_B] += core_bytes;
     e->time[COST_B] += core_time;
-  } else if (recomputable(l->kind) && rc == IR_RECOMPUTE_FULL) {
+  } else if (ir_kind_recomputable(l->kind) && rc == IR_RECOMPUTE_FULL) {
     e->act = input;
     e->act_w = input;
     e->flops[COST_B] += e->flops[COST_F];

@@ -358,6 +358,9 @@ typedef struct ir_link {
 typedef struct ir_stage {
   int first, end; /* layer range */
   int device;     /* device index or -1 */
+  ir_recompute recompute; /* per-stage recomputation: NONE (the layers cost as recorded) or FULL
+                             (its recomputable layers keep only their input and pay F again
+                             before B; only when the module's train.recompute is none) */
   ir_loc loc;     /* where it was defined */
 } ir_stage;
 
@@ -414,6 +417,14 @@ ir_cost *ir_layer_add_type_cost(ir_module *m, ir_layer *l, const char *type);
 /* The costs of layer l on device dv of m: l->cost on the first device's type (or when m has no
  * record for dv's type), else the record of dv's type. */
 const ir_cost *ir_layer_cost_on(const ir_module *m, const ir_layer *l, int dv);
+/* Whether recomputation applies to layers of kind k (the transformer-stack kinds: attention,
+ * mlp, moe, mamba2, vit; Megatron recomputes neither the embedding nor the LM head). */
+bool ir_kind_recomputable(ir_layer_kind k);
+/* The cost record of layer i as stage s (on its device's type, ir_layer_cost_on) charges it:
+ * the recorded costs, or, when s->recompute is FULL and the layer's kind is recomputable, b + f
+ * (the forward again before B) and act = act_w = the bytes of the layer's input (the previous
+ * layer's out; the layer's own out for layer 0). Pre: s->first <= i < s->end, costs set. */
+ir_cost ir_stage_layer_cost(const ir_module *m, const ir_stage *s, int i);
 /* The memory limit of device dv (pre: 0 <= dv < m->ndevices): the train record's mem_limit when
  * given, else the device's memory, else INFINITY (no limit known). */
 double ir_device_mem_limit(const ir_module *m, int dv);

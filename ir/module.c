@@ -106,6 +106,22 @@ ir_stage *ir_module_add_stage(ir_module *m, int first, int end) {
   return s;
 }
 
+bool ir_kind_recomputable(ir_layer_kind k) {
+  return k == IR_KIND_ATTENTION || k == IR_KIND_MLP || k == IR_KIND_MOE ||
+         k == IR_KIND_MAMBA2 || k == IR_KIND_VIT;
+}
+
+ir_cost ir_stage_layer_cost(const ir_module *m, const ir_stage *s, int i) {
+  const ir_layer *l = &m->layers[i];
+  ir_cost c = *ir_layer_cost_on(m, l, s->device);
+  if (s->recompute != IR_RECOMPUTE_FULL || !ir_kind_recomputable(l->kind)) return c;
+  double in = i > 0 ? ir_layer_cost_on(m, &m->layers[i - 1], s->device)->out : c.out;
+  c.b += c.f;
+  c.act = in;
+  c.act_w = in;
+  return c;
+}
+
 void ir_module_init_schedules(ir_module *m) {
   if (!m->schedules)
     m->schedules = xcalloc((size_t)(m->ndevices ? m->ndevices : 1), sizeof *m->schedules);

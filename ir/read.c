@@ -1231,7 +1231,53 @@ static bool rd_layer(rd_parser *p) {
   }
 }
 
-/* stage @sI = [%a, %b) [loc(...)] */
+/* The attributes of stage si: "{ [recompute = VALUE] }" (the one attribute a stage has; which
+ * values a stage may take is ir_verify's check). Pre: the current token is '{'. Unknown names,
+ * duplicates and bad values are reported and parsing goes on; returns false only after a syntax
+ * error. */
+static bool rd_stage_attrs(rd_parser *p, int si) {
+  rd_next(p);
+  bool seen = false;
+  while (p->tok.kind != RD_RBRACE) {
+    if (p->tok.kind != RD_IDENT) {
+      rd_expected(p, "an attribute name (recompute) or '}'");
+      return false;
+    }
+    rd_token nt = p->tok;
+    char name[64];
+    bool known = rd_text(p, &nt, 0, name, sizeof name) && strcmp(name, "recompute") == 0;
+    if (!known) {
+      strbuf word = {0};
+      rd_put_text(&word, p->text + nt.off, nt.len, 40);
+      rd_error(p, rd_loc(p, &nt), "unknown stage attribute '%s'; expected recompute",
+               strbuf_cstr(&word));
+      strbuf_free(&word);
+    } else if (seen) {
+      rd_error(p, rd_loc(p, &nt), "duplicate attribute 'recompute'");
+    }
+    rd_next(p);
+    if (!rd_expect(p, RD_EQUAL, "'='")) return false;
+    rd_value v;
+    if (!rd_parse_value(p, &v, "recompute")) return false;
+    double x;
+    if (known && !seen && rd_convert(p, &v, IR_T_RECOMPUTE, "recompute", &x))
+      p->m->stages[si].recompute = (ir_recompute)x;
+    seen = seen || known;
+    rd_next(p);
+    if (p->tok.kind == RD_COMMA) {
+      rd_next(p);
+      continue;
+    }
+    if (p->tok.kind != RD_RBRACE) {
+      rd_expected(p, "',' or '}'");
+      return false;
+    }
+  }
+  rd_next(p);
+  return true;
+}
+
+/* stage @sI = [%a, %b) [{ recompute = none|full }] [loc(...)] */
 static bool rd_stage(rd_parser *p) {
   rd_token kw = p->tok;
   rd_next(p);
@@ -1257,6 +1303,8 @@ static bool rd_stage(rd_parser *p) {
              "so a range ends at %%%d at most)", end, n, n == 1 ? "" : "s", n);
   ir_stage *s = ir_module_add_stage(p->m, first, end);
   s->loc = rd_stmt_loc(p, &kw);
+  if (p->tok.kind == RD_LBRACE && !rd_stage_attrs(p, p->m->nstages - 1)) return false;
+  s = &p->m->stages[p->m->nstages - 1];
   bool seen = false;
   return rd_opt_loc(p, &s->loc, &seen);
 }

@@ -276,6 +276,24 @@ static void vf_stages(vf_ctx *v) {
              m->nstages - 1);
 }
 
+/* Check the stages' recompute attributes: a stage recomputes only 'none' or 'full', and 'full'
+ * only when the module's recompute is none (the cost records then hold the costs without
+ * recomputation, which ir_stage_layer_cost adjusts). */
+static void vf_stage_recompute(vf_ctx *v) {
+  const ir_module *m = v->m;
+  int global = (int)ir_field_value(&m->train, IR_F_TRAIN_recompute);
+  for (int i = 0; i < m->nstages; i++) {
+    const ir_stage *s = &m->stages[i];
+    if (s->recompute == IR_RECOMPUTE_SELECTIVE)
+      vf_error(v, s->loc, "stage @s%d: recompute = selective is not a per-stage choice (with "
+               "flash attention it saves no memory); use none or full", i);
+    else if (s->recompute == IR_RECOMPUTE_FULL && global != IR_RECOMPUTE_NONE)
+      vf_error(v, s->loc, "stage @s%d: recompute = full needs the module's recompute to be none "
+               "(it is %s, already in every layer's costs)", i,
+               ir_enum_name(IR_T_RECOMPUTE, global));
+  }
+}
+
 /* Check the placement: when any stage is placed or the module is scheduled, every stage is
  * placed, on an existing device. */
 static void vf_placement(vf_ctx *v) {
@@ -473,6 +491,7 @@ int ir_verify(const ir_module *m, diag_engine *d, diag_loc where) {
   vf_links(&v);
   vf_stages(&v);
   if (m->nstages > 0) vf_placement(&v);
+  if (m->nstages > 0) vf_stage_recompute(&v);
   if (m->schedules) vf_schedules(&v);
   if (m->schedule_method && !m->schedules)
     vf_error(&v, m->loc, "'schedule method \"%s\"' names the method of schedules the module does "

@@ -196,6 +196,7 @@ bool sim_bound_compute(const ir_module *m, sim_bound *out) {
   double mbs = ir_field_value(&m->train, IR_F_TRAIN_microbatches);
   if (n == 0 || p == 0 || !(mbs >= 1)) return false;
   bd_layer *ly = xcalloc((size_t)n, sizeof *ly);
+  bool recomp_free = (int)ir_field_value(&m->train, IR_F_TRAIN_recompute) == IR_RECOMPUTE_NONE;
   double mcap = 0;   /* the largest memory limit: no device holds more */
   double mtotal = 0; /* all devices' limits together */
   double rate = 0; /* the fastest optimizer rate */
@@ -224,6 +225,13 @@ bool sim_bound_compute(const ir_module *m, sim_bound *out) {
     l->opt = c->param > 0 && rate > 0 ? 2 * c->param / rate : 0;
     l->param = c->param;
     l->act = c->act;
+    /* A plan may recompute the layer's stage (when the module's policy is none): then it keeps
+     * only its input (ir_stage_layer_cost), and pays more B, which the bound need not count. */
+    if (recomp_free && ir_kind_recomputable(m->layers[i].kind)) {
+      ir_stage whole = {i, i + 1, -1, IR_RECOMPUTE_FULL, {0}};
+      double in = ir_stage_layer_cost(m, &whole, i).act;
+      if (in < l->act) l->act = in;
+    }
   }
 
   /* (b) the chain through each layer, (c) one microbatch's path, (d) the microbatches memory

@@ -196,8 +196,11 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
   /* Every duration of the step added up (seconds), checked before any becomes ticks; the
    * verified stages cover every layer once. */
   double step = 0;
-  for (int i = 0; i < m->nlayers; i++)
-    step += m->layers[i].cost.f + m->layers[i].cost.b + m->layers[i].cost.w;
+  for (int s = 0; s < m->nstages; s++)
+    for (int i = m->stages[s].first; i < m->stages[s].end; i++) {
+      ir_cost c = ir_stage_layer_cost(m, &m->stages[s], i); /* recomputation included */
+      step += c.f + c.b + c.w;
+    }
   step *= nmb;
   if (!step_within_limit(step, d, where)) return NULL;
 
@@ -215,20 +218,21 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
 
   /* Stage sums. */
   double *grad = xcalloc((size_t)(m->ndevices ? m->ndevices : 1), sizeof *grad);
-
   for (int s = 0; s < m->nstages; s++) {
     sim_stage *st = &p->st[s];
     const ir_stage *is = &m->stages[s];
     st->dev = is->device;
     for (int i = is->first; i < is->end; i++) {
-      const ir_cost *c = ir_layer_cost_on(m, &m->layers[i], is->device); /* its device's type */
-      st->t[SL_F] += to_tick(c->f);
-      st->t[SL_B] += to_tick(c->b);
-      st->t[SL_W] += to_tick(c->w);
-      st->act += c->act;
-      st->act_w += c->act_w;
-      p->dev[st->dev].static_mem += c->param;
-      grad[st->dev] += c->grad;
+      /* Its device's type; a recomputing stage's layers pay F again in B and keep their input
+       * (ir_stage_layer_cost). */
+      ir_cost c = ir_stage_layer_cost(m, is, i);
+      st->t[SL_F] += to_tick(c.f);
+      st->t[SL_B] += to_tick(c.b);
+      st->t[SL_W] += to_tick(c.w);
+      st->act += c.act;
+      st->act_w += c.act_w;
+      p->dev[st->dev].static_mem += c.param;
+      grad[st->dev] += c.grad;
     }
     st->out_bytes = m->layers[is->end - 1].cost.out;
     st->link_next = st->link_prev = -1;
@@ -317,7 +321,8 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
       const ir_stage *is = &m->stages[s];
       sim_stage *st = &p->st[s];
       double total = 0, done = 0;
-      for (int i = is->first; i < is->end; i++) total += ir_layer_cost_on(m, &m->layers[i], is->device)->w;
+      for (int i = is->first; i < is->end; i++)
+        total += ir_layer_cost_on(m, &m->layers[i], is->device)->w;
       st->first_bucket = nb;
       for (int i = is->end - 1; i >= is->first; i--) {
         const ir_cost *c = ir_layer_cost_on(m, &m->layers[i], is->device);
