@@ -88,7 +88,7 @@ typedef struct be_tensor_ref {
 /* ---- Streams -------------------------------------------------------------------------------- */
 
 /* Version of the binary format written by be_write and the only one be_read accepts. */
-#define BE_FORMAT_VERSION 2u
+#define BE_FORMAT_VERSION 3u
 
 /* One instruction: an opcode and its operands (be_ops[op].nops of them; the rest are 0). */
 typedef struct be_inst {
@@ -153,6 +153,9 @@ typedef struct be_stage {
   int32_t out_shape;     /* shape of its output (index into shapes), -1 for opaque bytes */
   uint64_t stash_bytes;  /* what F keeps until B (0: none, no STASH buffer) */
   uint64_t wstash_bytes; /* what F and B keep until W (0: none, no WSTASH buffer) */
+  int32_t recompute;     /* 1: the stage recomputes (IR 'recompute = full'): its FWD keeps only
+                            what STASH and WSTASH count (its input), and its BWD_IN and BWD run
+                            the forward again first; 0: no */
 } be_stage;
 
 /* Shape of a tensor that travels between stages. */

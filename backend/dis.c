@@ -96,6 +96,11 @@ static strbuf *slot_label(dis_rank *dr, int32_t v) {
   return v >= 0 && v < dr->nslots ? &dr->label[v] : NULL;
 }
 
+/* Whether stage st of s (an operand, maybe out of range) recomputes. */
+static bool recomputes(const be_stream *s, int32_t st) {
+  return st >= 0 && st < s->nstages && s->stages[st].recompute;
+}
+
 /* Append the comment of instruction 'in' of a rank of s (without "; ") and update the rank's
  * slot state dr with what the instruction does to its slots. */
 static void put_comment(strbuf *out, const be_stream *s, const be_inst *in, dis_rank *dr,
@@ -103,15 +108,22 @@ static void put_comment(strbuf *out, const be_stream *s, const be_inst *in, dis_
   const int32_t *a = in->a;
   switch ((be_opcode)in->op) {
   case BE_OP_LOAD: strbuf_printf(out, "input mb%d", (int)a[1]); break;
-  case BE_OP_FWD: strbuf_printf(out, "forward s%d mb%d", (int)a[0], (int)a[1]); break;
+  case BE_OP_FWD:
+    strbuf_printf(out, "forward s%d mb%d", (int)a[0], (int)a[1]);
+    if (recomputes(s, a[0])) strbuf_puts(out, ", keeping its input");
+    break;
   case BE_OP_LOSS: strbuf_printf(out, "loss mb%d", (int)a[1]); break;
   case BE_OP_BWD_IN:
     strbuf_printf(out, "input-gradient backward s%d mb%d", (int)a[0], (int)a[1]);
+    if (recomputes(s, a[0])) strbuf_puts(out, ", forward recomputed first");
     break;
   case BE_OP_BWD_W:
     strbuf_printf(out, "weight-gradient backward s%d mb%d", (int)a[0], (int)a[1]);
     break;
-  case BE_OP_BWD: strbuf_printf(out, "backward s%d mb%d", (int)a[0], (int)a[1]); break;
+  case BE_OP_BWD:
+    strbuf_printf(out, "backward s%d mb%d", (int)a[0], (int)a[1]);
+    if (recomputes(s, a[0])) strbuf_puts(out, ", forward recomputed first");
+    break;
   case BE_OP_SEND:
   case BE_OP_RECV: be_msg_text(out, in); break;
   case BE_OP_WAIT: {
@@ -209,6 +221,7 @@ static void put_header(strbuf *out, const be_stream *s) {
     put_bytes(out, (double)st->stash_bytes);
     strbuf_puts(out, ", wstash ");
     put_bytes(out, (double)st->wstash_bytes);
+    if (st->recompute) strbuf_puts(out, ", recompute (B recomputes the forward)");
     strbuf_putc(out, '\n');
   }
 }

@@ -538,10 +538,11 @@ static void build_tables(lower *L) {
      * split into the part B frees and the part W frees. */
     double stash = 0, wstash = 0;
     for (int i = is->first; i < is->end; i++) {
-      const ir_cost *c = ir_layer_cost_on(m, &m->layers[i], is->device);
-      stash += c->act - c->act_w;
-      wstash += c->act_w;
+      ir_cost c = ir_stage_layer_cost(m, is, i); /* a recomputing stage keeps layer inputs */
+      stash += c.act - c.act_w;
+      wstash += c.act_w;
     }
+    bs->recompute = is->recompute == IR_RECOMPUTE_FULL;
     bs->stash_bytes = (uint64_t)llround(stash);
     bs->wstash_bytes = (uint64_t)llround(wstash);
     /* The output's size as the simulator sends it: the last layer's, on the first device

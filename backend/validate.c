@@ -204,6 +204,8 @@ static int check_header(vctx *v) {
     if (st->rank < 0 || st->rank >= s->nranks)
       return fail(v, "stage %d runs on rank %d, out of range [0, %d)", i, (int)st->rank,
                   (int)s->nranks);
+    if (st->recompute != 0 && st->recompute != 1)
+      return fail(v, "stage %d: recompute flag %d is neither 0 nor 1", i, (int)st->recompute);
     next = st->end;
   }
   if (next != s->nlayers)

@@ -115,10 +115,13 @@ ir_cost ir_stage_layer_cost(const ir_module *m, const ir_stage *s, int i) {
   const ir_layer *l = &m->layers[i];
   ir_cost c = *ir_layer_cost_on(m, l, s->device);
   if (s->recompute != IR_RECOMPUTE_FULL || !ir_kind_recomputable(l->kind)) return c;
-  double in = i > 0 ? ir_layer_cost_on(m, &m->layers[i - 1], s->device)->out : c.out;
-  c.b += c.f;
-  c.act = in;
-  c.act_w = in;
+  const ir_cost *src = i > 0 ? ir_layer_cost_on(m, &m->layers[i - 1], s->device) : &c;
+  if (ir_field_is_set(&c, IR_F_COST_b) && ir_field_is_set(&c, IR_F_COST_f)) c.b += c.f;
+  if (ir_field_is_set(src, IR_F_COST_out)) { /* unset costs stay unset */
+    double in = src->out;
+    if (ir_field_is_set(&c, IR_F_COST_act)) c.act = in;
+    if (ir_field_is_set(&c, IR_F_COST_act_w)) c.act_w = in;
+  }
   return c;
 }
 

@@ -229,6 +229,8 @@ typedef struct pass_tune_opts {
   int restarts;     /* perturbation rounds in a row without improvement before stopping */
   int max_stages;   /* most stages a plan may have; 0: 4 x devices (at most the layers) */
   bool progress;    /* print a progress line to stderr */
+  bool no_recompute; /* never make a stage recompute (the default lets it, when the module's
+                        recompute policy is none; see docs/tuner.md) */
 } pass_tune_opts;
 
 /* The tuner's defaults (the tune pass's and octoc's): 1000 plans, no time limit, every core,

@@ -138,7 +138,7 @@ static void sched_adapt_init(sched_adapt *a, const ir_module *m, int p,
     const ir_stage *st = &m->stages[s];
     sched_adapt_dev *ad = &a->dev[st->device];
     for (int l = st->first; l < st->end; l++)
-      a->act[s] += ir_layer_cost_on(m, &m->layers[l], st->device)->act; /* as the simulator */
+      a->act[s] += ir_stage_layer_cost(m, st, l).act; /* as the simulator (recomputation) */
     if (ad->lowest < 0) ad->lowest = s;
     ad->total_act += a->act[s];
   }

@@ -24,6 +24,8 @@ typedef struct tune_plan {
   int k;              /* number of stages */
   int *ends;          /* k stage ends (exclusive layer index; ends[k-1] == layers) */
   int *dev;           /* k stage devices */
+  unsigned char *rc;  /* k flags: the stage recomputes (recompute = full); all 0 unless the
+                         module's policy is none and memory asked for it */
   pass_adaptive_opts knobs; /* schedule knobs */
 } tune_plan;
 
@@ -74,6 +76,9 @@ typedef struct tuner {
   const ir_module *m;      /* the module planned */
   const pass_tune_opts *o; /* options */
   int n, p, kmax;          /* layers, devices, most stages tried */
+  bool recomp;             /* stages may recompute: the module's policy is none and some layer
+                              is recomputable */
+  int *cum_rc;             /* per layer i: recomputable layers < i */
   double nmb;              /* microbatches */
   double *lw;              /* per layer: F + B + W (for cost-aware splits) */
   double *cum;             /* per device dv, per layer i: (n + 1) x dv + i holds the sum of
@@ -116,12 +121,14 @@ static void plan_init(tune_plan *pl, int cap) {
   pl->k = 0;
   pl->ends = xmalloc((size_t)cap * sizeof *pl->ends);
   pl->dev = xmalloc((size_t)cap * sizeof *pl->dev);
+  pl->rc = xcalloc((size_t)cap, sizeof *pl->rc);
   pl->knobs = pass_adaptive_default;
 }
 
 static void plan_free(tune_plan *pl) {
   free(pl->ends);
   free(pl->dev);
+  free(pl->rc);
 }
 
 /* Copy src into dst. Pre: dst has room for src->k stages. */
@@ -129,6 +136,7 @@ static void plan_copy(tune_plan *dst, const tune_plan *src) {
   dst->k = src->k;
   memcpy(dst->ends, src->ends, (size_t)src->k * sizeof *src->ends);
   memcpy(dst->dev, src->dev, (size_t)src->k * sizeof *src->dev);
+  memcpy(dst->rc, src->rc, (size_t)src->k * sizeof *src->rc);
   dst->knobs = src->knobs;
 }
 
@@ -143,6 +151,8 @@ static uint64_t plan_hash(const tune_plan *pl) {
   for (int i = 0; i < pl->k; i++) {
     h = (h ^ (uint64_t)(uint32_t)pl->ends[i]) * 1099511628211ull;
     h = (h ^ (uint64_t)(uint32_t)pl->dev[i]) * 1099511628211ull;
+    if (pl->rc[i]) /* only then: plans without recomputation hash as before */
+      h = (h ^ (0x80000000u | (uint64_t)(uint32_t)i)) * 1099511628211ull;
   }
   return h ? h : 1;
 }
@@ -178,8 +188,11 @@ static tune_score tune_simulate(const tuner *t, tune_worker *wk, const tune_plan
   memset(busy, 0, (size_t)t->p * sizeof *busy);
   ir_module *w = wk->w;
   w->nstages = 0;
-  for (int s = 0; s < pl->k; s++)
-    ir_module_add_stage(w, plan_first(pl, s), pl->ends[s])->device = pl->dev[s];
+  for (int s = 0; s < pl->k; s++) {
+    ir_stage *is = ir_module_add_stage(w, plan_first(pl, s), pl->ends[s]);
+    is->device = pl->dev[s];
+    is->recompute = pl->rc[s] ? IR_RECOMPUTE_FULL : IR_RECOMPUTE_NONE;
+  }
   sim_model *p = sim_model_build(w, wk->quiet);
   if (p) {
     sim_status st = pass_adaptive_run(p, w, &pl->knobs, &wk->r, &sc.overflow_dev, &sc.overflow);
@@ -337,9 +350,12 @@ static void tune_busy(tuner *t, const tune_plan *pl) {
  * false when the move does not apply. Kinds: 0 shift boundary s|s+1 left, 1 right, 2 move stage
  * s to device d, 3 swap the devices of stages s and d (a stage index), 4 split stage s (second
  * half to device d), 5 merge stages s and s+1 (same device), 6 toggle split, 7 set mem_margin to
- * the d-th value of margins[]. */
+ * the d-th value of margins[], 8 toggle stage s's recomputation (when t->recomp and the stage has
+ * a recomputable layer). A stage keeps its recomputation through shifts, moves and swaps; both
+ * halves of a split keep it; a merged stage recomputes when the first of the two did. */
 static const double margins[] = {0.5, 0.7, 0.85, 0.95, 1.0};
-enum { MV_LEFT, MV_RIGHT, MV_MOVE, MV_SWAP, MV_SPLIT, MV_MERGE, MV_KNOB_SPLIT, MV_KNOB_MARGIN };
+enum { MV_LEFT, MV_RIGHT, MV_MOVE, MV_SWAP, MV_SPLIT, MV_MERGE, MV_KNOB_SPLIT, MV_KNOB_MARGIN,
+       MV_RECOMP };
 
 static bool tune_move(const tuner *t, const tune_plan *cur, int kind, int s, int d,
                       tune_plan *out) {
@@ -377,6 +393,7 @@ static bool tune_move(const tuner *t, const tune_plan *cur, int kind, int s, int
     }
     memmove(out->ends + s + 1, cur->ends + s, (size_t)(k - s) * sizeof *out->ends);
     memmove(out->dev + s + 1, cur->dev + s, (size_t)(k - s) * sizeof *out->dev);
+    memmove(out->rc + s + 1, cur->rc + s, (size_t)(k - s) * sizeof *out->rc);
     out->ends[s] = cut;
     out->dev[s + 1] = d;
     out->k = k + 1;
@@ -386,6 +403,7 @@ static bool tune_move(const tuner *t, const tune_plan *cur, int kind, int s, int
     if (s + 1 >= k || cur->dev[s] != cur->dev[s + 1]) return false;
     memmove(out->ends + s, cur->ends + s + 1, (size_t)(k - s - 1) * sizeof *out->ends);
     memmove(out->dev + s + 1, cur->dev + s + 2, (size_t)(k - s - 2) * sizeof *out->dev);
+    memmove(out->rc + s + 1, cur->rc + s + 2, (size_t)(k - s - 2) * sizeof *out->rc);
     out->k = k - 1;
     return true;
   case MV_KNOB_SPLIT:
@@ -394,6 +412,10 @@ static bool tune_move(const tuner *t, const tune_plan *cur, int kind, int s, int
   case MV_KNOB_MARGIN:
     if (fabs(margins[d] - cur->knobs.mem_margin) < 1e-9) return false;
     out->knobs.mem_margin = margins[d];
+    return true;
+  case MV_RECOMP:
+    if (!t->recomp || t->cum_rc[cur->ends[s]] == t->cum_rc[plan_first(cur, s)]) return false;
+    out->rc[s] = !cur->rc[s];
     return true;
   default:
     return false;
@@ -476,6 +498,14 @@ static void tune_descend(tuner *t, tune_plan *cur, tune_score *cs, tune_plan *be
     VEC_PUSH(mv, nmv, mv_cap, ((tune_mv){MV_KNOB_SPLIT, 0, 0}));
     for (int i = 0; i < (int)(sizeof margins / sizeof margins[0]); i++)
       VEC_PUSH(mv, nmv, mv_cap, ((tune_mv){MV_KNOB_MARGIN, 0, i}));
+    /* Recomputation, last: a stage that recomputes may stop (its B gets shorter); out of memory,
+     * any stage may start (its activations shrink to its layers' inputs). Plans that fit without
+     * recomputing never get these moves, so their search is as without them. */
+    if (t->recomp)
+      for (int i0 = 0; i0 < cur->k; i0++) {
+        int s = (i0 + t->iters) % cur->k;
+        if (cur->rc[s] || memory) VEC_PUSH(mv, nmv, mv_cap, ((tune_mv){MV_RECOMP, s, 0}));
+      }
     /* Judge them batch by batch; a fitting plan prunes candidates whose bound is not shorter. */
     int found = -1, size_at = 0;
     for (int at = 0; at < nmv && found < 0;) {
@@ -548,6 +578,7 @@ static void tune_enumerate(tuner *t, tune_plan *pl, int k, int at, int *n, tune_
     for (int dv = 0; dv < t->p; dv++) {
       pl->ends[k] = end;
       pl->dev[k] = dv;
+      pl->rc[k] = 0;
       tune_enumerate(t, pl, k + 1, end, n, best, bs);
     }
 }
@@ -596,6 +627,7 @@ static void plan_from_module(const ir_module *m, tune_plan *pl) {
   for (int s = 0; s < m->nstages; s++) {
     pl->ends[s] = m->stages[s].end;
     pl->dev[s] = m->stages[s].device;
+    pl->rc[s] = 0;
   }
 }
 
@@ -665,6 +697,11 @@ static void tune_setup(tuner *t) {
   t->cum = xmalloc((size_t)(t->n + 1) * t->p * sizeof *t->cum);
   t->cum_f = xmalloc((size_t)(t->n + 1) * sizeof *t->cum_f);
   t->cum_param = xmalloc((size_t)(t->n + 1) * sizeof *t->cum_param);
+  t->cum_rc = xcalloc((size_t)(t->n + 1), sizeof *t->cum_rc);
+  for (int i = 0; i < t->n; i++)
+    t->cum_rc[i + 1] = t->cum_rc[i] + ir_kind_recomputable(m->layers[i].kind);
+  t->recomp = t->cum_rc[t->n] > 0 && !t->o->no_recompute &&
+              (int)ir_field_value(&m->train, IR_F_TRAIN_recompute) == IR_RECOMPUTE_NONE;
   t->rate = xmalloc((size_t)t->p * sizeof *t->rate);
   t->cum_f[0] = t->cum_param[0] = 0;
   for (int i = 0; i < t->n; i++) {
@@ -713,6 +750,7 @@ static void tune_teardown(tuner *t) {
   free(t->cum);
   free(t->cum_f);
   free(t->cum_param);
+  free(t->cum_rc);
   free(t->rate);
   free(t->busy);
   free(t->scratch);
@@ -784,6 +822,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
       best.k = b->nstages; /* the plan pass_compare made */
       memcpy(best.ends, b->stage_end, (size_t)b->nstages * sizeof *best.ends);
       memcpy(best.dev, b->stage_dev, (size_t)b->nstages * sizeof *best.dev);
+      memset(best.rc, 0, (size_t)b->nstages * sizeof *best.rc);
       best.knobs = pass_adaptive_default;
       classic = i;
     }
@@ -791,6 +830,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
     sp->k = b->nstages;
     memcpy(sp->ends, b->stage_end, (size_t)b->nstages * sizeof *sp->ends);
     memcpy(sp->dev, b->stage_dev, (size_t)b->nstages * sizeof *sp->dev);
+    memset(sp->rc, 0, (size_t)b->nstages * sizeof *sp->rc);
     sp->knobs = pass_adaptive_default;
   }
   /* More starts under the adaptive scheduler: balanced partitions with more stages per device
@@ -915,8 +955,11 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
       strbuf_puts(&text, st->baselines[classic].pipeline);
       snprintf(st->start, sizeof st->start, "%s", st->baselines[classic].name);
     } else {
-      for (int s = 0; s < best.k; s++)
-        ir_module_add_stage(m, plan_first(&best, s), best.ends[s])->device = best.dev[s];
+      for (int s = 0; s < best.k; s++) {
+        ir_stage *is = ir_module_add_stage(m, plan_first(&best, s), best.ends[s]);
+        is->device = best.dev[s];
+        is->recompute = best.rc[s] ? IR_RECOMPUTE_FULL : IR_RECOMPUTE_NONE;
+      }
       strbuf_printf(&text, "schedule{method=adaptive, split=%s, mem_margin=%g}",
                     best.knobs.split ? "true" : "false", best.knobs.mem_margin);
       snprintf(st->start, sizeof st->start, "tuned");
@@ -958,14 +1001,17 @@ int pass_run_tune(ir_module *m, const pass_options *opts, diag_engine *d) {
   pass_tune_opts o = *def;
   int64_t seed, restarts, max_stages, evals, jobs;
   int pr;
+  bool recompute;
   if (pass_opt_int(opts, "evals", def->evals, &evals, d) ||
       pass_opt_quantity(opts, "budget", IR_DIM_TIME, def->budget, &o.budget, d) ||
       pass_opt_int(opts, "jobs", def->jobs, &jobs, d) ||
       pass_opt_int(opts, "seed", (int64_t)def->seed, &seed, d) ||
       pass_opt_int(opts, "restarts", def->restarts, &restarts, d) ||
       pass_opt_int(opts, "max_stages", def->max_stages, &max_stages, d) ||
-      pass_opt_choice(opts, "progress", progress, 3, 0, &pr, d))
+      pass_opt_choice(opts, "progress", progress, 3, 0, &pr, d) ||
+      pass_opt_bool(opts, "recompute", !def->no_recompute, &recompute, d))
     return 1;
+  o.no_recompute = !recompute;
   if (o.budget < 0 || evals < 0 || evals > 1000000000 || jobs < 0 || jobs > 1024 ||
       restarts < 0 || restarts > 1000000 || max_stages < 0 || max_stages > 1000000 || seed < 0) {
     diag_error(d, opts->loc, "tune: budget must not be negative, evals between 0 and 1e9, jobs "

@@ -305,13 +305,15 @@ static void text_stages(const ir_module *m, strbuf *sb) {
   bool mixed = rep_mixed(m);
   strbuf_printf(sb, "\nstages (%d):\n", m->nstages);
   static const char *const cols[] = {"stage", "layers", "first", "last", "device", ">F ms",
-                                     ">B ms", ">W ms", ">act", ">param", ">send"};
+                                     ">B ms", ">W ms", ">act", ">param", ">send", "recompute"};
+  bool recomputes = false; /* the recompute column only when some stage recomputes */
+  for (int s = 0; s < m->nstages; s++) recomputes |= m->stages[s].recompute != IR_RECOMPUTE_NONE;
   text_table t;
-  table_init(&t, 11, cols);
+  table_init(&t, recomputes ? 12 : 11, cols);
   for (int s = 0; s < m->nstages; s++) {
     const ir_stage *st = &m->stages[s];
     char b1[24], b2[24];
-    rep_cost_sum c = rep_cost_range(m, st->first, st->end, st->device);
+    rep_cost_sum c = rep_cost_stage(m, st);
     table_cellf(&t, "@s%d", s);
     table_cellf(&t, "[%%%d, %%%d)", st->first, st->end);
     table_cell(&t, rep_layer_name(m, st->first, b1));
@@ -323,6 +325,7 @@ static void text_stages(const ir_module *m, strbuf *sb) {
     table_bytes(&t, c.any ? c.act : NAN);
     table_bytes(&t, c.any ? c.param : NAN);
     table_bytes(&t, stage_send_bytes(m, s));
+    if (recomputes) table_cell(&t, ir_enum_name(IR_T_RECOMPUTE, (int)st->recompute));
   }
   table_flush(&t, sb);
 }
@@ -810,7 +813,7 @@ void report_json(const ir_module *m, const sim_result *r, const report_extra *x,
   for (int s = 0; s < m->nstages; s++) {
     const ir_stage *st = &m->stages[s];
     char b1[24], b2[24];
-    rep_cost_sum c = rep_cost_range(m, st->first, st->end, st->device);
+    rep_cost_sum c = rep_cost_stage(m, st);
     strbuf_puts(out, s ? ",\n    {" : "\n    {");
     bool f1 = true;
     inner_key(out, "stage", &f1);
@@ -837,6 +840,8 @@ void report_json(const ir_module *m, const sim_result *r, const report_extra *x,
     member_num(out, "act_bytes", c.any ? c.act : NAN, &f1);
     member_num(out, "param_bytes", c.any ? c.param : NAN, &f1);
     member_num(out, "send_bytes", stage_send_bytes(m, s), &f1);
+    inner_key(out, "recompute", &f1);
+    strbuf_json_str(out, ir_enum_name(IR_T_RECOMPUTE, (int)st->recompute));
     strbuf_putc(out, '}');
   }
   strbuf_puts(out, m->nstages ? "\n  ]" : "]");

@@ -79,6 +79,9 @@ typedef struct rep_cost_sum {
   bool complete;      /* every layer of the range has f, b and w */
 } rep_cost_sum;
 rep_cost_sum rep_cost_range(const ir_module *m, int first, int end, int dev);
+/* The same for stage st as the simulator charges it (its recomputation included,
+ * ir_stage_layer_cost). */
+rep_cost_sum rep_cost_stage(const ir_module *m, const ir_stage *st);
 
 /* ---- Device types ---------------------------------------------------------------------------- */
 

@@ -107,9 +107,15 @@ const char *rep_layer_name(const ir_module *m, int layer, char buf[24]) {
 }
 
 rep_cost_sum rep_cost_range(const ir_module *m, int first, int end, int dev) {
+  ir_stage whole = {first, end, dev, IR_RECOMPUTE_NONE, {0}};
+  return rep_cost_stage(m, &whole);
+}
+
+rep_cost_sum rep_cost_stage(const ir_module *m, const ir_stage *st) {
   rep_cost_sum s = {0, 0, 0, 0, 0, false, true};
-  for (int i = first; i < end && i < m->nlayers; i++) {
-    const ir_cost *c = ir_layer_cost_on(m, &m->layers[i], dev);
+  for (int i = st->first; i < st->end && i < m->nlayers; i++) {
+    ir_cost cs = ir_stage_layer_cost(m, st, i);
+    const ir_cost *c = &cs;
     if (c->set) s.any = true;
     bool has_f = ir_field_is_set(c, IR_F_COST_f), has_b = ir_field_is_set(c, IR_F_COST_b),
          has_w = ir_field_is_set(c, IR_F_COST_w);

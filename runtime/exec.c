@@ -163,7 +163,8 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
   strbuf err = {0};
   rt_model *m = rt_model_new(s, mo, &err);
   rt_opts ref_o = *mo;
-  ref_o.dump = NULL; /* the reference never dumps */
+  ref_o.dump = NULL;         /* the reference never dumps */
+  ref_o.no_recompute = true; /* and keeps every activation: --check compares with it */
   if (m) ref_o.scale = rt_model_scale(m);
   rt_model *ref = o->check && m ? rt_model_new(s, &ref_o, &err) : NULL;
   if (m && rank == 0 && replica == 0 && rt_model_dump_index(m, &err) != 0) {

@@ -45,8 +45,11 @@ typedef struct mlayer {
 
 /* A saved (stage, microbatch) state between F, B and W. */
 typedef struct msaved {
-  float *buf;  /* state block (state_floats), NULL when nothing is in flight */
-  bool b_done; /* rt_backward_input ran */
+  float *buf;   /* state block (state_floats), NULL when nothing is in flight (a recomputing
+                   stage: NULL from F until B rebuilds it) */
+  float *input; /* a recomputing stage: a copy of the stage's input, kept from F until B */
+  bool f_done;  /* rt_forward ran (and no W or fused B since) */
+  bool b_done;  /* rt_backward_input ran */
 } msaved;
 
 /* A stage: its layer range, parameters, gradients, optimizer state and saved states. */
@@ -60,6 +63,8 @@ typedef struct mstage {
   long adam_t;         /* Adam steps taken */
   double b1t, b2t;     /* beta1^t and beta2^t (bias correction) */
   size_t state_floats; /* floats of one saved-state block */
+  size_t in_floats;    /* floats of the stage's input (what a recomputing stage keeps) */
+  bool recompute;      /* the stream's recompute flag: F keeps only the input, B runs F again */
   msaved *saved;       /* nmb saved states */
   float **pool;        /* state blocks of finished microbatches, for reuse (no allocation and
                           page faults per microbatch) */
@@ -395,8 +400,12 @@ rt_model *rt_model_new(const be_stream *s, const rt_opts *o, strbuf *err) {
     }
     st->nparams = p;
     st->state_floats = q;
+    st->recompute = s->stages[si].recompute && !o->no_recompute;
     st->saved = xcalloc((size_t)m->nmb, sizeof *st->saved);
   }
+  for (int si = 0; si < m->nstages; si++) /* after every stage's range: ACT of si - 1 */
+    m->stages[si].in_floats = si == 0 ? rt_tensor_floats(m, BE_T_INPUT, 0)
+                                      : rt_tensor_floats(m, BE_T_ACT, si - 1);
   if (m->dump) m->dumps = xcalloc((size_t)m->nlayers, sizeof *m->dumps);
   return m;
 }
@@ -415,7 +424,7 @@ void rt_model_free(rt_model *m) {
   if (!m) return;
   for (int si = 0; m->stages && si < m->nstages; si++) {
     mstage *st = &m->stages[si];
-    for (int k = 0; k < m->nmb; k++) free(st->saved[k].buf);
+    for (int k = 0; k < m->nmb; k++) free(st->saved[k].buf), free(st->saved[k].input);
     free(st->saved);
     for (int k = 0; k < st->npool; k++) free(st->pool[k]);
     free(st->pool);
@@ -442,9 +451,12 @@ size_t rt_model_bytes(const rt_model *m) {
   for (int si = 0; si < m->nstages; si++) {
     const mstage *st = &m->stages[si];
     if (st->init) n += st->nparams * sizeof(float) * (m->adam ? 4 : 2);
-    size_t blocks = (size_t)st->npool;
-    for (int k = 0; k < m->nmb; k++) blocks += st->saved[k].buf != NULL;
-    n += blocks * st->state_floats * sizeof(float);
+    size_t blocks = (size_t)st->npool, inputs = 0;
+    for (int k = 0; k < m->nmb; k++) {
+      blocks += st->saved[k].buf != NULL;
+      inputs += st->saved[k].input != NULL;
+    }
+    n += blocks * st->state_floats * sizeof(float) + inputs * st->in_floats * sizeof(float);
   }
   return n;
 }
@@ -454,16 +466,34 @@ void rt_rank_memory(const rt_model *m, const be_stream *s, int rank, bool check,
   memset(out, 0, sizeof *out);
   const be_program *p = &s->ranks[rank];
   const double f = sizeof(float), opt = m->adam ? 2 : 0;
-  /* Saved-state blocks: per stage, the most microbatches between its F and its W at once. */
-  int *live = xcalloc((size_t)m->nstages, sizeof *live), *peak = xcalloc((size_t)m->nstages,
-                                                                         sizeof *peak);
+  /* Saved-state blocks: per stage, the most microbatches between its F and its W at once; for a
+   * recomputing stage, the most between its B and its W (one more while F or a fused B runs),
+   * and the most inputs kept between its F and its B. */
+  int ns = m->nstages;
+  int *live = xcalloc((size_t)ns, sizeof *live), *peak = xcalloc((size_t)ns, sizeof *peak);
+  int *live_in = xcalloc((size_t)ns, sizeof *live_in), *peak_in = xcalloc((size_t)ns,
+                                                                         sizeof *peak_in);
   for (int pc = 0; pc < p->ncode; pc++) {
     const be_inst *in = &p->code[pc];
     int st = in->a[0];
-    if (in->op != BE_OP_FWD && in->op != BE_OP_BWD_W && in->op != BE_OP_BWD) continue;
-    if (st < 0 || st >= m->nstages) continue;
-    live[st] += in->op == BE_OP_FWD ? 1 : -1;
+    if (in->op != BE_OP_FWD && in->op != BE_OP_BWD_IN && in->op != BE_OP_BWD_W &&
+        in->op != BE_OP_BWD)
+      continue;
+    if (st < 0 || st >= ns) continue;
+    if (!m->stages[st].recompute) {
+      if (in->op == BE_OP_BWD_IN) continue;
+      live[st] += in->op == BE_OP_FWD ? 1 : -1;
+    } else if (in->op == BE_OP_BWD_W) {
+      live[st]--;
+    } else {
+      live[st]++; /* F's or B's block */
+      if (in->op != BE_OP_BWD_IN) live_in[st] += in->op == BE_OP_FWD ? 1 : -1;
+      if (in->op == BE_OP_BWD_IN) live_in[st]--;
+    }
     if (live[st] > peak[st]) peak[st] = live[st];
+    if (live_in[st] > peak_in[st]) peak_in[st] = live_in[st];
+    if (m->stages[st].recompute && (in->op == BE_OP_FWD || in->op == BE_OP_BWD))
+      live[st]--; /* F's block goes back to the pool; a fused B's with its W */
   }
   double all_params = 0, all_state = 0;
   for (int si = 0; si < m->nstages; si++) {
@@ -472,10 +502,13 @@ void rt_rank_memory(const rt_model *m, const be_stream *s, int rank, bool check,
     all_state += (double)st->state_floats;
     if (s->stages[si].rank != rank) continue;
     out->params += (double)st->nparams * f;
-    out->state += (double)peak[si] * (double)st->state_floats * f;
+    out->state += (double)peak[si] * (double)st->state_floats * f +
+                  (double)peak_in[si] * (double)st->in_floats * f;
   }
   free(live);
   free(peak);
+  free(live_in);
+  free(peak_in);
   out->grads = out->params;
   out->optim = opt * out->params;
   size_t *floats = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *floats);
@@ -638,14 +671,18 @@ static bool dumping(const rt_model *m, int mb) {
   return m->dump && m->step == 0 && m->replica == 0 && mb == 0;
 }
 
-void rt_forward(rt_model *m, int st_i, int mb, const float *in, float *out) {
-  if (st_i < 0 || st_i >= m->nstages || mb < 0 || mb >= m->nmb) return;
-  mstage *st = stage_of(m, st_i);
-  msaved *sv = &st->saved[mb];
-  if (!sv->buf)
-    sv->buf = st->npool ? st->pool[--st->npool]
-                        : xmalloc((st->state_floats ? st->state_floats : 1) * sizeof *sv->buf);
-  sv->b_done = false;
+/* A state block of stage st: one of its pool, else a new one. */
+static float *block_take(mstage *st) {
+  return st->npool ? st->pool[--st->npool]
+                   : xmalloc((st->state_floats ? st->state_floats : 1) * sizeof(float));
+}
+
+/* The forward of stage st_i (st) on microbatch mb: in -> out (NULL: the output is not wanted),
+ * filling the state block 'state' with what B and W need. Deterministic: run again on the same
+ * input with the same weights it writes the same state and output bit for bit, which is what
+ * recomputation relies on. */
+static void stage_forward(rt_model *m, mstage *st, int st_i, int mb, const float *in, float *out,
+                          float *state) {
   const float *cur = in;
   for (int i = st->first; i < st->end; i++) {
     mlayer *L = &m->layers[i];
@@ -660,7 +697,7 @@ void rt_forward(rt_model *m, int st_i, int mb, const float *in, float *out) {
       x = a;
     }
     float *y = other_scr(m, cur, x);
-    L->k->fwd(&L->d, st->w + L->w_off, x, y, sv->buf + L->sv_off);
+    L->k->fwd(&L->d, st->w + L->w_off, x, y, state + L->sv_off);
     if (dumping(m, mb)) {
       dump_free(m, i);
       m->dumps[i].x = dup_floats(x, (size_t)m->B * L->d.in_S * L->d.in_w);
@@ -672,7 +709,38 @@ void rt_forward(rt_model *m, int st_i, int mb, const float *in, float *out) {
                (size_t)L->prev_S * L->prev_w * sizeof *y);
     cur = y;
   }
-  memcpy(out, cur, rt_tensor_floats(m, BE_T_ACT, st_i) * sizeof *out);
+  if (out) memcpy(out, cur, rt_tensor_floats(m, BE_T_ACT, st_i) * sizeof *out);
+}
+
+void rt_forward(rt_model *m, int st_i, int mb, const float *in, float *out) {
+  if (st_i < 0 || st_i >= m->nstages || mb < 0 || mb >= m->nmb) return;
+  mstage *st = stage_of(m, st_i);
+  msaved *sv = &st->saved[mb];
+  sv->f_done = true;
+  sv->b_done = false;
+  if (!st->recompute) {
+    if (!sv->buf) sv->buf = block_take(st);
+    stage_forward(m, st, st_i, mb, in, out, sv->buf);
+    return;
+  }
+  /* Recomputation: keep a copy of the input; the state block goes back to the pool (B rebuilds
+   * it from the input). */
+  if (!sv->input) sv->input = xmalloc((st->in_floats ? st->in_floats : 1) * sizeof *sv->input);
+  memcpy(sv->input, in, st->in_floats * sizeof *in);
+  float *blk = block_take(st);
+  stage_forward(m, st, st_i, mb, in, out, blk);
+  VEC_PUSH(st->pool, st->npool, st->pool_cap, blk);
+}
+
+/* Before B of a recomputing stage: rebuild the state block of mb by running the forward again
+ * on the kept input, then drop the input. No-op for other stages or when nothing is kept. */
+static void recompute_forward(rt_model *m, mstage *st, int st_i, int mb) {
+  msaved *sv = &st->saved[mb];
+  if (!st->recompute || !sv->input || !sv->f_done) return;
+  if (!sv->buf) sv->buf = block_take(st);
+  stage_forward(m, st, st_i, mb, sv->input, NULL, sv->buf);
+  free(sv->input);
+  sv->input = NULL;
 }
 
 double rt_loss(rt_model *m, int step, int replica, int mb, const float *out, float *grad) {
@@ -711,6 +779,7 @@ void rt_backward_input(rt_model *m, int st_i, int mb, const float *grad, float *
   if (st_i < 0 || st_i >= m->nstages || mb < 0 || mb >= m->nmb) return;
   mstage *st = stage_of(m, st_i);
   msaved *sv = &st->saved[mb];
+  recompute_forward(m, st, st_i, mb); /* a recomputing stage: the forward again, first */
   if (!sv->buf) return; /* no forward: precondition broken */
   float *cur = m->scr[0];
   memcpy(cur, grad, rt_tensor_floats(m, BE_T_ACT, st_i) * sizeof *cur);
@@ -778,6 +847,7 @@ void rt_backward_weight(rt_model *m, int st_i, int mb) {
   VEC_PUSH(st->pool, st->npool, st->pool_cap, sv->buf);
   sv->buf = NULL;
   sv->b_done = false;
+  sv->f_done = false;
 }
 
 int rt_model_dump_index(const rt_model *m, strbuf *err) {

@@ -33,6 +33,8 @@ typedef struct rt_opts {
   const char *data;  /* text file whose bytes are the token stream, or NULL for synthetic data */
   const char *dump;  /* directory for --dump (every layer's tensors of step 0, microbatch 0 of
                         replica 0), or NULL */
+  bool no_recompute; /* ignore the stages' recompute flags (--check's sequential reference
+                        keeps every activation) */
 } rt_opts;
 
 /* The model of a stream for one rank of one replica: every layer with its kernels (kernels.h)

@@ -163,7 +163,7 @@ int main(int argc, char **argv) {
 #endif
   const char *input = NULL, *trace_path = NULL, *backend = "cpu", *profile = NULL;
   bool bf16 = false;
-  rt_opts mo = {0, 1, 0.01, NULL, NULL};
+  rt_opts mo = {0, 1, 0.01, NULL, NULL, false};
   rt_run_opts o = {1, 60, false, false, {RT_FAULT_NONE, 0, 0, -1, -1}, "cpu", 0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;

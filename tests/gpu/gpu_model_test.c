@@ -98,7 +98,7 @@ static float *dev_floats(size_t n) {
  * differences (stage outputs, loss gradients, input gradients, loss, weight gradients). Tokens
  * must be equal. Returns false when something could not be set up. */
 static bool run_pair(const be_stream *s, bool bf16, double lr, int steps, worst *wst) {
-  rt_opts o = {1, 42, lr, NULL, NULL};
+  rt_opts o = {1, 42, lr, NULL, NULL, false};
   strbuf err = {0};
   rt_si_model *cpu = rt_si_new(s, &o, &err);
   rg_model *gpu = cpu ? rg_model_new(s, &o, 0, bf16, &err) : NULL;
@@ -275,7 +275,7 @@ static void test_equivalence(void) {
 
 static void test_errors(int ndev) {
   be_stream *s = stream5("sgd");
-  rt_opts o = {1, 1, 0.1, NULL, NULL};
+  rt_opts o = {1, 1, 0.1, NULL, NULL, false};
   strbuf err = {0};
   rg_model *m = rg_model_new(s, &o, ndev, false, &err);
   CHECK(m == NULL && err.len > 0, "device %d accepted", ndev);

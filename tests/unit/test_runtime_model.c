@@ -58,7 +58,7 @@ static be_stream *rm_stream5(int nmb, int replicas, int micro_batch, int seq, co
 
 /* A model of s that must build; every stage initialized when 'init'. */
 static rt_model *rm_model(const be_stream *s, int scale, uint64_t seed, double lr, bool init) {
-  rt_opts o = {scale, seed, lr, NULL, NULL};
+  rt_opts o = {scale, seed, lr, NULL, NULL, false};
   strbuf err = {0};
   rt_model *m = rt_model_new(s, &o, &err);
   UNIT_CHECK(m != NULL);
@@ -191,7 +191,7 @@ void test_runtime_model_data(void) {
   static const char text[] = "hello world";
   UNIT_CHECK(write(fd, text, 11) == 11);
   close(fd);
-  rt_opts o = {1, 7, 0.1, path, NULL};
+  rt_opts o = {1, 7, 0.1, path, NULL, false};
   strbuf err = {0};
   m = rt_model_new(s, &o, &err);
   UNIT_CHECK(m != NULL);
@@ -478,8 +478,8 @@ static void rm_check_fails(const be_stream *s, rt_opts o, const char *want) {
 
 void test_runtime_model_errors(void) {
   be_stream *s = rm_stream5(2, 1, 1, 8, "sgd", 16, 16);
-  rm_check_fails(s, (rt_opts){-3, 1, 0.1, NULL, NULL}, "scale must be at least 1");
-  rm_check_fails(s, (rt_opts){1, 1, 0.1, "/nonexistent/octo.txt", NULL},
+  rm_check_fails(s, (rt_opts){-3, 1, 0.1, NULL, NULL, false}, "scale must be at least 1");
+  rm_check_fails(s, (rt_opts){1, 1, 0.1, "/nonexistent/octo.txt", NULL, false},
                  "/nonexistent/octo.txt: No such file or directory");
   char path[] = "/tmp/octo_model_empty_XXXXXX";
   int fd = mkstemp(path);
@@ -487,25 +487,25 @@ void test_runtime_model_errors(void) {
   close(fd);
   strbuf want = {0};
   strbuf_printf(&want, "%s: empty data file", path);
-  rm_check_fails(s, (rt_opts){1, 1, 0.1, path, NULL}, strbuf_cstr(&want));
+  rm_check_fails(s, (rt_opts){1, 1, 0.1, path, NULL, false}, strbuf_cstr(&want));
   strbuf_free(&want);
   unlink(path);
   /* A partition with a gap. */
   s->stages[1].first = 3;
-  rm_check_fails(s, (rt_opts){1, 1, 0.1, NULL, NULL}, "stage 1: layers [3, 4)");
+  rm_check_fails(s, (rt_opts){1, 1, 0.1, NULL, NULL, false}, "stage 1: layers [3, 4)");
   s->stages[1].first = 2;
   /* Dimensions past the float-exact range. */
   s->layers[4].params[0].value = 1e12;
-  rm_check_fails(s, (rt_opts){1, 1, 0.1, NULL, NULL}, "layer l4 (lm_head): too large at scale 1");
+  rm_check_fails(s, (rt_opts){1, 1, 0.1, NULL, NULL, false}, "layer l4 (lm_head): too large at scale 1");
   s->layers[4].params[0].value = 16;
   /* Heads that the key/value heads do not divide; a kind without kernels. */
   fx_param(s, 1, "kv_heads", 3); /* the first value of a name counts: replace it */
   for (int k = 0; k < s->layers[1].nparams; k++)
     if (!strcmp(s->layers[1].params[k].name, "kv_heads")) s->layers[1].params[k].value = 3;
-  rm_check_fails(s, (rt_opts){1, 1, 0.1, NULL, NULL}, "layer l1 (attention): heads 2 is not a multiple of kv_heads 3");
+  rm_check_fails(s, (rt_opts){1, 1, 0.1, NULL, NULL, false}, "layer l1 (attention): heads 2 is not a multiple of kv_heads 3");
   free(s->layers[1].kind);
   s->layers[1].kind = xstrdup("conv3d");
-  rm_check_fails(s, (rt_opts){1, 1, 0.1, NULL, NULL}, "layer l1 (conv3d): the runtime has no kernels for this kind");
+  rm_check_fails(s, (rt_opts){1, 1, 0.1, NULL, NULL, false}, "layer l1 (conv3d): the runtime has no kernels for this kind");
   rt_model_free(NULL);
   be_stream_free(s);
 }
@@ -532,7 +532,7 @@ void test_runtime_model_dump(void) {
   char dir[] = "/tmp/octo_dump_XXXXXX";
   UNIT_CHECK(mkdtemp(dir) != NULL);
   be_stream *s = rm_stream5(2, 1, 1, 8, "sgd", 16, 16);
-  rt_opts o = {1, 1, 0.1, NULL, dir};
+  rt_opts o = {1, 1, 0.1, NULL, dir, false};
   strbuf err = {0};
   rt_model *m = rt_model_new(s, &o, &err);
   UNIT_CHECK(m && rt_model_dump_index(m, &err) == 0);
@@ -679,7 +679,7 @@ void test_runtime_memory(void) {
   be_stream_free(s);
   /* A vocabulary of 2^20: 2^60 for a size product, refused before any size is computed. */
   s = rm_stream5(2, 1, 1, 8, "sgd", 16, 1 << 20);
-  rm_check_fails(s, (rt_opts){1, 1, 0.1, NULL, NULL},
+  rm_check_fails(s, (rt_opts){1, 1, 0.1, NULL, NULL, false},
                  "layer l0 (embedding): too large for the runtime: 1 sequence x its largest "
                  "dimension 1048576 cubed is 1.15e+18, above 2^57");
   be_stream_free(s);
