@@ -39,7 +39,13 @@ typedef struct tune_score {
                        same step, the one whose work is spread more evenly leads on */
   double overflow;  /* when !fits: bytes over the limit on the worst device */
   int overflow_dev; /* that device */
+  int tight_dev;    /* when it fits: the device whose peak memory is nearest its limit, when at
+                       least TUNE_TIGHT of it (else -1): where recomputing a stage may let the
+                       adaptive scheduler keep more microbatches in flight */
 } tune_score;
+
+/* Fraction of its memory limit above which a device is tight (see tune_score.tight_dev). */
+#define TUNE_TIGHT 0.9
 
 /* One entry of the evaluation cache (open addressing on the plan's 64-bit hash; two plans with
  * the same hash are taken to be the same plan). */
@@ -184,7 +190,7 @@ static bool tune_spent(tuner *t) {
  * times (0 unless the plan runs). Thread-safe for distinct workers. */
 static tune_score tune_simulate(const tuner *t, tune_worker *wk, const tune_plan *pl,
                                 double *busy) {
-  tune_score sc = {false, false, INFINITY, 1, INFINITY, INFINITY, -1};
+  tune_score sc = {false, false, INFINITY, 1, INFINITY, INFINITY, -1, -1};
   memset(busy, 0, (size_t)t->p * sizeof *busy);
   ir_module *w = wk->w;
   w->nstages = 0;
@@ -207,9 +213,12 @@ static tune_score tune_simulate(const tuner *t, tune_worker *wk, const tune_plan
         if (over > sc.overflow) sc.overflow = over, sc.overflow_dev = dv;
       }
       sc.spread = 0;
+      double tight = TUNE_TIGHT;
       for (int dv = 0; dv < t->p; dv++) {
         busy[dv] = wk->r.dev[dv].busy;
         sc.spread += busy[dv] * busy[dv];
+        double lim = wk->r.dev[dv].mem_limit, use = wk->r.dev[dv].peak_mem / lim;
+        if (sc.fits && lim > 0 && isfinite(lim) && use >= tight) tight = use, sc.tight_dev = dv;
       }
     } else if (sc.overflow_dev >= 0) {
       sc.ok = true; /* it would run if memory allowed: an overflow to shrink */
@@ -307,7 +316,7 @@ static void tune_batch(tuner *t, int n, double cutoff) {
     if (sl->how == SLOT_SAME) continue;
     if (isfinite(cutoff) && tune_plan_bound(t, &sl->plan, work, stat, head) > cutoff * (1 + 1e-9)) {
       sl->how = SLOT_PRUNED;
-      sl->score = (tune_score){false, false, INFINITY, 1, INFINITY, INFINITY, -1};
+      sl->score = (tune_score){false, false, INFINITY, 1, INFINITY, INFINITY, -1, -1};
       t->pruned++;
       continue;
     }
@@ -321,7 +330,7 @@ static void tune_batch(tuner *t, int n, double cutoff) {
       memo_put(t, sl->key, &sl->score, sl->busy);
       t->evals++;
     } else if (sl->how == SLOT_LATE) {
-      sl->score = (tune_score){false, false, INFINITY, 1, INFINITY, INFINITY, -1};
+      sl->score = (tune_score){false, false, INFINITY, 1, INFINITY, INFINITY, -1, -1};
       t->late = true;
     } else if (sl->how == SLOT_SAME) {
       sl->score = t->slots[sl->same].score;
@@ -499,12 +508,15 @@ static void tune_descend(tuner *t, tune_plan *cur, tune_score *cs, tune_plan *be
     for (int i = 0; i < (int)(sizeof margins / sizeof margins[0]); i++)
       VEC_PUSH(mv, nmv, mv_cap, ((tune_mv){MV_KNOB_MARGIN, 0, i}));
     /* Recomputation, last: a stage that recomputes may stop (its B gets shorter); out of memory,
-     * any stage may start (its activations shrink to its layers' inputs). Plans that fit without
-     * recomputing never get these moves, so their search is as without them. */
+     * any stage may start (its activations shrink to its layers' inputs); a stage of the device
+     * whose memory is tight may start (more microbatches fit in flight there). Plans that fit
+     * with every device below TUNE_TIGHT of its limit and no stage recomputing get none of these
+     * moves, so their search is as without them. */
     if (t->recomp)
       for (int i0 = 0; i0 < cur->k; i0++) {
         int s = (i0 + t->iters) % cur->k;
-        if (cur->rc[s] || memory) VEC_PUSH(mv, nmv, mv_cap, ((tune_mv){MV_RECOMP, s, 0}));
+        if (cur->rc[s] || memory || (cs->tight_dev >= 0 && cur->dev[s] == cs->tight_dev))
+          VEC_PUSH(mv, nmv, mv_cap, ((tune_mv){MV_RECOMP, s, 0}));
       }
     /* Judge them batch by batch; a fitting plan prunes candidates whose bound is not shorter. */
     int found = -1, size_at = 0;
@@ -588,7 +600,8 @@ static void tune_enumerate(tuner *t, tune_plan *pl, int k, int at, int *n, tune_
 static int tune_classic_kept(const pass_tune_stats *st, const tune_score *bs, int classic) {
   if (classic < 0) return -1;
   const pass_baseline *b = &st->baselines[classic];
-  tune_score as_is = {true, b->fits, b->makespan, b->bubble, INFINITY, b->fits ? 0 : INFINITY, -1};
+  tune_score as_is = {true,     b->fits, b->makespan, b->bubble,
+                      INFINITY, b->fits ? 0 : INFINITY, -1, -1};
   return score_better(bs, &as_is) ? -1 : classic;
 }
 
@@ -809,14 +822,15 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
 
   /* Starts: every classic plan, as it is and under the adaptive scheduler. */
   st->nbaselines = pass_compare_on(m, t.pool, &st->baselines);
-  tune_score bs = {false, false, INFINITY, 1, INFINITY, INFINITY, -1};
+  tune_score bs = {false, false, INFINITY, 1, INFINITY, INFINITY, -1, -1};
   int classic = -1; /* a classic plan with its own schedule that is still the best */
   int nstart = 0;   /* starting plans in the batch */
   for (int i = 0; i < st->nbaselines; i++) {
     const pass_baseline *b = &st->baselines[i];
     if (!b->ok) continue;
     if (strcmp(b->name, "S-1F1B") == 0) t.ref = b->makespan;
-    tune_score as_is = {true, b->fits, b->makespan, b->bubble, INFINITY, b->fits ? 0 : INFINITY, -1};
+    tune_score as_is = {true,     b->fits, b->makespan, b->bubble,
+                      INFINITY, b->fits ? 0 : INFINITY, -1, -1};
     if (score_better(&as_is, &bs)) {
       bs = as_is;
       best.k = b->nstages; /* the plan pass_compare made */

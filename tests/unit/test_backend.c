@@ -257,6 +257,33 @@ void test_backend_random_plans(void) {
   }
 }
 
+/* Random plans whose layers alternate custom and mlp (recomputable) and whose stages recompute at
+ * random: the stream's stash and wstash follow the stages' recomputation, so the activations
+ * still peak at the simulator's, and every stage carries its flag. */
+void test_backend_random_recompute(void) {
+  uint64_t seed = 77;
+  for (int it = 0; it < 100; it++) {
+    int p = 1 + (int)(unit_rng(&seed) % 4), mb = 1 + (int)(unit_rng(&seed) % 6);
+    int n = 2 + (int)(unit_rng(&seed) % 10);
+    ir_module *m = tb_model(&seed, n, p, mb, 1);
+    for (int i = 1; i < n; i += 2) m->layers[i].kind = IR_KIND_MLP;
+    tb_random_plan(m, &seed);
+    for (int s = 0; s < m->nstages; s++)
+      if (unit_rng(&seed) % 2) m->stages[s].recompute = IR_RECOMPUTE_FULL;
+    char what[64];
+    snprintf(what, sizeof what, "random recompute plan %d", it);
+    UNIT_CHECK(tb_lower_ok(m, what));
+    diag_engine *d = diag_new(stderr);
+    be_stream *s = be_lower(m, d, diag_mkloc(0, 0, 0, 0));
+    UNIT_CHECK(s != NULL);
+    for (int st = 0; s && st < m->nstages; st++)
+      UNIT_CHECK(s->stages[st].recompute == (m->stages[st].recompute == IR_RECOMPUTE_FULL));
+    be_stream_free(s);
+    diag_free(d);
+    ir_module_free(m);
+  }
+}
+
 /* ---- Hand-made streams ---------------------------------------------------------------------- */
 
 /* A stream of nr ranks with stage s on rank s, one microbatch and one slot per rank, without
