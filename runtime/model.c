@@ -69,6 +69,9 @@ typedef struct mstage {
   float **pool;        /* state blocks of finished microbatches, for reuse (no allocation and
                           page faults per microbatch) */
   int npool, pool_cap; /* their count and capacity */
+  float **ipool;       /* a recomputing stage: input copies B no longer needs, for reuse (so
+                          that, like the blocks, they count at their peak) */
+  int nipool, ipool_cap; /* their count and capacity */
 } mstage;
 
 /* Copies of one layer's tensors for --dump, kept from F to W of the dumped microbatch. */
@@ -428,6 +431,8 @@ void rt_model_free(rt_model *m) {
     free(st->saved);
     for (int k = 0; k < st->npool; k++) free(st->pool[k]);
     free(st->pool);
+    for (int k = 0; k < st->nipool; k++) free(st->ipool[k]);
+    free(st->ipool);
     free(st->w);
     free(st->g);
     free(st->am);
@@ -451,7 +456,7 @@ size_t rt_model_bytes(const rt_model *m) {
   for (int si = 0; si < m->nstages; si++) {
     const mstage *st = &m->stages[si];
     if (st->init) n += st->nparams * sizeof(float) * (m->adam ? 4 : 2);
-    size_t blocks = (size_t)st->npool, inputs = 0;
+    size_t blocks = (size_t)st->npool, inputs = (size_t)st->nipool;
     for (int k = 0; k < m->nmb; k++) {
       blocks += st->saved[k].buf != NULL;
       inputs += st->saved[k].input != NULL;
@@ -725,7 +730,9 @@ void rt_forward(rt_model *m, int st_i, int mb, const float *in, float *out) {
   }
   /* Recomputation: keep a copy of the input; the state block goes back to the pool (B rebuilds
    * it from the input). */
-  if (!sv->input) sv->input = xmalloc((st->in_floats ? st->in_floats : 1) * sizeof *sv->input);
+  if (!sv->input)
+    sv->input = st->nipool ? st->ipool[--st->nipool]
+                           : xmalloc((st->in_floats ? st->in_floats : 1) * sizeof *sv->input);
   memcpy(sv->input, in, st->in_floats * sizeof *in);
   float *blk = block_take(st);
   stage_forward(m, st, st_i, mb, in, out, blk);
@@ -739,7 +746,7 @@ static void recompute_forward(rt_model *m, mstage *st, int st_i, int mb) {
   if (!st->recompute || !sv->input || !sv->f_done) return;
   if (!sv->buf) sv->buf = block_take(st);
   stage_forward(m, st, st_i, mb, sv->input, NULL, sv->buf);
-  free(sv->input);
+  VEC_PUSH(st->ipool, st->nipool, st->ipool_cap, sv->input);
   sv->input = NULL;
 }
 

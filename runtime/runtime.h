@@ -53,7 +53,7 @@ void rt_model_free(rt_model *m);
 int rt_model_scale(const rt_model *m);
 /* Bytes the model holds: parameters, gradients and optimizer state of its initialized stages,
  * the saved-state blocks it allocated (as many as were ever in flight at once, since finished
- * ones are reused) and its scratch buffers. */
+ * ones are reused), a recomputing stage's input copies (likewise) and its scratch buffers. */
 size_t rt_model_bytes(const rt_model *m);
 /* What one rank of a run holds at its peak, in bytes (in double: no sum overflows, however
  * large the model). */
@@ -91,8 +91,9 @@ size_t rt_tensor_floats(const rt_model *m, be_tensor_kind k, int stage);
 /* The input of microbatch mb of replica 'replica' at step 'step' (rt_tensor_floats(INPUT)). */
 void rt_load(rt_model *m, int step, int replica, int mb, float *in);
 
-/* Forward of stage st on microbatch mb: in -> out; keeps what the backward needs. Pre: in holds
- * the stage's input. */
+/* Forward of stage st on microbatch mb: in -> out; keeps what the backward needs (a stage the
+ * stream marks recompute: only a copy of in, from which rt_backward_input runs the forward
+ * again). Pre: in holds the stage's input. */
 void rt_forward(rt_model *m, int st, int mb, const float *in, float *out);
 
 /* Cross-entropy loss of microbatch mb (targets: the next tokens of the same data; spliced
@@ -102,7 +103,8 @@ void rt_forward(rt_model *m, int st, int mb, const float *in, float *out);
 double rt_loss(rt_model *m, int step, int replica, int mb, const float *out, float *grad);
 
 /* Input-gradient backward (B) of stage st on mb: grad (of the stage's output) -> dx (of its
- * input; NULL for stage 0); keeps what W needs. Pre: rt_forward(st, mb) ran. */
+ * input; NULL for stage 0); keeps what W needs. A recomputing stage first runs its forward again
+ * from the input rt_forward kept (bit for bit the same state). Pre: rt_forward(st, mb) ran. */
 void rt_backward_input(rt_model *m, int st, int mb, const float *grad, float *dx);
 /* Weight-gradient backward (W): accumulate st's weight gradients from mb; frees mb's state.
  * Pre: rt_backward_input(st, mb) ran. */

@@ -22,7 +22,10 @@
  * placement. Build once, run many schedules on it. Opaque. */
 typedef struct sim_model sim_model;
 
-/* Compile the partition and placement of m into a problem. Pre: m passed ir_verify. Errors
+/* Compile the partition and placement of m into a problem: each stage's F, B, W times and
+ * activation bytes are the sums of its layers' costs as ir_stage_layer_cost gives them (a stage
+ * with recompute = full pays F again in B and keeps its recomputable layers' inputs). Pre: m
+ * passed ir_verify. Errors
  * (reported through d, at the entity's location when known): no stages; no microbatches, or more
  * than 1e9 operations (stages x microbatches x 3); a stage not placed or placed on a device that
  * does not exist; a layer without a complete cost record (f, b, w, act, act_w, out, param, grad);
