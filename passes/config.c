@@ -25,7 +25,6 @@ typedef struct cfg_cand {
   double overflow;     /* when no plan fits: bytes over the limit of the best one found, or
                           (when 'at_least') a lower bound on what any plan needs over it */
   bool at_least;       /* overflow is a lower bound: no packing of the layers fits at all */
-  bool tuned_long;     /* its figures come from a long tune */
 } cfg_cand;
 
 /* What every step of the search shares. */
@@ -199,13 +198,14 @@ static void row_figures(const cfg_ctx *x, pass_config_row *r, const ir_module *c
   r->mfu = x->peak > 0 ? x->model_flops * gb / r->makespan / ((double)r->gpus * x->peak) : 0;
 }
 
-/* Tune candidate k with 'evals' plans (its plan replaced) and simulate the result. */
-static void cand_tune(const cfg_ctx *x, cfg_cand *k, int evals) {
+/* Tune candidate k with 'evals' plans on 'jobs' threads (its plan replaced) and simulate the
+ * result. */
+static void cand_tune(const cfg_ctx *x, cfg_cand *k, int evals, int jobs) {
   pass_quiet q;
   if (!k->m || !pass_quiet_begin(&q)) return;
   pass_tune_opts to = pass_tune_defaults;
   to.evals = evals;
-  to.jobs = x->o.jobs;
+  to.jobs = jobs;
   to.seed = x->o.seed;
   pass_tune_stats ts;
   memset(&ts, 0, sizeof ts);
@@ -229,24 +229,25 @@ static bool ranks_before(const cfg_cand *a, const cfg_cand *b) {
   return a < b;
 }
 
-/* Order of candidates for the search: bound, then enumeration order (qsort context). */
-static const cfg_cand *sort_base;
-static int by_bound(const void *pa, const void *pb) {
-  const cfg_cand *a = &sort_base[*(const int *)pa], *b = &sort_base[*(const int *)pb];
-  if (a->row.bound != b->row.bound) return a->row.bound < b->row.bound ? -1 : 1;
-  return a < b ? -1 : a > b;
-}
-static int by_step(const void *pa, const void *pb) {
-  const cfg_cand *a = &sort_base[*(const int *)pa], *b = &sort_base[*(const int *)pb];
-  return ranks_before(a, b) ? -1 : ranks_before(b, a) ? 1 : 0;
+/* Whether candidate a comes before b in bound order: the smaller bound, then the earlier. */
+static bool bound_before(const cfg_cand *a, const cfg_cand *b) {
+  if (a->row.bound != b->row.bound) return a->row.bound < b->row.bound;
+  return a < b;
 }
 
-/* Sort the indices idx[0..n) of x's candidates with cmp (single-threaded: the comparators read
- * a file-level base). */
-static void sort_cands(const cfg_ctx *x, int *idx, int n, int (*cmp)(const void *, const void *)) {
-  sort_base = x->c;
-  qsort(idx, (size_t)n, sizeof *idx, cmp);
-  sort_base = NULL;
+/* Sort the indices idx[0..n) of x's candidates by bound (by_bound) or by step (insertion sort:
+ * n is at most a few thousand, and the order is total, so the result is unique). */
+static void sort_cands(const cfg_ctx *x, int *idx, int n, bool by_bound) {
+  for (int i = 1; i < n; i++) {
+    int v = idx[i], j = i;
+    const cfg_cand *c = &x->c[v];
+    while (j > 0 && (by_bound ? bound_before(c, &x->c[idx[j - 1]])
+                              : ranks_before(c, &x->c[idx[j - 1]]))) {
+      idx[j] = idx[j - 1];
+      j--;
+    }
+    idx[j] = v;
+  }
 }
 
 /* Free every candidate of x and forget them. */
@@ -255,6 +256,55 @@ static void cands_free(cfg_ctx *x) {
   free(x->c);
   x->c = NULL;
   x->n = x->cap = 0;
+}
+
+/* A wave: candidates evaluated side by side, one per thread (each tune single-threaded). */
+typedef struct cfg_wave {
+  cfg_ctx *x;     /* the search */
+  const int *idx; /* the candidates of the wave */
+  int evals;      /* plans each tune simulates */
+  bool grid;      /* the Megatron grid's plans instead of tunes */
+} cfg_wave;
+
+/* Pool body of the grid, defined below. */
+static void grid_plan(void *ctx, int i, int worker);
+
+/* Pool body: evaluate the i-th candidate of a wave (tune it, or make its grid plans). */
+static void wave_run(void *ctx, int i, int worker) {
+  cfg_wave *w = ctx;
+  if (w->grid) grid_plan(w->x, w->idx[i], worker);
+  else cand_tune(w->x, &w->x->c[w->idx[i]], w->evals, 1);
+}
+
+/* Candidates per wave: fixed, so the result does not depend on the thread count. */
+#define CFG_WAVE 8
+
+/* Evaluate the candidates idx[0..n) of x, sorted by bound, in waves of CFG_WAVE: a wave takes
+ * the next candidates that have a bound below *best (all of them when 'all'), evaluates them on
+ * the pool (grid: the Megatron plans; else a tune of 'evals' plans), then lowers *best by their
+ * steps. Returns the number of candidates evaluated; *pruned counts those skipped. */
+static int waves(cfg_ctx *x, support_pool *pool, const int *idx, int n, bool grid, int evals,
+                 bool all, double *best, int *pruned) {
+  int *wave = xmalloc(CFG_WAVE * sizeof *wave), done = 0;
+  for (int j = 0; j < n;) {
+    int k = 0;
+    for (; j < n && k < CFG_WAVE; j++) {
+      cfg_cand *c = &x->c[idx[j]];
+      if (!c->m) continue;
+      if (!all && c->row.bound >= *best) {
+        (*pruned)++;
+        continue;
+      }
+      wave[k++] = idx[j];
+    }
+    cfg_wave w = {x, wave, evals, grid};
+    support_pool_run(pool, k, wave_run, &w);
+    for (int i = 0; i < k; i++)
+      if (x->c[wave[i]].row.makespan < *best) *best = x->c[wave[i]].row.makespan;
+    done += k;
+  }
+  free(wave);
+  return done;
 }
 
 /* Pool body of the grid: the best Megatron plan (uniform 1F1B or interleaved 1F1B) of grid
@@ -290,7 +340,13 @@ static void grid_plan(void *ctx, int i, int worker) {
 static void baselines(cfg_ctx *x, support_pool *pool, pass_config_stats *st) {
   enumerate(x, true);
   support_pool_run(pool, x->n, cand_prepare, x);
-  support_pool_run(pool, x->n, grid_plan, x);
+  int *idx = xmalloc((size_t)(x->n ? x->n : 1) * sizeof *idx);
+  for (int i = 0; i < x->n; i++) idx[i] = i;
+  sort_cands(x, idx, x->n, true);
+  double step = INFINITY;
+  int pruned = 0;
+  waves(x, pool, idx, x->n, true, 0, false, &step, &pruned);
+  free(idx);
   int best = -1;
   for (int i = 0; i < x->n; i++)
     if (isfinite(x->c[i].row.makespan) && (best < 0 || ranks_before(&x->c[i], &x->c[best])))
@@ -316,7 +372,7 @@ static void baselines(cfg_ctx *x, support_pool *pool, pass_config_stats *st) {
     return;
   cand_add(x, &r);
   cand_prepare(x, 0, 0);
-  cand_tune(x, &x->c[0], x->o.long_evals);
+  cand_tune(x, &x->c[0], x->o.long_evals, x->o.jobs);
   if (isfinite(x->c[0].row.makespan)) {
     st->pp_only = x->c[0].row;
     st->has_pp_only = true;
@@ -376,43 +432,43 @@ int pass_config(ir_module *m, const pass_config_opts *o, pass_config_stats *st, 
   support_pool_run(pool, x.n, cand_prepare, &x);
   int *idx = xmalloc((size_t)(x.n ? x.n : 1) * sizeof *idx);
   for (int i = 0; i < x.n; i++) idx[i] = i;
-  sort_cands(&x, idx, x.n, by_bound);
-  /* Tune in bound order; a bound at or above the best step found cannot win. */
+  sort_cands(&x, idx, x.n, true);
+  /* Tune in bound order, in waves; a bound at or above the best step found cannot win. */
   double best = INFINITY;
-  for (int j = 0; j < x.n; j++) {
-    cfg_cand *k = &x.c[idx[j]];
-    if (!k->m) continue;
-    if (!o->exhaustive && k->row.bound >= best) {
-      st->pruned++;
-      continue;
-    }
-    cand_tune(&x, k, o->exhaustive ? o->long_evals : o->evals);
-    k->tuned_long = o->exhaustive;
-    if (o->exhaustive) st->long_tuned++;
-    else st->short_tuned++;
-    if (k->row.makespan < best) best = k->row.makespan;
+  int tuned = waves(&x, pool, idx, x.n, false, o->exhaustive ? o->long_evals : o->evals,
+                    o->exhaustive, &best, &st->pruned);
+  if (o->exhaustive) st->long_tuned = tuned;
+  else st->short_tuned = tuned;
+  /* The best few by their short tune get a long one (side by side); a long tune that does worse
+   * keeps the short one's plan. */
+  sort_cands(&x, idx, x.n, false);
+  int top = 0;
+  while (!o->exhaustive && top < x.n && top < o->top && isfinite(x.c[idx[top]].row.makespan))
+    top++;
+  pass_config_row *before = xmalloc((size_t)(top ? top : 1) * sizeof *before);
+  ir_module **keep = xmalloc((size_t)(top ? top : 1) * sizeof *keep);
+  for (int j = 0; j < top; j++) {
+    before[j] = x.c[idx[j]].row;
+    keep[j] = ir_module_clone(x.c[idx[j]].m);
   }
-  /* The best few by their short tune get a long one. */
-  sort_cands(&x, idx, x.n, by_step);
-  for (int j = 0; j < x.n && j < o->top && !o->exhaustive; j++) {
+  cfg_wave lw = {&x, idx, o->long_evals, false};
+  support_pool_run(pool, top, wave_run, &lw);
+  for (int j = 0; j < top; j++) {
     cfg_cand *k = &x.c[idx[j]];
-    if (!isfinite(k->row.makespan)) break;
-    pass_config_row before = k->row;
-    ir_module *keep = ir_module_clone(k->m);
-    cand_tune(&x, k, o->long_evals);
-    st->long_tuned++;
-    if (!(k->row.makespan <= before.makespan)) { /* a long tune never loses the short one's plan */
+    if (!(k->row.makespan <= before[j].makespan)) {
       int evals = k->row.evals;
-      k->row = before;
+      k->row = before[j];
       k->row.evals = evals;
       ir_module_free(k->m);
-      k->m = keep;
+      k->m = keep[j];
     } else {
-      ir_module_free(keep);
+      ir_module_free(keep[j]);
     }
-    k->tuned_long = true;
   }
-  sort_cands(&x, idx, x.n, by_step);
+  st->long_tuned += top;
+  free(before);
+  free(keep);
+  sort_cands(&x, idx, x.n, false);
   int rc = 0;
   if (x.n == 0 || !isfinite(x.c[idx[0]].row.makespan)) {
     no_config(&x, d, where);
