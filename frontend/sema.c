@@ -1042,6 +1042,8 @@ static void cluster_devices(sema *s, fe_assign *cluster_ref) {
                (long long)t->pipeline, (long long)t->tensor, (long long)t->data, (long long)want,
                c->name, (long long)m->cluster.nodes, (long long)m->cluster.gpus_per_node,
                (long long)gpus);
+    diag_note(s->d, L(train_at), "or leave the degrees out and let the compiler choose them: "
+              "octoc --search=config");
     free(types);
     free(recs);
     return;

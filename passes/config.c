@@ -22,9 +22,8 @@ const pass_config_opts pass_config_defaults = {
 typedef struct cfg_cand {
   pass_config_row row; /* its choice and figures */
   ir_module *m;        /* its module: costs, then its latest plan; NULL when costing failed */
-  double overflow;     /* when no plan fits: bytes over the limit of the best one found, or
-                          (when 'at_least') a lower bound on what any plan needs over it */
-  bool at_least;       /* overflow is a lower bound: no packing of the layers fits at all */
+  double overflow;     /* when no plan fits: bytes over the limit of the best one found */
+  bool late_pruned;    /* its exact bound, computed in its wave, was not below the best step */
 } cfg_cand;
 
 /* What every step of the search shares. */
@@ -161,25 +160,8 @@ static void cand_prepare(void *ctx, int i, int worker) {
   k->m = cand_module(x, &k->row);
   sim_bound b;
   bool costed = cost_run(k->m, true, q.d) == 0;
-  if (costed && sim_bound_compute(k->m, &b)) k->row.bound = b.bound;
+  if (costed && sim_bound_quick(k->m, &b)) k->row.bound = b.bound; /* exact later, if tuned */
   pass_quiet_end(&q, k->row.why, sizeof k->row.why);
-  if (costed && !isfinite(k->row.bound)) {
-    /* memory leaves some layer nowhere: what is over, at least (one microbatch's activations
-     * and the static bytes of the largest layer on one device, or of all on all devices) */
-    double one = 0, all = 0, cap = 0, total = 0;
-    for (int i = 0; i < k->m->nlayers; i++) {
-      const ir_cost *c = &k->m->layers[i].cost;
-      one = fmax(one, c->param + c->act);
-      all += c->param + c->act;
-    }
-    for (int dv = 0; dv < k->m->ndevices; dv++) {
-      cap = fmax(cap, ir_device_mem_limit(k->m, dv));
-      total += ir_device_mem_limit(k->m, dv);
-    }
-    k->overflow = fmax(fmax(one - cap, all - total), 0);
-    k->at_least = true;
-    snprintf(k->row.why, sizeof k->row.why, "its layers fit no packing onto the devices' memory");
-  }
   if (!isfinite(k->row.bound)) {
     if (!k->row.why[0]) snprintf(k->row.why, sizeof k->row.why, "no bound: a layer has no cost");
     ir_module_free(k->m);
@@ -216,7 +198,6 @@ static void cand_tune(const cfg_ctx *x, cfg_cand *k, int evals, int jobs) {
     snprintf(k->row.plan, sizeof k->row.plan, "%s", ts.start);
   }
   k->overflow = ts.overflow;
-  k->at_least = false;
   k->row.evals += ts.evaluations;
   pass_tune_stats_free(&ts);
   pass_quiet_end(&q, k->row.why, sizeof k->row.why);
@@ -264,6 +245,8 @@ typedef struct cfg_wave {
   const int *idx; /* the candidates of the wave */
   int evals;      /* plans each tune simulates */
   bool grid;      /* the Megatron grid's plans instead of tunes */
+  double best;    /* the best step before the wave: a tune whose exact bound is not below it is
+                     skipped */
 } cfg_wave;
 
 /* Pool body of the grid, defined below. */
@@ -272,8 +255,16 @@ static void grid_plan(void *ctx, int i, int worker);
 /* Pool body: evaluate the i-th candidate of a wave (tune it, or make its grid plans). */
 static void wave_run(void *ctx, int i, int worker) {
   cfg_wave *w = ctx;
-  if (w->grid) grid_plan(w->x, w->idx[i], worker);
-  else cand_tune(w->x, &w->x->c[w->idx[i]], w->evals, 1);
+  cfg_cand *k = &w->x->c[w->idx[i]];
+  if (w->grid) {
+    grid_plan(w->x, w->idx[i], worker);
+    return;
+  }
+  sim_bound b; /* the exact bound (the quick one ordered the search) */
+  if (isfinite(w->best) && sim_bound_compute(k->m, &b) && b.bound > k->row.bound)
+    k->row.bound = b.bound;
+  k->late_pruned = k->row.bound >= w->best;
+  if (!k->late_pruned) cand_tune(w->x, k, w->evals, 1);
 }
 
 /* Candidates per wave: fixed, so the result does not depend on the thread count. */
@@ -297,11 +288,14 @@ static int waves(cfg_ctx *x, support_pool *pool, const int *idx, int n, bool gri
       }
       wave[k++] = idx[j];
     }
-    cfg_wave w = {x, wave, evals, grid};
+    cfg_wave w = {x, wave, evals, grid, all ? INFINITY : *best};
     support_pool_run(pool, k, wave_run, &w);
-    for (int i = 0; i < k; i++)
-      if (x->c[wave[i]].row.makespan < *best) *best = x->c[wave[i]].row.makespan;
-    done += k;
+    for (int i = 0; i < k; i++) {
+      const cfg_cand *c = &x->c[wave[i]];
+      if (c->late_pruned) (*pruned)++;
+      else done++;
+      if (c->row.makespan < *best) *best = c->row.makespan;
+    }
   }
   free(wave);
   return done;
@@ -402,7 +396,7 @@ static void no_config(const cfg_ctx *x, diag_engine *d, diag_loc where) {
              "= %lld, micro_batch = %lld, recompute = %s, zero = %d) %s%s%s", best ? "fits in memory"
              : "has a plan", (long long)r->tensor, (long long)r->pipeline, (long long)r->data,
              (long long)r->micro_batch, ir_enum_name(IR_T_RECOMPUTE, r->recompute), r->zero,
-             !best ? "failed: " : best->at_least ? "needs at least " : "still needs ",
+             best ? "still needs " : "failed: ",
              best ? strbuf_cstr(&sb) : r->why[0] ? r->why : "no plan",
              best ? " more than the limit" : "");
   strbuf_free(&sb);
@@ -425,7 +419,7 @@ int pass_config(ir_module *m, const pass_config_opts *o, pass_config_stats *st, 
   for (int i = 0; i < m->nlayers; i++)
     x.model_flops += 3 * cost_forward_flops_per_sequence(m, &m->layers[i]);
   x.peak = ir_field_value(&m->devices[0].rec, IR_F_DEVICE_peak);
-  support_pool *pool = support_pool_new(o->jobs);
+  support_pool *pool = support_pool_new(o->jobs > 0 ? o->jobs : support_cores());
 
   enumerate(&x, false);
   st->candidates = x.n;
@@ -451,7 +445,7 @@ int pass_config(ir_module *m, const pass_config_opts *o, pass_config_stats *st, 
     before[j] = x.c[idx[j]].row;
     keep[j] = ir_module_clone(x.c[idx[j]].m);
   }
-  cfg_wave lw = {&x, idx, o->long_evals, false};
+  cfg_wave lw = {&x, idx, o->long_evals, false, INFINITY};
   support_pool_run(pool, top, wave_run, &lw);
   for (int j = 0; j < top; j++) {
     cfg_cand *k = &x.c[idx[j]];

@@ -189,7 +189,8 @@ static double bd_greedy(const bd_layer *ly, int n, double mbs, const double *hea
   return step;
 }
 
-bool sim_bound_compute(const ir_module *m, sim_bound *out) {
+/* sim_bound_compute, with the exact packing of (a) only when 'exact'. */
+static bool bound_compute(const ir_module *m, sim_bound *out, bool exact_packing) {
   memset(out, 0, sizeof *out);
   out->chain_layer = out->memory_layer = -1;
   int n = m->nlayers, p = m->ndevices;
@@ -293,6 +294,7 @@ bool sim_bound_compute(const ir_module *m, sim_bound *out) {
   /* The layers by type (equal work and memory): the exact packing when they are few. */
   bd_type ty[BD_MAX_TYPES];
   int nt = 0;
+  if (!exact_packing) nt = -1;
   for (int i = 0; i < n && nt >= 0; i++) {
     double ti = mbs * (ly[i].f + ly[i].b + ly[i].w) + ly[i].opt, mi = ly[i].param + ly[i].act;
     int j = 0;
@@ -351,3 +353,7 @@ bool sim_bound_compute(const ir_module *m, sim_bound *out) {
   if (out->memory > out->bound) out->bound = out->memory;
   return true;
 }
+
+bool sim_bound_compute(const ir_module *m, sim_bound *out) { return bound_compute(m, out, true); }
+
+bool sim_bound_quick(const ir_module *m, sim_bound *out) { return bound_compute(m, out, false); }

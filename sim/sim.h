@@ -72,6 +72,9 @@ typedef struct sim_bound {
 /* Compute the bound of m. Pre: m passed ir_verify. Returns false (and a zeroed *out) when m has
  * no layers, no devices, no microbatches or a layer without costs. */
 bool sim_bound_compute(const ir_module *m, sim_bound *out);
+/* The same without the exact packing of (a) (the bisection's counting test alone: exact false):
+ * a weaker bound, at a small fraction of the cost, for searches that bound many modules. */
+bool sim_bound_quick(const ir_module *m, sim_bound *out);
 
 /* ---- Priority mode ------------------------------------------------------------------------- */
 
