@@ -90,10 +90,11 @@ def read_plan(json_path, csv_path):
     return stages, rows, mbs, layers
 
 
-def example_tensors(torch, device):
-    """Example input and output of a stage (every block maps WIDTH features to WIDTH). The
-    outputs require grad: see the pitfall in the module comment."""
-    x = torch.zeros(MB_SIZE, WIDTH, device=device)
+def example_tensors(torch, device, first):
+    """Example input and output of a stage (every block maps WIDTH features to WIDTH); first:
+    the stage takes the batch itself. The outputs require grad, and so do the inputs of every
+    stage but the first: see the pitfall in the module comment."""
+    x = torch.zeros(MB_SIZE, WIDTH, device=device, requires_grad=not first)
     y = torch.zeros(MB_SIZE, WIDTH, device=device, requires_grad=True)
     return x, y
 
@@ -143,7 +144,7 @@ def run_rank(rank, world, args, stages, rows, mbs, layers):
     for s in mine:
         first, end, _ = stages[s]
         sub = torch.nn.Sequential(*[model[i] for i in range(first, end)])
-        x, y = example_tensors(torch, device)
+        x, y = example_tensors(torch, device, s == 0)
         pstages.append(PipelineStage(sub, s, len(stages), device, input_args=(x,),
                                      output_args=(y,)))
     sched = _PipelineScheduleRuntime(pstages, mbs, loss_fn=loss_fn)
