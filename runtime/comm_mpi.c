@@ -2,7 +2,9 @@
  * nranks + rank), messages with MPI_Isend/MPI_Irecv on a private communicator (tags encode the
  * tensor, stage and microbatch, so pairing never depends on arrival order), WAIT as MPI_Test
  * polling until the deadline, the all-reduce over replicas with MPI_Iallreduce on a communicator
- * per pipeline rank, polled against the same deadline, and so are the report's collectives. A
+ * per pipeline rank, polled against the same deadline, and so are the report's, the memory
+ * check's and the profiler's collectives; MPI_Comm_split and MPI_Comm_split_type, which have no
+ * nonblocking form, run under a watchdog timer with the same deadline. A
  * failing rank prints its error and aborts the job (MPI_Abort with its exit status); every other
  * process, ended by mpirun with SIGTERM, says where it stopped and exits with RT_EXIT_RUNTIME, so
  * that the job's status is 3 whichever rank fails. rt_main_mpi is octo-run's whole mpi path:
@@ -12,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -244,12 +247,13 @@ static void unpack(rt_rank_stats *st, int steps, const double *d) {
   }
 }
 
-/* Complete collective q ('what': "the report's gather of the figures") within the run's timeout,
- * or say so and abort the job with RT_EXIT_RUNTIME. */
-static void collective_wait(MPI_Request *q, const be_stream *s, const rt_run_opts *o,
+/* Complete collective q ('what': "the report's gather of the figures") within 'timeout' seconds
+ * (the run's --timeout), or say so, naming this process's rank, and abort the job with
+ * RT_EXIT_RUNTIME. */
+static void collective_wait(MPI_Request *q, const be_stream *s, double timeout,
                             const char *what) {
   strbuf err = {0};
-  int rc = mp_poll(q, o->timeout, &err);
+  int rc = mp_poll(q, timeout, &err);
   if (rc == 0) return;
   int me;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -257,10 +261,73 @@ static void collective_wait(MPI_Request *q, const be_stream *s, const rt_run_opt
   strbuf why = {0};
   strbuf_printf(&why, "rank %d: %s ", me % s->nranks, what);
   if (rc == 1)
-    strbuf_printf(&why, "did not complete within %g s (another process stopped)", o->timeout);
+    strbuf_printf(&why, "did not complete within %g s (another process stopped)", timeout);
   else
     strbuf_printf(&why, "failed: %s", strbuf_cstr(&err));
   mp_fail(&c, strbuf_cstr(&why), RT_EXIT_RUNTIME);
+}
+
+/* The watchdog's message, formatted before it is armed (the SIGALRM handler only writes it). */
+static struct {
+  char msg[320];
+  size_t len;
+} mp_watch;
+
+/* SIGALRM: a blocking MPI call under the watchdog outlived the deadline. Print the message and
+ * exit with RT_EXIT_RUNTIME: mpirun then ends the others, as after a process that died. */
+static void mp_on_alarm(int sig) {
+  (void)sig;
+  ssize_t w = write(STDERR_FILENO, mp_watch.msg, mp_watch.len);
+  (void)w;
+  _exit(RT_EXIT_RUNTIME);
+}
+
+/* Arm (timeout > 0) or disarm (timeout 0) the watchdog over a blocking collective without a
+ * nonblocking form ('what': "making the replicas' communicator"). Pre: s read. Post (armed): if
+ * the call has not returned within 'timeout' seconds, the process says "octo-run: error: rank R:
+ * WHAT did not complete within T s (another process stopped)" and exits with RT_EXIT_RUNTIME. */
+static void mp_watch_set(const be_stream *s, double timeout, const char *what) {
+  struct itimerval t;
+  memset(&t, 0, sizeof t);
+  if (timeout > 0) {
+    int me;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    char replica[32] = "";
+    if (s->replicas > 1) snprintf(replica, sizeof replica, "replica %d: ", me / s->nranks);
+    snprintf(mp_watch.msg, sizeof mp_watch.msg,
+             "octo-run: error: %srank %d: %s did not complete within %g s (another process "
+             "stopped)\n", replica, me % s->nranks, what, timeout);
+    mp_watch.len = strlen(mp_watch.msg);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = mp_on_alarm;
+    sigaction(SIGALRM, &sa, NULL);
+    t.it_value.tv_sec = (time_t)timeout;
+    t.it_value.tv_usec = (suseconds_t)((timeout - (double)(time_t)timeout) * 1e6);
+    if (t.it_value.tv_sec == 0 && t.it_value.tv_usec == 0) t.it_value.tv_usec = 1;
+  }
+  setitimer(ITIMER_REAL, &t, NULL);
+  if (timeout <= 0) signal(SIGALRM, SIG_DFL);
+}
+
+/* Inject o's fault when it is at RT_PLACE_SETUP and strikes this process: it dies or stops (and
+ * never returns then) with "rank R stopped at setup (before WHERE) as asked (--stop)". */
+static void mp_inject_setup(const be_stream *s, const rt_run_opts *o, const char *where) {
+  const rt_fault *f = &o->fault;
+  int me;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  if (f->kind == RT_FAULT_NONE || f->place != RT_PLACE_SETUP || me % s->nranks != f->rank ||
+      me / s->nranks != f->replica)
+    return;
+  mpi_comm c = {MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, me / s->nranks, s->replicas};
+  char why[200];
+  snprintf(why, sizeof why, "rank %d %s at setup (before %s) as asked (--%s)", f->rank,
+           f->kind == RT_FAULT_DIE ? "died" : "stopped", where,
+           f->kind == RT_FAULT_DIE ? "die" : "stop");
+  if (f->kind == RT_FAULT_DIE)
+    mp_die(&c, why);
+  else
+    mp_stop(&c, why);
 }
 
 int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *mine,
@@ -274,12 +341,12 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
   if (me == 0) all = xcalloc((size_t)per * world, sizeof *all);
   MPI_Request q;
   MPI_Igather(packed, per, MPI_DOUBLE, all, per, MPI_DOUBLE, 0, MPI_COMM_WORLD, &q);
-  collective_wait(&q, s, o, "the report's gather of the figures");
+  collective_wait(&q, s, o->timeout, "the report's gather of the figures");
   int evbytes = (int)(mine->nev * sizeof(rt_event));
   int *counts = me == 0 ? xcalloc((size_t)world, sizeof *counts) : NULL;
   int *displs = me == 0 ? xcalloc((size_t)world, sizeof *displs) : NULL;
   MPI_Igather(&evbytes, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD, &q);
-  collective_wait(&q, s, o, "the report's gather of the timelines");
+  collective_wait(&q, s, o->timeout, "the report's gather of the timelines");
   char *evs = NULL;
   if (me == 0) {
     long total = 0;
@@ -290,7 +357,7 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     evs = xmalloc((size_t)(total ? total : 1));
   }
   MPI_Igatherv(mine->ev, evbytes, MPI_BYTE, evs, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD, &q);
-  collective_wait(&q, s, o, "the report's gather of the timelines");
+  collective_wait(&q, s, o->timeout, "the report's gather of the timelines");
   if (me == 0) {
     rt_rank_stats *stats = xcalloc((size_t)world, sizeof *stats);
     for (int w = 0; w < world; w++) {
@@ -328,7 +395,7 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     strbuf_free(&errs);
   }
   MPI_Ibcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD, &q);
-  collective_wait(&q, s, o, "the report's broadcast of the exit status");
+  collective_wait(&q, s, o->timeout, "the report's broadcast of the exit status");
   mp_decided(rc);
   free(packed);
   free(all);
@@ -403,13 +470,15 @@ static int mem_check(const be_stream *s, const rt_opts *mo, const rt_run_opts *o
   int me, local, n;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm node;
+  mp_watch_set(s, o->timeout, "the memory check's split of the world by node");
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node);
+  mp_watch_set(s, 0, NULL);
   MPI_Comm_rank(node, &local);
   MPI_Comm_size(node, &n);
   int *members = xcalloc((size_t)n, sizeof *members);
   MPI_Request q;
   MPI_Iallgather(&me, 1, MPI_INT, members, 1, MPI_INT, node, &q);
-  collective_wait(&q, s, o, "the memory check's gather of the node's processes");
+  collective_wait(&q, s, o->timeout, "the memory check's gather of the node's processes");
   MPI_Comm_free(&node);
   rt_model *m = rt_model_new(s, mo, NULL); /* rt_mpi_start built one already: it cannot fail */
   int rc = m && rt_mem_check(s, m, o, members, n, err) != 0 ? RT_EXIT_INPUT : RT_EXIT_OK, worst;
@@ -417,7 +486,7 @@ static int mem_check(const be_stream *s, const rt_opts *mo, const rt_run_opts *o
   rt_model_free(m);
   free(members);
   MPI_Iallreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &q);
-  collective_wait(&q, s, o, "the memory check's verdict");
+  collective_wait(&q, s, o->timeout, "the memory check's verdict");
   return mp_decided(worst);
 }
 
@@ -451,8 +520,13 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
   }
   o = &o1;
   mpi_comm mc;
-  MPI_Comm_dup(MPI_COMM_WORLD, &mc.pipe);
+  MPI_Request q;
+  MPI_Comm_idup(MPI_COMM_WORLD, &mc.pipe, &q);
+  collective_wait(&q, s, o->timeout, "duplicating the world for the messages");
+  mp_inject_setup(s, o, "MPI_Comm_split");
+  mp_watch_set(s, o->timeout, "making the replicas' communicator (MPI_Comm_split)");
   MPI_Comm_split(MPI_COMM_WORLD, rank, replica, &mc.replicas);
+  mp_watch_set(s, 0, NULL);
   mc.base = replica * s->nranks;
   mc.nmb = s->nmb;
   mc.replica = replica;
@@ -482,7 +556,7 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
 #define PROF_PER 8
 
 int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts *mo,
-                        const char *out_path) {
+                        const rt_run_opts *o, const char *out_path) {
   be_stream *s;
   int rc = rt_mpi_start(argc, argv, path, mo, &s);
   if (rc != RT_EXIT_OK) return rc;
@@ -502,8 +576,18 @@ int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts
                           c->grad_bytes, c->measured ? 1 : 0};
     memcpy(mine + (size_t)i * PROF_PER, v, sizeof v);
   }
+  rt_run_opts o1 = *o;
+  strbuf err = {0};
+  if (rt_fault_resolve(s, &o1.fault, &err) != 0) { /* checked by octo-run already */
+    if (me == 0) fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(&err));
+    mp_decided(RT_EXIT_INPUT);
+    MPI_Abort(MPI_COMM_WORLD, RT_EXIT_INPUT);
+  }
+  mp_inject_setup(s, &o1, "the profile's reduction");
   /* Each configuration was measured by one process: the sum is its figures. */
-  MPI_Allreduce(mine, all, n * PROF_PER, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Request q;
+  MPI_Iallreduce(mine, all, n * PROF_PER, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &q);
+  collective_wait(&q, s, o->timeout, "the profile's reduction of the layer figures");
   size_t big = 8;
   for (int i = 0; i < n; i++) {
     const double *v = all + (size_t)i * PROF_PER;
@@ -511,18 +595,23 @@ int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts
     if (v[4] > (double)big) big = (size_t)v[4];
   }
   /* The optimizer's rate with every process updating at once, as at the end of a step. */
-  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Ibarrier(MPI_COMM_WORLD, &q);
+  collective_wait(&q, s, o->timeout, "the profile's barrier before the optimizer");
   double rate = rt_model_optimizer_rate(m), rate_sum = 0;
-  MPI_Allreduce(&rate, &rate_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Iallreduce(&rate, &rate_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &q);
+  collective_wait(&q, s, o->timeout, "the profile's reduction of the optimizer rate");
   double lat = 0, bw = 0;
-  strbuf err = {0};
   if (world >= 2 && me < 2) {
     mpi_comm mc = {MPI_COMM_NULL, MPI_COMM_NULL, 0, 1, 0, 1};
     MPI_Comm_dup(MPI_COMM_SELF, &mc.replicas);
     mc.pipe = MPI_COMM_WORLD;
     rt_comm c = {"mpi", &mc, mp_isend, mp_irecv, mp_wait, mp_allreduce, mp_fail,
                  mp_die, mp_stop, mp_leave, -1};
-    if (rt_profile_link(&c, me, big, &lat, &bw, &err) != 0) mp_fail(&mc, strbuf_cstr(&err), RT_EXIT_RUNTIME);
+    if (rt_profile_link(&c, me, big, o->timeout, &lat, &bw, &err) != 0) {
+      strbuf why = {0};
+      strbuf_printf(&why, "rank %d: the profile's link measurement: %s", me, strbuf_cstr(&err));
+      mp_fail(&mc, strbuf_cstr(&why), RT_EXIT_RUNTIME);
+    }
     MPI_Comm_free(&mc.replicas);
   }
   if (me == 0) {
@@ -541,7 +630,9 @@ int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts
              n, rt_model_scale(m), world, support_seconds() - t0, out_path);
     strbuf_free(&json);
   }
-  MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Ibcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD, &q);
+  collective_wait(&q, s, o->timeout, "the profile's broadcast of the exit status");
+  mp_decided(rc);
   strbuf_free(&err);
   free(mine);
   free(all);

@@ -360,7 +360,7 @@ static void *link_run(void *arg) {
   link_job *j = arg;
   rt_comm c = {"cpu", &j->tc, th_isend, th_irecv, th_wait, th_allreduce, th_fail,
                th_die, th_stop, th_leave, -1};
-  j->rc = rt_profile_link(&c, j->tc.rank, j->big, &j->lat, &j->bw, &j->err);
+  j->rc = rt_profile_link(&c, j->tc.rank, j->big, 30.0, &j->lat, &j->bw, &j->err);
   if (j->rc) th_fail(&j->tc, strbuf_cstr(&j->err), RT_EXIT_RUNTIME);
   return NULL;
 }

@@ -81,7 +81,13 @@ int rt_fault_resolve(const be_stream *s, rt_fault *f, strbuf *err) {
     return -1;
   }
   const be_program *p = &s->ranks[f->rank];
-  if (f->place >= 0) {
+  if (f->place >= 0 && fault_places[f->place].op == BE_OP_COUNT) {
+    f->addr = 0; /* before any collective: on threads, before the first instruction */
+    if (p->ncode == 0) {
+      strbuf_printf(err, "--%s: rank %d has no instructions", opt, f->rank);
+      return -1;
+    }
+  } else if (f->place >= 0) {
     for (int pc = 0; pc < p->ncode && f->addr < 0; pc++)
       if (p->code[pc].op == fault_places[f->place].op) f->addr = pc;
     if (f->addr < 0) {

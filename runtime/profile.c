@@ -123,8 +123,8 @@ void rt_profile_fill(const rt_model *m, rt_layer_cost *costs) {
       if (costs[j].measured && pr_same(m, i, j)) costs[i] = costs[j];
 }
 
-int rt_profile_link(rt_comm *c, int me, size_t big, double *lat_s, double *bw_Bps,
-                    strbuf *err) {
+int rt_profile_link(rt_comm *c, int me, size_t big, double timeout, double *lat_s,
+                    double *bw_Bps, strbuf *err) {
   size_t sizes[2] = {8, big < 8 ? 8 : big};
   int reps[2] = {200, 10};
   double t[2];
@@ -139,7 +139,7 @@ int rt_profile_link(rt_comm *c, int me, size_t big, double *lat_s, double *bw_Bp
         bool sending = (dir == 0) == (me == 0);
         rc = sending ? c->isend(c->ctx, 1 - me, tag, buf, sizes[k], &q)
                      : c->irecv(c->ctx, 1 - me, tag, buf, sizes[k], &q);
-        if (rc == 0 && c->wait(c->ctx, &q, 30.0, err) != 0) {
+        if (rc == 0 && c->wait(c->ctx, &q, timeout, err) != 0) {
           if (!err->len) strbuf_puts(err, "the link measurement's message did not complete");
           rc = -1;
         }

@@ -186,10 +186,12 @@ typedef struct rt_comm {
   X(STOP, "stop") /* it stops responding without dying, as SIGSTOP does (under MPI it is) */
 
 /* Named places a fault strikes, besides an address: X(ID, name, opcode): the rank's first
- * instruction with that opcode. */
+ * instruction with that opcode; BE_OP_COUNT: before the run's first collective (MPI: before the
+ * communicators are made, or before --profile's reduction; threads: at address 0). */
 #define RT_FAULT_PLACES(X)                                                                 \
   X(ALLREDUCE, "allreduce", BE_OP_ALLREDUCE) /* its first all-reduce, before it adds in */ \
-  X(OPTIMIZER, "optimizer", BE_OP_STEP)      /* its optimizer step, after the all-reduce */
+  X(OPTIMIZER, "optimizer", BE_OP_STEP)      /* its optimizer step, after the all-reduce */ \
+  X(SETUP, "setup", BE_OP_COUNT)             /* before the first collective (see above) */
 
 enum {
   RT_FAULT_NONE,
@@ -364,8 +366,10 @@ void rt_profile_layers(rt_model *m, int worker, int nworkers, rt_layer_cost *cos
 /* Give every layer not measured the figures of the measured layer of the same configuration. */
 void rt_profile_fill(const rt_model *m, rt_layer_cost *costs);
 /* Ping-pong over transport c between pipeline ranks 0 and 1 (me: 0 or 1): one-way latency of an
- * 8-byte message and bandwidth of messages of 'big' bytes. Returns 0, or -1 with the reason. */
-int rt_profile_link(rt_comm *c, int me, size_t big, double *lat_s, double *bw_Bps, strbuf *err);
+ * 8-byte message and bandwidth of messages of 'big' bytes, each message waiting at most
+ * 'timeout' seconds. Returns 0, or -1 with the reason. */
+int rt_profile_link(rt_comm *c, int me, size_t big, double timeout, double *lat_s,
+                    double *bw_Bps, strbuf *err);
 /* The profile JSON (docs/cost-model.md) of stream s measured with model m on 'backend'; no
  * "link" when lat_s < 0 (nothing measured it); optim_Bps: the optimizer's rate
  * (rt_model_optimizer_rate), none when 0. */
@@ -379,10 +383,12 @@ int rt_profile_threads(const be_stream *s, const rt_opts *mo, strbuf *json, strb
 /* The hub's link between two threads (comm_threads.c): see rt_profile_link. */
 int rt_threads_link(size_t big, double *lat_s, double *bw_Bps, strbuf *err);
 /* The mpi backend's profiler, for octo-run's main: every process measures its share of the
- * layers, world ranks 0 and 1 the link; rank 0 writes the profile to out_path. Returns the exit
- * status. Defined when built with MPI. */
+ * layers, world ranks 0 and 1 the link; rank 0 writes the profile to out_path. Every collective
+ * and message waits at most o->timeout seconds (past it the job ends with RT_EXIT_RUNTIME,
+ * naming the rank); o->fault may only be at RT_PLACE_SETUP (before the reduction). Returns the
+ * exit status. Defined when built with MPI. */
 int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts *mo,
-                        const char *out_path);
+                        const rt_run_opts *o, const char *out_path);
 
 /* Exit statuses of octo-run (docs/runtime.md). */
 enum { RT_EXIT_OK = 0, RT_EXIT_INPUT = 1, RT_EXIT_RUNTIME = 3, RT_EXIT_CHECK = 4,

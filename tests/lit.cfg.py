@@ -1,6 +1,7 @@
 # lit configuration of the OctoPipe test suite.
 import os
 import shutil
+import shlex
 import lit.formats
 
 config.name = "OctoPipe"
@@ -58,13 +59,20 @@ for py in (sys.executable, "/usr/bin/python3"):
         break
 # %torch_pp_python: a Python whose torch has torch.distributed.pipelining's schedule runtime
 # (torch 2.4 or later; Debian's python3-torch 1.13 has not) for examples/torch/run_plan.py; the
-# test that runs it needs the "torch-pipelining" feature and is skipped elsewhere.
-for py in (sys.executable, "/usr/bin/python3"):
-    if py and os.system(py + " -c 'from torch.distributed.pipelining.schedules import "
-                        "_PipelineScheduleRuntime' >/dev/null 2>&1") == 0:
+# test that runs it needs the "torch-pipelining" feature and is skipped elsewhere. The Python is
+# the lit parameter torch_python (lit --param torch_python=PATH), else $OCTO_TORCH_PYTHON (e.g. a
+# venv outside the tree: /work/venv-torch/bin/python), else lit's own or /usr/bin/python3; one
+# named but without that runtime is reported and skipped.
+torch_pp_named = lit_config.params.get("torch_python") or os.environ.get("OCTO_TORCH_PYTHON")
+for py in (torch_pp_named, sys.executable, "/usr/bin/python3"):
+    if py and os.system(shlex.quote(py) + " -c 'from torch.distributed.pipelining.schedules "
+                        "import _PipelineScheduleRuntime' >/dev/null 2>&1") == 0:
         config.available_features.add("torch-pipelining")
-        config.substitutions.append(("%torch_pp_python", py))
+        config.substitutions.append(("%torch_pp_python", shlex.quote(py)))
         break
+    if py and py == torch_pp_named:
+        lit_config.note("torch_python/OCTO_TORCH_PYTHON '%s' has no torch.distributed.pipelining "
+                        "schedule runtime (torch >= 2.4): not used" % py)
 # %chromium: a headless-capable Chromium (Debian's chromium, or chromium-browser) for the test
 # that runs the --emit=html page in a browser; it needs the "chromium" feature and is skipped
 # where none is installed.

@@ -63,8 +63,10 @@ static void usage(FILE *out) {
           "  --trace=FILE       write the timeline as Chrome/Perfetto trace JSON\n"
           "  --die=RANK[/REPLICA]:WHERE\n"
           "                     testing: that rank (of replica 0 unless given) dies at WHERE of\n"
-          "                     its first step: an address, allreduce (its first ALLREDUCE) or\n"
-          "                     optimizer (its STEP); the others stop with its name\n"
+          "                     its first step: an address, allreduce (its first ALLREDUCE),\n"
+          "                     optimizer (its STEP) or setup (mpi: before the communicators\n"
+          "                     are made, or --profile's reduction; cpu: address 0); the\n"
+          "                     others stop with its name\n"
           "  --stop=RANK[/REPLICA]:WHERE\n"
           "                     testing: the same, but the rank stops responding without dying\n"
           "                     (SIGSTOP under MPI); the others fail when --timeout passes\n"
@@ -224,7 +226,8 @@ int main(int argc, char **argv) {
       bool die = a[2] == 'd';
       if (rt_fault_parse(v, &o.fault) != 0)
         return bad_value(die ? "--die" : "--stop", v,
-                         "RANK[/REPLICA]:WHERE (WHERE: an address, allreduce or optimizer)");
+                         "RANK[/REPLICA]:WHERE (WHERE: an address, allreduce, optimizer or "
+                         "setup)");
       o.fault.kind = die ? RT_FAULT_DIE : RT_FAULT_STOP;
     } else if (a[0] == '-' && a[1]) {
       fprintf(stderr, PROG ": error: unknown option '%s' (try '" PROG " --help')\n", a);
@@ -245,9 +248,12 @@ int main(int argc, char **argv) {
     fputs(PROG ": error: --profile runs with --backend=cpu, mpi or cuda\n", stderr);
     return RT_EXIT_INPUT;
   }
-  if (o.fault.kind != RT_FAULT_NONE && (gpu || profile)) {
-    fputs(PROG ": error: --die and --stop run with --backend=cpu or mpi, without --profile\n",
-          stderr);
+  /* --profile on mpi has one place to strike: before its reduction (setup). */
+  bool profile_setup = profile && strcmp(backend, "mpi") == 0 &&
+                       o.fault.place == RT_PLACE_SETUP;
+  if (o.fault.kind != RT_FAULT_NONE && (gpu || (profile && !profile_setup))) {
+    fputs(PROG ": error: --die and --stop run with --backend=cpu or mpi, without --profile "
+          "(with it only on mpi at 'setup')\n", stderr);
     return RT_EXIT_INPUT;
   }
   if (gpu && mo.scale == 0) mo.scale = 64; /* the GPU stand-in's scale */
@@ -278,7 +284,7 @@ int main(int argc, char **argv) {
   (void)gpu;
   if (strcmp(backend, "mpi") == 0) {
 #ifdef OCTO_HAVE_MPI
-    if (profile) return rt_main_mpi_profile(&argc, &argv, input, &mo, profile);
+    if (profile) return rt_main_mpi_profile(&argc, &argv, input, &mo, &o, profile);
     return rt_main_mpi(&argc, &argv, input, &mo, &o, trace_path);
 #else
     fputs(PROG ": error: this octo-run was built without MPI (install OpenMPI and rebuild)\n",

@@ -13,6 +13,8 @@ on the same batch and prints the largest difference.
   python3 run_plan.py PLAN.json PLAN.csv               CPU: one process per rank (gloo)
   torchrun --nproc-per-node=N run_plan.py PLAN.json PLAN.csv --device=cuda   GPUs (NCCL)
   python3 run_plan.py PLAN.json PLAN.csv --dry-run     check the two files, print the layout
+  --timeout=S: seconds a message may wait (default 300), so that a schedule torch cannot pair
+  fails instead of hanging.
 
 The PipelineStage pitfall: a stage given its input and output shapes up front (static
 PipelineStage, needed by torch 2.4, where shape inference does not exist) must get example
@@ -25,6 +27,7 @@ Needs torch >= 2.4 except for --dry-run (plain Python). Exit status 0 when the f
 when run, every gradient matches (relative difference <= 1e-5); 1 otherwise."""
 import argparse
 import csv
+import datetime
 import json
 import os
 import re
@@ -122,7 +125,7 @@ def run_rank(rank, world, args, stages, rows, mbs, layers):
     if args.device == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if args.device == "cuda" else "gloo", rank=rank,
-                            world_size=world)
+                            world_size=world, timeout=datetime.timedelta(seconds=args.timeout))
     model = build_model(torch, layers).to(device)
     torch.manual_seed(99)
     batch = torch.randn(MB_SIZE * mbs, WIDTH, device=device)
@@ -191,6 +194,9 @@ def main():
     ap.add_argument("json", help="octo-opt PLAN.oir --report=json")
     ap.add_argument("csv", help="octo-opt PLAN.oir --emit=torch-csv")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--timeout", type=float, default=300,
+                    help="seconds a message may wait before the run fails (default 300): a "
+                    "plan torch cannot pair ends with an error instead of hanging")
     ap.add_argument("--dry-run", action="store_true",
                     help="check the files and print the layout; torch is not needed")
     args = ap.parse_args()
