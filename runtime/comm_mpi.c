@@ -282,11 +282,7 @@ static void mp_on_alarm(int sig) {
   _exit(RT_EXIT_RUNTIME);
 }
 
-/* Arm (timeout > 0) or disarm (timeout 0) the watchdog over a blocking collective without a
- * nonblocking form ('what': "making the replicas' communicator"). Pre: s read. Post (armed): if
- * the call has not returned within 'timeout' seconds, the process says "octo-run: error: rank R:
- * WHAT did not complete within T s (another process stopped)" and exits with RT_EXIT_RUNTIME. */
-static void mp_watch_set(const be_stream *s, double timeout, const char *what) {
+void rt_mpi_watch(const be_stream *s, double timeout, const char *what) {
   struct itimerval t;
   memset(&t, 0, sizeof t);
   if (timeout > 0) {
@@ -470,9 +466,9 @@ static int mem_check(const be_stream *s, const rt_opts *mo, const rt_run_opts *o
   int me, local, n;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm node;
-  mp_watch_set(s, o->timeout, "the memory check's split of the world by node");
+  rt_mpi_watch(s, o->timeout, "the memory check's split of the world by node");
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node);
-  mp_watch_set(s, 0, NULL);
+  rt_mpi_watch(s, 0, NULL);
   MPI_Comm_rank(node, &local);
   MPI_Comm_size(node, &n);
   int *members = xcalloc((size_t)n, sizeof *members);
@@ -524,9 +520,9 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
   MPI_Comm_idup(MPI_COMM_WORLD, &mc.pipe, &q);
   collective_wait(&q, s, o->timeout, "duplicating the world for the messages");
   mp_inject_setup(s, o, "MPI_Comm_split");
-  mp_watch_set(s, o->timeout, "making the replicas' communicator (MPI_Comm_split)");
+  rt_mpi_watch(s, o->timeout, "making the replicas' communicator (MPI_Comm_split)");
   MPI_Comm_split(MPI_COMM_WORLD, rank, replica, &mc.replicas);
-  mp_watch_set(s, 0, NULL);
+  rt_mpi_watch(s, 0, NULL);
   mc.base = replica * s->nranks;
   mc.nmb = s->nmb;
   mc.replica = replica;

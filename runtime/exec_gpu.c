@@ -700,7 +700,9 @@ int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   /* Local rank: the processes on this machine, in world order. */
   MPI_Comm node;
+  rt_mpi_watch(s, o->timeout, "the split of the world by node (MPI_Comm_split_type)");
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node);
+  rt_mpi_watch(s, 0, NULL);
   int local = 0, ndev = 0;
   MPI_Comm_rank(node, &local);
   MPI_Comm_free(&node);
@@ -709,7 +711,9 @@ int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
     rc = RT_EXIT_INPUT;
   }
   int worst = rc;
+  rt_mpi_watch(s, o->timeout, "the check for a CUDA device on every process (MPI_Allreduce)");
   MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  rt_mpi_watch(s, 0, NULL);
   if (worst != RT_EXIT_OK) {
     be_stream_free(s);
     rt_mpi_end();
@@ -741,15 +745,21 @@ int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
   config.blocking = 0;
   ncclUniqueId id;
   if (me == 0) ncclGetUniqueId(&id);
+  rt_mpi_watch(s, o->timeout, "the broadcast of the NCCL id (MPI_Bcast)");
   MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  rt_mpi_watch(s, 0, NULL);
   ncclResult_t e = ncclCommInitRankConfig(&g->pipe, world, id, me, &config);
   if (e == ncclInProgress) e = nccl_settle(NULL, g->pipe, support_seconds() + o->timeout);
   MPI_Comm group;
+  rt_mpi_watch(s, o->timeout, "making the replicas' communicator (MPI_Comm_split)");
   MPI_Comm_split(MPI_COMM_WORLD, rank, replica, &group);
+  rt_mpi_watch(s, 0, NULL);
   if (e == ncclSuccess && s->replicas > 1) {
     ncclUniqueId rid;
     if (replica == 0) ncclGetUniqueId(&rid);
+    rt_mpi_watch(s, o->timeout, "the broadcast of the replicas' NCCL id (MPI_Bcast)");
     MPI_Bcast(&rid, sizeof rid, MPI_BYTE, 0, group);
+    rt_mpi_watch(s, 0, NULL);
     e = ncclCommInitRankConfig(&g->reduce, s->replicas, rid, replica, &config);
     if (e == ncclInProgress) e = nccl_settle(NULL, g->reduce, support_seconds() + o->timeout);
   }

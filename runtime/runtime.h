@@ -341,6 +341,15 @@ void rt_mpi_end(void);
  * MPI. */
 int rt_mpi_barrier(double timeout);
 
+/* For the MPI launchers: arm (timeout > 0) or disarm (timeout 0) a watchdog timer over a
+ * blocking MPI call that has no nonblocking form in MPI 3 (MPI_Comm_split) or that a launcher
+ * makes blocking ('what': "making the replicas' communicator (MPI_Comm_split)"). Pre: s read, MPI
+ * initialized; one armed at a time. Post (armed): if it is not disarmed within 'timeout' seconds,
+ * the process prints "octo-run: error: [replica Q: ]rank R: WHAT did not complete within T s
+ * (another process stopped)" and exits with RT_EXIT_RUNTIME (mpirun then ends the others).
+ * Defined when built with MPI. */
+void rt_mpi_watch(const be_stream *s, double timeout, const char *what);
+
 /* For the MPI launchers (mpi and nccl backends): gather every process's figures (mine) on world
  * rank 0, which prints the run line ("PATH: ... backend BACKEND, N steps"), the report and writes
  * the trace; every process returns the exit status. Defined when built with MPI. */
