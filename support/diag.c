@@ -27,6 +27,7 @@ struct diag_engine {
   diag_lines *lines;     /* index id-1: line starts of each source (parallel to sources) */
   uint32_t nsources, sources_cap;
   int errors;            /* errors reported, including suppressed ones */
+  size_t scanned;        /* bytes of source text read to find lines (diag_bytes_scanned) */
   int limit;             /* printed error limit; 0 unlimited */
   bool limit_noted;      /* "too many errors" printed */
   bool verify;           /* collect instead of print */
@@ -131,31 +132,34 @@ int diag_split_source(diag_engine *d, uint32_t id, uint32_t **ids) {
   return n;
 }
 
-/* The byte offset where line 'want' (1-based, counted from the source's first line) of source
- * 'id' starts, or SIZE_MAX when the source has fewer lines. Builds the source's line table on
- * first use: O(size) once, then O(1) per call. */
-static size_t line_start(diag_engine *d, uint32_t id, uint32_t want) {
+/* The byte offsets where line 'want' (1-based, counted from the source's first line) of source
+ * 'id' starts (returned) and ends (*end: its '\n' or the source's end), or SIZE_MAX when the
+ * source has fewer lines. Builds the source's line table on first use: O(size) once (counted in
+ * d->scanned), then O(1) per call, however long the line. */
+static size_t line_span(diag_engine *d, uint32_t id, uint32_t want, size_t *end) {
   diag_lines *ls = &d->lines[id - 1];
   const diag_source *s = &d->sources[id - 1];
   if (!ls->start) {
     uint32_t cap = 16;
     ls->start = xmalloc(cap * sizeof *ls->start);
     ls->start[ls->n++] = 0;
-    for (const char *p = s->text, *end = s->text + s->len;
-         (p = memchr(p, '\n', (size_t)(end - p))) != NULL; p++)
+    for (const char *p = s->text, *e = s->text + s->len;
+         (p = memchr(p, '\n', (size_t)(e - p))) != NULL; p++)
       VEC_PUSH(ls->start, ls->n, cap, (size_t)(p - s->text) + 1);
+    d->scanned += s->len;
   }
-  return want >= 1 && want <= ls->n ? ls->start[want - 1] : SIZE_MAX;
+  if (want < 1 || want > ls->n) return SIZE_MAX;
+  *end = want < ls->n ? ls->start[want] - 1 : s->len;
+  return ls->start[want - 1];
 }
 
 /* Print the source line of 'loc' and a caret line under its span. */
 static void print_snippet(diag_engine *d, diag_loc loc) {
   const diag_source *s = diag_get_source(d, loc.file);
   if (!s || loc.line <= s->line_base) return;
-  size_t pos = line_start(d, loc.file, loc.line - s->line_base);
+  size_t end = 0;
+  size_t pos = line_span(d, loc.file, loc.line - s->line_base, &end);
   if (pos == SIZE_MAX || pos > s->len) return;
-  size_t end = pos;
-  while (end < s->len && s->text[end] != '\n') end++;
   /* show at most 200 bytes of the line, in a window that contains the column */
   size_t col = loc.col ? loc.col : 1;
   size_t from = pos;
@@ -252,6 +256,8 @@ void diag_report(diag_engine *d, diag_severity sev, diag_loc loc, const char *fm
 }
 
 int diag_error_count(const diag_engine *d) { return d->errors; }
+
+size_t diag_bytes_scanned(const diag_engine *d) { return d->scanned; }
 void diag_set_error_limit(diag_engine *d, int limit) { d->limit = limit < 0 ? 0 : limit; }
 bool diag_limit_reached(const diag_engine *d) {
   return !d->verify && d->limit && d->errors > d->limit;

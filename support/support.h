@@ -208,6 +208,10 @@ void diag_vreport(diag_engine *d, diag_severity sev, diag_loc loc, const char *f
 #define diag_warning(d, loc, ...) diag_report((d), DIAG_WARNING, (loc), __VA_ARGS__)
 
 int diag_error_count(const diag_engine *d);
+/* Bytes of source text the engine has read to find the lines of diagnostics (each source's line
+ * table, built once): at most the total size of the sources that had a diagnostic, however many
+ * diagnostics were printed and however long their lines (the lookups are O(1)). */
+size_t diag_bytes_scanned(const diag_engine *d);
 /* Maximum printed errors (0: unlimited; default 20). */
 void diag_set_error_limit(diag_engine *d, int limit);
 /* True once the error limit was passed: parsers stop early. */
