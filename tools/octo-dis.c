@@ -59,8 +59,8 @@ static void usage(FILE *out) {
     fprintf(out, "  %-14s %s\n", strbuf_cstr(&left), f->help);
     strbuf_free(&left);
   }
-  fprintf(out, "\nexit status: 0 success, 1 bad input or command line, 2 the output cannot be\n"
-               "written.\n");
+  fprintf(out, "\nexit status: 0 success, 1 bad input or command line, or an output that cannot\n"
+               "be written (2 is never used: see docs/architecture.md).\n");
 }
 
 /* Report a command-line or input error. */

@@ -254,6 +254,12 @@ static int emit_artifact(void *ctx, const ir_module *m, const pass_results *res,
   return report_emit(m, cl->emit, &ro, out, d, where);
 }
 
+/* Whether path names a spec (ends in ".octo"), which octoc reads and octo-opt does not. */
+static bool is_spec_name(const char *path) {
+  size_t n = strlen(path);
+  return n > 5 && strcmp(path + n - 5, ".octo") == 0;
+}
+
 int main(int argc, char **argv) {
   be_register_passes();
   cmdline cl;
@@ -292,6 +298,10 @@ int main(int argc, char **argv) {
   strbuf out = {0};
   pass_opt_result r = pass_opt_process(&cl.cfg, d, &out);
   int code = r.status == PASS_OK ? EXIT_OK : r.status == PASS_INTERNAL ? EXIT_INTERNAL : EXIT_USER;
+  if (code == EXIT_USER && !cl.cfg.verify_diagnostics && is_spec_name(cl.cfg.input))
+    fprintf(stderr, PROG ": note: '%s' is a spec and octo-opt reads IR: compile it with "
+            "'octoc %s --emit=ir' (octoc runs passes too: --passes=...)\n", cl.cfg.input,
+            cl.cfg.input);
   if (!cl.cfg.verify_diagnostics && (r.status == PASS_OK || r.chunks_ok > 0)) {
     int wcode = write_output(&cl, &out);
     if (wcode > code) code = wcode;
