@@ -160,10 +160,12 @@ static void print_snippet(diag_engine *d, diag_loc loc) {
   size_t end = 0;
   size_t pos = line_span(d, loc.file, loc.line - s->line_base, &end);
   if (pos == SIZE_MAX || pos > s->len) return;
-  /* show at most 200 bytes of the line, in a window that contains the column */
+  /* show at most 200 bytes of the line, in a window that contains the column; a column past
+   * the line's end (a location a bad input made) shows the line's last 200 bytes, no caret */
   size_t col = loc.col ? loc.col : 1;
   size_t from = pos;
-  if (col > 150 && end - pos > 200) from = pos + col - 100;
+  if (col > 150 && end - pos > 200) from = col - 100 <= end - pos ? pos + col - 100 : end - 200;
+  if (from + 200 > end && end - pos > 200) from = end - 200;
   size_t to = end - from > 200 ? from + 200 : end;
   strbuf sb = {0};
   for (size_t i = from; i < to; i++) {

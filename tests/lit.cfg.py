@@ -7,7 +7,7 @@ import lit.formats
 config.name = "OctoPipe"
 config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".octo", ".oir", ".test"]
-config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py"]
+config.excludes = ["Inputs", "regress", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.octo_obj_root, "tests")
 

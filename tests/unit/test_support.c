@@ -232,6 +232,39 @@ void test_support_diag_line_work(void) {
   strbuf_free(&wide);
 }
 
+/* A diagnostic whose column lies past the end of a long line (fuzz_octo found one, from a string
+ * continued on the next line) shows the line's last 200 bytes and no caret: it read past the end
+ * of the line, and of the source, before. */
+void test_support_diag_col_past_end(void) {
+  FILE *sink = tmpfile();
+  diag_engine *d = diag_new(sink);
+  strbuf src = {0};
+  for (int i = 0; i < 300; i++) strbuf_putc(&src, 'a');
+  strbuf_putc(&src, '\n');
+  for (int i = 0; i < 2000; i++) strbuf_putc(&src, 'b');
+  uint32_t id = diag_add_source(d, "f", src.data, src.len, 0);
+  diag_error(d, diag_mkloc(id, 1, 1000, 1), "past the end");
+  diag_error(d, diag_mkloc(id, 1, 299, 1), "near the end");
+  fflush(sink);
+  rewind(sink);
+  char line[512], want[256];
+  memset(want, 'a', 200);
+  memcpy(want + 200, "\n", 2);
+  UNIT_CHECK(fgets(line, sizeof line, sink) != NULL);
+  UNIT_CHECK_STREQ(line, "f:1:1000: error: past the end\n");
+  UNIT_CHECK(fgets(line, sizeof line, sink) != NULL);
+  UNIT_CHECK_STREQ(line, want);
+  UNIT_CHECK(fgets(line, sizeof line, sink) != NULL);
+  UNIT_CHECK_STREQ(line, "f:1:299: error: near the end\n");
+  UNIT_CHECK(fgets(line, sizeof line, sink) != NULL);
+  UNIT_CHECK_STREQ(line, want);
+  UNIT_CHECK(fgets(line, sizeof line, sink) != NULL);
+  UNIT_CHECK(strlen(line) == 200 && line[198] == '^'); /* column 299 of 300 */
+  diag_free(d);
+  fclose(sink);
+  strbuf_free(&src);
+}
+
 /* support_digits_exact: digits a double holds exactly, and those it rounds (2^53 + 1). */
 void test_support_digits_exact(void) {
   UNIT_CHECK(support_digits_exact("4096", 4, 4096.0));
