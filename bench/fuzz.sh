@@ -6,10 +6,13 @@
 # UBSan) unless -n is given. Each fuzzer starts from a corpus seeded from the examples and the
 # tests (tests/fuzz/seeds.py, two lowered streams for .ois) with the DSL or IR dictionary
 # (tests/fuzz/*.dict), kept in CORPUS/NAME so that later runs go on from it. A finding (crash,
-# leak, timeout, out of memory) is kept as CORPUS/NAME.findings/* and makes the exit status 1.
+# leak, timeout, out of memory) is kept as CORPUS/NAME.findings/* and makes the exit status 1;
+# an input slower than 10 s (libFuzzer's slow-unit-*) is kept there too and said on stderr.
 #
-# usage: bench/fuzz.sh [-t SECONDS] [-b BUILD_DIR] [-c CORPUS_DIR] [-n] [FUZZER...]
+# usage: bench/fuzz.sh [-t SECONDS] [-T SECONDS] [-b BUILD_DIR] [-c CORPUS_DIR] [-n] [FUZZER...]
 #   -t SECONDS   time per fuzzer (default 60)
+#   -T SECONDS   wall-clock time one input may take before it counts as a hang (default 20;
+#                raise it on a loaded machine, where a niced fuzzer gets little of a core)
 #   -b BUILD_DIR the fuzz build (default build-fuzz; configured with CC=clang when missing)
 #   -c CORPUS    corpus directory (default BUILD_DIR/fuzz-corpus)
 #   -n           build nothing: run the fuzzers of BUILD_DIR as they are (the smoke tests)
@@ -23,12 +26,14 @@ usage() {
 
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 SECONDS_EACH=60
+HANG=20
 BUILD=$SRC/build-fuzz
 CORPUS=
 BUILD_IT=1
 while [ $# -gt 0 ]; do
   case $1 in
     -t) [ $# -ge 2 ] || usage; SECONDS_EACH=$2; shift 2 ;;
+    -T) [ $# -ge 2 ] || usage; HANG=$2; shift 2 ;;
     -b) [ $# -ge 2 ] || usage; BUILD=$2; shift 2 ;;
     -c) [ $# -ge 2 ] || usage; CORPUS=$2; shift 2 ;;
     -n) BUILD_IT=0; shift ;;
@@ -93,13 +98,19 @@ for name in "$@"; do
   log=$CORPUS/$name.log
   rc=0
   # ASan's leak check runs at exit; -timeout: one input taking longer is a hang (a finding).
-  "$bin" "$dir" "$@" -max_total_time="$SECONDS_EACH" -timeout=20 -rss_limit_mb=4096 \
+  "$bin" "$dir" "$@" -max_total_time="$SECONDS_EACH" -timeout="$HANG" -rss_limit_mb=4096 \
     -print_final_stats=1 -artifact_prefix="$found/" > "$log" 2>&1 || rc=$?
   result=ok
-  if [ "$rc" != 0 ] || [ -n "$(ls "$found")" ]; then
+  # libFuzzer's slow-unit-* files (an input that took over 10 s, e.g. on a loaded machine) are
+  # reports, not failures: said on stderr; crash-, leak-, timeout- and oom- files are findings.
+  if [ "$rc" != 0 ] || [ -n "$(ls "$found" | grep -v '^slow-unit-')" ]; then
     result="FINDING (see $log, $found)"
     status=1
   fi
+  slow=$(ls "$found" | grep -c '^slow-unit-' || true)
+  [ "$slow" = 0 ] || echo "fuzz.sh: $name: $slow input(s) took over 10 s (slowest:" \
+    "$(sed -n 's/^stat::slowest_unit_time_sec: *//p' "$log") s): $found/slow-unit-*;" \
+    "rerun them alone to tell a slow input from a loaded machine" >&2
   awk -v name="$name" -v secs="$SECONDS_EACH" -v result="$result" '
     / cov: / {
       for (i = 1; i <= NF; i++) {
