@@ -45,8 +45,8 @@ llama3_70b:dgx_h100_x8:256"
 fi
 
 echo "configuration search (octoc --search=config, default effort) against the Megatron grid"
-printf '%-16s %4s  %-24s %11s  %-24s %11s %8s %8s %7s\n' case GPUs chosen "step ms" \
-  "Megatron grid best" "step ms" speedup "PP-only" "search"
+printf '%-16s %4s  %-24s %11s %6s  %-24s %11s %8s %8s %7s\n' case GPUs chosen "step ms" \
+  "bound" "Megatron grid best" "step ms" speedup "PP-only" "search"
 : > "$work/speedups"
 for c in $cases; do
   ex=${c%%:*}
@@ -67,9 +67,10 @@ def cfg(c):
 best, grid, pp = r["configs"][0], r["megatron_grid"], r["pp_only"]
 speed = grid["makespan_ms"] / best["makespan_ms"] if grid else float("nan")
 ppx = pp["makespan_ms"] / best["makespan_ms"] if pp else float("nan")
-print("%-16s %4d  %-24s %11.1f  %-24s %11.1f %7.2fx %7.2fx %6.1fs" % (
+gap = best["makespan_ms"] / r["config_search"]["bound_ms"] - 1
+print("%-16s %4d  %-24s %11.1f %5.1f%%  %-24s %11.1f %7.2fx %7.2fx %6.1fs" % (
     sys.argv[2], best["gpus"],
-    cfg(best), best["makespan_ms"], cfg(grid) if grid else "-",
+    cfg(best), best["makespan_ms"], 100 * gap, cfg(grid) if grid else "-",
     grid["makespan_ms"] if grid else float("nan"), speed, ppx,
     float(sys.argv[4]) - float(sys.argv[3])))
 with open(sys.argv[5], "a") as f:

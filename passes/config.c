@@ -463,6 +463,8 @@ int pass_config(ir_module *m, const pass_config_opts *o, pass_config_stats *st, 
   free(before);
   free(keep);
   sort_cands(&x, idx, x.n, false);
+  st->bound = INFINITY;
+  for (int i = 0; i < x.n; i++) st->bound = fmin(st->bound, x.c[i].row.bound);
   int rc = 0;
   if (x.n == 0 || !isfinite(x.c[idx[0]].row.makespan)) {
     no_config(&x, d, where);

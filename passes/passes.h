@@ -307,6 +307,8 @@ typedef struct pass_config_stats {
   int short_tuned;       /* given a short tune */
   int long_tuned;        /* given a long tune */
   double seconds;        /* time taken */
+  double bound;          /* the smallest bound of any configuration (s): no plan of any is
+                            faster, so rows[0] is within rows[0].makespan / bound of optimal */
   pass_config_row *rows; /* every configuration with a plan, best first; rows[0] was chosen */
   int nrows;
   bool has_grid;         /* grid: the best Megatron grid configuration (uniform 1F1B or

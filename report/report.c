@@ -467,8 +467,12 @@ static void config_text(const pass_config_row *c, strbuf *out) {
 /* The configuration search: the best ten configurations and the baselines beside them. */
 static void text_configs(const ir_module *m, const pass_config_stats *st, strbuf *out) {
   strbuf_printf(out, "\nconfigurations (%d enumerated, %d pruned by their bound, %d short and %d "
-                "long tunes, %.2f s; the first was chosen):\n", st->candidates, st->pruned,
+                "long tunes, %.2f s; the first was chosen", st->candidates, st->pruned,
                 st->short_tuned, st->long_tuned, st->seconds);
+  if (st->nrows && st->bound > 0 && isfinite(st->bound))
+    strbuf_printf(out, ", %.1f%% above the smallest bound of any configuration",
+                  100 * (st->rows[0].makespan / st->bound - 1));
+  strbuf_puts(out, "):\n");
   static const char *const cols[] = {">#", ">tensor", ">pipeline", ">data", ">micro_batch",
                                      "recompute", ">zero", ">step ms", ">tokens/s/GPU", ">MFU",
                                      ">peak memory", "plan"};
@@ -722,6 +726,7 @@ static void json_configs(const pass_config_stats *st, strbuf *out, bool *first) 
   member_num(out, "short_tunes", st->short_tuned, &f);
   member_num(out, "long_tunes", st->long_tuned, &f);
   member_num(out, "seconds", st->seconds, &f);
+  member_ms(out, "bound_ms", st->bound, &f);
   strbuf_putc(out, '}');
 }
 
