@@ -787,10 +787,10 @@ static void train_settings(sema *s, fe_assign **cluster_ref) {
   /* global batch and microbatches: one determines the other */
   int f_gb = ir_field_lookup(IR_REC_TRAIN, "global_batch");
   int f_mb = ir_field_lookup(IR_REC_TRAIN, "microbatches");
+#define SEMA_TRAIN_NO_DEFAULT "global_batch microbatches seq mem_limit overlap_grad_reduce"
   record_defaults(s, IR_REC_TRAIN, t, at, "train",
-                  s->o->free_config
-                      ? "global_batch microbatches seq mem_limit overlap_grad_reduce " IR_TRAIN_FREE_FIELDS
-                      : "global_batch microbatches seq mem_limit overlap_grad_reduce");
+                  s->o->free_config ? SEMA_TRAIN_NO_DEFAULT " " IR_TRAIN_FREE_FIELDS
+                                    : SEMA_TRAIN_NO_DEFAULT);
   record_positive(s, t, IR_REC_TRAIN, at, "train", "zero", failed);
   int first, nf;
   ir_record_fields(IR_REC_TRAIN, &first, &nf);

@@ -122,7 +122,10 @@ static void enumerate(cfg_ctx *x, bool grid) {
         if (fixed(m, IR_F_TRAIN_pipeline) && pp != val(m, IR_F_TRAIN_pipeline)) continue;
         if (fixed(m, IR_F_TRAIN_data) && dp != val(m, IR_F_TRAIN_data)) continue;
         if (t->global_batch % dp) continue;
-        for (int64_t mb = 1; mb <= t->global_batch / dp; mb++) {
+        int64_t mb_max = fixed(m, IR_F_TRAIN_micro_batch) ? val(m, IR_F_TRAIN_micro_batch)
+                         : grid                            ? 4
+                                                           : x->o.max_micro_batch;
+        for (int64_t mb = 1; mb <= t->global_batch / dp && mb <= mb_max; mb++) {
           if ((t->global_batch / dp) % mb) continue;
           if (fixed(m, IR_F_TRAIN_micro_batch) ? mb != val(m, IR_F_TRAIN_micro_batch)
                                                : grid ? mb != 1 && mb != 2 && mb != 4
@@ -133,7 +136,8 @@ static void enumerate(cfg_ctx *x, bool grid) {
                                                : !grid && rc == IR_RECOMPUTE_SELECTIVE && flash)
               continue; /* with flash attention, selective keeps the same memory for more time */
             for (int z = 0; z < 2; z++) {
-              if (fixed(m, IR_F_TRAIN_zero) ? z != val(m, IR_F_TRAIN_zero) : z == 1 && (grid || dp == 1))
+              if (fixed(m, IR_F_TRAIN_zero) ? z != val(m, IR_F_TRAIN_zero)
+                                            : z == 1 && (grid || dp == 1))
                 continue;
               pass_config_row r = {.tensor = tp, .pipeline = pp, .data = dp, .micro_batch = mb,
                                    .recompute = rc, .zero = z};
@@ -357,12 +361,15 @@ static void baselines(cfg_ctx *x, support_pool *pool, pass_config_stats *st) {
                            ir_field_value(&m->cluster, IR_F_CLUSTER_nodes));
   int64_t pp = gpus;
   while (pp > m->nlayers || gpus % pp) pp--;
-  pass_config_row r = {.tensor = 1, .pipeline = pp, .data = 1,
-                       .micro_batch = fixed(m, IR_F_TRAIN_micro_batch) ? val(m, IR_F_TRAIN_micro_batch) : 1,
-                       .recompute = fixed(m, IR_F_TRAIN_recompute) ? val(m, IR_F_TRAIN_recompute) : 0,
-                       .zero = fixed(m, IR_F_TRAIN_zero) ? val(m, IR_F_TRAIN_zero) : 0};
-  if ((fixed(m, IR_F_TRAIN_tensor) && val(m, IR_F_TRAIN_tensor) != 1) || (fixed(m, IR_F_TRAIN_data) && val(m, IR_F_TRAIN_data) != 1) ||
-      (fixed(m, IR_F_TRAIN_pipeline) && val(m, IR_F_TRAIN_pipeline) != pp) || t->global_batch % r.micro_batch)
+  /* a free field takes PP-only's value; a fixed one must agree with it */
+  pass_config_row r = {.tensor = 1, .pipeline = pp, .data = 1, .micro_batch = 1};
+  if (fixed(m, IR_F_TRAIN_micro_batch)) r.micro_batch = val(m, IR_F_TRAIN_micro_batch);
+  if (fixed(m, IR_F_TRAIN_recompute)) r.recompute = (int)val(m, IR_F_TRAIN_recompute);
+  if (fixed(m, IR_F_TRAIN_zero)) r.zero = (int)val(m, IR_F_TRAIN_zero);
+  if ((fixed(m, IR_F_TRAIN_tensor) && val(m, IR_F_TRAIN_tensor) != 1) ||
+      (fixed(m, IR_F_TRAIN_data) && val(m, IR_F_TRAIN_data) != 1) ||
+      (fixed(m, IR_F_TRAIN_pipeline) && val(m, IR_F_TRAIN_pipeline) != pp) ||
+      t->global_batch % r.micro_batch)
     return;
   cand_add(x, &r);
   cand_prepare(x, 0, 0);
@@ -393,9 +400,10 @@ static void no_config(const cfg_ctx *x, diag_engine *d, diag_loc where) {
   strbuf sb = {0};
   if (best) ir_format_value(&sb, IR_T_BYTES, best->overflow);
   diag_error(d, where, "no configuration %s: the closest (tensor = %lld, pipeline = %lld, data "
-             "= %lld, micro_batch = %lld, recompute = %s, zero = %d) %s%s%s", best ? "fits in memory"
-             : "has a plan", (long long)r->tensor, (long long)r->pipeline, (long long)r->data,
-             (long long)r->micro_batch, ir_enum_name(IR_T_RECOMPUTE, r->recompute), r->zero,
+             "= %lld, micro_batch = %lld, recompute = %s, zero = %d) %s%s%s",
+             best ? "fits in memory" : "has a plan", (long long)r->tensor,
+             (long long)r->pipeline, (long long)r->data, (long long)r->micro_batch,
+             ir_enum_name(IR_T_RECOMPUTE, r->recompute), r->zero,
              best ? "still needs " : "failed: ",
              best ? strbuf_cstr(&sb) : r->why[0] ? r->why : "no plan",
              best ? " more than the limit" : "");

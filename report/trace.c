@@ -1,8 +1,8 @@
 /* trace.c -- the Chrome / Perfetto trace of a simulated step (report_trace): one process per
- * device (pid device + 1, in device order) with a compute, send, receive and data-parallel thread (tids
- * unique in the trace and never a pid: trace_id_tid), a complete event per operation and per
- * transfer (on both ends), flow arrows from each send to its receive, and a memory counter per
- * device. Layout documented in docs/report.md. */
+ * device (pid device + 1, in device order) with a compute, send, receive and data-parallel
+ * thread (tids unique in the trace and never a pid: trace_id_tid), a complete event per
+ * operation and per transfer (on both ends), flow arrows from each send to its receive, and a
+ * memory counter per device. Layout documented in docs/report.md. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
