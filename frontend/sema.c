@@ -1172,15 +1172,12 @@ static void cross_checks(sema *s) {
   bool reported[IR_KIND_COUNT] = {false};
   for (int i = 0; i < m->nlayers; i++) {
     const ir_layer *l = &m->layers[i];
-    int first = ir_kind_first_param(l->kind);
-    for (int p = first; p < first + ir_kind_nparams(l->kind) && !reported[l->kind]; p++) {
-      if (!ir_layer_params[p].tp_split || isnan(l->p[p]) || fmod(l->p[p], (double)t->tensor) == 0)
-        continue;
-      diag_error(s->d, L(train_key(s, "tensor")),
-                 "tensor = %lld does not divide %s = %g of layer '%s' (%s)", (long long)t->tensor,
-                 ir_layer_params[p].name, l->p[p], l->name, ir_kinds[l->kind].name);
-      reported[l->kind] = true;
-    }
+    int p = reported[l->kind] ? -1 : ir_layer_tp_misfit(l, t->tensor);
+    if (p < 0) continue;
+    diag_error(s->d, L(train_key(s, "tensor")),
+               "tensor = %lld does not divide %s = %g of layer '%s' (%s)", (long long)t->tensor,
+               ir_layer_params[p].name, l->p[p], l->name, ir_kinds[l->kind].name);
+    reported[l->kind] = true;
   }
 }
 

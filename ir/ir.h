@@ -432,6 +432,9 @@ double ir_device_mem_limit(const ir_module *m, int dv);
  * or not. Only the fields of IR_TRAIN_FREE_FIELDS may be free. */
 bool ir_train_is_free(const ir_train *t, int f);
 void ir_train_set_free(ir_train *t, int f, bool free);
+/* The first parameter of layer l that tensor parallelism splits (layer_params.def TP) and that
+ * tensor degree t does not divide, or -1 when t divides every one. Pre: t >= 1. */
+int ir_layer_tp_misfit(const ir_layer *l, int64_t t);
 /* Whether f is one of IR_TRAIN_FREE_FIELDS. */
 bool ir_train_may_be_free(int f);
 /* The first free train field of m, or -1 when none is. */

@@ -1,4 +1,5 @@
 /* module.c -- construction and destruction of IR modules. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -248,6 +249,14 @@ void ir_train_set_free(ir_train *t, int f, bool free) {
   } else {
     t->free &= ~train_bit(f);
   }
+}
+
+int ir_layer_tp_misfit(const ir_layer *l, int64_t t) {
+  int first = ir_kind_first_param(l->kind);
+  for (int p = first; p < first + ir_kind_nparams(l->kind); p++)
+    if (ir_layer_params[p].tp_split && !isnan(l->p[p]) && fmod(l->p[p], (double)t) != 0)
+      return p;
+  return -1;
 }
 
 bool ir_train_may_be_free(int f) {

@@ -46,13 +46,8 @@ static int64_t val(const ir_module *m, int f) { return (int64_t)ir_field_value(&
 
 /* Whether tensor degree t divides every dimension tensor parallelism splits (layer_params.def). */
 static bool tensor_divides(const ir_module *m, int64_t t) {
-  for (int i = 0; i < m->nlayers; i++) {
-    const ir_layer *l = &m->layers[i];
-    int first = ir_kind_first_param(l->kind);
-    for (int p = first; p < first + ir_kind_nparams(l->kind); p++)
-      if (ir_layer_params[p].tp_split && !isnan(l->p[p]) && fmod(l->p[p], (double)t) != 0)
-        return false;
-  }
+  for (int i = 0; i < m->nlayers; i++)
+    if (ir_layer_tp_misfit(&m->layers[i], t) >= 0) return false;
   return true;
 }
 
