@@ -6,12 +6,8 @@
  *   custom     a dense stand-in of its output width (the kind has no architecture):
  *              y = tanh(x w + b), plus x when the input and output widths agree. */
 #include <math.h>
-#include <string.h>
 
 #include "kernels.h"
-
-/* Token id stored in a float, 0 when it is not an id of [0, vocab). */
-static int kb_token(float f, int vocab) { return f >= 0 && f < (float)vocab ? (int)f : 0; }
 
 /* ---- embedding: save = ids (T) | dy (T x hidden) ------------------------------------------- */
 
@@ -29,27 +25,23 @@ static int kb_emb_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
 
 static void kb_emb_fwd(const rt_ldims *d, const float *w, const float *x, float *y, float *save) {
   size_t T = (size_t)d->B * d->S, h = (size_t)d->hidden;
-  memcpy(save, x, T * sizeof *x);
-  for (size_t r = 0; r < T; r++)
-    memcpy(y + r * h, w + (size_t)kb_token(x[r], d->vocab) * h, h * sizeof *y);
+  rt_copy(save, x, T);
+  RT_FOR(emb_gather, T * h, .h = (int)h, .vocab = d->vocab, .ids = x, .table = w, .y = y);
 }
 
 static void kb_emb_bwd_in(const rt_ldims *d, const float *w, float *save, const float *dy,
                           float *dx) {
   (void)w;
   size_t T = (size_t)d->B * d->S;
-  memcpy(save + T, dy, T * (size_t)d->hidden * sizeof *dy);
-  if (dx) memset(dx, 0, T * sizeof *dx); /* token ids have no gradient */
+  rt_copy(save + T, dy, T * (size_t)d->hidden);
+  if (dx) rt_zero(dx, T); /* token ids have no gradient */
 }
 
 static void kb_emb_bwd_w(const rt_ldims *d, const float *w, const float *save, float *g) {
   (void)w;
   size_t T = (size_t)d->B * d->S, h = (size_t)d->hidden;
-  for (size_t r = 0; r < T; r++) {
-    float *gr = g + (size_t)kb_token(save[r], d->vocab) * h;
-    const float *dr = save + T + r * h;
-    for (size_t k = 0; k < h; k++) gr[k] += dr[k];
-  }
+  RT_FOR(emb_scatter, h, .T = (long)T, .h = (int)h, .vocab = d->vocab, .ids = save,
+         .dy = save + T, .g = g);
 }
 
 const rt_kernel rt_k_embedding = {"embedding", kb_emb_plan, kb_emb_fwd, kb_emb_bwd_in,
@@ -74,7 +66,7 @@ static int kb_head_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
 static void kb_head_fwd(const rt_ldims *d, const float *w, const float *x, float *y, float *save) {
   int T = d->B * d->S, h = d->hidden, V = d->vocab;
   float *xs = save, *hn = xs + (size_t)T * h, *rstd = hn + (size_t)T * h;
-  memcpy(xs, x, (size_t)T * h * sizeof *x);
+  rt_copy(xs, x, (size_t)T * h);
   rt_rmsnorm_fwd(T, h, x, w, hn, rstd);
   rt_gemm(false, false, T, V, h, 1.0f, hn, h, w + h, V, 0.0f, y, V);
 }
@@ -84,7 +76,7 @@ static void kb_head_bwd_in(const rt_ldims *d, const float *w, float *save, const
   int T = d->B * d->S, h = d->hidden, V = d->vocab;
   float *xs = save, *hn = xs + (size_t)T * h, *rstd = hn + (size_t)T * h;
   float *dhn = rstd + T, *dys = dhn + (size_t)T * h;
-  memcpy(dys, dy, (size_t)T * V * sizeof *dy);
+  rt_copy(dys, dy, (size_t)T * V);
   rt_gemm(false, true, T, h, V, 1.0f, dy, V, w + h, V, 0.0f, dhn, h);
   if (dx) rt_rmsnorm_bwd_in(T, h, xs, w, rstd, dhn, dx, false);
 }
@@ -121,22 +113,19 @@ static void kb_custom_fwd(const rt_ldims *d, const float *w, const float *x, flo
   int T = d->B * d->S, n = d->in_w, o = d->out_w;
   const float *b = w + (size_t)n * o;
   float *xs = save, *a = xs + (size_t)T * n;
-  memcpy(xs, x, (size_t)T * n * sizeof *x);
-  for (int r = 0; r < T; r++) memcpy(a + (size_t)r * o, b, (size_t)o * sizeof *a);
+  rt_copy(xs, x, (size_t)T * n);
+  RT_FOR(rows_set, (size_t)T * o, .n = o, .v = b, .y = a);
   rt_gemm(false, false, T, o, n, 1.0f, x, n, w, o, 1.0f, a, o);
-  for (size_t k = 0; k < (size_t)T * o; k++) {
-    a[k] = tanhf(a[k]);
-    y[k] = a[k] + (n == o ? x[k] : 0.0f);
-  }
+  RT_FOR(custom_act, (size_t)T * o, .residual = n == o, .x = x, .a = a, .y = y);
 }
 
 static void kb_custom_bwd_in(const rt_ldims *d, const float *w, float *save, const float *dy,
                              float *dx) {
   int T = d->B * d->S, n = d->in_w, o = d->out_w;
   float *a = save + (size_t)T * n, *dz = a + (size_t)T * o;
-  for (size_t k = 0; k < (size_t)T * o; k++) dz[k] = dy[k] * (1.0f - a[k] * a[k]);
+  RT_FOR(tanh_bwd, (size_t)T * o, .dy = dy, .a = a, .dz = dz);
   if (!dx) return;
-  if (n == o) memcpy(dx, dy, (size_t)T * n * sizeof *dx);
+  if (n == o) rt_copy(dx, dy, (size_t)T * n);
   rt_gemm(false, true, T, n, o, 1.0f, dz, o, w, o, n == o ? 1.0f : 0.0f, dx, n);
 }
 
@@ -145,12 +134,7 @@ static void kb_custom_bwd_w(const rt_ldims *d, const float *w, const float *save
   int T = d->B * d->S, n = d->in_w, o = d->out_w;
   const float *xs = save, *dz = save + (size_t)T * n + (size_t)T * o;
   rt_gemm(true, false, n, o, T, 1.0f, xs, n, dz, o, 1.0f, g, o);
-  float *gb = g + (size_t)n * o;
-  for (int k = 0; k < o; k++) {
-    double s = 0;
-    for (int r = 0; r < T; r++) s += dz[(size_t)r * o + k];
-    gb[k] += (float)s;
-  }
+  RT_FOR(col_sum, o, .rows = T, .n = o, .m = dz, .g = g + (size_t)n * o);
 }
 
 const rt_kernel rt_k_custom = {"custom", kb_custom_plan, kb_custom_fwd, kb_custom_bwd_in,

@@ -14,7 +14,6 @@
  * save block; bwd_w accumulates the gradients of norm, w1, w3, w2 from the save block only.
  * Every projection goes through rt_gemm (BLAS); reductions of the norm run in double. */
 #include <math.h>
-#include <string.h>
 
 #include "k_ffn.h"
 
@@ -28,25 +27,16 @@ void rt_ffn_fwd(const rt_ffn *f, int r, const float *h, const float *w1, const f
   rt_gemm(false, false, r, F, H, 1.0f, h, H, w1, F, 0.0f, a, F);
   if (f->gated) {
     rt_gemm(false, false, r, F, H, 1.0f, h, H, w3, F, 0.0f, u, F);
-    for (size_t i = 0; i < n; i++) z[i] = rt_act_fwd(f->act, a[i]) * u[i];
-  } else {
-    for (size_t i = 0; i < n; i++) z[i] = rt_act_fwd(f->act, a[i]);
   }
+  RT_FOR(ffn_act, n, .act = f->act, .gated = f->gated, .a = a, .u = u, .z = z);
   rt_gemm(false, false, r, H, F, 1.0f, z, F, w2, H, beta, out, H);
 }
 
 void rt_ffn_bwd_act(const rt_ffn *f, int r, const float *a, const float *u, const float *dz,
                     float *da, float *du) {
   size_t n = r > 0 ? (size_t)r * f->ffn : 0;
-  if (f->gated) {
-    for (size_t i = 0; i < n; i++) {
-      float g = dz[i]; /* read before da[i] is written: dz may be da */
-      du[i] = g * rt_act_fwd(f->act, a[i]);
-      da[i] = g * rt_act_grad(f->act, a[i]) * u[i];
-    }
-  } else {
-    for (size_t i = 0; i < n; i++) da[i] = dz[i] * rt_act_grad(f->act, a[i]);
-  }
+  RT_FOR(ffn_bwd_act, n, .act = f->act, .gated = f->gated, .a = a, .u = u, .dz = dz, .da = da,
+         .du = du);
 }
 
 void rt_ffn_bwd_h(const rt_ffn *f, int r, const float *w1, const float *w3, const float *da,
@@ -166,9 +156,9 @@ static void mlp_fwd(const rt_ldims *d, const float *w, const float *x, float *y,
   rt_ffn f = mlp_ffn(d);
   int N = d->B * d->S;
   size_t nh = (size_t)N * d->hidden;
-  memcpy(save + l.x, x, nh * sizeof *x);
+  rt_copy(save + l.x, x, nh);
   rt_rmsnorm_fwd(N, d->hidden, save + l.x, m.norm, save + l.h, save + l.rstd);
-  if (y != x) memcpy(y, save + l.x, nh * sizeof *y);
+  rt_copy(y, save + l.x, nh);
   rt_ffn_fwd(&f, N, save + l.h, m.w1, m.w3, m.w2, save + l.a, save + l.u, save + l.z, y, 1.0f);
 }
 
@@ -183,13 +173,13 @@ static void mlp_bwd_in(const rt_ldims *d, const float *w, float *save, const flo
   rt_ffn f = mlp_ffn(d);
   int N = d->B * d->S, H = d->hidden, F = d->ffn;
   size_t nh = (size_t)N * H;
-  memcpy(save + l.dy, dy, nh * sizeof *dy);
+  rt_copy(save + l.dy, dy, nh);
   /* dz is built in the da slot, then turned into da in place (elementwise) */
   rt_gemm(false, true, N, F, H, 1.0f, save + l.dy, H, m.w2, H, 0.0f, save + l.da, F);
   rt_ffn_bwd_act(&f, N, save + l.a, save + l.u, save + l.da, save + l.da, save + l.du);
   rt_ffn_bwd_h(&f, N, m.w1, m.w3, save + l.da, save + l.du, save + l.dh, 0.0f);
   if (dx) {
-    if (dx != dy) memcpy(dx, save + l.dy, nh * sizeof *dx);
+    rt_copy(dx, save + l.dy, nh);
     rt_rmsnorm_bwd_in(N, H, save + l.x, m.norm, save + l.rstd, save + l.dh, dx, true);
   }
 }

@@ -1,7 +1,9 @@
-/* kcommon.c -- the building blocks the layer kernels share (kernels.h): the kernel table, GEMM
- * through BLAS, RMSNorm and LayerNorm with their split gradients, activations. Norm statistics
- * accumulate in double in a fixed order, so results do not depend on the thread that runs them. */
+/* kcommon.c -- the building blocks the layer kernels share (kernels.h): the kernel table, where
+ * kernels run (kdev.h: the CPU's loops over the bodies of bodies.def, or the bound device), GEMM
+ * through BLAS, RMSNorm and LayerNorm with their split gradients. Norm statistics accumulate in
+ * double in a fixed order, so results do not depend on the thread that runs them. */
 #include <cblas.h>
+#include <stdlib.h>
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
@@ -42,6 +44,9 @@ size_t rt_lplan_params(const rt_lplan *p) {
 static pthread_once_t kc_blas_once = PTHREAD_ONCE_INIT;
 static void kc_blas_init(void) { openblas_set_num_threads(1); }
 
+/* The calling thread's device (kdev.h); NULL: the CPU. */
+static _Thread_local const rt_dev *kc_dev;
+
 /* Seconds this thread spent in BLAS. */
 static _Thread_local double kc_blas_s;
 
@@ -62,6 +67,10 @@ void rt_lplan_add(rt_lplan *p, const char *name, int d0, int d1, int d2, rt_init
 void rt_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc) {
   if (m <= 0 || n <= 0) return;
+  if (kc_dev) {
+    kc_dev->ops->gemm(kc_dev->ctx, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
   pthread_once(&kc_blas_once, kc_blas_init);
   if (k <= 0) { /* BLAS may leave C alone when k = 0; the product is then zero */
     for (int i = 0; i < m; i++)
@@ -84,143 +93,108 @@ double rt_median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* ---- Norms ----------------------------------------------------------------------------------- */
+/* ---- Where kernels run (kdev.h) ------------------------------------------------------------ */
+
+const rt_dev *rt_dev_bind(const rt_dev *d) {
+  const rt_dev *old = kc_dev;
+  kc_dev = d;
+  return old;
+}
+
+const rt_dev *rt_dev_current(void) { return kc_dev; }
+
+/* The CPU's loop over each body: for i in [0, n), in order. */
+#define RT_BODY(name)                                                                              \
+  static void kc_loop_##name(const void *args, long n) {                                           \
+    const rt_b_##name##_a *p = args;                                                               \
+    for (long i = 0; i < n; i++) rt_b_##name(p, i);                                                \
+  }
+#include "bodies.def"
+#undef RT_BODY
+
+/* The loops, indexed by rt_body_id. */
+static void (*const kc_loops[RT_B_COUNT])(const void *, long) = {
+#define RT_BODY(name) kc_loop_##name,
+#include "bodies.def"
+#undef RT_BODY
+};
+
+void rt_for(rt_body_id id, long n, const void *args) {
+  if (n <= 0) return;
+  if (kc_dev) kc_dev->ops->run(kc_dev->ctx, id, n, args);
+  else kc_loops[id](args, n);
+}
+
+void rt_copy(float *dst, const float *src, size_t n) {
+  if (dst == src || n == 0) return;
+  if (kc_dev) kc_dev->ops->copy(kc_dev->ctx, dst, src, n * sizeof *dst);
+  else memcpy(dst, src, n * sizeof *dst);
+}
+
+void rt_zero(float *dst, size_t n) {
+  if (n == 0) return;
+  if (kc_dev) kc_dev->ops->zero(kc_dev->ctx, dst, n * sizeof *dst);
+  else memset(dst, 0, n * sizeof *dst);
+}
+
+float *rt_scratch(size_t n) {
+  if (kc_dev) return kc_dev->ops->alloc(kc_dev->ctx, (n ? n : 1) * sizeof(float));
+  return xmalloc((n ? n : 1) * sizeof(float));
+}
+
+void rt_scratch_free(float *p) {
+  if (!p) return;
+  if (kc_dev) kc_dev->ops->release(kc_dev->ctx, p);
+  else free(p);
+}
+
+void rt_to_host(void *dst, const void *src, size_t bytes) {
+  if (bytes == 0) return;
+  if (kc_dev) kc_dev->ops->to_host(kc_dev->ctx, dst, src, bytes);
+  else memcpy(dst, src, bytes);
+}
+
+/* ---- Norms (bodies in kb_common.h) ----------------------------------------------------------- */
 
 void rt_rmsnorm_fwd(int rows, int n, const float *x, const float *gamma, float *y, float *rstd) {
-  for (int r = 0; r < rows; r++) {
-    const float *xr = x + (size_t)r * n;
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
-    float rs = (float)(1.0 / sqrt(ss / n + RT_NORM_EPS));
-    rstd[r] = rs;
-    float *yr = y + (size_t)r * n;
-    for (int i = 0; i < n; i++) yr[i] = xr[i] * rs * gamma[i];
-  }
+  RT_FOR(rmsnorm_fwd, rows, .n = n, .x = x, .gamma = gamma, .y = y, .rstd = rstd);
 }
 
 void rt_rmsnorm_bwd_in(int rows, int n, const float *x, const float *gamma, const float *rstd,
                        const float *dy, float *dx, bool acc) {
-  for (int r = 0; r < rows; r++) {
-    const float *xr = x + (size_t)r * n, *dyr = dy + (size_t)r * n;
-    float *dxr = dx + (size_t)r * n;
-    double rs = rstd[r], dot = 0;
-    for (int i = 0; i < n; i++) dot += (double)dyr[i] * gamma[i] * xr[i];
-    /* d/dx (x * rs * g) = rs * (g * dy - x * rs^2 * mean(g * dy * x)) */
-    double c = dot * rs * rs / n;
-    for (int i = 0; i < n; i++) {
-      float v = (float)(rs * ((double)dyr[i] * gamma[i] - (double)xr[i] * c));
-      dxr[i] = acc ? dxr[i] + v : v;
-    }
-  }
+  RT_FOR(rmsnorm_bwd_in, rows, .n = n, .x = x, .gamma = gamma, .rstd = rstd, .dy = dy, .dx = dx,
+         .acc = acc);
 }
 
 void rt_rmsnorm_bwd_w(int rows, int n, const float *x, const float *rstd, const float *dy,
                       float *dgamma) {
-  for (int i = 0; i < n; i++) {
-    double s = 0;
-    for (int r = 0; r < rows; r++) s += (double)dy[(size_t)r * n + i] * x[(size_t)r * n + i] * rstd[r];
-    dgamma[i] += (float)s;
-  }
+  RT_FOR(rmsnorm_bwd_w, n, .rows = rows, .n = n, .x = x, .rstd = rstd, .dy = dy,
+         .dgamma = dgamma);
 }
 
 void rt_layernorm_fwd(int rows, int n, const float *x, const float *gamma, const float *beta,
                       float *y, float *mean, float *rstd) {
-  for (int r = 0; r < rows; r++) {
-    const float *xr = x + (size_t)r * n;
-    double mu = 0, var = 0;
-    for (int i = 0; i < n; i++) mu += xr[i];
-    mu /= n;
-    for (int i = 0; i < n; i++) var += ((double)xr[i] - mu) * ((double)xr[i] - mu);
-    var /= n;
-    double rs = 1.0 / sqrt(var + RT_NORM_EPS);
-    mean[r] = (float)mu;
-    rstd[r] = (float)rs;
-    float *yr = y + (size_t)r * n;
-    for (int i = 0; i < n; i++) yr[i] = (float)(((double)xr[i] - mu) * rs) * gamma[i] + beta[i];
-  }
+  RT_FOR(layernorm_fwd, rows, .n = n, .x = x, .gamma = gamma, .beta = beta, .y = y,
+         .mean = mean, .rstd = rstd);
 }
 
 void rt_layernorm_bwd_in(int rows, int n, const float *x, const float *gamma, const float *mean,
                          const float *rstd, const float *dy, float *dx, bool acc) {
-  for (int r = 0; r < rows; r++) {
-    const float *xr = x + (size_t)r * n, *dyr = dy + (size_t)r * n;
-    float *dxr = dx + (size_t)r * n;
-    double mu = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
-    for (int i = 0; i < n; i++) {
-      double g = (double)dyr[i] * gamma[i], xh = ((double)xr[i] - mu) * rs;
-      s1 += g;
-      s2 += g * xh;
-    }
-    s1 /= n;
-    s2 /= n;
-    for (int i = 0; i < n; i++) {
-      double g = (double)dyr[i] * gamma[i], xh = ((double)xr[i] - mu) * rs;
-      float v = (float)(rs * (g - s1 - xh * s2));
-      dxr[i] = acc ? dxr[i] + v : v;
-    }
-  }
+  RT_FOR(layernorm_bwd_in, rows, .n = n, .x = x, .gamma = gamma, .mean = mean, .rstd = rstd,
+         .dy = dy, .dx = dx, .acc = acc);
 }
 
 void rt_layernorm_bwd_w(int rows, int n, const float *x, const float *mean, const float *rstd,
                         const float *dy, float *dgamma, float *dbeta) {
-  for (int i = 0; i < n; i++) {
-    double sg = 0, sb = 0;
-    for (int r = 0; r < rows; r++) {
-      double d = dy[(size_t)r * n + i];
-      sg += d * ((double)x[(size_t)r * n + i] - mean[r]) * rstd[r];
-      sb += d;
-    }
-    dgamma[i] += (float)sg;
-    dbeta[i] += (float)sb;
-  }
+  RT_FOR(layernorm_bwd_w, n, .rows = rows, .n = n, .x = x, .mean = mean, .rstd = rstd, .dy = dy,
+         .dgamma = dgamma, .dbeta = dbeta);
 }
 
-/* ---- Activations ----------------------------------------------------------------------------- */
-
-float rt_sigmoid(float z) {
-  return z >= 0 ? 1.0f / (1.0f + expf(-z)) : expf(z) / (1.0f + expf(z));
-}
-
-float rt_softplus(float z) { return z > 20.0f ? z : log1pf(expf(z)); }
-
-float rt_silu(float z) { return z * rt_sigmoid(z); }
-
-float rt_silu_grad(float z) {
-  float s = rt_sigmoid(z);
-  return s * (1.0f + z * (1.0f - s));
-}
+/* ---- Activations (the functions are in kb_common.h) ------------------------------------------ */
 
 const char *rt_act_name(rt_act a) {
   static const char *const names[] = {"relu", "relu2", "gelu", "silu", "tanh"};
   return (unsigned)a < sizeof names / sizeof *names ? names[a] : "?";
-}
-
-float rt_act_fwd(rt_act a, float z) {
-  switch (a) {
-  case RT_ACT_RELU: return z > 0 ? z : 0;
-  case RT_ACT_RELU2: return z > 0 ? z * z : 0;
-  case RT_ACT_GELU: return (float)(0.5 * z * (1.0 + erf(z * M_SQRT1_2)));
-  case RT_ACT_SILU: return rt_silu(z);
-  case RT_ACT_TANH: return tanhf(z);
-  }
-  return z;
-}
-
-float rt_act_grad(rt_act a, float z) {
-  switch (a) {
-  case RT_ACT_RELU: return z > 0 ? 1.0f : 0.0f;
-  case RT_ACT_RELU2: return z > 0 ? 2.0f * z : 0.0f;
-  case RT_ACT_GELU: {
-    double cdf = 0.5 * (1.0 + erf(z * M_SQRT1_2)), pdf = exp(-0.5 * (double)z * z) / sqrt(2 * M_PI);
-    return (float)(cdf + z * pdf);
-  }
-  case RT_ACT_SILU: return rt_silu_grad(z);
-  case RT_ACT_TANH: {
-    float t = tanhf(z);
-    return 1.0f - t * t;
-  }
-  }
-  return 1.0f;
 }
 
 /* ---- Initialization -------------------------------------------------------------------------- */

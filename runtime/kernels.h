@@ -3,6 +3,8 @@
  * forward (F), input gradient (B) and weight gradient (W) as separate functions. The CPU model
  * (model.c) and the tests use this table; every kernel is float32, row-major, deterministic
  * (same inputs, same bits), and single-threaded apart from BLAS, which runs one thread per rank.
+ * Kernels run on the calling thread's device (kdev.h): the CPU, or a GPU bound by rt_dev_bind,
+ * and then every pointer they take is that GPU's memory.
  * docs/runtime.md ("Real layers") gives each kind's definition; tests/runtime/torch_ref.py
  * rebuilds every kind in PyTorch from the same weights. */
 #ifndef OCTO_RT_KERNELS_H
@@ -12,10 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kbodies.h"
+#include "kdev.h"
 #include "support.h"
-
-/* Activation functions (the order of ir/enums.def's ACT type, whose numbers streams carry). */
-typedef enum rt_act { RT_ACT_RELU, RT_ACT_RELU2, RT_ACT_GELU, RT_ACT_SILU, RT_ACT_TANH } rt_act;
 
 /* The dimensions of one layer as it runs (already divided by the scale). Fields a kind does not
  * use are 0. Tokens are laid out sequence-major: token t of sequence b is row b * S + t. */
@@ -175,9 +176,10 @@ double rt_median(double *v, int n);
 /* Seconds this thread has spent in rt_gemm since it started (for the run's BLAS share). */
 double rt_blas_seconds(void);
 
-/* RMSNorm over rows of width n: y = x / rms(x) * gamma, rms = sqrt(mean(x^2) + eps); rstd (one
- * per row) receives 1 / rms. Rows: 'rows'. */
-#define RT_NORM_EPS 1e-5f
+/* The norms (their bodies are in kb_common.h; eps RT_NORM_EPS), over 'rows' rows of width n on
+ * the current device (kdev.h).
+ * RMSNorm: y = x / rms(x) * gamma, rms = sqrt(mean(x^2) + eps); rstd (one per row) receives
+ * 1 / rms. */
 void rt_rmsnorm_fwd(int rows, int n, const float *x, const float *gamma, float *y, float *rstd);
 /* Input gradient of rt_rmsnorm_fwd: dx (+)= d/dx given dy; accumulate into dx when acc. */
 void rt_rmsnorm_bwd_in(int rows, int n, const float *x, const float *gamma, const float *rstd,
@@ -186,8 +188,8 @@ void rt_rmsnorm_bwd_in(int rows, int n, const float *x, const float *gamma, cons
 void rt_rmsnorm_bwd_w(int rows, int n, const float *x, const float *rstd, const float *dy,
                       float *dgamma);
 
-/* LayerNorm over rows of width n with weight gamma and bias beta (vit): y = (x - mean) * rstd *
- * gamma + beta; mean and rstd (one per row) saved. */
+/* LayerNorm with weight gamma and bias beta (vit): y = (x - mean) * rstd * gamma + beta; mean
+ * and rstd (one per row) saved. */
 void rt_layernorm_fwd(int rows, int n, const float *x, const float *gamma, const float *beta,
                       float *y, float *mean, float *rstd);
 void rt_layernorm_bwd_in(int rows, int n, const float *x, const float *gamma, const float *mean,
@@ -196,19 +198,8 @@ void rt_layernorm_bwd_in(int rows, int n, const float *x, const float *gamma, co
 void rt_layernorm_bwd_w(int rows, int n, const float *x, const float *mean, const float *rstd,
                         const float *dy, float *dgamma, float *dbeta);
 
-/* The spelling of activation a ("silu"), as ir/enums.def's ACT type. */
+/* The spelling of activation a ("silu"), as ir/enums.def's ACT type. The activations themselves
+ * (rt_act_fwd, rt_act_grad, rt_silu, rt_sigmoid, rt_softplus) are in kb_common.h. */
 const char *rt_act_name(rt_act a);
-
-/* Activation a of z (gelu: the exact erf form, as torch's default). */
-float rt_act_fwd(rt_act a, float z);
-/* Its derivative at z. */
-float rt_act_grad(rt_act a, float z);
-
-/* silu(z) = z * sigmoid(z) and its derivative. */
-float rt_silu(float z);
-float rt_silu_grad(float z);
-/* softplus(z) = log(1 + exp(z)), stable; its derivative is the sigmoid. */
-float rt_softplus(float z);
-float rt_sigmoid(float z);
 
 #endif
