@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "kdev.h"
 #include "standin.h"
 
 /* ---- The stand-in model on a GPU ------------------------------------------------------------ */
@@ -63,6 +64,33 @@ void rg_step(rg_model *m, void *stream, int st);
  * memory 'out' of n floats after synchronizing the device. Returns 0, or -1 when n differs or
  * the copy failed (rg_model_error says why). */
 int rg_stage_grads_to_host(rg_model *m, int st, float *out, size_t n);
+
+/* ---- A GPU as the layer kernels' device (kernels_gpu.cu) ------------------------------------ */
+
+/* One GPU and stream on which the kernels of kernels.h run once rg_dev_kernels(d) is bound with
+ * rt_dev_bind (kdev.h): bodies as CUDA kernels, rt_gemm as cuBLAS (float32 with TF32 off; with
+ * bf16, bf16 copies of both inputs and float32 accumulation). Use from one host thread at a time,
+ * with the device current (cudaSetDevice) on that thread. The first error is recorded
+ * (rg_dev_error) and makes later work a no-op. */
+typedef struct rg_dev rg_dev;
+
+/* The device on CUDA device 'device', enqueuing on 'stream' (a cudaStream_t; NULL: a stream of its
+ * own). NULL with the reason in err (no device, no such device, a CUDA or cuBLAS failure). */
+rg_dev *rg_dev_new(int device, void *stream, bool bf16, strbuf *err);
+/* Synchronizes its stream, then frees it (NULL is fine). */
+void rg_dev_free(rg_dev *d);
+/* What rt_dev_bind takes. */
+const rt_dev *rg_dev_kernels(rg_dev *d);
+/* The first CUDA or cuBLAS error of d's work ("what: detail"), or NULL. */
+const char *rg_dev_error(const rg_dev *d);
+/* n zeroed device floats (freed with rg_dev_release), NULL on failure (recorded). */
+float *rg_dev_alloc(rg_dev *d, size_t n);
+/* Waits for d's stream, then frees p (NULL is fine). */
+void rg_dev_release(rg_dev *d, float *p);
+/* Copy n floats host -> device (put) or device -> host (get), waiting for the copy. Returns 0, or
+ * -1 with the error recorded. */
+int rg_dev_put(rg_dev *d, float *dst, const float *src, size_t n);
+int rg_dev_get(rg_dev *d, float *dst, const float *src, size_t n);
 
 /* ---- Layer profiling ------------------------------------------------------------------------ */
 

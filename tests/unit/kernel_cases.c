@@ -6,7 +6,12 @@
  *   octo_kernel_cases dump DIR             write each case's tensors as an octo-run --dump would
  *                                          (for tests/runtime/torch_ref.py);
  *   octo_kernel_cases check-fixtures DIR   compare y, dx and every weight gradient with the
- *                                          PyTorch results committed in DIR (relative 1e-4).
+ *                                          PyTorch results committed in DIR (relative 1e-4);
+ *   octo_kernel_cases check-gpu [--bf16]   (CUDA builds) run every case, and every case with 8
+ *                                          times its sequences, on GPU 0 with the same weights
+ *                                          and compare y, dx and the weight gradients with the
+ *                                          CPU's (relative 1e-4; bf16 GEMM inputs: 3e-2); prints
+ *                                          "no GPU: skipped" and exits 0 without a device.
  * Exit status 0 when every case passes, 1 otherwise. */
 #include <math.h>
 #include <stdio.h>
@@ -327,10 +332,102 @@ static int kc_check_fixtures(const char *dir) {
   return bad ? 1 : 0;
 }
 
+#ifdef OCTO_HAVE_CUDA
+#include "gpu.h"
+
+/* Device copies of a case's tensors. */
+typedef struct kgpu {
+  float *x, *y, *dy, *dx, *w, *g, *save; /* device arrays of krun's sizes */
+} kgpu;
+
+/* Run case r (already run on the CPU) on device dev: F, B with dx, W from zero gradients; y, dx
+ * and g are read back into gy, gdx, gg. Returns the device's error, or NULL. */
+static const char *kc_gpu_run(rg_dev *dev, const krun *r, float *gy, float *gdx, float *gg) {
+  kgpu t;
+  t.x = rg_dev_alloc(dev, r->nx);
+  t.y = rg_dev_alloc(dev, r->ny);
+  t.dy = rg_dev_alloc(dev, r->ny);
+  t.dx = rg_dev_alloc(dev, r->nx);
+  t.w = rg_dev_alloc(dev, r->nw);
+  t.g = rg_dev_alloc(dev, r->nw);
+  t.save = rg_dev_alloc(dev, r->p.save_floats);
+  if (!rg_dev_error(dev) && rg_dev_put(dev, t.x, r->x, r->nx) == 0 &&
+      rg_dev_put(dev, t.dy, r->dy, r->ny) == 0 && rg_dev_put(dev, t.w, r->w, r->nw) == 0) {
+    const rt_dev *prev = rt_dev_bind(rg_dev_kernels(dev));
+    r->k->fwd(&r->d, t.w, t.x, t.y, t.save);
+    r->k->bwd_in(&r->d, t.w, t.save, t.dy, t.dx);
+    r->k->bwd_w(&r->d, t.w, t.save, t.g);
+    rt_dev_bind(prev);
+    rg_dev_get(dev, gy, t.y, r->ny);
+    rg_dev_get(dev, gdx, t.dx, r->nx);
+    rg_dev_get(dev, gg, t.g, r->nw);
+  }
+  float *all[] = {t.x, t.y, t.dy, t.dx, t.w, t.g, t.save};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) rg_dev_release(dev, all[i]);
+  return rg_dev_error(dev);
+}
+
+/* check-gpu: every case at its size and with 8 times its sequences, GPU against CPU. */
+static int kc_check_gpu(bool bf16) {
+  strbuf err = {0};
+  rg_dev *dev = rg_dev_new(0, NULL, bf16, &err);
+  if (!dev) {
+    printf("no GPU: skipped (%s)\n", strbuf_cstr(&err));
+    strbuf_free(&err);
+    return 0;
+  }
+  double tol = bf16 ? 3e-2 : 1e-4;
+  int bad = 0, n = 0;
+  for (int big = 0; big < 2; big++)
+    for (int c = 0; c < KC_N; c++, n++) {
+      kcase kcs = kc_cases[c];
+      if (big) kcs.d.B *= 8;
+      krun r;
+      if (!kc_setup(&kcs, &r)) {
+        bad++;
+        continue;
+      }
+      kc_run(&r, false);
+      float *gy = xcalloc(r.ny, sizeof *gy), *gdx = xcalloc(r.nx, sizeof *gdx);
+      float *gg = xcalloc(r.nw ? r.nw : 1, sizeof *gg);
+      const char *e = kc_gpu_run(dev, &r, gy, gdx, gg);
+      double ey = kc_rel(gy, r.y, r.ny, 0), edx = 0, eg = 0;
+      if (strcmp(r.k->kind, "embedding") != 0) edx = kc_rel(gdx, r.dx, r.nx, 0);
+      const float *gc = r.g, *gd = gg;
+      for (int i = 0; i < r.p.npt; i++) {
+        size_t k = rt_ptensor_floats(&r.p.pt[i]);
+        eg = fmax(eg, kc_rel(gd, gc, k, 1e-3));
+        gc += k;
+        gd += k;
+      }
+      bool ok = !e && ey <= tol && edx <= tol && eg <= tol;
+      printf("%s %s%s (%s): GPU vs CPU relative error y %.2e, dx %.2e, weight gradients %.2e%s%s\n",
+             ok ? "PASS" : "FAIL", kcs.name, big ? " x8" : "", r.k->kind, ey, edx, eg,
+             e ? ": " : "", e ? e : "");
+      bad += !ok;
+      free(gy);
+      free(gdx);
+      free(gg);
+      kc_free(&r);
+      if (e) break;
+    }
+  printf("%d passed, %d failed\n", n - bad, bad);
+  rg_dev_free(dev);
+  strbuf_free(&err);
+  return bad ? 1 : 0;
+}
+#endif
+
 int main(int argc, char **argv) {
   if (argc == 2 && strcmp(argv[1], "check-fd") == 0) return kc_check_fd();
   if (argc == 3 && strcmp(argv[1], "dump") == 0) return kc_dump(argv[2]);
   if (argc == 3 && strcmp(argv[1], "check-fixtures") == 0) return kc_check_fixtures(argv[2]);
-  fprintf(stderr, "usage: octo_kernel_cases check-fd | dump DIR | check-fixtures DIR\n");
+#ifdef OCTO_HAVE_CUDA
+  if (argc >= 2 && argc <= 3 && strcmp(argv[1], "check-gpu") == 0 &&
+      (argc == 2 || strcmp(argv[2], "--bf16") == 0))
+    return kc_check_gpu(argc == 3);
+#endif
+  fprintf(stderr, "usage: octo_kernel_cases check-fd | dump DIR | check-fixtures DIR | check-gpu "
+                  "[--bf16]\n");
   return 2;
 }
