@@ -1,7 +1,8 @@
 #!/bin/sh
 # gpu_check.sh -- the one prepared script for a machine with a GPU (issue 8), under 8 minutes on
 # one H200. It builds OctoPipe (with the CUDA toolkit, cuBLAS and NCCL), then prints:
-#   1. the GPU tests (lit, REQUIRES: cuda) and the GPU model test;
+#   1. the GPU tests (lit, REQUIRES: cuda) and the GPU model test; every layer kind's kernels
+#      on the GPU against the CPU (octo_kernel_cases check-gpu: y, dx, weight gradients);
 #   2. float32 gradient equivalence of --backend=cuda with the CPU backend on several schedules
 #      (--check compares a step with the sequential reference that the cpu backend matches bit
 #      for bit; the losses of three steps of both backends are printed side by side);
@@ -36,6 +37,10 @@ export PATH
 say "1. GPU tests"
 python3 /usr/lib/llvm-14/build/utils/lit/lit.py -sv "$BUILD/tests" --filter 'gpu|cuda' 2>&1 | tail -15
 [ -x "$BUILD/tests/gpu/octo_gpu_tests" ] && "$BUILD/tests/gpu/octo_gpu_tests" 2>&1 | tail -15
+
+say "1b. every layer kind's kernels on the GPU against the CPU (same weights; float32, then bf16 GEMM inputs)"
+"$BUILD/tests/unit/octo_kernel_cases" check-gpu 2>&1
+"$BUILD/tests/unit/octo_kernel_cases" check-gpu --bf16 2>&1 | tail -1
 
 say "2. float32 equivalence: --backend=cuda vs cpu (--check of step 1 against the sequential run; losses of 3 steps)"
 spec=$SRC/tests/runtime/Inputs/hetero.octo
