@@ -7,5 +7,6 @@
 #include "kb_attention.h"
 #include "kb_moe.h"
 #include "kb_mamba2.h"
+#include "kb_model.h"
 
 #endif

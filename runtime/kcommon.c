@@ -154,6 +154,23 @@ void rt_to_host(void *dst, const void *src, size_t bytes) {
   else memcpy(dst, src, bytes);
 }
 
+void rt_put(void *dst, const void *src, size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  if (kc_dev) kc_dev->ops->put(kc_dev->ctx, dst, src, bytes);
+  else memcpy(dst, src, bytes);
+}
+
+void *rt_dev_malloc(size_t bytes) {
+  if (kc_dev) return kc_dev->ops->lasting(kc_dev->ctx, bytes ? bytes : 1);
+  return xcalloc(1, bytes ? bytes : 1);
+}
+
+void rt_dev_mfree(void *p) {
+  if (!p) return;
+  if (kc_dev) kc_dev->ops->lasting_free(kc_dev->ctx, p);
+  else free(p);
+}
+
 /* ---- Norms (bodies in kb_common.h) ----------------------------------------------------------- */
 
 void rt_rmsnorm_fwd(int rows, int n, const float *x, const float *gamma, float *y, float *rstd) {

@@ -46,6 +46,9 @@ typedef struct rt_dev_ops {
   void *(*alloc)(void *ctx, size_t bytes); /* stream-ordered scratch; NULL when out of memory */
   void (*release)(void *ctx, void *p);     /* stream-ordered free of alloc's block */
   void (*to_host)(void *ctx, void *dst, const void *src, size_t bytes); /* waits */
+  void (*put)(void *ctx, void *dst, const void *src, size_t bytes); /* host to device, waits */
+  void *(*lasting)(void *ctx, size_t bytes); /* lasting, zeroed memory; NULL when out of memory */
+  void (*lasting_free)(void *ctx, void *p);    /* waits for the stream, then frees lasting's block */
 } rt_dev_ops;
 
 /* A device as the kernels see it. */
@@ -74,6 +77,13 @@ float *rt_scratch(size_t n);
 void rt_scratch_free(float *p);
 /* dst (host) = src (current device), bytes; waits for the device. */
 void rt_to_host(void *dst, const void *src, size_t bytes);
+/* dst (current device) = src (host), bytes; src may be reused on return. */
+void rt_put(void *dst, const void *src, size_t bytes);
+/* Lasting memory of bytes on the current device, zeroed (parameters, saved state): aborts when
+ * the host is out of memory; NULL (the device's error recorded) when a GPU is. Free with
+ * rt_dev_mfree on the same device. */
+void *rt_dev_malloc(size_t bytes);
+void rt_dev_mfree(void *p);
 
 #ifdef __cplusplus
 }

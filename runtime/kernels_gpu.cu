@@ -176,8 +176,32 @@ static void kg_to_host(void *ctx, void *dst, const void *src, size_t bytes) {
   memset(dst, 0, bytes);
 }
 
-static const rt_dev_ops kg_ops = {kg_run, kg_gemm, kg_copy, kg_zero, kg_alloc, kg_release,
-                                  kg_to_host};
+static void kg_put(void *ctx, void *dst, const void *src, size_t bytes) {
+  rg_dev *d = (rg_dev *)ctx;
+  if (!d->err[0] &&
+      kg_cuda(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, d->stream), "to device"))
+    kg_cuda(d, cudaStreamSynchronize(d->stream), "to device (synchronize)");
+}
+
+static void *kg_malloc(void *ctx, size_t bytes) {
+  rg_dev *d = (rg_dev *)ctx;
+  void *p = NULL;
+  if (d->err[0] || !kg_cuda(d, cudaMalloc(&p, bytes), "cudaMalloc")) return NULL;
+  if (!kg_cuda(d, cudaMemset(p, 0, bytes), "cudaMemset")) {
+    cudaFree(p);
+    return NULL;
+  }
+  return p;
+}
+
+static void kg_mfree(void *ctx, void *p) {
+  rg_dev *d = (rg_dev *)ctx;
+  kg_cuda(d, cudaStreamSynchronize(d->stream), "synchronize before free");
+  cudaFree(p);
+}
+
+static const rt_dev_ops kg_ops = {kg_run,    kg_gemm, kg_copy,   kg_zero,  kg_alloc,
+                                  kg_release, kg_to_host, kg_put, kg_malloc, kg_mfree};
 
 /* ---- The device (gpu.h) ----------------------------------------------------------------------- */
 
@@ -227,29 +251,16 @@ extern "C" const rt_dev *rg_dev_kernels(rg_dev *d) { return &d->dev; }
 extern "C" const char *rg_dev_error(const rg_dev *d) { return d->err[0] ? d->err : NULL; }
 
 extern "C" float *rg_dev_alloc(rg_dev *d, size_t n) {
-  void *p = NULL;
-  if (d->err[0] || !kg_cuda(d, cudaMalloc(&p, (n ? n : 1) * sizeof(float)), "cudaMalloc"))
-    return NULL;
-  if (!kg_cuda(d, cudaMemset(p, 0, (n ? n : 1) * sizeof(float)), "cudaMemset")) {
-    cudaFree(p);
-    return NULL;
-  }
-  return (float *)p;
+  return (float *)kg_malloc(d, (n ? n : 1) * sizeof(float));
 }
 
 extern "C" void rg_dev_release(rg_dev *d, float *p) {
-  if (!p) return;
-  kg_cuda(d, cudaStreamSynchronize(d->stream), "synchronize before free");
-  cudaFree(p);
+  if (p) kg_mfree(d, p);
 }
 
 extern "C" int rg_dev_put(rg_dev *d, float *dst, const float *src, size_t n) {
-  if (d->err[0]) return -1;
-  return kg_cuda(d, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice,
-                                    d->stream), "to device") &&
-                 kg_cuda(d, cudaStreamSynchronize(d->stream), "to device (synchronize)")
-             ? 0
-             : -1;
+  kg_put(d, dst, src, n * sizeof(float));
+  return d->err[0] ? -1 : 0;
 }
 
 extern "C" int rg_dev_get(rg_dev *d, float *dst, const float *src, size_t n) {

@@ -102,6 +102,9 @@ struct rt_model {
   size_t scratch_n;     /* floats of each scratch buffer */
   float *scr[3];        /* scratch buffers for the layers of a stage */
   int *tok;             /* scratch: B x S + 1 token ids */
+  float *hbuf;          /* host scratch of hbuf_n floats: ids, targets or features before they go
+                           to the device (rt_put) */
+  size_t hbuf_n;        /* its floats: the larger of B x S + 1 and the model's input */
 };
 
 /* ---- Dimensions ---------------------------------------------------------------------------- */
@@ -377,6 +380,9 @@ rt_model *rt_model_new(const be_stream *s, const rt_opts *o, strbuf *err) {
   }
   m->perm = rt_data_perm(m->V, m->seed);
   m->tok = xmalloc(((size_t)m->B * m->S + 1) * sizeof *m->tok);
+  size_t nin = rt_tensor_floats(m, BE_T_INPUT, 0);
+  m->hbuf_n = nin > (size_t)m->B * m->S + 1 ? nin : (size_t)m->B * m->S + 1;
+  m->hbuf = xmalloc(m->hbuf_n * sizeof *m->hbuf);
   size_t big = 1;
   for (int i = 0; i < m->nlayers; i++) {
     const mlayer *L = &m->layers[i];
@@ -446,6 +452,7 @@ void rt_model_free(rt_model *m) {
   free(m->perm);
   for (int i = 0; i < 3; i++) free(m->scr[i]);
   free(m->tok);
+  free(m->hbuf);
   free(m);
 }
 
@@ -610,11 +617,13 @@ static uint64_t mb_pos(const rt_model *m, int step, int replica, int mb) {
           (uint64_t)mb) * (uint64_t)m->B * (uint64_t)m->S;
 }
 
-/* Token ids of microbatch mb of the current step and replica as floats into ids (B x S). */
+/* Token ids of microbatch mb of the current step and replica as floats into ids (B x S, on the
+ * current device). */
 static void load_ids(rt_model *m, int step, int replica, int mb, float *ids) {
   int T = m->B * m->S;
   tokens_from(m, mb_pos(m, step, replica, mb), T, m->tok);
-  for (int i = 0; i < T; i++) ids[i] = (float)m->tok[i];
+  for (int i = 0; i < T; i++) m->hbuf[i] = (float)m->tok[i];
+  rt_put(ids, m->hbuf, (size_t)T * sizeof *ids);
 }
 
 void rt_load(rt_model *m, int step, int replica, int mb, float *in) {
@@ -626,7 +635,9 @@ void rt_load(rt_model *m, int step, int replica, int mb, float *in) {
   /* Dense features (e.g. embedded image patches), uniform in [-1, 1) from the position. */
   size_t n = rt_tensor_floats(m, BE_T_INPUT, 0);
   uint64_t st = rt_mix64(m->seed ^ 0x494d414745ULL ^ rt_mix64(mb_pos(m, step, replica, mb) + 1));
-  for (size_t i = 0; i < n; i++) in[i] = (float)((double)(rt_next64(&st) >> 11) * 0x1p-52 - 1.0);
+  for (size_t i = 0; i < n; i++)
+    m->hbuf[i] = (float)((double)(rt_next64(&st) >> 11) * 0x1p-52 - 1.0);
+  rt_put(in, m->hbuf, n * sizeof *in);
 }
 
 /* ---- Forward and loss ---------------------------------------------------------------------- */
@@ -634,27 +645,14 @@ void rt_load(rt_model *m, int step, int replica, int mb, float *in) {
 /* Adapter: a tensor of B sequences of prev_S tokens of width prev_w into one of in_S tokens of
  * width in_w, keeping each sequence's last tokens and the first columns (zeros where none). */
 static void adapt_fwd(const rt_model *m, const mlayer *L, const float *in, float *out) {
-  int S0 = L->prev_S, w0 = L->prev_w, S1 = L->d.in_S, w1 = L->d.in_w, cw = w0 < w1 ? w0 : w1;
-  for (int b = 0; b < m->B; b++)
-    for (int t = 0; t < S1; t++) {
-      int src = t + S0 - S1;
-      float *o = out + ((size_t)b * S1 + t) * w1;
-      memset(o, 0, (size_t)w1 * sizeof *o);
-      if (src >= 0) memcpy(o, in + ((size_t)b * S0 + src) * w0, (size_t)cw * sizeof *o);
-    }
+  RT_FOR(model_adapt_fwd, (size_t)m->B * L->d.in_S * L->d.in_w, .S0 = L->prev_S, .w0 = L->prev_w,
+         .S1 = L->d.in_S, .w1 = L->d.in_w, .src = in, .dst = out);
 }
 
 /* Its transpose: the gradient of the adapter's input from that of its output. */
 static void adapt_bwd(const rt_model *m, const mlayer *L, const float *dout, float *din) {
-  int S0 = L->prev_S, w0 = L->prev_w, S1 = L->d.in_S, w1 = L->d.in_w, cw = w0 < w1 ? w0 : w1;
-  memset(din, 0, (size_t)m->B * S0 * w0 * sizeof *din);
-  for (int b = 0; b < m->B; b++)
-    for (int t = 0; t < S1; t++) {
-      int src = t + S0 - S1;
-      if (src >= 0)
-        memcpy(din + ((size_t)b * S0 + src) * w0, dout + ((size_t)b * S1 + t) * w1,
-               (size_t)cw * sizeof *din);
-    }
+  RT_FOR(model_adapt_bwd, (size_t)m->B * L->prev_S * L->prev_w, .S0 = L->prev_S, .w0 = L->prev_w,
+         .S1 = L->d.in_S, .w1 = L->d.in_w, .src = dout, .dst = din);
 }
 
 /* A scratch buffer that is neither a nor b. */
@@ -664,10 +662,10 @@ static float *other_scr(rt_model *m, const float *a, const float *b) {
   return NULL;
 }
 
-/* Copy of n floats of a (for --dump). */
+/* A host copy of n floats of a (on the current device), for --dump. */
 static float *dup_floats(const float *a, size_t n) {
   float *c = xmalloc((n ? n : 1) * sizeof *c);
-  memcpy(c, a, n * sizeof *c);
+  rt_to_host(c, a, n * sizeof *c);
   return c;
 }
 
@@ -708,13 +706,14 @@ static void stage_forward(rt_model *m, mstage *st, int st_i, int mb, const float
       m->dumps[i].x = dup_floats(x, (size_t)m->B * L->d.in_S * L->d.in_w);
       m->dumps[i].y = dup_floats(y, (size_t)m->B * L->d.S * L->p.out_w);
     }
-    if (L->splice) /* the previous layers' tokens come first in each sequence */
-      for (int b = 0; b < m->B; b++)
-        memcpy(y + (size_t)b * L->d.S * L->d.hidden, cur + (size_t)b * L->prev_S * L->prev_w,
-               (size_t)L->prev_S * L->prev_w * sizeof *y);
+    if (L->splice) { /* the previous layers' tokens come first in each sequence */
+      long n = (long)L->prev_S * L->prev_w;
+      RT_FOR(model_splice_fwd, (size_t)m->B * n, .n = n, .stride = (long)L->d.S * L->d.hidden,
+             .a = (float *)cur, .b = y);
+    }
     cur = y;
   }
-  if (out) memcpy(out, cur, rt_tensor_floats(m, BE_T_ACT, st_i) * sizeof *out);
+  if (out) rt_copy(out, cur, rt_tensor_floats(m, BE_T_ACT, st_i));
 }
 
 void rt_forward(rt_model *m, int st_i, int mb, const float *in, float *out) {
@@ -733,7 +732,7 @@ void rt_forward(rt_model *m, int st_i, int mb, const float *in, float *out) {
   if (!sv->input)
     sv->input = st->nipool ? st->ipool[--st->nipool]
                            : xmalloc((st->in_floats ? st->in_floats : 1) * sizeof *sv->input);
-  memcpy(sv->input, in, st->in_floats * sizeof *in);
+  rt_copy(sv->input, in, st->in_floats);
   float *blk = block_take(st);
   stage_forward(m, st, st_i, mb, in, out, blk);
   VEC_PUSH(st->pool, st->npool, st->pool_cap, blk);
@@ -753,30 +752,19 @@ static void recompute_forward(rt_model *m, mstage *st, int st_i, int mb) {
 double rt_loss(rt_model *m, int step, int replica, int mb, const float *out, float *grad) {
   int S = m->S, C = m->layers[m->nlayers - 1].p.out_w, T = m->B * S;
   tokens_from(m, mb_pos(m, step, replica, mb) + 1, T, m->tok);
+  for (int r = 0; r < T; r++) m->hbuf[r] = (float)(m->tok[r] % C);
   int counted = m->B * (S - m->prefix);
-  double scale = 1.0 / ((double)counted * m->nmb * m->replicas);
+  /* the rows' losses (T doubles, first: aligned) and the targets (T floats) on the device */
+  float *scr = rt_scratch(3 * (size_t)T), *target = scr + 2 * (size_t)T;
+  rt_put(target, m->hbuf, (size_t)T * sizeof *target);
+  double *row_loss = (double *)scr, *loss = xmalloc((size_t)T * sizeof *loss);
+  RT_FOR(model_loss, T, .S = S, .C = C, .prefix = m->prefix, .out = out, .target = target,
+         .grad = grad, .loss = row_loss, .scale = 1.0 / ((double)counted * m->nmb * m->replicas));
+  rt_to_host(loss, row_loss, (size_t)T * sizeof *loss);
+  rt_scratch_free(scr);
   double total = 0;
-  for (int r = 0; r < T; r++) {
-    const float *o = out + (size_t)r * C;
-    float *g = grad + (size_t)r * C;
-    if (r % S < m->prefix) {
-      memset(g, 0, (size_t)C * sizeof *g);
-      continue;
-    }
-    int target = m->tok[r] % C;
-    float mx = o[0];
-    for (int c = 1; c < C; c++)
-      if (o[c] > mx) mx = o[c];
-    double sum = 0;
-    for (int c = 0; c < C; c++) { /* exp once, kept in the gradient's row */
-      g[c] = expf(o[c] - mx);
-      sum += g[c];
-    }
-    total += log(sum) - ((double)o[target] - mx);
-    float k = (float)(scale / sum);
-    for (int c = 0; c < C; c++) g[c] *= k;
-    g[target] -= (float)scale;
-  }
+  for (int r = 0; r < T; r++) total += loss[r]; /* in row order, as one loop would */
+  free(loss);
   return total / counted;
 }
 
@@ -789,7 +777,7 @@ void rt_backward_input(rt_model *m, int st_i, int mb, const float *grad, float *
   recompute_forward(m, st, st_i, mb); /* a recomputing stage: the forward again, first */
   if (!sv->buf) return; /* no forward: precondition broken */
   float *cur = m->scr[0];
-  memcpy(cur, grad, rt_tensor_floats(m, BE_T_ACT, st_i) * sizeof *cur);
+  rt_copy(cur, grad, rt_tensor_floats(m, BE_T_ACT, st_i));
   for (int i = st->end - 1; i >= st->first; i--) {
     mlayer *L = &m->layers[i];
     bool need = i > 0 && (i > st->first || dx);
@@ -797,12 +785,9 @@ void rt_backward_input(rt_model *m, int st_i, int mb, const float *grad, float *
     if (L->splice) {
       /* the spliced tokens' gradient goes back; the table's rows see the rest */
       dprev = other_scr(m, cur, NULL);
-      for (int b = 0; b < m->B; b++) {
-        float *g = cur + (size_t)b * L->d.S * L->d.hidden;
-        size_t n = (size_t)L->prev_S * L->prev_w;
-        memcpy(dprev + (size_t)b * n, g, n * sizeof *g);
-        memset(g, 0, n * sizeof *g);
-      }
+      long n = (long)L->prev_S * L->prev_w;
+      RT_FOR(model_splice_bwd, (size_t)m->B * n, .n = n, .stride = (long)L->d.S * L->d.hidden,
+             .a = dprev, .b = cur);
       L->k->bwd_in(&L->d, st->w + L->w_off, sv->buf + L->sv_off, cur, NULL);
     } else {
       float *dk = need ? other_scr(m, cur, NULL) : NULL;
@@ -819,20 +804,24 @@ void rt_backward_input(rt_model *m, int st_i, int mb, const float *grad, float *
     cur = dprev;
     if (!cur) break;
   }
-  if (dx && cur) memcpy(dx, cur, rt_tensor_floats(m, BE_T_GRAD, st_i) * sizeof *dx);
+  if (dx && cur) rt_copy(dx, cur, rt_tensor_floats(m, BE_T_GRAD, st_i));
   sv->b_done = true;
 }
 
-/* Write layer i's dump (its copies, the stage's weights and this microbatch's gradient g). */
+/* Write layer i's dump (its copies, the stage's weights and this microbatch's gradient g, both on
+ * the current device). */
 static void dump_layer(rt_model *m, int i, const float *w, const float *g) {
   mlayer *L = &m->layers[i];
   mdump *D = &m->dumps[i];
   if (!D->x || !D->y || !D->dy) return;
-  rt_dump_tensors t = {D->x, D->y, D->dy, D->dx, w, g};
+  float *hw = dup_floats(w, L->nw), *hg = dup_floats(g, L->nw);
+  rt_dump_tensors t = {D->x, D->y, D->dy, D->dx, hw, hg};
   strbuf err = {0};
   if (rt_dump_layer(m->dump, L->name, &L->d, &L->p, &t, &err) != 0)
     fprintf(stderr, "octo-run: --dump: %s\n", strbuf_cstr(&err));
   strbuf_free(&err);
+  free(hw);
+  free(hg);
   dump_free(m, i);
 }
 
@@ -845,10 +834,10 @@ void rt_backward_weight(rt_model *m, int st_i, int mb) {
     const mlayer *L = &m->layers[i];
     L->k->bwd_w(&L->d, st->w + L->w_off, sv->buf + L->sv_off, st->g + L->w_off);
     if (dumping(m, mb)) { /* this microbatch's own gradient, into a zeroed copy */
-      float *g1 = xcalloc(L->nw ? L->nw : 1, sizeof *g1);
+      float *g1 = rt_dev_malloc(L->nw * sizeof *g1);
       L->k->bwd_w(&L->d, st->w + L->w_off, sv->buf + L->sv_off, g1);
       dump_layer(m, i, st->w + L->w_off, g1);
-      free(g1);
+      rt_dev_mfree(g1);
     }
   }
   VEC_PUSH(st->pool, st->npool, st->pool_cap, sv->buf);
@@ -881,57 +870,44 @@ float *rt_stage_grads(rt_model *m, int st_i, size_t *n) {
   return st->g;
 }
 
-/* Whether any of n floats is NaN or infinite: an exponent of all ones, tested on the bits so
- * that the loop vectorizes. */
+/* Whether any of n floats of g (on the current device) is NaN or infinite. */
 static bool any_nonfinite(const float *g, size_t n) {
-  uint32_t bad = 0;
-  for (size_t k = 0; k < n; k++) {
-    uint32_t b;
-    memcpy(&b, &g[k], sizeof b);
-    bad |= (uint32_t)((b & 0x7f800000u) == 0x7f800000u);
-  }
-  return bad != 0;
+  size_t nb = (n + RT_SCAN_BLOCK - 1) / RT_SCAN_BLOCK;
+  if (nb == 0) return false;
+  int *bad = xmalloc(nb * sizeof *bad);
+  float *dbad = rt_scratch(nb); /* room for nb ints */
+  RT_FOR(model_nonfinite, nb, .n = n, .x = g, .bad = (int *)dbad);
+  rt_to_host(bad, dbad, nb * sizeof *bad);
+  rt_scratch_free(dbad);
+  int any = 0;
+  for (size_t k = 0; k < nb; k++) any |= bad[k];
+  free(bad);
+  return any != 0;
 }
 
 bool rt_stage_finite(const rt_model *m, int st_i, strbuf *why) {
   if (st_i < 0 || st_i >= m->nstages || !m->stages[st_i].init) return true;
   const mstage *st = &m->stages[st_i];
   if (!any_nonfinite(st->g, st->nparams)) return true; /* else find and name the first */
-  for (int i = st->first; i < st->end; i++) {
+  float *host = xmalloc((st->nparams ? st->nparams : 1) * sizeof *host);
+  rt_to_host(host, st->g, st->nparams * sizeof *host);
+  bool finite = true;
+  for (int i = st->first; i < st->end && finite; i++) {
     const mlayer *L = &m->layers[i];
-    const float *g = st->g + L->w_off;
+    const float *g = host + L->w_off;
     for (int t = 0; t < L->p.npt; t++) {
       size_t n = rt_ptensor_floats(&L->p.pt[t]);
-      for (size_t k = 0; k < n; k++)
+      for (size_t k = 0; k < n && finite; k++)
         if (!isfinite(g[k])) {
           strbuf_printf(why, "layer %s (%s): gradient of %s[%zu] is %s", L->name, L->k->kind,
                         L->p.pt[t].name, k, isnan(g[k]) ? "NaN" : "infinite");
-          return false;
+          finite = false;
         }
       g += n;
     }
   }
-  return true;
-}
-
-/* The optimizer's update of n parameters w from gradients g (Adam with moments am, av and bias
- * corrections c1 = 1 / (1 - beta1^t), c2 = 1 / (1 - beta2^t); SGD when am is NULL). Float
- * arithmetic that the compiler vectorizes: a few ns per parameter. */
-static void opt_update(float *restrict w, const float *restrict g, float *restrict am,
-                       float *restrict av, size_t n, float lr, float c1, float c2) {
-  if (!am) {
-    for (size_t k = 0; k < n; k++) w[k] -= lr * g[k];
-    return;
-  }
-  const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
-  for (size_t k = 0; k < n; k++) {
-    float gk = g[k];
-    float mk = b1 * am[k] + (1.0f - b1) * gk;
-    float vk = b2 * av[k] + (1.0f - b2) * gk * gk;
-    am[k] = mk;
-    av[k] = vk;
-    w[k] -= lr * (mk * c1) / (sqrtf(vk * c2) + eps);
-  }
+  free(host);
+  return finite;
 }
 
 void rt_step(rt_model *m, int st_i) {
@@ -945,8 +921,9 @@ void rt_step(rt_model *m, int st_i) {
     c1 = (float)(1.0 / (1.0 - st->b1t));
     c2 = (float)(1.0 / (1.0 - st->b2t));
   }
-  opt_update(st->w, st->g, st->am, st->av, st->nparams, (float)m->lr, c1, c2);
-  memset(st->g, 0, st->nparams * sizeof *st->g);
+  RT_FOR(model_opt, st->nparams, .w = st->w, .g = st->g, .am = st->am, .av = st->av,
+         .lr = (float)m->lr, .c1 = c1, .c2 = c2);
+  rt_zero(st->g, st->nparams);
 }
 
 double rt_model_optimizer_rate(rt_model *m) {
@@ -997,9 +974,9 @@ double rt_reference_step(rt_model *m, int step, int replicas) {
     if (n > big) big = n;
   }
   size_t nin = rt_tensor_floats(m, BE_T_INPUT, 0);
-  float *in = xmalloc(nin * sizeof *in);
-  float *act = xmalloc((size_t)m->nstages * big * sizeof *act); /* output of each stage */
-  float *ga = xmalloc(big * sizeof *ga), *gb = xmalloc(big * sizeof *gb);
+  float *in = rt_dev_malloc(nin * sizeof *in);
+  float *act = rt_dev_malloc((size_t)m->nstages * big * sizeof *act); /* output of each stage */
+  float *ga = rt_dev_malloc(big * sizeof *ga), *gb = rt_dev_malloc(big * sizeof *gb);
   /* Each replica's gradients apart, then summed in replica order: the all-reduce's sum. */
   float **sum = xcalloc((size_t)m->nstages, sizeof *sum);
   double total = 0;
@@ -1007,24 +984,24 @@ double rt_reference_step(rt_model *m, int step, int replicas) {
   for (int r = 0; r < replicas; r++) {
     for (int s = 0; r > 0 && s < m->nstages; s++) {
       mstage *st = stage_of(m, s);
-      if (r == 1) sum[s] = xmalloc((st->nparams ? st->nparams : 1) * sizeof *sum[s]);
-      if (r == 1) memcpy(sum[s], st->g, st->nparams * sizeof *st->g);
-      memset(st->g, 0, st->nparams * sizeof *st->g);
+      if (r == 1) sum[s] = rt_dev_malloc(st->nparams * sizeof *sum[s]);
+      if (r == 1) rt_copy(sum[s], st->g, st->nparams);
+      rt_zero(st->g, st->nparams);
     }
     total += reference_replica(m, step, r, big, in, act, ga, gb);
     for (int s = 0; r > 0 && s < m->nstages; s++) {
       mstage *st = &m->stages[s];
-      for (size_t k = 0; k < st->nparams; k++) sum[s][k] += st->g[k];
-      if (r == replicas - 1) memcpy(st->g, sum[s], st->nparams * sizeof *st->g);
+      RT_FOR(add, st->nparams, .x = st->g, .y = sum[s]);
+      if (r == replicas - 1) rt_copy(st->g, sum[s], st->nparams);
     }
   }
-  for (int s = 0; s < m->nstages; s++) free(sum[s]);
+  for (int s = 0; s < m->nstages; s++) rt_dev_mfree(sum[s]);
   free(sum);
   rt_model_set_step(m, keep_step, keep_replica);
-  free(in);
-  free(act);
-  free(ga);
-  free(gb);
+  rt_dev_mfree(in);
+  rt_dev_mfree(act);
+  rt_dev_mfree(ga);
+  rt_dev_mfree(gb);
   return replicas > 0 ? total / ((double)replicas * m->nmb) : 0.0;
 }
 
