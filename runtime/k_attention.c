@@ -27,19 +27,18 @@
  *              x1 = x + o wo + bo; h2 = LN2(x1); a = h2 w1 + b1; z = act(a) (gated:
  *              z = act(a) * (h2 w3 + b3)); y = x1 + z w2 + b2. LayerNorm eps RT_NORM_EPS;
  *              act is rt_act_fwd (gelu: the exact erf form).
- * The attention core runs per (sequence, head) with two BLAS products and a materialized S x S
- * score block. F keeps each softmax row's maximum and 1 / sum, and B recomputes the
- * probabilities from q and k with the same arithmetic (bit-identical to F's). B leaves the
- * gradients of every projection's output in save, so W needs nothing else. vit's bk has an
- * identically zero gradient (softmax ignores a constant per query row); W adds exactly 0. */
+ * The attention core runs per (sequence, head) with two products (rt_gemm) and a materialized
+ * S x S score block in scratch, whose softmax is a body per query row. F keeps each softmax
+ * row's maximum and 1 / sum, and B recomputes the probabilities from q and k with the same
+ * arithmetic (bit-identical to F's). B leaves the gradients of every projection's output in
+ * save, so W needs nothing else. vit's bk has an identically zero gradient (softmax ignores a
+ * constant per query row); W adds exactly 0.
+ * The kernels run on the calling thread's device (kdev.h): they touch tensors only through
+ * rt_gemm, rt_copy, rt_zero, rt_scratch, the norms and the bodies of kb_attention.h and
+ * kb_common.h (RT_FOR). */
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "kernels.h"
-
-/* Rotary base. */
-#define KA_ROPE_THETA 10000.0
 
 /* Add parameter tensor of 1 (d1 0) or 2 extents to p and return its offset in the layout. */
 static size_t ka_pt(rt_lplan *p, size_t *off, const char *name, int d0, int d1, rt_init init,
@@ -66,17 +65,6 @@ typedef struct ka_shape {
   int window;  /* sliding window in tokens (0: none) */
 } ka_shape;
 
-/* Visible keys of query t: [*lo, *hi] (non-empty for every valid shape, since window >= 1 keeps
- * j = t). */
-static void ka_span(const ka_shape *sh, int t, int *lo, int *hi) {
-  *lo = 0;
-  *hi = sh->causal ? t : sh->S - 1;
-  if (sh->window > 0) {
-    if (t - sh->window + 1 > *lo) *lo = t - sh->window + 1;
-    if (!sh->causal && t + sh->window - 1 < *hi) *hi = t + sh->window - 1;
-  }
-}
-
 /* Scores of sequence b, query head qh into P (S x S): q k^T / sqrt(hd). */
 static void ka_scores(const ka_shape *sh, int b, int qh, const float *q, const float *k,
                       float *P) {
@@ -87,17 +75,8 @@ static void ka_scores(const ka_shape *sh, int b, int qh, const float *q, const f
           0.0f, P, sh->S);
 }
 
-/* Turn score row t (in place) into probabilities given its maximum m and 1/sum inv; keys outside
- * the span get 0. Pre: row holds the scores of ka_scores. */
-static void ka_prob_row(const ka_shape *sh, int t, float m, float inv, float *row) {
-  int lo, hi;
-  ka_span(sh, t, &lo, &hi);
-  for (int j = 0; j < sh->S; j++)
-    row[j] = j >= lo && j <= hi ? expf(row[j] - m) * inv : 0.0f;
-}
-
 /* Forward of the core: o [N, heads*hd] from q, k, v; stat [B*heads*S*2] receives each softmax
- * row's (max, 1/sum). P is S x S scratch. */
+ * row's (max, 1/sum) (body attn_softmax_fwd, visible keys as rt_attn_span). P is S x S scratch. */
 static void ka_core_fwd(const ka_shape *sh, const float *q, const float *k, const float *v,
                         float *o, float *stat, float *P) {
   int S = sh->S, wq = sh->heads * sh->hd, wk = sh->kv * sh->hd;
@@ -106,33 +85,23 @@ static void ka_core_fwd(const ka_shape *sh, const float *q, const float *k, cons
       int kh = qh / (sh->heads / sh->kv);
       ka_scores(sh, b, qh, q, k, P);
       float *st = stat + ((size_t)b * sh->heads + qh) * S * 2;
-      for (int t = 0; t < S; t++) {
-        float *row = P + (size_t)t * S;
-        int lo, hi;
-        ka_span(sh, t, &lo, &hi);
-        float m = row[lo];
-        for (int j = lo + 1; j <= hi; j++)
-          if (row[j] > m) m = row[j];
-        double sum = 0;
-        for (int j = lo; j <= hi; j++) sum += expf(row[j] - m);
-        st[2 * t] = m;
-        st[2 * t + 1] = (float)(1.0 / sum);
-        ka_prob_row(sh, t, m, st[2 * t + 1], row);
-      }
+      RT_FOR(attn_softmax_fwd, S, .S = S, .causal = sh->causal, .window = sh->window, .P = P,
+             .st = st);
       rt_gemm(false, false, S, sh->hd, S, 1.0f, P, S, v + (size_t)b * S * wk + (size_t)kh * sh->hd,
               wk, 0.0f, o + (size_t)b * S * wq + (size_t)qh * sh->hd, wq);
     }
 }
 
 /* Backward of the core: dq (overwritten), dk and dv (overwritten) from dO [N, heads*hd], given
- * F's q, k, v and stat. P and dP are S x S scratch. */
+ * F's q, k, v and stat. P and dP are S x S scratch; per (sequence, head), body attn_softmax_bwd
+ * recomputes P and turns dP = dO v^T into the score gradient. */
 static void ka_core_bwd(const ka_shape *sh, const float *q, const float *k, const float *v,
                         const float *stat, const float *dO, float *dq, float *dk, float *dv,
                         float *P, float *dP) {
   int S = sh->S, wq = sh->heads * sh->hd, wk = sh->kv * sh->hd;
   float scale = (float)(1.0 / sqrt((double)sh->hd));
-  memset(dk, 0, (size_t)sh->B * S * wk * sizeof *dk);
-  memset(dv, 0, (size_t)sh->B * S * wk * sizeof *dv);
+  rt_zero(dk, (size_t)sh->B * S * wk);
+  rt_zero(dv, (size_t)sh->B * S * wk);
   for (int b = 0; b < sh->B; b++)
     for (int qh = 0; qh < sh->heads; qh++) {
       int kh = qh / (sh->heads / sh->kv);
@@ -140,72 +109,44 @@ static void ka_core_bwd(const ka_shape *sh, const float *q, const float *k, cons
       size_t ko = (size_t)b * S * wk + (size_t)kh * sh->hd;
       ka_scores(sh, b, qh, q, k, P);
       const float *st = stat + ((size_t)b * sh->heads + qh) * S * 2;
-      for (int t = 0; t < S; t++) ka_prob_row(sh, t, st[2 * t], st[2 * t + 1], P + (size_t)t * S);
-      /* dP = dO v^T; dS = P (dP - rowsum(P dP)) in place */
+      /* dP = dO v^T; then per row P from the scores and dS = P (dP - rowsum(P dP)) in place */
       rt_gemm(false, true, S, S, sh->hd, 1.0f, dO + qo, wq, v + ko, wk, 0.0f, dP, S);
-      for (int t = 0; t < S; t++) {
-        const float *pr = P + (size_t)t * S;
-        float *dr = dP + (size_t)t * S;
-        double dot = 0;
-        for (int j = 0; j < S; j++) dot += (double)pr[j] * dr[j];
-        for (int j = 0; j < S; j++) dr[j] = pr[j] == 0.0f ? 0.0f : (float)(pr[j] * (dr[j] - dot));
-      }
+      RT_FOR(attn_softmax_bwd, S, .S = S, .causal = sh->causal, .window = sh->window, .st = st,
+             .P = P, .dP = dP);
       rt_gemm(false, false, S, sh->hd, S, scale, dP, S, k + ko, wk, 0.0f, dq + qo, wq);
       rt_gemm(true, false, S, sh->hd, S, scale, dP, S, q + qo, wq, 1.0f, dk + ko, wk);
       rt_gemm(true, false, S, sh->hd, S, 1.0f, P, S, dO + qo, wq, 1.0f, dv + ko, wk);
     }
 }
 
-/* Rotary tables: cs[t*hd/2 + i] = cos(t * theta^(-2i/hd)), sn likewise sin; caller frees both
- * (one allocation, *sn inside it). */
+/* Rotary tables in scratch (body attn_rope_table): cs[t*hd/2 + i] = cos(t * theta^(-2i/hd)),
+ * sn likewise sin, t < S; free with rt_scratch_free(cs) (one block, *sn inside it). */
 static float *ka_rope_tables(int S, int hd, float **sn) {
-  int half = hd / 2;
-  float *cs = xmalloc(2 * (size_t)S * half * sizeof *cs);
-  *sn = cs + (size_t)S * half;
-  for (int i = 0; i < half; i++) {
-    double f = pow(KA_ROPE_THETA, -2.0 * i / hd);
-    for (int t = 0; t < S; t++) {
-      cs[(size_t)t * half + i] = (float)cos(t * f);
-      (*sn)[(size_t)t * half + i] = (float)sin(t * f);
-    }
-  }
+  size_t n = (size_t)S * (hd / 2);
+  float *cs = rt_scratch(2 * n);
+  *sn = cs + n;
+  RT_FOR(attn_rope_table, n, .hd = hd, .cs = cs, .sn = *sn);
   return cs;
 }
 
 /* Rotate X [N, heads*hd] in place per head (inverse: rotate by minus the angle, which is the
- * transpose, for gradients). */
+ * transpose, for gradients); body attn_rope, one index per rotated pair. */
 static void ka_rope(int N, int S, int heads, int hd, float *X, const float *cs, const float *sn,
                     bool inverse) {
-  int half = hd / 2;
-  float sg = inverse ? -1.0f : 1.0f;
-  for (int r = 0; r < N; r++) {
-    const float *c = cs + (size_t)(r % S) * half, *s = sn + (size_t)(r % S) * half;
-    for (int h = 0; h < heads; h++) {
-      float *x = X + (size_t)r * heads * hd + (size_t)h * hd;
-      for (int i = 0; i < half; i++) {
-        float a = x[i], e = x[i + half], si = sg * s[i];
-        x[i] = a * c[i] - e * si;
-        x[i + half] = e * c[i] + a * si;
-      }
-    }
-  }
+  RT_FOR(attn_rope, (size_t)N * heads * (hd / 2), .S = S, .heads = heads, .hd = hd,
+         .inverse = inverse, .cs = cs, .sn = sn, .X = X);
 }
 
 /* Y [N, out] = X [N, in] W [in, out] (+ bias [out] on every row when bias is not NULL). */
 static void ka_proj(int N, int in, int out, const float *X, const float *W, const float *bias,
                     float *Y) {
-  if (bias)
-    for (int r = 0; r < N; r++) memcpy(Y + (size_t)r * out, bias, (size_t)out * sizeof *Y);
+  if (bias) RT_FOR(rows_set, (size_t)N * out, .n = out, .v = bias, .y = Y);
   rt_gemm(false, false, N, out, in, 1.0f, X, in, W, out, bias ? 1.0f : 0.0f, Y, out);
 }
 
-/* g [n] += the column sums of M [rows, n], accumulated in double in row order. */
+/* g [n] += the column sums of M [rows, n], accumulated in double in row order (body col_sum). */
 static void ka_colsum_acc(int rows, int n, const float *M, float *g) {
-  double *acc = xcalloc((size_t)n, sizeof *acc);
-  for (int r = 0; r < rows; r++)
-    for (int i = 0; i < n; i++) acc[i] += M[(size_t)r * n + i];
-  for (int i = 0; i < n; i++) g[i] += (float)acc[i];
-  free(acc);
+  RT_FOR(col_sum, n, .rows = rows, .n = n, .m = M, .g = g);
 }
 
 /* Common checks of both kinds: positive extents, input of shape [B*S, hidden]. */
@@ -310,7 +251,7 @@ static void ka_att_fwd(const rt_ldims *d, const float *w, const float *x, float 
   ka_shape sh = ka_att_shape(d);
   int N = d->B * d->S, hid = d->hidden, aq = d->heads * d->head_dim;
   int ak = d->kv_heads * d->head_dim;
-  memcpy(save + L.x, x, (size_t)N * hid * sizeof *x);
+  rt_copy(save + L.x, x, (size_t)N * hid);
   rt_rmsnorm_fwd(N, hid, x, w + L.norm, save + L.h, save + L.rstd);
   ka_proj(N, hid, aq, save + L.h, w + L.wq, NULL, save + L.q);
   ka_proj(N, hid, ak, save + L.h, w + L.wk, NULL, save + L.k);
@@ -318,11 +259,11 @@ static void ka_att_fwd(const rt_ldims *d, const float *w, const float *x, float 
   float *sn, *cs = ka_rope_tables(d->S, d->head_dim, &sn);
   ka_rope(N, d->S, d->heads, d->head_dim, save + L.q, cs, sn, false);
   ka_rope(N, d->S, d->kv_heads, d->head_dim, save + L.k, cs, sn, false);
-  free(cs);
-  float *P = xmalloc((size_t)d->S * d->S * sizeof *P);
+  rt_scratch_free(cs);
+  float *P = rt_scratch((size_t)d->S * d->S);
   ka_core_fwd(&sh, save + L.q, save + L.k, save + L.v, save + L.o, save + L.stat, P);
-  free(P);
-  memcpy(y, x, (size_t)N * hid * sizeof *y);
+  rt_scratch_free(P);
+  rt_copy(y, x, (size_t)N * hid);
   rt_gemm(false, false, N, hid, aq, 1.0f, save + L.o, aq, w + L.wo, hid, 1.0f, y, hid);
 }
 
@@ -334,24 +275,24 @@ static void ka_att_bwd_in(const rt_ldims *d, const float *w, float *save, const 
   ka_shape sh = ka_att_shape(d);
   int N = d->B * d->S, hid = d->hidden, aq = d->heads * d->head_dim;
   int ak = d->kv_heads * d->head_dim;
-  memcpy(save + L.dy, dy, (size_t)N * hid * sizeof *dy);
-  float *dO = xmalloc((size_t)N * aq * sizeof *dO);
+  rt_copy(save + L.dy, dy, (size_t)N * hid);
+  float *dO = rt_scratch((size_t)N * aq);
   rt_gemm(false, true, N, aq, hid, 1.0f, dy, hid, w + L.wo, hid, 0.0f, dO, aq);
-  float *P = xmalloc(2 * (size_t)d->S * d->S * sizeof *P);
+  float *P = rt_scratch(2 * (size_t)d->S * d->S);
   ka_core_bwd(&sh, save + L.q, save + L.k, save + L.v, save + L.stat, dO, save + L.dq,
               save + L.dk, save + L.dv, P, P + (size_t)d->S * d->S);
-  free(P);
-  free(dO);
+  rt_scratch_free(P);
+  rt_scratch_free(dO);
   float *sn, *cs = ka_rope_tables(d->S, d->head_dim, &sn);
   ka_rope(N, d->S, d->heads, d->head_dim, save + L.dq, cs, sn, true);
   ka_rope(N, d->S, d->kv_heads, d->head_dim, save + L.dk, cs, sn, true);
-  free(cs);
+  rt_scratch_free(cs);
   float *dh = save + L.dh;
   rt_gemm(false, true, N, hid, aq, 1.0f, save + L.dq, aq, w + L.wq, aq, 0.0f, dh, hid);
   rt_gemm(false, true, N, hid, ak, 1.0f, save + L.dk, ak, w + L.wk, ak, 1.0f, dh, hid);
   rt_gemm(false, true, N, hid, ak, 1.0f, save + L.dv, ak, w + L.wv, ak, 1.0f, dh, hid);
   if (!dx) return;
-  memcpy(dx, dy, (size_t)N * hid * sizeof *dx);
+  rt_copy(dx, dy, (size_t)N * hid);
   rt_rmsnorm_bwd_in(N, hid, save + L.x, w + L.norm, save + L.rstd, dh, dx, true);
 }
 
@@ -492,25 +433,25 @@ static void ka_vit_fwd(const rt_ldims *d, const float *w, const float *x, float 
   int N = d->B * d->S, hid = d->hidden, A = d->heads * d->head_dim, F = d->ffn;
   size_t nh = (size_t)N * hid, nf = (size_t)N * F;
   float *s = save;
-  memcpy(s + L.x, x, nh * sizeof *x);
+  rt_copy(s + L.x, x, nh);
   rt_layernorm_fwd(N, hid, x, w + L.ln1w, w + L.ln1b, s + L.h, s + L.mean1, s + L.rstd1);
   ka_proj(N, hid, A, s + L.h, w + L.wq, w + L.bq, s + L.q);
   ka_proj(N, hid, A, s + L.h, w + L.wk, w + L.bk, s + L.k);
   ka_proj(N, hid, A, s + L.h, w + L.wv, w + L.bv, s + L.v);
-  float *P = xmalloc((size_t)d->S * d->S * sizeof *P);
+  float *P = rt_scratch((size_t)d->S * d->S);
   ka_core_fwd(&sh, s + L.q, s + L.k, s + L.v, s + L.o, s + L.stat, P);
-  free(P);
+  rt_scratch_free(P);
   float *x1 = s + L.x1;
   ka_proj(N, A, hid, s + L.o, w + L.wo, w + L.bo, x1);
-  for (size_t i = 0; i < nh; i++) x1[i] += x[i];
+  RT_FOR(add, nh, .x = x, .y = x1);
   rt_layernorm_fwd(N, hid, x1, w + L.ln2w, w + L.ln2b, s + L.h2, s + L.mean2, s + L.rstd2);
   ka_proj(N, hid, F, s + L.h2, w + L.w1, w + L.b1, s + L.a);
   if (d->gated) ka_proj(N, hid, F, s + L.h2, w + L.w3, w + L.b3, s + L.u);
-  const float *a = s + L.a, *u = s + L.u;
+  /* z = act(a) (gated: times u); act(a) * 1.0f, the ungated product, is act(a) exactly */
   float *z = s + L.z;
-  for (size_t i = 0; i < nf; i++) z[i] = rt_act_fwd(d->act, a[i]) * (d->gated ? u[i] : 1.0f);
+  RT_FOR(ffn_act, nf, .act = d->act, .gated = d->gated, .a = s + L.a, .u = s + L.u, .z = z);
   ka_proj(N, F, hid, z, w + L.w2, w + L.b2, y);
-  for (size_t i = 0; i < nh; i++) y[i] += x1[i];
+  RT_FOR(add, nh, .x = x1, .y = y);
 }
 
 /* B: dx (when not NULL) from dy. Pre: ka_vit_fwd ran on save. Post: save also holds the B
@@ -522,39 +463,32 @@ static void ka_vit_bwd_in(const rt_ldims *d, const float *w, float *save, const 
   int N = d->B * d->S, hid = d->hidden, A = d->heads * d->head_dim, F = d->ffn;
   size_t nh = (size_t)N * hid, nf = (size_t)N * F;
   float *s = save;
-  memcpy(s + L.dy, dy, nh * sizeof *dy);
+  rt_copy(s + L.dy, dy, nh);
   /* MLP block: dz = dy w2^T, then through the activation (and gate) */
-  float *dz = xmalloc((nf > (size_t)N * A ? nf : (size_t)N * A) * sizeof *dz);
+  float *dz = rt_scratch(nf > (size_t)N * A ? nf : (size_t)N * A);
   rt_gemm(false, true, N, F, hid, 1.0f, dy, hid, w + L.w2, hid, 0.0f, dz, F);
-  const float *a = s + L.a, *u = s + L.u;
   float *da = s + L.da, *du = s + L.du;
-  for (size_t i = 0; i < nf; i++) {
-    if (d->gated) {
-      da[i] = dz[i] * u[i] * rt_act_grad(d->act, a[i]);
-      du[i] = dz[i] * rt_act_fwd(d->act, a[i]);
-    } else {
-      da[i] = dz[i] * rt_act_grad(d->act, a[i]);
-    }
-  }
+  RT_FOR(attn_vit_bwd_act, nf, .act = d->act, .gated = d->gated, .a = s + L.a, .u = s + L.u,
+         .dz = dz, .da = da, .du = du);
   float *dh2 = s + L.dh2, *dx1 = s + L.dx1;
   rt_gemm(false, true, N, hid, F, 1.0f, da, F, w + L.w1, F, 0.0f, dh2, hid);
   if (d->gated) rt_gemm(false, true, N, hid, F, 1.0f, du, F, w + L.w3, F, 1.0f, dh2, hid);
-  memcpy(dx1, dy, nh * sizeof *dx1);
+  rt_copy(dx1, dy, nh);
   rt_layernorm_bwd_in(N, hid, s + L.x1, w + L.ln2w, s + L.mean2, s + L.rstd2, dh2, dx1, true);
   /* attention block: dO = dx1 wo^T (in dz's buffer), the core, then the three projections */
   float *dO = dz;
   rt_gemm(false, true, N, A, hid, 1.0f, dx1, hid, w + L.wo, hid, 0.0f, dO, A);
-  float *P = xmalloc(2 * (size_t)d->S * d->S * sizeof *P);
+  float *P = rt_scratch(2 * (size_t)d->S * d->S);
   ka_core_bwd(&sh, s + L.q, s + L.k, s + L.v, s + L.stat, dO, s + L.dq, s + L.dk, s + L.dv, P,
               P + (size_t)d->S * d->S);
-  free(P);
-  free(dz);
+  rt_scratch_free(P);
+  rt_scratch_free(dz);
   float *dh = s + L.dh;
   rt_gemm(false, true, N, hid, A, 1.0f, s + L.dq, A, w + L.wq, A, 0.0f, dh, hid);
   rt_gemm(false, true, N, hid, A, 1.0f, s + L.dk, A, w + L.wk, A, 1.0f, dh, hid);
   rt_gemm(false, true, N, hid, A, 1.0f, s + L.dv, A, w + L.wv, A, 1.0f, dh, hid);
   if (!dx) return;
-  memcpy(dx, dx1, nh * sizeof *dx);
+  rt_copy(dx, dx1, nh);
   rt_layernorm_bwd_in(N, hid, s + L.x, w + L.ln1w, s + L.mean1, s + L.rstd1, dh, dx, true);
 }
 
