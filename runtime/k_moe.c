@@ -21,18 +21,23 @@
  *   routed = sum_k weight_k * FFN_{e_k}(h),  shared = sum_s FFN_s(h),  y = x + routed + shared.
  * Dropless: every token reaches all its K experts; there is no capacity limit and no auxiliary
  * (load-balancing) loss.
- * Implementation: the N * K (token, slot) pairs are grouped per expert by a counting sort (within
- * an expert in token order), each expert's rows are gathered and run through its FFN with rt_gemm,
- * and its weighted outputs are added to their tokens' rows, expert after expert in index order,
- * so every sum has a fixed order and the result is deterministic. The save block keeps the selection as floats (expert indices, exact) and the
- * grouping is recomputed from it in each phase. Split backward: bwd_in leaves dy, dh, the router
- * logits' gradient and every FFN's pre-activation gradients in the save block; bwd_w accumulates
- * all weight gradients from it. */
+ * Implementation: kernels run on the current device (kdev.h); all element work is in the bodies
+ * of kb_moe.h. The N * K (token, slot) pairs are grouped per expert by a stable counting sort
+ * (moe_route: one body index per expert scans the pairs in order, so within an expert in token
+ * order) into device scratch; only the E + 1 group offsets come to the host (one rt_to_host per
+ * phase), to size the per-expert GEMMs. Each expert's rows are gathered and run through its FFN
+ * with rt_gemm, and its weighted outputs are added to their tokens' rows, expert after expert in
+ * index order, so every sum has a fixed order and the result is deterministic. The save block
+ * keeps the selection as floats (expert indices, exact) and the grouping is recomputed from it in
+ * each phase. Split backward: bwd_in leaves dy, dh, the router logits' gradient and every FFN's
+ * pre-activation gradients in the save block; bwd_w accumulates all weight gradients from it. */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "k_ffn.h"
+
+/* Group indices live in float scratch (rt_scratch), one int per float. */
+_Static_assert(sizeof(int) == sizeof(float), "moe keeps int indices in float scratch");
 
 /* Offsets (in floats) of the parts of a moe save block, and its size. R = N * K routed rows in
  * expert-grouped order; "shared" parts are per shared expert, N rows each. */
@@ -183,34 +188,31 @@ static moe_params moe_params_of(const rt_ldims *d, const float *w) {
 
 /* The per-expert grouping of the N * K (token, slot) pairs, rebuilt from the saved selection. */
 typedef struct moe_route {
-  int *off;  /* E + 1: expert e's rows are off[e] .. off[e + 1] - 1 of the grouped order */
-  int *pair; /* R: grouped row r holds pair t * K + k (token t, slot k) */
+  int *off;  /* host, E + 1: expert e's rows are off[e] .. off[e + 1] - 1 of the grouped order */
+  int *dev;  /* device scratch: the E + 1 offsets, then pair */
+  int *pair; /* device, R: grouped row r holds pair t * K + k (token t, slot k) */
   int max;   /* the most rows of one expert (sizes the per-expert buffers) */
 } moe_route;
 
-/* Group the pairs by the selected expert sel (N x K floats), within an expert by token index.
+/* Group the pairs by the selected expert sel (N x K floats, device), within an expert by token
+ * index (body moe_route), and bring the offsets to the host (the phase's one rt_to_host).
  * Post: *rt filled (free with moe_route_free). */
 static void moe_route_build(const rt_ldims *d, const float *sel, moe_route *rt) {
   int E = d->experts, R = d->B * d->S * d->top_k;
-  rt->off = xcalloc((size_t)E + 1, sizeof *rt->off);
-  rt->pair = xmalloc((size_t)R * sizeof *rt->pair);
-  for (int i = 0; i < R; i++) rt->off[(int)sel[i] + 1]++;
+  rt->dev = (int *)rt_scratch((size_t)E + 1 + (size_t)R);
+  rt->pair = rt->dev + E + 1;
+  RT_FOR(moe_route, E, .R = R, .E = E, .sel = sel, .off = rt->dev, .pair = rt->pair);
+  rt->off = xmalloc(((size_t)E + 1) * sizeof *rt->off);
+  rt_to_host(rt->off, rt->dev, ((size_t)E + 1) * sizeof *rt->off);
   rt->max = 0;
-  for (int e = 0; e < E; e++) {
-    if (rt->off[e + 1] > rt->max) rt->max = rt->off[e + 1];
-    rt->off[e + 1] += rt->off[e];
-  }
-  int *next = xmalloc((size_t)E * sizeof *next);
-  memcpy(next, rt->off, (size_t)E * sizeof *next);
-  for (int i = 0; i < R; i++) /* pairs in token order, so each expert's rows are too */
-    rt->pair[next[(int)sel[i]]++] = i;
-  free(next);
+  for (int e = 0; e < E; e++)
+    if (rt->off[e + 1] - rt->off[e] > rt->max) rt->max = rt->off[e + 1] - rt->off[e];
 }
 
 /* Release what moe_route_build allocated. */
 static void moe_route_free(moe_route *rt) {
   free(rt->off);
-  free(rt->pair);
+  rt_scratch_free((float *)rt->dev);
 }
 
 /* Gather expert e's rows: out[j] = scale_j * src[token of grouped row off[e] + j] (width n), with
@@ -218,18 +220,9 @@ static void moe_route_free(moe_route *rt) {
  * count. Pre: out holds rt->max rows. */
 static int moe_gather(const rt_ldims *d, const moe_route *rt, int e, int n, const float *src,
                       const float *wt, float *out) {
-  int K = d->top_k, o = rt->off[e], c = rt->off[e + 1] - o;
-  for (int j = 0; j < c; j++) {
-    int p = rt->pair[o + j];
-    const float *s = src + (size_t)(p / K) * n;
-    float *q = out + (size_t)j * n;
-    if (wt) {
-      float w = wt[p];
-      for (int i = 0; i < n; i++) q[i] = w * s[i];
-    } else {
-      memcpy(q, s, (size_t)n * sizeof *q);
-    }
-  }
+  int o = rt->off[e], c = rt->off[e + 1] - o;
+  RT_FOR(moe_gather, (size_t)c * n, .n = n, .K = d->top_k, .pair = rt->pair + o, .src = src,
+         .wt = wt, .out = out);
   return c;
 }
 
@@ -238,40 +231,9 @@ static int moe_gather(const rt_ldims *d, const moe_route *rt, int e, int n, cons
  * order (its experts by index). */
 static void moe_scatter_add(const rt_ldims *d, const moe_route *rt, int e, int n, const float *src,
                             const float *wt, float *dst) {
-  int K = d->top_k, o = rt->off[e], c = rt->off[e + 1] - o;
-  for (int j = 0; j < c; j++) {
-    int p = rt->pair[o + j];
-    float w = wt ? wt[p] : 1.0f, *q = dst + (size_t)(p / K) * n;
-    const float *s = src + (size_t)j * n;
-    for (int i = 0; i < n; i++) q[i] += w * s[i];
-  }
-}
-
-/* Select each token's top K experts by logit (ties: lower index first; slot k the k-th largest)
- * and their softmax weights. Post: sel (N x K, indices as floats) and wt (N x K) written. */
-static void moe_select(const rt_ldims *d, const float *logits, float *sel, float *wt) {
-  int N = d->B * d->S, E = d->experts, K = d->top_k;
-  bool *taken = xmalloc((size_t)E * sizeof *taken);
-  double *ex = xmalloc((size_t)K * sizeof *ex);
-  for (int t = 0; t < N; t++) {
-    const float *lr = logits + (size_t)t * E;
-    memset(taken, 0, (size_t)E * sizeof *taken);
-    for (int k = 0; k < K; k++) {
-      int best = -1;
-      for (int e = 0; e < E; e++)
-        if (!taken[e] && (best < 0 || lr[e] > lr[best])) best = e;
-      taken[best] = true;
-      sel[(size_t)t * K + k] = (float)best;
-    }
-    double mx = lr[(int)sel[(size_t)t * K]], sum = 0;
-    for (int k = 0; k < K; k++) {
-      ex[k] = exp((double)lr[(int)sel[(size_t)t * K + k]] - mx);
-      sum += ex[k];
-    }
-    for (int k = 0; k < K; k++) wt[(size_t)t * K + k] = (float)(ex[k] / sum);
-  }
-  free(ex);
-  free(taken);
+  int o = rt->off[e], c = rt->off[e + 1] - o;
+  RT_FOR(moe_scatter_add, (size_t)c * n, .n = n, .K = d->top_k, .pair = rt->pair + o, .src = src,
+         .wt = wt, .dst = dst);
 }
 
 /* F: y = x + routed + shared (file comment). Pre: save holds save_floats. Post: save has x, rstd,
@@ -282,19 +244,21 @@ static void moe_fwd(const rt_ldims *d, const float *w, const float *x, float *y,
   rt_ffn f = moe_ffn(d);
   int N = d->B * d->S, H = d->hidden, F = d->ffn, E = d->experts;
   size_t nh = (size_t)N * H, HF = (size_t)H * F, NF = (size_t)N * F;
-  memcpy(save + l.x, x, nh * sizeof *x);
+  rt_copy(save + l.x, x, nh);
   rt_rmsnorm_fwd(N, H, save + l.x, m.norm, save + l.h, save + l.rstd);
-  float *logits = xmalloc((size_t)N * E * sizeof *logits);
+  float *logits = rt_scratch((size_t)N * E);
   rt_gemm(false, false, N, E, H, 1.0f, save + l.h, H, m.router, E, 0.0f, logits, E);
-  moe_select(d, logits, save + l.sel, save + l.wt);
-  free(logits);
+  /* each token's top K experts (ties: lower index first) and their softmax weights */
+  RT_FOR(moe_select, N, .E = E, .K = d->top_k, .logits = logits, .sel = save + l.sel,
+         .wt = save + l.wt);
+  rt_scratch_free(logits);
 
   /* routed experts on their gathered rows, added to y expert by expert */
-  if (y != x) memcpy(y, save + l.x, nh * sizeof *y);
+  if (y != x) rt_copy(y, save + l.x, nh);
   moe_route rt;
   moe_route_build(d, save + l.sel, &rt);
-  float *hg = xmalloc((size_t)rt.max * H * sizeof *hg);
-  float *og = xmalloc((size_t)rt.max * H * sizeof *og);
+  float *hg = rt_scratch((size_t)rt.max * H);
+  float *og = rt_scratch((size_t)rt.max * H);
   for (int e = 0; e < E; e++) {
     int c = moe_gather(d, &rt, e, H, save + l.h, NULL, hg);
     size_t of = (size_t)rt.off[e] * F;
@@ -302,8 +266,8 @@ static void moe_fwd(const rt_ldims *d, const float *w, const float *x, float *y,
                save + l.ra + of, save + l.ru + of, save + l.rz + of, og, 0.0f);
     moe_scatter_add(d, &rt, e, H, og, save + l.wt, y);
   }
-  free(hg);
-  free(og);
+  rt_scratch_free(hg);
+  rt_scratch_free(og);
   moe_route_free(&rt);
 
   /* shared experts on every token */
@@ -323,42 +287,30 @@ static void moe_bwd_in(const rt_ldims *d, const float *w, float *save, const flo
   rt_ffn f = moe_ffn(d);
   int N = d->B * d->S, H = d->hidden, F = d->ffn, E = d->experts, K = d->top_k, R = N * K;
   size_t nh = (size_t)N * H, HF = (size_t)H * F, NF = (size_t)N * F;
-  memcpy(save + l.dy, dy, nh * sizeof *dy);
+  rt_copy(save + l.dy, dy, nh);
   const float *sel = save + l.sel, *wt = save + l.wt;
 
-  /* routed experts: G = dy W2_e^T per row (unweighted); dL/dweight = G . z; dz = weight * G */
+  /* routed experts: G = dy W2_e^T per row (unweighted), built in the rda slot expert by expert;
+   * then per grouped row dL/dweight = G . z and dz = weight * G (moe_wgrad), and da, du */
   moe_route rt;
   moe_route_build(d, sel, &rt);
-  float *buf = xmalloc((size_t)rt.max * H * sizeof *buf);
-  double *dwt = xmalloc((size_t)R * sizeof *dwt);
+  float *buf = rt_scratch((size_t)rt.max * H);
+  double *dwt = (double *)rt_scratch(2 * (size_t)R); /* R doubles */
   for (int e = 0; e < E; e++) {
     int o = rt.off[e], c = moe_gather(d, &rt, e, H, save + l.dy, NULL, buf);
     if (c == 0) continue;
-    float *G = save + l.rda + (size_t)o * F; /* turned into da in place below */
-    rt_gemm(false, true, c, F, H, 1.0f, buf, H, m.ew2 + e * HF, H, 0.0f, G, F);
-    for (int r = o; r < o + c; r++) {
-      float *gr = save + l.rda + (size_t)r * F;
-      const float *zr = save + l.rz + (size_t)r * F;
-      double dot = 0;
-      for (int j = 0; j < F; j++) dot += (double)gr[j] * zr[j];
-      dwt[rt.pair[r]] = dot;
-      float c0 = wt[rt.pair[r]];
-      for (int j = 0; j < F; j++) gr[j] *= c0;
-    }
-    size_t of = (size_t)o * F;
-    rt_ffn_bwd_act(&f, c, save + l.ra + of, save + l.ru + of, G, G, save + l.rdu + of);
+    rt_gemm(false, true, c, F, H, 1.0f, buf, H, m.ew2 + e * HF, H, 0.0f,
+            save + l.rda + (size_t)o * F, F);
   }
+  RT_FOR(moe_wgrad, R, .F = F, .pair = rt.pair, .z = save + l.rz, .wt = wt, .g = save + l.rda,
+         .dwt = dwt);
+  rt_ffn_bwd_act(&f, R, save + l.ra, save + l.ru, save + l.rda, save + l.rda, save + l.rdu);
 
   /* the routing softmax over the selected logits, then the router */
   float *dlog = save + l.dlog;
-  memset(dlog, 0, (size_t)N * E * sizeof *dlog);
-  for (int t = 0; t < N; t++) {
-    double s = 0;
-    for (int k = 0; k < K; k++) s += (double)wt[t * K + k] * dwt[t * K + k];
-    for (int k = 0; k < K; k++)
-      dlog[(size_t)t * E + (int)sel[t * K + k]] = (float)(wt[t * K + k] * (dwt[t * K + k] - s));
-  }
-  free(dwt);
+  rt_zero(dlog, (size_t)N * E);
+  RT_FOR(moe_dlog, N, .E = E, .K = K, .sel = sel, .wt = wt, .dwt = dwt, .dlog = dlog);
+  rt_scratch_free((float *)dwt);
   rt_gemm(false, true, N, H, E, 1.0f, dlog, E, m.router, E, 0.0f, save + l.dh, H);
 
   /* dh of the routed experts, per expert on its rows, added back expert by expert */
@@ -369,7 +321,7 @@ static void moe_bwd_in(const rt_ldims *d, const float *w, float *save, const flo
                  save + l.rdu + of, buf, 0.0f);
     moe_scatter_add(d, &rt, e, H, buf, NULL, save + l.dh);
   }
-  free(buf);
+  rt_scratch_free(buf);
   moe_route_free(&rt);
 
   /* shared experts */
@@ -382,7 +334,7 @@ static void moe_bwd_in(const rt_ldims *d, const float *w, float *save, const flo
   }
 
   if (dx) {
-    if (dx != dy) memcpy(dx, save + l.dy, nh * sizeof *dx);
+    rt_copy(dx, save + l.dy, nh); /* nothing when dx is dy */
     rt_rmsnorm_bwd_in(N, H, save + l.x, m.norm, save + l.rstd, save + l.dh, dx, true);
   }
 }
@@ -401,8 +353,8 @@ static void moe_bwd_w(const rt_ldims *d, const float *w, const float *save, floa
 
   moe_route rt;
   moe_route_build(d, save + l.sel, &rt);
-  float *hg = xmalloc((size_t)rt.max * H * sizeof *hg);
-  float *dog = xmalloc((size_t)rt.max * H * sizeof *dog); /* gradient of the expert's output */
+  float *hg = rt_scratch((size_t)rt.max * H);
+  float *dog = rt_scratch((size_t)rt.max * H); /* gradient of the expert's output */
   for (int e = 0; e < E; e++) {
     int c = moe_gather(d, &rt, e, H, save + l.h, NULL, hg);
     moe_gather(d, &rt, e, H, save + l.dy, save + l.wt, dog);
@@ -410,8 +362,8 @@ static void moe_bwd_w(const rt_ldims *d, const float *w, const float *save, floa
     rt_ffn_bwd_w(&f, c, hg, save + l.rda + of, save + l.rdu + of, save + l.rz + of, dog,
                  gp.ew1 + e * HF, d->gated ? gp.ew3 + e * HF : NULL, gp.ew2 + e * HF);
   }
-  free(hg);
-  free(dog);
+  rt_scratch_free(hg);
+  rt_scratch_free(dog);
   moe_route_free(&rt);
 
   for (int s = 0; s < d->shared; s++)

@@ -1,7 +1,131 @@
-/* kb_moe.h -- the element-wise bodies of the moe kernel (k_moe.c), see kdev.h and bodies.def. */
+/* kb_moe.h -- the element-wise bodies of the moe kernel (k_moe.c), see kdev.h and bodies.def:
+ * the router's top-k selection and softmax, the grouping of the (token, slot) pairs per expert,
+ * the gather and scatter-add of an expert's rows, and the routing softmax's gradient. Indices
+ * (the grouped pairs, the per-expert offsets) are ints in float scratch (the same size); selected
+ * experts are floats (exact), as the save block keeps them. Every body writes only what its own
+ * index owns, and every sum runs in a fixed order inside one index. */
 #ifndef OCTO_RT_KB_MOE_H
 #define OCTO_RT_KB_MOE_H
 
 #include "kb_common.h"
+
+/* Token i: select its top K experts by logit (ties: the lower expert index first; slot k holds
+ * the k-th largest) and their softmax weights over the K selected logits, in double. */
+typedef struct rt_b_moe_select_a {
+  int E, K;            /* experts, top_k */
+  const float *logits; /* N x E router logits */
+  float *sel, *wt;     /* N x K each: selected expert of each slot (as a float), its weight */
+} rt_b_moe_select_a;
+RT_BODY_FN(moe_select) {
+  int E = p->E, K = p->K;
+  const float *lr = p->logits + (size_t)i * E;
+  float *sr = p->sel + (size_t)i * K, *wr = p->wt + (size_t)i * K;
+  for (int k = 0; k < K; k++) {
+    int best = -1;
+    for (int e = 0; e < E; e++) {
+      if (!(best < 0 || lr[e] > lr[best])) continue;
+      bool taken = false; /* selected by an earlier slot of this token */
+      for (int q = 0; q < k && !taken; q++) taken = (int)sr[q] == e;
+      if (!taken) best = e;
+    }
+    sr[k] = (float)best;
+  }
+  double mx = lr[(int)sr[0]], sum = 0;
+  for (int k = 0; k < K; k++) sum += exp((double)lr[(int)sr[k]] - mx);
+  for (int k = 0; k < K; k++) wr[k] = (float)(exp((double)lr[(int)sr[k]] - mx) / sum);
+}
+
+/* Expert i: its rows of the grouped order (a stable counting sort of the R = N * K pairs by
+ * selected expert): off[i] = the pairs whose expert is below i, and pair[off[i] + j] = the j-th
+ * pair (t * K + k, in pair order, so token order) whose expert is i; expert E - 1 also writes
+ * off[E] = R. One index per expert scans all pairs in order: race-free and deterministic. */
+typedef struct rt_b_moe_route_a {
+  long R;           /* pairs */
+  int E;            /* experts */
+  const float *sel; /* R: selected expert of each pair, as a float */
+  int *off, *pair;  /* E + 1 offsets, R grouped pairs */
+} rt_b_moe_route_a;
+RT_BODY_FN(moe_route) {
+  int e = (int)i, o = 0, c = 0;
+  for (long r = 0; r < p->R; r++) {
+    int s = (int)p->sel[r];
+    if (s < e) o++;
+    else if (s == e) c++;
+  }
+  p->off[e] = o;
+  if (e == p->E - 1) p->off[e + 1] = o + c;
+  for (long r = 0; r < p->R; r++)
+    if ((int)p->sel[r] == e) p->pair[o++] = (int)r;
+}
+
+/* Element i of out (rows x n): out[j][k] = scale_j * src[token of pair[j]][k], token = pair / K,
+ * scale_j = wt[pair[j]] when wt is not NULL, else 1 (a plain copy). */
+typedef struct rt_b_moe_gather_a {
+  int n, K;              /* row width, top_k */
+  const int *pair;       /* rows: the pairs of the gathered rows (an expert's part of the list) */
+  const float *src, *wt; /* N x n, N x K or NULL */
+  float *out;            /* rows x n */
+} rt_b_moe_gather_a;
+RT_BODY_FN(moe_gather) {
+  long j = i / p->n, k = i % p->n;
+  int q = p->pair[j];
+  float v = p->src[(size_t)(q / p->K) * p->n + k];
+  p->out[i] = p->wt ? p->wt[q] * v : v;
+}
+
+/* Element i of src (rows x n): dst[token of pair[j]][k] += scale_j * src[j][k], token and scale
+ * as in moe_gather. Race-free when the rows' tokens are distinct (one expert's rows: a token
+ * selects an expert at most once); the caller orders the launches (experts by index). */
+typedef struct rt_b_moe_scatter_add_a {
+  int n, K;              /* row width, top_k */
+  const int *pair;       /* rows: the pairs of src's rows */
+  const float *src, *wt; /* rows x n, N x K or NULL */
+  float *dst;            /* N x n */
+} rt_b_moe_scatter_add_a;
+RT_BODY_FN(moe_scatter_add) {
+  long j = i / p->n, k = i % p->n;
+  int q = p->pair[j];
+  float w = p->wt ? p->wt[q] : 1.0f;
+  p->dst[(size_t)(q / p->K) * p->n + k] += w * p->src[i];
+}
+
+/* Grouped row i: dwt[pair[i]] = G_i . z_i (in double, the gradient of that pair's routing
+ * weight), then G_i *= wt[pair[i]] (the gradient of the expert's z). pair is a permutation, so
+ * every index writes its own dwt element and its own row. */
+typedef struct rt_b_moe_wgrad_a {
+  int F;                /* row width (ffn) */
+  const int *pair;      /* R grouped pairs */
+  const float *z, *wt;  /* R x F expert activations (grouped), N x K routing weights */
+  float *g;             /* R x F: dy W2_e^T per grouped row, scaled in place */
+  double *dwt;          /* N x K */
+} rt_b_moe_wgrad_a;
+RT_BODY_FN(moe_wgrad) {
+  int F = p->F, q = p->pair[i];
+  float *gr = p->g + (size_t)i * F;
+  const float *zr = p->z + (size_t)i * F;
+  double dot = 0;
+  for (int j = 0; j < F; j++) dot += (double)gr[j] * zr[j];
+  p->dwt[q] = dot;
+  float c0 = p->wt[q];
+  for (int j = 0; j < F; j++) gr[j] *= c0;
+}
+
+/* Token i: the routing softmax's gradient onto its selected logits, dlog[i][sel_k] =
+ * wt_k * (dwt_k - sum_j wt_j dwt_j) (the other logits are left as they are: zero). */
+typedef struct rt_b_moe_dlog_a {
+  int E, K;                /* experts, top_k */
+  const float *sel, *wt;   /* N x K each */
+  const double *dwt;       /* N x K: gradient of the routing weights */
+  float *dlog;             /* N x E */
+} rt_b_moe_dlog_a;
+RT_BODY_FN(moe_dlog) {
+  int E = p->E, K = p->K;
+  size_t t = (size_t)i;
+  double s = 0;
+  for (int k = 0; k < K; k++) s += (double)p->wt[t * K + k] * p->dwt[t * K + k];
+  for (int k = 0; k < K; k++)
+    p->dlog[t * E + (int)p->sel[t * K + k]] =
+        (float)(p->wt[t * K + k] * (p->dwt[t * K + k] - s));
+}
 
 #endif
