@@ -306,9 +306,25 @@ uint64_t *ir_record_mask(void *rec, ir_record_kind r);
 /* ---- Formatting of values ---------------------------------------------------------------- */
 
 /* Append the canonical text of value v of type t to 'sb': integers plainly, booleans as
- * true/false, enums by name, quantities with the printable unit that gives the shortest exact
- * text. Post: parsing the text back with ir_unit_lookup's scale gives exactly v. */
+ * true/false, enums by name, quantities in the unit ir_unit_for_values chooses for v alone (the
+ * printer chooses one unit for all the values of a dimension in a record instead). Post:
+ * parsing the text back with ir_unit_lookup's scale gives exactly v. */
 void ir_format_value(strbuf *sb, ir_type t, double v);
+
+/* The unit in which the printer writes every value of dimension 'dim' of one record (the rule
+ * of docs/ir.md, "How the printer writes a value"): among the printable units of dim in which
+ * every finite value of vals[0..n) has an exact text, the one with the smallest sum of squared
+ * scores (score: text length, plus 2 for a number below 1, plus 1 per integer digit beyond 4)
+ * over the non-zero values; ties go to the unit listed first in units.def. Pre: dim is a quantity
+ * dimension (not IR_DIM_NONE), n >= 0. Post: never NULL; the dimension's base unit (scale 1,
+ * in which every finite value is exact) when no value is finite and non-zero. */
+const ir_unit_info *ir_unit_for_values(ir_dim dim, const double *vals, int n);
+
+/* Append v's shortest exact text in unit u, followed by the unit's name ("640.0625MiB").
+ * Returns false and appends nothing when u is NULL, v is not finite, or no text of up to 17
+ * digits reads back as exactly v in u. Post (on true): scale_apply(strtod(number), u->scale)
+ * == v. */
+bool ir_format_in_unit(strbuf *sb, double v, const ir_unit_info *u);
 
 /* ---- Module --------------------------------------------------------------------------------*/
 

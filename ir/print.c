@@ -60,11 +60,31 @@ static void print_name(strbuf *sb, const char *s) {
     print_string(sb, s ? s : "");
 }
 
-/* Append value v of type t. Valid values go through ir_format_value; values no valid module
- * holds (NaN, infinities, fractions or out-of-range numbers in whole-number types) are printed
- * plainly so that the text shows them and the reader reports them, instead of being mangled by a
- * conversion to an integer. */
-static void print_value(strbuf *sb, ir_type t, double v) {
+/* The number of quantity dimensions: IR_DIM_NONE and those after it, indexing units[]. */
+#define PRINT_NDIMS (IR_DIM_BW + 1)
+
+/* Choose the unit of each quantity dimension of one record from the values it prints: types[i]
+ * and vals[i] for i < n, the fields or parameters that are set. Pre: n <= 64. Post: units[d] is
+ * ir_unit_for_values over the finite values of dimension d (NULL for IR_DIM_NONE), so that every
+ * value of one dimension prints in one unit and reads back exactly. */
+static void choose_units(const ir_type *types, const double *vals, int n,
+                         const ir_unit_info *units[PRINT_NDIMS]) {
+  units[IR_DIM_NONE] = NULL;
+  for (int d = IR_DIM_NONE + 1; d < PRINT_NDIMS; d++) {
+    double group[64];
+    int k = 0;
+    for (int i = 0; i < n; i++)
+      if (ir_types[types[i]].dim == (ir_dim)d) group[k++] = vals[i];
+    units[d] = ir_unit_for_values((ir_dim)d, group, k);
+  }
+}
+
+/* Append value v of type t, a quantity in its record's unit for the dimension (units[], from
+ * choose_units). Valid values go through ir_format_in_unit or ir_format_value; values no valid
+ * module holds (NaN, infinities, fractions or out-of-range numbers in whole-number types) are
+ * printed plainly so that the text shows them and the reader reports them, instead of being
+ * mangled by a conversion to an integer. */
+static void print_value(strbuf *sb, ir_type t, double v, const ir_unit_info *units[PRINT_NDIMS]) {
   if (isnan(v)) {
     strbuf_puts(sb, "nan");
     return;
@@ -77,14 +97,26 @@ static void print_value(strbuf *sb, ir_type t, double v) {
     strbuf_printf(sb, "%.17g", v);
     return;
   }
-  ir_format_value(sb, t, v);
+  ir_dim d = ir_types[t].dim;
+  if (d != IR_DIM_NONE && ir_format_in_unit(sb, v, units[d])) return;
+  ir_format_value(sb, t, v); /* plain values; a quantity only if its unit were not exact */
 }
 
-/* Append the body "{ k = v, ... }" of record 'rec' of kind r: its set fields in table order;
- * "{ }" when none is set. */
+/* Append the body "{ k = v, ... }" of record 'rec' of kind r: its set fields in table order,
+ * each dimension's quantities in one unit (choose_units); "{ }" when none is set. */
 static void print_record(strbuf *sb, ir_record_kind r, const void *rec) {
   int first, count;
   ir_record_fields(r, &first, &count);
+  ir_type types[64] = {0};
+  double vals[64] = {0};
+  int n = 0;
+  for (int i = first; i < first + count && n < 64; i++) {
+    if (!ir_field_is_set(rec, i) || (r == IR_REC_TRAIN && ir_train_is_free(rec, i))) continue;
+    types[n] = ir_fields[i].type;
+    vals[n++] = ir_field_get(rec, i);
+  }
+  const ir_unit_info *units[PRINT_NDIMS];
+  choose_units(types, vals, n, units);
   bool any = false;
   strbuf_putc(sb, '{');
   for (int i = first; i < first + count; i++) {
@@ -94,15 +126,26 @@ static void print_record(strbuf *sb, ir_record_kind r, const void *rec) {
     strbuf_puts(sb, ir_fields[i].name);
     strbuf_puts(sb, " = ");
     if (free) strbuf_puts(sb, "free");
-    else print_value(sb, ir_fields[i].type, ir_field_get(rec, i));
+    else print_value(sb, ir_fields[i].type, ir_field_get(rec, i), units);
     any = true;
   }
   strbuf_puts(sb, " }");
 }
 
-/* Append the parameter body of layer l: its kind's parameters that are set, in table order. */
+/* Append the parameter body of layer l: its kind's parameters that are set, in table order,
+ * each dimension's quantities in one unit (choose_units). */
 static void print_params(strbuf *sb, const ir_layer *l) {
   int first = ir_kind_first_param(l->kind), n = ir_kind_nparams(l->kind);
+  ir_type types[64] = {0};
+  double vals[64] = {0};
+  int nset = 0;
+  for (int i = first; i < first + n && nset < 64; i++) {
+    if (isnan(l->p[i])) continue;
+    types[nset] = ir_layer_params[i].type;
+    vals[nset++] = l->p[i];
+  }
+  const ir_unit_info *units[PRINT_NDIMS];
+  choose_units(types, vals, nset, units);
   bool any = false;
   strbuf_putc(sb, '{');
   for (int i = first; i < first + n; i++) {
@@ -110,7 +153,7 @@ static void print_params(strbuf *sb, const ir_layer *l) {
     strbuf_puts(sb, any ? ", " : " ");
     strbuf_puts(sb, ir_layer_params[i].name);
     strbuf_puts(sb, " = ");
-    print_value(sb, ir_layer_params[i].type, l->p[i]);
+    print_value(sb, ir_layer_params[i].type, l->p[i], units);
     any = true;
   }
   strbuf_puts(sb, " }");

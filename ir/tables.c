@@ -1,5 +1,6 @@
 /* tables.c -- descriptions generated from the .def tables, their lookups, generic record field
  * access, and canonical formatting of values. */
+#include <math.h>
 #include <stdlib.h>
 #include <pthread.h>
 #include <string.h>
@@ -247,6 +248,49 @@ double ir_field_value(const void *rec, int field) {
   return ir_field_is_set(rec, field) ? ir_field_get(rec, field) : ir_fields[field].def;
 }
 
+/* Score of value v written as 'text' in unit u, the readability measure of the unit rule:
+ * the text's length, plus two when the number is below 1 in u (0.37TB/s loses to 370GB/s, 0.1ms
+ * beats 100000ns) and one for each integer digit beyond four (2.819417ms beats 2819417ns).
+ * Pre: text is v's exact text in u, v != 0. */
+static size_t unit_score(const char *text, double v, const ir_unit_info *u) {
+  size_t digits = strspn(text + (text[0] == '-'), "0123456789");
+  return strlen(text) + (fabs(v) >= u->scale ? 0 : 2) + (digits > 4 ? digits - 4 : 0);
+}
+
+const ir_unit_info *ir_unit_for_values(ir_dim dim, const double *vals, int n) {
+  const ir_unit_info *base = NULL, *best = NULL;
+  size_t best_score = (size_t)-1;
+  bool any_nonzero = false;
+  for (int j = 0; j < n; j++) any_nonzero |= isfinite(vals[j]) && vals[j] != 0;
+  for (int i = 0; i < ir_unit_count; i++) {
+    const ir_unit_info *u = &ir_units[i];
+    if (u->dim != dim || !u->printable) continue;
+    if (u->scale == 1.0 && !base) base = u;
+    size_t score = 0;
+    bool exact = true;
+    for (int j = 0; j < n && exact; j++) {
+      char buf[48];
+      if (!isfinite(vals[j])) continue;
+      exact = fmt_shortest_scaled(buf, vals[j], u->scale);
+      size_t sc = exact && vals[j] != 0 ? unit_score(buf, vals[j], u) : 0;
+      score += sc * sc; /* squares: one long text weighs more than a few short ones */
+    }
+    if (exact && any_nonzero && score < best_score) {
+      best_score = score;
+      best = u;
+    }
+  }
+  return best ? best : base;
+}
+
+bool ir_format_in_unit(strbuf *sb, double v, const ir_unit_info *u) {
+  char buf[48];
+  if (!u || !isfinite(v) || !fmt_shortest_scaled(buf, v, u->scale)) return false;
+  strbuf_puts(sb, buf);
+  strbuf_puts(sb, u->name);
+  return true;
+}
+
 void ir_format_value(strbuf *sb, ir_type t, double v) {
   char buf[48];
   if (t == IR_T_BOOL) {
@@ -263,30 +307,14 @@ void ir_format_value(strbuf *sb, ir_type t, double v) {
     return;
   }
   ir_dim dim = ir_types[t].dim;
-  if (dim == IR_DIM_NONE) {
+  if (dim == IR_DIM_NONE || !isfinite(v)) {
     fmt_shortest_scaled(buf, v, 1.0);
     strbuf_puts(sb, buf);
     return;
   }
-  /* The printable unit whose exact text is shortest, counting two extra characters when the
-   * number would be below 1 in that unit (0.37TB/s loses to 370GB/s, 0.1ms beats 100000ns) and
-   * one for each integer digit beyond four (2.819417ms beats 2819417ns); ties go to the unit
-   * listed first. Zero prints in the base unit. */
-  const char *best_unit = NULL;
-  char best[48] = "";
-  size_t best_score = (size_t)-1;
-  for (int i = 0; i < ir_unit_count; i++) {
-    const ir_unit_info *u = &ir_units[i];
-    if (u->dim != dim || !u->printable || !fmt_shortest_scaled(buf, v, u->scale)) continue;
-    bool big_enough = v == 0 ? u->scale == 1.0 : fabs(v) >= u->scale;
-    size_t digits = strspn(buf + (buf[0] == '-'), "0123456789");
-    size_t score = strlen(buf) + (big_enough ? 0 : 2) + (digits > 4 ? digits - 4 : 0);
-    if (score < best_score) {
-      best_score = score;
-      best_unit = u->name;
-      snprintf(best, sizeof best, "%s", buf);
-    }
+  /* A lone value: the unit rule applied to a group of one. */
+  if (!ir_format_in_unit(sb, v, ir_unit_for_values(dim, &v, 1))) {
+    fmt_shortest_scaled(buf, v, 1.0); /* unreachable: the base unit is always exact */
+    strbuf_puts(sb, buf);
   }
-  strbuf_puts(sb, best);
-  strbuf_puts(sb, best_unit ? best_unit : "");
 }

@@ -285,6 +285,83 @@ void test_ir_value_roundtrip(void) {
   }
 }
 
+/* The unit of the quantity that follows "name = " in 'line' (the letters after its number),
+ * copied into 'unit' (16 bytes); "" when the field is absent. */
+static void field_unit(const char *line, const char *name, char *unit) {
+  char key[32];
+  snprintf(key, sizeof key, " %s = ", name);
+  const char *p = strstr(line, key);
+  unit[0] = 0;
+  if (!p) return;
+  p += strlen(key);
+  p += strspn(p, "-0123456789.e+");
+  size_t n = strcspn(p, ", }");
+  if (n > 15) n = 15;
+  memcpy(unit, p, n);
+  unit[n] = 0;
+}
+
+/* One unit per dimension in a record: cost records whose times and sizes span many magnitudes
+ * (awkward decimals, binary and decimal sizes, zeros) print each dimension in one unit, and read
+ * back to exactly the same values. */
+void test_ir_record_units(void) {
+  static const double times[] = {0.1e-3, 1.0 / 3.0, 1e-9, 0, 7.538, 670766.125532 / 1e6,
+                                 2819417 / 1e9, 40 / 1e6, 1.5, 0.791261872376, 123456.789};
+  static const double sizes[] = {0, 1024, 512, 80e9, 21.778e6, 640.0625 * 1048576,
+                                 81928.0 * 1024, 1073741824.0 * 1.5, 3.0, 1e15, 22300457472.0};
+  static const char *const tf[] = {"f", "b", "w"};
+  static const char *const sf[] = {"act", "act_w", "out", "param", "grad"};
+  const int nt = (int)(sizeof times / sizeof times[0]), ns = (int)(sizeof sizes / sizeof sizes[0]);
+  for (int k = 0; k < 200; k++) {
+    ir_module *m = ir_module_new("units");
+    ir_layer *l = ir_module_add_layer(m, "x", IR_KIND_CUSTOM);
+    ir_module_add_device(m, "gpu");
+    double tv[3], sv[5];
+    for (int i = 0; i < 3; i++) {
+      tv[i] = times[(k * 7 + i * 5 + k / 11) % nt];
+      set_field(&l->cost, IR_REC_COST, tf[i], tv[i]);
+    }
+    for (int i = 0; i < 5; i++) {
+      sv[i] = sizes[(k * 3 + i * 4 + k / 13) % ns];
+      set_field(&l->cost, IR_REC_COST, sf[i], sv[i]);
+    }
+    char *text = print_module(m, false);
+    const char *line = strstr(text, " cost {");
+    UNIT_CHECK(line != NULL);
+    if (!line) line = "";
+    char first[16], unit[16];
+    field_unit(line, tf[0], first);
+    for (int i = 1; i < 3; i++) {
+      field_unit(line, tf[i], unit);
+      UNIT_CHECK_STREQ(unit, first);
+    }
+    field_unit(line, sf[0], first);
+    for (int i = 1; i < 5; i++) {
+      field_unit(line, sf[i], unit);
+      UNIT_CHECK_STREQ(unit, first);
+    }
+    diag_capture c;
+    capture_init(&c);
+    ir_module *back = read_text(c.d, "units.oir", text);
+    UNIT_CHECK(back != NULL);
+    if (back) {
+      for (int i = 0; i < 3; i++)
+        UNIT_CHECK_EQ_DBL(get_field(&back->layers[0].cost, IR_REC_COST, tf[i]), tv[i]);
+      for (int i = 0; i < 5; i++)
+        UNIT_CHECK_EQ_DBL(get_field(&back->layers[0].cost, IR_REC_COST, sf[i]), sv[i]);
+      char *again = print_module(back, false);
+      UNIT_CHECK_STREQ(text, again);
+      free(again);
+    } else {
+      UNIT_CHECK_STREQ(capture_text(&c), "");
+    }
+    ir_module_free(back);
+    ir_module_free(m);
+    free(text);
+    capture_free(&c);
+  }
+}
+
 /* Units, spaces between number and unit, exponents and count suffixes are read as written. */
 void test_ir_read_units(void) {
   diag_capture c;
