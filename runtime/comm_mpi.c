@@ -211,10 +211,10 @@ static void mp_stop(void *ctx, const char *why) {
 static void mp_leave(void *ctx) { (void)ctx; }
 
 /* Doubles before the per-step figures in a packed rank. */
-#define PACK_HEAD 6
+#define PACK_HEAD (8 + RT_MEM_KINDS)
 
 /* The figures of one rank as doubles, for MPI_Gather: status, busy, wait, nev, BLAS time, peak
- * bytes, then
+ * bytes, the reference's, whether the arena was the stream's, the peak bytes by kind, then
  * per step the time, loss, reference loss and gradient difference. */
 static void pack(const rt_rank_stats *st, int steps, double *d) {
   d[0] = st->status;
@@ -222,7 +222,10 @@ static void pack(const rt_rank_stats *st, int steps, double *d) {
   d[2] = st->wait_s;
   d[3] = st->nev;
   d[4] = st->blas_s;
-  d[5] = st->peak_bytes;
+  d[5] = st->mem.total;
+  d[6] = st->ref_bytes;
+  d[7] = st->planned;
+  for (int k = 0; k < RT_MEM_KINDS; k++) d[8 + k] = st->mem.kind[k];
   for (int k = 0; k < steps; k++) {
     d[PACK_HEAD + k] = st->step_s[k];
     d[PACK_HEAD + steps + k] = st->loss[k];
@@ -238,7 +241,10 @@ static void unpack(rt_rank_stats *st, int steps, const double *d) {
   st->wait_s = d[2];
   st->nev = (int)d[3];
   st->blas_s = d[4];
-  st->peak_bytes = d[5];
+  st->mem.total = d[5];
+  st->ref_bytes = d[6];
+  st->planned = d[7] != 0;
+  for (int k = 0; k < RT_MEM_KINDS; k++) st->mem.kind[k] = d[8 + k];
   for (int k = 0; k < steps; k++) {
     st->step_s[k] = d[PACK_HEAD + k];
     st->loss[k] = d[PACK_HEAD + steps + k];

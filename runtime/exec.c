@@ -162,6 +162,102 @@ void rt_slot_floats(const be_stream *s, int rank, const rt_model *m, size_t *flo
     }
 }
 
+/* A slot in the order of the runtime's layout: by the stream's offset, then by index. */
+typedef struct arena_key {
+  uint64_t offset; /* the stream's offset */
+  int slot;        /* its index */
+} arena_key;
+static int arena_cmp(const void *a, const void *b) {
+  const arena_key *x = a, *y = b;
+  if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+  return (x->slot > y->slot) - (x->slot < y->slot);
+}
+
+/* A placed range [lo, hi) of the runtime's layout. */
+typedef struct arena_range {
+  uint64_t lo, hi; /* bytes */
+} arena_range;
+static int range_cmp(const void *a, const void *b) {
+  const arena_range *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+bool rt_arena(const be_stream *s, int rank, const rt_model *m, uint64_t *off, double *bytes) {
+  const be_program *p = &s->ranks[rank];
+  int n = p->nslots;
+  size_t *floats = xcalloc((size_t)(n ? n : 1), sizeof *floats);
+  rt_slot_floats(s, rank, m, floats);
+  bool plan = s->scale == rt_model_scale(m);
+  double end = 0;
+  for (int i = 0; i < n; i++) {
+    const be_slot *sl = &p->slots[i];
+    if ((double)floats[i] * sizeof(float) > (double)sl->bytes || sl->offset % sizeof(float))
+      plan = false;
+    if ((double)sl->offset + (double)sl->bytes > end) end = (double)sl->offset + (double)sl->bytes;
+  }
+  if (plan) { /* the stream's own layout */
+    for (int i = 0; i < n; i++) off[i] = p->slots[i].offset;
+    *bytes = end;
+    free(floats);
+    return true;
+  }
+  /* First fit of the runtime's sizes, in the order of the stream's offsets: slot i avoids every
+   * placed slot j whose stream range is disjoint from its own (the stream lets those be live at
+   * the same time; overlapping ones never are). */
+  arena_key *order = xcalloc((size_t)(n ? n : 1), sizeof *order);
+  for (int i = 0; i < n; i++) order[i] = (arena_key){p->slots[i].offset, i};
+  qsort(order, (size_t)n, sizeof *order, arena_cmp);
+  arena_range *busy = xcalloc((size_t)(n ? n : 1), sizeof *busy);
+  bool *placed = xcalloc((size_t)(n ? n : 1), sizeof *placed);
+  end = 0;
+  for (int k = 0; k < n; k++) {
+    int i = order[k].slot;
+    uint64_t size = ((uint64_t)floats[i] * sizeof(float) + 63) / 64 * 64;
+    off[i] = 0;
+    if (size == 0) continue;
+    const be_slot *a = &p->slots[i];
+    int nb = 0;
+    for (int j = 0; j < n; j++) {
+      const be_slot *b = &p->slots[j];
+      bool share = a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
+      if (!placed[j] || share) continue;
+      uint64_t sj = ((uint64_t)floats[j] * sizeof(float) + 63) / 64 * 64;
+      busy[nb++] = (arena_range){off[j], off[j] + sj};
+    }
+    qsort(busy, (size_t)nb, sizeof *busy, range_cmp);
+    uint64_t at = 0;
+    for (int q = 0; q < nb && busy[q].lo < at + size; q++)
+      if (busy[q].hi > at) at = busy[q].hi;
+    off[i] = at;
+    placed[i] = true;
+    if ((double)(at + size) > end) end = (double)(at + size);
+  }
+  *bytes = end;
+  free(order);
+  free(busy);
+  free(placed);
+  free(floats);
+  return false;
+}
+
+double rt_wstash_peak(const be_stream *s, int rank, const rt_model *m) {
+  const be_program *p = &s->ranks[rank];
+  double *held = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *held), live = 0, peak = 0;
+  for (int pc = 0; pc < p->ncode; pc++) {
+    const be_inst *in = &p->code[pc];
+    int slot = in->op == BE_OP_FWD ? in->a[5] : in->op == BE_OP_FREE ? in->a[0] : -1;
+    if (slot < 0 || slot >= p->nslots) continue;
+    live -= held[slot];
+    held[slot] = in->op == BE_OP_FWD && in->a[0] >= 0 && in->a[0] < s->nstages
+                     ? (double)rt_tensor_floats(m, BE_T_WSTASH, in->a[0]) * sizeof(float)
+                     : 0;
+    live += held[slot];
+    if (live > peak) peak = live;
+  }
+  free(held);
+  return peak;
+}
+
 int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
                  const rt_run_opts *o, rt_comm *c, rt_rank_stats *st) {
   int steps = o->steps > 0 ? o->steps : 1;
@@ -192,11 +288,17 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
     if (s->stages[i].rank == rank) rt_model_init_stage(m, i);
     if (ref) rt_model_init_stage(ref, i);
   }
-  /* Buffers: each slot as large as the largest runtime tensor it holds. */
+  /* Buffers: one arena, each slot at its offset (rt_arena: the stream's layout when its sizes
+   * are the runtime's), as large as the largest runtime tensor it holds. */
   size_t *floats = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *floats);
   rt_slot_floats(s, rank, m, floats);
+  uint64_t *off = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *off);
+  double arena_bytes = 0;
+  st->planned = rt_arena(s, rank, m, off, &arena_bytes);
+  char *arena = xcalloc(arena_bytes > 0 ? (size_t)arena_bytes : 1, 1);
+  rt_model_count(m, RT_MEM_ARENA, arena_bytes);
   float **buf = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *buf);
-  for (int i = 0; i < p->nslots; i++) buf[i] = floats[i] ? xcalloc(floats[i], sizeof **buf) : NULL;
+  for (int i = 0; i < p->nslots; i++) buf[i] = floats[i] ? (float *)(void *)(arena + off[i]) : NULL;
   rt_req *req = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *req);
   int *posted_at = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *posted_at);
 
@@ -214,7 +316,10 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
       bool compute = true;
       switch ((be_opcode)in->op) {
       case BE_OP_LOAD: rt_load(m, step, replica, a[1], buf[a[2]]); break;
-      case BE_OP_FWD: rt_forward(m, a[0], a[1], buf[a[2]], buf[a[3]]); break;
+      case BE_OP_FWD:
+        if (a[5] >= 0 && buf[a[5]]) rt_model_use_state(m, a[0], a[1], buf[a[5]]);
+        rt_forward(m, a[0], a[1], buf[a[2]], buf[a[3]]);
+        break;
       case BE_OP_LOSS: {
         double l = rt_loss(m, step, replica, a[1], buf[a[2]], buf[a[3]]);
         st->loss[step] += l;
@@ -320,12 +425,17 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
     st->step_s[step] = support_seconds() - t_step;
   }
   c->at = -1;
-  st->peak_bytes = (double)rt_model_bytes(m);
-  for (int i = 0; i < p->nslots; i++) st->peak_bytes += (double)floats[i] * sizeof(float);
+  rt_model_peak(m, &st->mem); /* the high-water mark of what it allocated, the arena included */
+  if (ref) {
+    rt_mem_use r;
+    rt_model_peak(ref, &r);
+    st->ref_bytes = r.total;
+  }
   if (st->status == RT_FAILED || st->status == RT_NONFINITE)
     c->fail(c->ctx, st->err, st->status == RT_NONFINITE ? RT_EXIT_NUMERIC : RT_EXIT_RUNTIME);
   c->leave(c->ctx);
-  for (int i = 0; i < p->nslots; i++) free(buf[i]);
+  free(arena);
+  free(off);
   free(buf);
   free(floats);
   free(req);
@@ -359,6 +469,45 @@ bool rt_prediction_comparable(const be_stream *s, const rt_run_opts *o, int scal
     return false;
   }
   return true;
+}
+
+/* Bytes in a MiB, for the report. */
+#define MIB 1048576.0
+
+double rt_predicted_bytes(const be_stream *s, const rt_rank_stats *x) {
+  double peak = s->ranks[x->rank].pred_peak;
+  if (!x->planned) return peak;
+  be_mem bm = be_mem_stats(s, x->rank);
+  return peak - bm.peak_stash + bm.arena_bytes;
+}
+
+/* Append the memory line of rank x: what it held at its high-water mark, by kind, and with a
+ * comparable prediction (pred) the plan's figure beside it. */
+static void report_memory(const be_stream *s, const rt_rank_stats *x, bool pred, strbuf *out) {
+  if (!(x->mem.total > 0)) return;
+  const double *k = x->mem.kind;
+  strbuf_puts(out, "memory: ");
+  if (s->replicas > 1) strbuf_printf(out, "replica %d ", x->replica);
+  strbuf_printf(out, "rank %d: measured %.2f MiB", x->rank, x->mem.total / MIB);
+  if (pred) {
+    double p = rt_predicted_bytes(s, x), peak = s->ranks[x->rank].pred_peak;
+    strbuf_printf(out, ", predicted %.2f MiB (%+.1f%%) = the plan's peak %.2f MiB", p / MIB,
+                  p > 0 ? 100 * (x->mem.total - p) / p : 0.0, peak / MIB);
+    if (x->planned) strbuf_printf(out, " + message buffers %.2f MiB", (p - peak) / MIB);
+  }
+  strbuf_printf(out, "; held: parameters, gradients and optimizer state %.2f MiB, %s %.2f MiB",
+                k[RT_MEM_STATIC] / MIB,
+                x->planned ? "the stream's buffers" : "buffers (the runtime's sizes)",
+                k[RT_MEM_ARENA] / MIB);
+  strbuf_printf(out, ", workspace %.2f MiB", k[RT_MEM_WORKSPACE] / MIB);
+  if (k[RT_MEM_PRIVATE] > 0)
+    strbuf_printf(out, ", saved state outside the stream's buffers %.2f MiB",
+                  k[RT_MEM_PRIVATE] / MIB);
+  if (pred) strbuf_puts(out, k[RT_MEM_PRIVATE] > 0 ? " (the last two not in the plan)"
+                                                   : " (not in the plan)");
+  if (x->ref_bytes > 0) strbuf_printf(out, "; --check's reference %.2f MiB besides",
+                                      x->ref_bytes / MIB);
+  strbuf_putc(out, '\n');
 }
 
 int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *stats, int n,
@@ -419,11 +568,12 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
                   total > 0 ? 100 * (1 - x->busy_s / total) : 0.0);
     if (x->blas_s > 0)
       strbuf_printf(out, ", BLAS %.1f%% of busy", x->busy_s > 0 ? 100 * x->blas_s / x->busy_s : 0.0);
-    if (x->peak_bytes > 0) strbuf_printf(out, ", memory %.2f MiB", x->peak_bytes / 1048576.0);
-    if (x->peak_bytes > 0 && pred)
-      strbuf_printf(out, " (predicted %.2f MiB)", s->ranks[x->rank].pred_peak / 1048576.0);
+    if (x->mem.total > 0) strbuf_printf(out, ", memory %.2f MiB", x->mem.total / MIB);
+    if (x->mem.total > 0 && pred)
+      strbuf_printf(out, " (predicted %.2f MiB)", rt_predicted_bytes(s, x) / MIB);
     strbuf_putc(out, '\n');
   }
+  for (int i = 0; i < n; i++) report_memory(s, &stats[i], pred, out);
   strbuf why = {0};
   if (rt_prediction_comparable(s, o, stats[0].scale, &why)) {
     /* the median of the steps after the first (the first warms caches and allocates) */

@@ -81,7 +81,8 @@ int rt_mem_check(const be_stream *s, const rt_model *m, const rt_run_opts *o, co
     double bytes;
   } parts[] = {{"parameters", worst_need.params},  {"gradients", worst_need.grads},
                {"optimizer state", worst_need.optim}, {"saved state", worst_need.state},
-               {"buffers", worst_need.buffers},     {"--check's reference", worst_need.reference}};
+               {"buffers", worst_need.buffers},     {"workspace", worst_need.workspace},
+               {"--check's reference", worst_need.reference}};
   strbuf who = {0}, need = {0}; /* "replica 1, rank 2", "3.0 GiB (parameters ...)" */
   if (s->replicas > 1) strbuf_printf(&who, "replica %d, ", worst / s->nranks);
   strbuf_printf(&who, "rank %d", worst % s->nranks);

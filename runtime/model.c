@@ -48,6 +48,8 @@ typedef struct msaved {
   float *buf;   /* state block (state_floats), NULL when nothing is in flight (a recomputing
                    stage: NULL from F until B rebuilds it) */
   float *input; /* a recomputing stage: a copy of the stage's input, kept from F until B */
+  bool ext;     /* the stream's WSTASH buffer (rt_model_use_state) holds buf (a recomputing
+                   stage: input), not a block of the model's */
   bool f_done;  /* rt_forward ran (and no W or fused B since) */
   bool b_done;  /* rt_backward_input ran */
 } msaved;
@@ -99,12 +101,15 @@ struct rt_model {
   unsigned char *data;  /* data file bytes, or NULL for synthetic data */
   size_t data_len;      /* their count (> 0 when data is set) */
   int *perm;            /* synthetic data: the successor of each token (a permutation of [0, V)) */
-  size_t scratch_n;     /* floats of each scratch buffer */
+  size_t scratch_n;     /* floats of each scratch buffer: the most any initialized stage needs
+                           (stage_scratch) */
   float *scr[3];        /* scratch buffers for the layers of a stage */
   int *tok;             /* scratch: B x S + 1 token ids */
   float *hbuf;          /* host scratch of hbuf_n floats: ids, targets or features before they go
                            to the device (rt_put) */
   size_t hbuf_n;        /* its floats: the larger of B x S + 1 and the model's input */
+  rt_mem_use mem;       /* bytes the tracker counts now, by kind (rt_model_count) */
+  rt_mem_use mem_peak;  /* the same at the high-water mark of the total */
 };
 
 /* ---- Dimensions ---------------------------------------------------------------------------- */
@@ -313,6 +318,17 @@ static double step_flops(const rt_model *m) {
 
 /* ---- Construction -------------------------------------------------------------------------- */
 
+/* Bytes of the model's data and token buffers: the data file, the synthetic successor
+ * permutation, the token ids of a microbatch and their host staging buffer (hbuf). */
+static double model_data_bytes(const rt_model *m) {
+  return (double)m->data_len + (double)m->V * sizeof(int) +
+         ((double)m->B * m->S + 1) * sizeof(int) + (double)m->hbuf_n * sizeof(float);
+}
+
+/* Bytes rt_loss holds while it runs: the rows' losses and targets on the device, the losses on
+ * the host. */
+static double loss_bytes(const rt_model *m) { return (double)m->B * m->S * (3 * 4 + 8); }
+
 /* Choose the scale: o->scale, or (0) the smallest power of two whose step fits RT_AUTO_FLOPS. */
 static bool choose_scale(rt_model *m, const be_stream *s, const rt_opts *o, strbuf *err) {
   if (o->scale > 0) {
@@ -383,17 +399,7 @@ rt_model *rt_model_new(const be_stream *s, const rt_opts *o, strbuf *err) {
   size_t nin = rt_tensor_floats(m, BE_T_INPUT, 0);
   m->hbuf_n = nin > (size_t)m->B * m->S + 1 ? nin : (size_t)m->B * m->S + 1;
   m->hbuf = xmalloc(m->hbuf_n * sizeof *m->hbuf);
-  size_t big = 1;
-  for (int i = 0; i < m->nlayers; i++) {
-    const mlayer *L = &m->layers[i];
-    size_t B = (size_t)m->B;
-    size_t a = B * L->d.in_S * L->d.in_w, b = B * L->d.S * L->p.out_w;
-    size_t c = B * (size_t)L->prev_S * L->prev_w;
-    if (a > big) big = a;
-    if (b > big) big = b;
-    if (c > big) big = c;
-  }
-  m->scratch_n = big; /* allocated with the first stage (rt_model_init_stage) */
+  rt_model_count(m, RT_MEM_WORKSPACE, model_data_bytes(m));
   m->stages = xcalloc((size_t)m->nstages, sizeof *m->stages);
   for (int si = 0; si < m->nstages; si++) {
     mstage *st = &m->stages[si];
@@ -433,7 +439,11 @@ void rt_model_free(rt_model *m) {
   if (!m) return;
   for (int si = 0; m->stages && si < m->nstages; si++) {
     mstage *st = &m->stages[si];
-    for (int k = 0; k < m->nmb; k++) free(st->saved[k].buf), free(st->saved[k].input);
+    for (int k = 0; k < m->nmb; k++) { /* the stream's buffers are the interpreter's */
+      msaved *sv = &st->saved[k];
+      if (!sv->ext || st->recompute) free(sv->buf);
+      if (!sv->ext || !st->recompute) free(sv->input);
+    }
     free(st->saved);
     for (int k = 0; k < st->npool; k++) free(st->pool[k]);
     free(st->pool);
@@ -458,19 +468,57 @@ void rt_model_free(rt_model *m) {
 
 int rt_model_scale(const rt_model *m) { return m->scale; }
 
-size_t rt_model_bytes(const rt_model *m) {
-  size_t n = m->scr[0] ? 3 * m->scratch_n * sizeof(float) : 0;
-  for (int si = 0; si < m->nstages; si++) {
-    const mstage *st = &m->stages[si];
-    if (st->init) n += st->nparams * sizeof(float) * (m->adam ? 4 : 2);
-    size_t blocks = (size_t)st->npool, inputs = (size_t)st->nipool;
-    for (int k = 0; k < m->nmb; k++) {
-      blocks += st->saved[k].buf != NULL;
-      inputs += st->saved[k].input != NULL;
-    }
-    n += blocks * st->state_floats * sizeof(float) + inputs * st->in_floats * sizeof(float);
+void rt_model_count(rt_model *m, rt_mem_kind k, double bytes) {
+  m->mem.kind[k] += bytes;
+  m->mem.total += bytes;
+  if (m->mem.total > m->mem_peak.total) m->mem_peak = m->mem;
+}
+
+void rt_model_peak(const rt_model *m, rt_mem_use *peak) { *peak = m->mem_peak; }
+
+size_t rt_model_bytes(const rt_model *m) { return (size_t)m->mem.total; }
+
+static mstage *stage_of(rt_model *m, int st);
+
+void rt_model_use_state(rt_model *m, int st_i, int mb, float *buf) {
+  if (st_i < 0 || st_i >= m->nstages || mb < 0 || mb >= m->nmb || !buf) return;
+  mstage *st = stage_of(m, st_i);
+  msaved *sv = &st->saved[mb];
+  if (sv->f_done) return; /* an F in flight: precondition broken */
+  if (st->recompute) {
+    if (sv->input && !sv->ext) VEC_PUSH(st->ipool, st->nipool, st->ipool_cap, sv->input);
+    sv->input = buf;
+  } else {
+    if (sv->buf && !sv->ext) VEC_PUSH(st->pool, st->npool, st->pool_cap, sv->buf);
+    sv->buf = buf;
   }
-  return n;
+  sv->ext = true;
+}
+
+/* Floats of each of the three scratch buffers stage st needs (stage_forward and
+ * rt_backward_input): the tensors between its layers, a spliced embedding's ids, an adapter's
+ * input; not its first layer's input nor its last layer's output, which are the caller's, but
+ * that output when the forward runs again without one (recomputation). */
+static size_t stage_scratch(const rt_model *m, const mstage *st) {
+  size_t need = 0, B = (size_t)m->B;
+  for (int i = st->first; i < st->end; i++) {
+    const mlayer *L = &m->layers[i];
+    size_t in = B * L->d.in_S * L->d.in_w, out = B * L->d.S * L->p.out_w;
+    size_t prev = B * (size_t)L->prev_S * L->prev_w;
+    bool last = i == st->end - 1, first = i == st->first;
+    size_t uses[] = {
+        !last || st->recompute ? out : 0,    /* its output, when not the stage's */
+        L->splice ? in : 0,                  /* a spliced embedding's ids, */
+        L->splice ? prev : 0,                /* the spliced tokens' gradient, */
+        L->splice ? out : 0,                 /* a copy of its output's gradient */
+        L->adapt ? in : 0,                   /* an adapter's input (and its gradient) */
+        L->adapt && !first ? prev : 0,       /* the adapter's input gradient */
+        i > 0 && (!first || L->adapt) ? in : 0, /* the layer's input gradient */
+    };
+    for (size_t u = 0; u < sizeof uses / sizeof *uses; u++)
+      if (uses[u] > need) need = uses[u];
+  }
+  return need;
 }
 
 void rt_rank_memory(const rt_model *m, const be_stream *s, int rank, bool check,
@@ -478,13 +526,15 @@ void rt_rank_memory(const rt_model *m, const be_stream *s, int rank, bool check,
   memset(out, 0, sizeof *out);
   const be_program *p = &s->ranks[rank];
   const double f = sizeof(float), opt = m->adam ? 2 : 0;
-  /* Saved-state blocks: per stage, the most microbatches between its F and its W at once; for a
-   * recomputing stage, the most between its B and its W (one more while F or a fused B runs),
-   * and the most inputs kept between its F and its B. */
+  /* Saved state the stream has no buffer for (private blocks): per stage whose F names no
+   * WSTASH buffer, the most microbatches between its F and its W at once; for a recomputing
+   * stage, its blocks: the most between its B and its W (one more while F or a fused B runs),
+   * and, without a WSTASH buffer, the most inputs kept between its F and its B. */
   int ns = m->nstages;
   int *live = xcalloc((size_t)ns, sizeof *live), *peak = xcalloc((size_t)ns, sizeof *peak);
   int *live_in = xcalloc((size_t)ns, sizeof *live_in), *peak_in = xcalloc((size_t)ns,
                                                                          sizeof *peak_in);
+  bool *ext = xcalloc((size_t)ns, sizeof *ext), *noext = xcalloc((size_t)ns, sizeof *noext);
   for (int pc = 0; pc < p->ncode; pc++) {
     const be_inst *in = &p->code[pc];
     int st = in->a[0];
@@ -492,6 +542,10 @@ void rt_rank_memory(const rt_model *m, const be_stream *s, int rank, bool check,
         in->op != BE_OP_BWD)
       continue;
     if (st < 0 || st >= ns) continue;
+    if (in->op == BE_OP_FWD && in->a[5] >= 0 && in->a[5] < p->nslots)
+      ext[st] = true;
+    else if (in->op == BE_OP_FWD)
+      noext[st] = true;
     if (!m->stages[st].recompute) {
       if (in->op == BE_OP_BWD_IN) continue;
       live[st] += in->op == BE_OP_FWD ? 1 : -1;
@@ -508,26 +562,38 @@ void rt_rank_memory(const rt_model *m, const be_stream *s, int rank, bool check,
       live[st]--; /* F's block goes back to the pool; a fused B's with its W */
   }
   double all_params = 0, all_state = 0;
+  size_t scratch = 0, all_scratch = 0;
   for (int si = 0; si < m->nstages; si++) {
     const mstage *st = &m->stages[si];
     all_params += (double)st->nparams;
     all_state += (double)st->state_floats;
+    size_t need = stage_scratch(m, st);
+    if (need > all_scratch) all_scratch = need;
     if (s->stages[si].rank != rank) continue;
+    if (need > scratch) scratch = need;
     out->params += (double)st->nparams * f;
-    out->state += (double)peak[si] * (double)st->state_floats * f +
-                  (double)peak_in[si] * (double)st->in_floats * f;
+    bool in_stream = ext[si] && !noext[si]; /* every F of the stage names a WSTASH buffer */
+    if (st->recompute || !in_stream) out->state += (double)peak[si] * (double)st->state_floats * f;
+    if (st->recompute && !in_stream) out->state += (double)peak_in[si] * (double)st->in_floats * f;
   }
   free(live);
   free(peak);
   free(live_in);
   free(peak_in);
+  free(ext);
+  free(noext);
   out->grads = out->params;
   out->optim = opt * out->params;
-  size_t *floats = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *floats);
-  rt_slot_floats(s, rank, m, floats);
-  out->buffers = 3 * (double)m->scratch_n * f;
-  for (int i = 0; i < p->nslots; i++) out->buffers += (double)floats[i] * f;
-  free(floats);
+  /* The arena, of which the WSTASH buffers' peak is saved state. */
+  uint64_t *off = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *off);
+  double arena = 0, held = rt_wstash_peak(s, rank, m);
+  rt_arena(s, rank, m, off, &arena);
+  free(off);
+  out->state += held;
+  out->buffers = arena > held ? arena - held : 0;
+  double tok = model_data_bytes(m);
+  out->workspace = 3 * (double)(scratch ? scratch : 1) * f + tok; /* as init_stage allocates */
+  if (s->stages[ns - 1].rank == rank) out->workspace += loss_bytes(m); /* while LOSS runs */
   if (check) {
     /* Its model, one saved block per stage, and rt_reference_step's buffers: the input, every
      * stage's output, two gradients and, with replicas, a second copy of the gradients. */
@@ -536,11 +602,11 @@ void rt_rank_memory(const rt_model *m, const be_stream *s, int rank, bool check,
       if ((double)rt_tensor_floats(m, BE_T_ACT, si) > big)
         big = (double)rt_tensor_floats(m, BE_T_ACT, si);
     out->reference = all_params * f * (2 + opt + (m->replicas > 1)) + all_state * f +
-                     3 * (double)m->scratch_n * f +
+                     3 * (double)all_scratch * f + tok + loss_bytes(m) +
                      ((double)rt_tensor_floats(m, BE_T_INPUT, 0) + (m->nstages + 2) * big) * f;
   }
   out->total = out->params + out->grads + out->optim + out->state + out->buffers +
-               out->reference;
+               out->workspace + out->reference;
 }
 
 void rt_model_set_step(rt_model *m, int step, int replica) {
@@ -552,14 +618,24 @@ void rt_model_init_stage(rt_model *m, int st_i) {
   if (st_i < 0 || st_i >= m->nstages) return;
   mstage *st = &m->stages[st_i];
   if (st->init) return;
-  if (!m->scr[0]) /* the scratch buffers, with the first stage */
-    for (int k = 0; k < 3; k++) m->scr[k] = xmalloc(m->scratch_n * sizeof *m->scr[k]);
+  size_t need = stage_scratch(m, st); /* the scratch buffers grow to the stage's need */
+  if (need > m->scratch_n || !m->scr[0]) {
+    if (need < 1) need = 1;
+    if (need < m->scratch_n) need = m->scratch_n;
+    rt_model_count(m, RT_MEM_WORKSPACE, 3 * ((double)need - (double)m->scratch_n) * sizeof(float));
+    for (int k = 0; k < 3; k++) {
+      free(m->scr[k]);
+      m->scr[k] = xmalloc(need * sizeof *m->scr[k]);
+    }
+    m->scratch_n = need;
+  }
   st->w = xmalloc((st->nparams ? st->nparams : 1) * sizeof *st->w);
   st->g = xcalloc(st->nparams ? st->nparams : 1, sizeof *st->g);
   if (m->adam) {
     st->am = xcalloc(st->nparams ? st->nparams : 1, sizeof *st->am);
     st->av = xcalloc(st->nparams ? st->nparams : 1, sizeof *st->av);
   }
+  rt_model_count(m, RT_MEM_STATIC, (double)st->nparams * sizeof(float) * (m->adam ? 4 : 2));
   st->b1t = st->b2t = 1.0;
   for (int i = st->first; i < st->end; i++) {
     const mlayer *L = &m->layers[i];
@@ -586,6 +662,10 @@ size_t rt_tensor_floats(const rt_model *m, be_tensor_kind k, int stage) {
   case BE_T_GRAD:
     if (stage < 1 || stage > m->nstages) return 0;
     return rt_tensor_floats(m, BE_T_ACT, stage - 1);
+  case BE_T_WSTASH:
+    if (stage < 0 || stage >= m->nstages) return 0;
+    return m->stages[stage].recompute ? m->stages[stage].in_floats
+                                      : m->stages[stage].state_floats;
   default: return 0;
   }
 }
@@ -675,9 +755,10 @@ static bool dumping(const rt_model *m, int mb) {
 }
 
 /* A state block of stage st: one of its pool, else a new one. */
-static float *block_take(mstage *st) {
-  return st->npool ? st->pool[--st->npool]
-                   : xmalloc((st->state_floats ? st->state_floats : 1) * sizeof(float));
+static float *block_take(rt_model *m, mstage *st) {
+  if (st->npool) return st->pool[--st->npool];
+  rt_model_count(m, RT_MEM_PRIVATE, (double)st->state_floats * sizeof(float));
+  return xmalloc((st->state_floats ? st->state_floats : 1) * sizeof(float));
 }
 
 /* The forward of stage st_i (st) on microbatch mb: in -> out (NULL: the output is not wanted),
@@ -699,7 +780,8 @@ static void stage_forward(rt_model *m, mstage *st, int st_i, int mb, const float
       adapt_fwd(m, L, cur, a);
       x = a;
     }
-    float *y = other_scr(m, cur, x);
+    /* the last layer writes the stage's output directly (stage_scratch counts on it) */
+    float *y = i == st->end - 1 && out ? out : other_scr(m, cur, x);
     L->k->fwd(&L->d, st->w + L->w_off, x, y, state + L->sv_off);
     if (dumping(m, mb)) {
       dump_free(m, i);
@@ -713,7 +795,7 @@ static void stage_forward(rt_model *m, mstage *st, int st_i, int mb, const float
     }
     cur = y;
   }
-  if (out) rt_copy(out, cur, rt_tensor_floats(m, BE_T_ACT, st_i));
+  (void)st_i;
 }
 
 void rt_forward(rt_model *m, int st_i, int mb, const float *in, float *out) {
@@ -723,17 +805,20 @@ void rt_forward(rt_model *m, int st_i, int mb, const float *in, float *out) {
   sv->f_done = true;
   sv->b_done = false;
   if (!st->recompute) {
-    if (!sv->buf) sv->buf = block_take(st);
+    if (!sv->buf) sv->buf = block_take(m, st);
     stage_forward(m, st, st_i, mb, in, out, sv->buf);
     return;
   }
   /* Recomputation: keep a copy of the input; the state block goes back to the pool (B rebuilds
    * it from the input). */
-  if (!sv->input)
-    sv->input = st->nipool ? st->ipool[--st->nipool]
-                           : xmalloc((st->in_floats ? st->in_floats : 1) * sizeof *sv->input);
+  if (!sv->input && st->nipool) {
+    sv->input = st->ipool[--st->nipool];
+  } else if (!sv->input) {
+    rt_model_count(m, RT_MEM_PRIVATE, (double)st->in_floats * sizeof(float));
+    sv->input = xmalloc((st->in_floats ? st->in_floats : 1) * sizeof *sv->input);
+  }
   rt_copy(sv->input, in, st->in_floats);
-  float *blk = block_take(st);
+  float *blk = block_take(m, st);
   stage_forward(m, st, st_i, mb, in, out, blk);
   VEC_PUSH(st->pool, st->npool, st->pool_cap, blk);
 }
@@ -743,10 +828,11 @@ void rt_forward(rt_model *m, int st_i, int mb, const float *in, float *out) {
 static void recompute_forward(rt_model *m, mstage *st, int st_i, int mb) {
   msaved *sv = &st->saved[mb];
   if (!st->recompute || !sv->input || !sv->f_done) return;
-  if (!sv->buf) sv->buf = block_take(st);
+  if (!sv->buf) sv->buf = block_take(m, st);
   stage_forward(m, st, st_i, mb, sv->input, NULL, sv->buf);
-  VEC_PUSH(st->ipool, st->nipool, st->ipool_cap, sv->input);
+  if (!sv->ext) VEC_PUSH(st->ipool, st->nipool, st->ipool_cap, sv->input);
   sv->input = NULL;
+  sv->ext = false;
 }
 
 double rt_loss(rt_model *m, int step, int replica, int mb, const float *out, float *grad) {
@@ -758,10 +844,12 @@ double rt_loss(rt_model *m, int step, int replica, int mb, const float *out, flo
   float *scr = rt_scratch(3 * (size_t)T), *target = scr + 2 * (size_t)T;
   rt_put(target, m->hbuf, (size_t)T * sizeof *target);
   double *row_loss = (double *)scr, *loss = xmalloc((size_t)T * sizeof *loss);
+  rt_model_count(m, RT_MEM_WORKSPACE, loss_bytes(m));
   RT_FOR(model_loss, T, .S = S, .C = C, .prefix = m->prefix, .out = out, .target = target,
          .grad = grad, .loss = row_loss, .scale = 1.0 / ((double)counted * m->nmb * m->replicas));
   rt_to_host(loss, row_loss, (size_t)T * sizeof *loss);
   rt_scratch_free(scr);
+  rt_model_count(m, RT_MEM_WORKSPACE, -loss_bytes(m));
   double total = 0;
   for (int r = 0; r < T; r++) total += loss[r]; /* in row order, as one loop would */
   free(loss);
@@ -776,24 +864,32 @@ void rt_backward_input(rt_model *m, int st_i, int mb, const float *grad, float *
   msaved *sv = &st->saved[mb];
   recompute_forward(m, st, st_i, mb); /* a recomputing stage: the forward again, first */
   if (!sv->buf) return; /* no forward: precondition broken */
-  float *cur = m->scr[0];
-  rt_copy(cur, grad, rt_tensor_floats(m, BE_T_ACT, st_i));
+  /* The gradient flows through the scratch buffers, read from the caller's grad and written
+   * into its dx directly (stage_scratch counts on it). */
+  const float *cur = grad;
+  float *cur_scr = NULL; /* cur when it is a scratch buffer (writable) */
   for (int i = st->end - 1; i >= st->first; i--) {
     mlayer *L = &m->layers[i];
-    bool need = i > 0 && (i > st->first || dx);
+    bool first = i == st->first, need = i > 0 && (!first || dx);
     float *dprev = NULL;
     if (L->splice) {
       /* the spliced tokens' gradient goes back; the table's rows see the rest */
-      dprev = other_scr(m, cur, NULL);
+      float *gc = cur_scr;
+      if (!gc) {
+        gc = other_scr(m, NULL, NULL);
+        rt_copy(gc, cur, (size_t)m->B * L->d.S * L->p.out_w);
+      }
+      dprev = first && dx ? dx : other_scr(m, gc, NULL);
       long n = (long)L->prev_S * L->prev_w;
       RT_FOR(model_splice_bwd, (size_t)m->B * n, .n = n, .stride = (long)L->d.S * L->d.hidden,
-             .a = dprev, .b = cur);
+             .a = dprev, .b = gc);
+      cur = gc;
       L->k->bwd_in(&L->d, st->w + L->w_off, sv->buf + L->sv_off, cur, NULL);
     } else {
-      float *dk = need ? other_scr(m, cur, NULL) : NULL;
+      float *dk = !need ? NULL : first && !L->adapt ? dx : other_scr(m, cur, NULL);
       L->k->bwd_in(&L->d, st->w + L->w_off, sv->buf + L->sv_off, cur, dk);
       if (dk && L->adapt) {
-        dprev = other_scr(m, cur, dk);
+        dprev = first ? dx : other_scr(m, cur, dk);
         adapt_bwd(m, L, dk, dprev);
       } else {
         dprev = dk;
@@ -802,9 +898,10 @@ void rt_backward_input(rt_model *m, int st_i, int mb, const float *grad, float *
     }
     if (dumping(m, mb)) m->dumps[i].dy = dup_floats(cur, (size_t)m->B * L->d.S * L->p.out_w);
     cur = dprev;
+    cur_scr = dprev != dx ? dprev : NULL;
     if (!cur) break;
   }
-  if (dx && cur) rt_copy(dx, cur, rt_tensor_floats(m, BE_T_GRAD, st_i));
+  if (dx && cur && cur != dx) rt_copy(dx, cur, rt_tensor_floats(m, BE_T_GRAD, st_i));
   sv->b_done = true;
 }
 
@@ -840,8 +937,9 @@ void rt_backward_weight(rt_model *m, int st_i, int mb) {
       rt_dev_mfree(g1);
     }
   }
-  VEC_PUSH(st->pool, st->npool, st->pool_cap, sv->buf);
+  if (!sv->ext || st->recompute) VEC_PUSH(st->pool, st->npool, st->pool_cap, sv->buf);
   sv->buf = NULL;
+  sv->ext = false;
   sv->b_done = false;
   sv->f_done = false;
 }
@@ -979,6 +1077,9 @@ double rt_reference_step(rt_model *m, int step, int replicas) {
   float *ga = rt_dev_malloc(big * sizeof *ga), *gb = rt_dev_malloc(big * sizeof *gb);
   /* Each replica's gradients apart, then summed in replica order: the all-reduce's sum. */
   float **sum = xcalloc((size_t)m->nstages, sizeof *sum);
+  double bufs = ((double)nin + ((double)m->nstages + 2) * (double)big) * sizeof(float);
+  for (int s = 0; replicas > 1 && s < m->nstages; s++) bufs += (double)m->stages[s].nparams * 4;
+  rt_model_count(m, RT_MEM_WORKSPACE, bufs); /* the step's buffers, for the tracker */
   double total = 0;
   int keep_step = m->step, keep_replica = m->replica;
   for (int r = 0; r < replicas; r++) {
@@ -998,6 +1099,7 @@ double rt_reference_step(rt_model *m, int step, int replicas) {
   for (int s = 0; s < m->nstages; s++) rt_dev_mfree(sum[s]);
   free(sum);
   rt_model_set_step(m, keep_step, keep_replica);
+  rt_model_count(m, RT_MEM_WORKSPACE, -bufs);
   rt_dev_mfree(in);
   rt_dev_mfree(act);
   rt_dev_mfree(ga);

@@ -51,19 +51,50 @@ rt_model *rt_model_new(const be_stream *s, const rt_opts *o, strbuf *err);
 void rt_model_free(rt_model *m);
 /* The scale in force (o->scale, or the one chosen for 0). */
 int rt_model_scale(const rt_model *m);
-/* Bytes the model holds: parameters, gradients and optimizer state of its initialized stages,
- * the saved-state blocks it allocated (as many as were ever in flight at once, since finished
- * ones are reused), a recomputing stage's input copies (likewise) and its scratch buffers. */
+/* What a rank's memory holds, by kind: the classes the run's memory line reports. */
+typedef enum rt_mem_kind {
+  RT_MEM_STATIC,    /* parameters, gradients and optimizer state of its stages */
+  RT_MEM_ARENA,     /* the stream's buffer arena: every slot (messages, inputs, outputs, and the
+                       saved-state blocks that live in the stream's WSTASH buffers) */
+  RT_MEM_PRIVATE,   /* saved state the stream has no buffer for (a recomputing stage's rebuilt
+                       blocks; a stage whose FWD names no WSTASH buffer) */
+  RT_MEM_WORKSPACE, /* the model's scratch between the layers of a stage, token ids, and the
+                       sequential reference's step buffers */
+  RT_MEM_KINDS
+} rt_mem_kind;
+
+/* Bytes by kind, and their sum. */
+typedef struct rt_mem_use {
+  double kind[RT_MEM_KINDS]; /* bytes of each rt_mem_kind */
+  double total;              /* their sum */
+} rt_mem_use;
+
+/* Count 'bytes' more (negative: fewer) of kind k against m's allocation tracker, which records
+ * the high-water mark of the total. The model counts its own allocations; the interpreter counts
+ * the buffer arena it allocates for m's rank. */
+void rt_model_count(rt_model *m, rt_mem_kind k, double bytes);
+/* The figures of m's tracker at its high-water mark (the first time the total reached it). */
+void rt_model_peak(const rt_model *m, rt_mem_use *peak);
+/* Bytes m's tracker counts now (the model's allocations, and any arena counted against it). */
 size_t rt_model_bytes(const rt_model *m);
+
+/* Give the model the state buffer of (stage st, microbatch mb) for its next F: buf, of
+ * rt_tensor_floats(m, BE_T_WSTASH, st) floats, is the stream's WSTASH buffer of that F, live
+ * until its W (or fused B). A stage that does not recompute keeps its saved-state block there; a
+ * recomputing stage the copy of its input (its blocks, rebuilt in B, stay the model's own). Pre:
+ * no F of (st, mb) is in flight. Without it, the model keeps the state in blocks of its own. */
+void rt_model_use_state(rt_model *m, int st, int mb, float *buf);
+
 /* What one rank of a run holds at its peak, in bytes (in double: no sum overflows, however
  * large the model). */
 typedef struct rt_mem_need {
   double params;    /* its stages' parameters */
   double grads;     /* their gradients */
   double optim;     /* Adam's two moments (0 with SGD) */
-  double state;     /* saved-state blocks: per stage, the most microbatches its program has
-                       between F and W at once */
-  double buffers;   /* the model's three scratch buffers and the program's slot buffers */
+  double state;     /* saved state: the most the stream's WSTASH buffers hold at once, and the
+                       blocks the stream has no buffer for (rt_model_use_state) */
+  double buffers;   /* the rest of the buffer arena (messages, inputs, outputs) */
+  double workspace; /* the model's scratch between the layers of its stages, token ids */
   double reference; /* with --check: the sequential reference (every stage's parameters,
                        gradients, optimizer state, one saved block each, its buffers) */
   double total;     /* the sum */
@@ -85,7 +116,9 @@ void rt_model_init_stage(rt_model *m, int st);
 /* Number of floats of tensor (kind, stage) at runtime: INPUT the first layer's input (token ids
  * as floats, or dense features when the model does not start with an embedding), ACT s the
  * output of stage s, GRAD s the gradient of the input of stage s (grad nstages: of the last
- * stage's output). 0 for STASH and WSTASH, which the model keeps itself. */
+ * stage's output), WSTASH s what the model keeps in the stream's WSTASH buffer of stage s (its
+ * saved-state block; a recomputing stage: a copy of its input; rt_model_use_state), 0 for STASH
+ * (the kernels' saved state lives from F to W as one block, so the F-to-B part has no use). */
 size_t rt_tensor_floats(const rt_model *m, be_tensor_kind k, int stage);
 
 /* The input of microbatch mb of replica 'replica' at step 'step' (rt_tensor_floats(INPUT)). */
@@ -277,8 +310,10 @@ typedef struct rt_rank_stats {
   double *grad_diff;   /* per step, with check: largest rt_grad_diff over its stages */
   double busy_s;       /* time in compute instructions and all-reduces */
   double blas_s;       /* of which in BLAS GEMMs (cpu and mpi backends) */
-  double peak_bytes;   /* its model's bytes (rt_model_bytes) and slot buffers at the end: the
-                          peak, since nothing is given back during the run */
+  rt_mem_use mem;      /* its memory at the high-water mark, tracked as the run allocates
+                          (rt_model_peak of its model, with the buffer arena) */
+  double ref_bytes;    /* with check: the sequential reference's high-water mark */
+  bool planned;        /* its buffer arena is the stream's own layout (rt_arena) */
   double wait_s;       /* time blocked in WAIT */
   rt_event *ev;        /* timeline (with trace) */
   int nev, ev_cap;
@@ -297,6 +332,18 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
 /* Floats of each slot buffer of rank 'rank' of s with model m: the largest runtime tensor the
  * slot holds (0 when it holds none). floats has s->ranks[rank].nslots entries. */
 void rt_slot_floats(const be_stream *s, int rank, const rt_model *m, size_t *floats);
+/* The buffer arena of rank 'rank' of s with model m: the byte offset of each slot (off, nslots
+ * entries) and the arena's size. When the stream's sizes are the runtime's (its costs measured at
+ * m's scale, every slot at least as large as the runtime tensors it holds, offsets aligned for
+ * floats), the stream's own layout: its offsets and arena, exactly what the plan accounted.
+ * Otherwise the runtime's sizes (rounded up to 64 bytes) laid out first-fit in the order of the
+ * stream's offsets, two slots sharing bytes only where the stream's do (so never two buffers
+ * live at once). Returns whether the stream's layout was used; *bytes is the arena's size. */
+bool rt_arena(const be_stream *s, int rank, const rt_model *m, uint64_t *off, double *bytes);
+/* The most bytes of saved state the WSTASH buffers of rank 'rank' hold at once (runtime
+ * sizes), walking its program: an FWD with a WSTASH buffer adds its stage's, the FREE of that
+ * buffer takes it away. */
+double rt_wstash_peak(const be_stream *s, int rank, const rt_model *m);
 /* Add instruction 'in' of step 'step', run from t0 to t1 seconds, to st's timeline: its stage and
  * microbatch when it has them (compute instructions, ALLREDUCE's stage). */
 void rt_record(rt_rank_stats *st, const be_inst *in, int step, double t0, double t1);
@@ -413,6 +460,13 @@ enum { RT_EXIT_OK = 0, RT_EXIT_INPUT = 1, RT_EXIT_RUNTIME = 3, RT_EXIT_CHECK = 4
  * 1e-5 (relative), else RT_EXIT_OK. */
 int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *stats, int n,
                   strbuf *out, strbuf *errs);
+
+/* The plan's prediction of rank x's peak bytes for a run whose prediction is comparable
+ * (rt_prediction_comparable): the simulator's peak of its device (pred_peak: parameters,
+ * gradients, optimizer state and the live saved state) plus, when the run laid out the stream's
+ * own arena (x->planned), the rest of that arena (the message, input and output buffers the
+ * simulator does not count: be_mem_stats' arena_bytes - peak_stash). */
+double rt_predicted_bytes(const be_stream *s, const rt_rank_stats *x);
 
 /* Whether the stream's prediction is comparable with a run at 'scale' on o->backend (o may be
  * NULL: the backend is not compared): its costs were measured by octo-run at that scale on that

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels.h"
 #include "runtime.h"
 #include "stream_fixture.h"
 #include "unit.h"
@@ -92,7 +93,14 @@ void test_runtime_model_floats(void) {
   UNIT_CHECK(rt_tensor_floats(m, BE_T_GRAD, 1) == 16 * 18);
   UNIT_CHECK(rt_tensor_floats(m, BE_T_GRAD, 3) == 16 * 25);
   UNIT_CHECK(rt_tensor_floats(m, BE_T_STASH, 1) == 0);
-  UNIT_CHECK(rt_tensor_floats(m, BE_T_WSTASH, 1) == 0);
+  /* WSTASH holds the stage's saved-state block: its layers' kernels' save_floats. */
+  rt_layer_info L;
+  size_t save = 0;
+  for (int i = 0; i < rt_model_nlayers(m); i++) {
+    rt_model_layer(m, i, &L);
+    if (i >= s->stages[1].first && i < s->stages[1].end) save += L.p.save_floats;
+  }
+  UNIT_CHECK(save > 0 && rt_tensor_floats(m, BE_T_WSTASH, 1) == save);
   rt_model_free(m);
   /* Scale 0 picks a power of two; this small model runs at full size. */
   m = rm_model(s, 0, 1, 0.1, false);
@@ -625,8 +633,9 @@ void test_runtime_parse_bytes(void) {
 }
 
 /* rt_rank_memory counts what a rank holds: with its stages initialized, the parameters,
- * gradients, Adam moments and scratch buffers are rt_model_bytes; the saved-state peak follows
- * the program (two microbatches between F and W at once); rt_mem_check compares the sum with a
+ * gradients, Adam moments and workspace are rt_model_bytes (the tracker's count); the
+ * saved-state peak follows the program (two microbatches between F and W at once; this program
+ * names no WSTASH buffers, so the model keeps the blocks itself); rt_mem_check compares the sum with a
  * limit and names the largest rank; a layer whose size products could overflow is refused. */
 void test_runtime_memory(void) {
   be_stream *s = rm_stream5(4, 1, 1, 8, "adam", 16, 16);
@@ -640,7 +649,8 @@ void test_runtime_memory(void) {
   rt_rank_memory(m, s, 0, false, &need);
   rt_model_init_stage(m, 0);
   UNIT_CHECK(need.params > 0 && need.grads == need.params && need.optim == 2 * need.params);
-  UNIT_CHECK_EQ_DBL(need.params + need.grads + need.optim + need.buffers, (double)rt_model_bytes(m));
+  UNIT_CHECK(need.buffers == 0); /* no slots */
+  UNIT_CHECK_EQ_DBL(need.params + need.grads + need.optim + need.workspace, (double)rt_model_bytes(m));
   /* Run the program's F and BW on stage 0: the blocks it allocated are the predicted peak. */
   size_t nin = rt_tensor_floats(m, BE_T_INPUT, 0), nout = rt_tensor_floats(m, BE_T_ACT, 0);
   float *in = xcalloc(nin, sizeof *in), *out = xcalloc(nout, sizeof *out);
@@ -656,7 +666,7 @@ void test_runtime_memory(void) {
     }
   }
   UNIT_CHECK(need.state > 0);
-  UNIT_CHECK_EQ_DBL(need.params + need.grads + need.optim + need.buffers + need.state,
+  UNIT_CHECK_EQ_DBL(need.params + need.grads + need.optim + need.workspace + need.state,
                     (double)rt_model_bytes(m));
   free(in);
   free(out);
