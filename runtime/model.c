@@ -761,11 +761,11 @@ static float *block_take(rt_model *m, mstage *st) {
   return xmalloc((st->state_floats ? st->state_floats : 1) * sizeof(float));
 }
 
-/* The forward of stage st_i (st) on microbatch mb: in -> out (NULL: the output is not wanted),
- * filling the state block 'state' with what B and W need. Deterministic: run again on the same
- * input with the same weights it writes the same state and output bit for bit, which is what
- * recomputation relies on. */
-static void stage_forward(rt_model *m, mstage *st, int st_i, int mb, const float *in, float *out,
+/* The forward of stage st on microbatch mb: in -> out (NULL: the output is not wanted; else the
+ * last layer writes it directly), filling the state block 'state' with what B and W need.
+ * Deterministic: run again on the same input with the same weights it writes the same state and
+ * output bit for bit, which is what recomputation relies on. */
+static void stage_forward(rt_model *m, mstage *st, int mb, const float *in, float *out,
                           float *state) {
   const float *cur = in;
   for (int i = st->first; i < st->end; i++) {
@@ -795,7 +795,6 @@ static void stage_forward(rt_model *m, mstage *st, int st_i, int mb, const float
     }
     cur = y;
   }
-  (void)st_i;
 }
 
 void rt_forward(rt_model *m, int st_i, int mb, const float *in, float *out) {
@@ -806,7 +805,7 @@ void rt_forward(rt_model *m, int st_i, int mb, const float *in, float *out) {
   sv->b_done = false;
   if (!st->recompute) {
     if (!sv->buf) sv->buf = block_take(m, st);
-    stage_forward(m, st, st_i, mb, in, out, sv->buf);
+    stage_forward(m, st, mb, in, out, sv->buf);
     return;
   }
   /* Recomputation: keep a copy of the input; the state block goes back to the pool (B rebuilds
@@ -819,17 +818,17 @@ void rt_forward(rt_model *m, int st_i, int mb, const float *in, float *out) {
   }
   rt_copy(sv->input, in, st->in_floats);
   float *blk = block_take(m, st);
-  stage_forward(m, st, st_i, mb, in, out, blk);
+  stage_forward(m, st, mb, in, out, blk);
   VEC_PUSH(st->pool, st->npool, st->pool_cap, blk);
 }
 
 /* Before B of a recomputing stage: rebuild the state block of mb by running the forward again
  * on the kept input, then drop the input. No-op for other stages or when nothing is kept. */
-static void recompute_forward(rt_model *m, mstage *st, int st_i, int mb) {
+static void recompute_forward(rt_model *m, mstage *st, int mb) {
   msaved *sv = &st->saved[mb];
   if (!st->recompute || !sv->input || !sv->f_done) return;
   if (!sv->buf) sv->buf = block_take(m, st);
-  stage_forward(m, st, st_i, mb, sv->input, NULL, sv->buf);
+  stage_forward(m, st, mb, sv->input, NULL, sv->buf);
   if (!sv->ext) VEC_PUSH(st->ipool, st->nipool, st->ipool_cap, sv->input);
   sv->input = NULL;
   sv->ext = false;
@@ -862,7 +861,7 @@ void rt_backward_input(rt_model *m, int st_i, int mb, const float *grad, float *
   if (st_i < 0 || st_i >= m->nstages || mb < 0 || mb >= m->nmb) return;
   mstage *st = stage_of(m, st_i);
   msaved *sv = &st->saved[mb];
-  recompute_forward(m, st, st_i, mb); /* a recomputing stage: the forward again, first */
+  recompute_forward(m, st, mb); /* a recomputing stage: the forward again, first */
   if (!sv->buf) return; /* no forward: precondition broken */
   /* The gradient flows through the scratch buffers, read from the caller's grad and written
    * into its dx directly (stage_scratch counts on it). */
