@@ -441,18 +441,18 @@ void rt_model_free(rt_model *m) {
     mstage *st = &m->stages[si];
     for (int k = 0; k < m->nmb; k++) { /* the stream's buffers are the interpreter's */
       msaved *sv = &st->saved[k];
-      if (!sv->ext || st->recompute) free(sv->buf);
-      if (!sv->ext || !st->recompute) free(sv->input);
+      if (!sv->ext || st->recompute) rt_dev_mfree(sv->buf);
+      if (!sv->ext || !st->recompute) rt_dev_mfree(sv->input);
     }
     free(st->saved);
-    for (int k = 0; k < st->npool; k++) free(st->pool[k]);
+    for (int k = 0; k < st->npool; k++) rt_dev_mfree(st->pool[k]);
     free(st->pool);
-    for (int k = 0; k < st->nipool; k++) free(st->ipool[k]);
+    for (int k = 0; k < st->nipool; k++) rt_dev_mfree(st->ipool[k]);
     free(st->ipool);
-    free(st->w);
-    free(st->g);
-    free(st->am);
-    free(st->av);
+    rt_dev_mfree(st->w);
+    rt_dev_mfree(st->g);
+    rt_dev_mfree(st->am);
+    rt_dev_mfree(st->av);
   }
   for (int i = 0; m->dumps && i < m->nlayers; i++) dump_free(m, i);
   free(m->dumps);
@@ -460,7 +460,7 @@ void rt_model_free(rt_model *m) {
   free(m->layers);
   free(m->data);
   free(m->perm);
-  for (int i = 0; i < 3; i++) free(m->scr[i]);
+  for (int i = 0; i < 3; i++) rt_dev_mfree(m->scr[i]);
   free(m->tok);
   free(m->hbuf);
   free(m);
@@ -624,23 +624,29 @@ void rt_model_init_stage(rt_model *m, int st_i) {
     if (need < m->scratch_n) need = m->scratch_n;
     rt_model_count(m, RT_MEM_WORKSPACE, 3 * ((double)need - (double)m->scratch_n) * sizeof(float));
     for (int k = 0; k < 3; k++) {
-      free(m->scr[k]);
-      m->scr[k] = xmalloc(need * sizeof *m->scr[k]);
+      rt_dev_mfree(m->scr[k]);
+      m->scr[k] = rt_dev_malloc(need * sizeof *m->scr[k]);
     }
     m->scratch_n = need;
   }
-  st->w = xmalloc((st->nparams ? st->nparams : 1) * sizeof *st->w);
-  st->g = xcalloc(st->nparams ? st->nparams : 1, sizeof *st->g);
+  st->w = rt_dev_malloc(st->nparams * sizeof *st->w);
+  st->g = rt_dev_malloc(st->nparams * sizeof *st->g);
   if (m->adam) {
-    st->am = xcalloc(st->nparams ? st->nparams : 1, sizeof *st->am);
-    st->av = xcalloc(st->nparams ? st->nparams : 1, sizeof *st->av);
+    st->am = rt_dev_malloc(st->nparams * sizeof *st->am);
+    st->av = rt_dev_malloc(st->nparams * sizeof *st->av);
   }
   rt_model_count(m, RT_MEM_STATIC, (double)st->nparams * sizeof(float) * (m->adam ? 4 : 2));
   st->b1t = st->b2t = 1.0;
+  /* generated on the host (the same values on every device), then copied to the model's */
+  float *w = rt_dev_current() ? xmalloc((st->nparams ? st->nparams : 1) * sizeof *w) : st->w;
   for (int i = st->first; i < st->end; i++) {
     const mlayer *L = &m->layers[i];
     rt_kernel_init_params(&L->p, rt_mix64(m->seed ^ ((uint64_t)(i + 1) * 0xd1b54a32d192ed03ULL)),
-                          st->w + L->w_off);
+                          w + L->w_off);
+  }
+  if (w != st->w) {
+    rt_put(st->w, w, st->nparams * sizeof *w);
+    free(w);
   }
   st->init = true;
 }
@@ -758,7 +764,7 @@ static bool dumping(const rt_model *m, int mb) {
 static float *block_take(rt_model *m, mstage *st) {
   if (st->npool) return st->pool[--st->npool];
   rt_model_count(m, RT_MEM_PRIVATE, (double)st->state_floats * sizeof(float));
-  return xmalloc((st->state_floats ? st->state_floats : 1) * sizeof(float));
+  return rt_dev_malloc(st->state_floats * sizeof(float));
 }
 
 /* The forward of stage st on microbatch mb: in -> out (NULL: the output is not wanted; else the
@@ -814,7 +820,7 @@ void rt_forward(rt_model *m, int st_i, int mb, const float *in, float *out) {
     sv->input = st->ipool[--st->nipool];
   } else if (!sv->input) {
     rt_model_count(m, RT_MEM_PRIVATE, (double)st->in_floats * sizeof(float));
-    sv->input = xmalloc((st->in_floats ? st->in_floats : 1) * sizeof *sv->input);
+    sv->input = rt_dev_malloc(st->in_floats * sizeof *sv->input);
   }
   rt_copy(sv->input, in, st->in_floats);
   float *blk = block_take(m, st);

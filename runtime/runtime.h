@@ -39,7 +39,12 @@ typedef struct rt_opts {
 
 /* The model of a stream for one rank of one replica: every layer with its kernels (kernels.h)
  * at the scale in force, parameters and gradients of the stages it initialized, and the state
- * saved between F, B and W of each (stage, microbatch) in flight. Opaque. */
+ * saved between F, B and W of each (stage, microbatch) in flight. Opaque.
+ * Its tensors live on a device (kdev.h): every operation below that touches them runs on the
+ * calling thread's, which must be the same for the model's whole life (the CPU unless the caller
+ * binds a GPU with rt_dev_bind); tensor pointers passed in and out are that device's memory.
+ * rt_model_optimizer_rate, rt_model_loss_seconds and rt_grad_diff read tensors on the host: CPU
+ * models only. */
 typedef struct rt_model rt_model;
 
 /* Build the model of stream s (dimensions only; nothing of the size of a tensor allocated, so
