@@ -1,5 +1,5 @@
-/* data.h -- what the runtime's two models share (model.c, and standin.c for the GPU backends):
- * the splitmix64 generator behind every deterministic initialization and synthetic datum, the
+/* data.h -- what the runtime's model (model.c) and the kernels' initialization share: the
+ * splitmix64 generator behind every deterministic initialization and synthetic datum, the
  * data file, the synthetic token chain's successor table, the check of a stream's partition and
  * the relative difference of two tensors that --check reports. Internal to runtime/. */
 #ifndef OCTO_RT_DATA_H

@@ -38,8 +38,9 @@
 typedef struct grank {
   int rank, replica;           /* who */
   const be_program *p;         /* its program */
-  rg_model *m;                 /* its stand-in model (its stages) */
-  rt_si_model *ref;               /* --check: the CPU sequential reference (all stages) */
+  rt_model *m;                 /* its model (its stages), in device memory */
+  rg_dev *dev;                 /* the GPU as its model's device: its compute stream */
+  rt_model *ref;               /* --check: the CPU sequential reference (all stages) */
   cudaStream_t compute, comm;  /* its streams */
   float **buf;                 /* per slot: device buffer */
   cudaEvent_t *ready;          /* per slot: the compute stream reached the SEND or RECV */
@@ -49,7 +50,7 @@ typedef struct grank {
   cudaEvent_t *mark;           /* per address: after the instruction (on its stream) */
   cudaEvent_t start;           /* the step's start on the compute stream */
   cudaEvent_t sync;            /* cuda backend: its compute stream reached the all-reduce */
-  float *d_loss;               /* device: the step's sum of microbatch losses */
+  double loss;                 /* the step's sum of microbatch losses */
   int pc;                      /* cuda backend: next instruction of the step */
   int enqueued;                /* markers recorded this step (read by the watchdog: atomic) */
   bool at_reduce;              /* cuda backend: waiting at an ALLREDUCE for the other replicas */
@@ -240,20 +241,28 @@ static void pair_posts(gpu_run *R, gchan *c) {
   if (c->hr == c->nr) c->nr = c->hr = 0;
 }
 
-/* Enqueue the compute instruction at address a of g for step 'step'. */
+/* Enqueue the compute instruction at address a of g for step 'step': the model's operations on
+ * g's device (its compute stream). LOSS waits for the stream (the loss comes to the host). */
 static void enqueue_compute(gpu_run *R, grank *g, int a, int step) {
   const be_inst *in = &g->p->code[a];
   const int32_t *x = in->a;
-  void *cs = g->compute;
+  const rt_dev *prev = rt_dev_bind(rg_dev_kernels(g->dev));
   switch ((be_opcode)in->op) {
-  case BE_OP_LOAD: rg_load(g->m, cs, step, g->replica, x[1], g->buf[x[2]]); break;
-  case BE_OP_FWD: rg_forward(g->m, cs, x[0], x[1], g->buf[x[2]], g->buf[x[3]]); break;
-  case BE_OP_LOSS: rg_loss(g->m, cs, step, g->replica, x[1], g->buf[x[2]], g->buf[x[3]], g->d_loss); break;
-  case BE_OP_BWD_IN: rg_backward_input(g->m, cs, x[0], x[1], g->buf[x[2]], x[5] >= 0 ? g->buf[x[5]] : NULL); break;
-  case BE_OP_BWD_W: rg_backward_weight(g->m, cs, x[0], x[1]); break;
+  case BE_OP_LOAD: rt_load(g->m, step, g->replica, x[1], g->buf[x[2]]); break;
+  case BE_OP_FWD:
+    if (x[5] >= 0 && g->buf[x[5]]) rt_model_use_state(g->m, x[0], x[1], g->buf[x[5]]);
+    rt_forward(g->m, x[0], x[1], g->buf[x[2]], g->buf[x[3]]);
+    break;
+  case BE_OP_LOSS:
+    g->loss += rt_loss(g->m, step, g->replica, x[1], g->buf[x[2]], g->buf[x[3]]);
+    break;
+  case BE_OP_BWD_IN:
+    rt_backward_input(g->m, x[0], x[1], g->buf[x[2]], x[5] >= 0 ? g->buf[x[5]] : NULL);
+    break;
+  case BE_OP_BWD_W: rt_backward_weight(g->m, x[0], x[1]); break;
   case BE_OP_BWD:
-    rg_backward_input(g->m, cs, x[0], x[1], g->buf[x[2]], x[5] >= 0 ? g->buf[x[5]] : NULL);
-    rg_backward_weight(g->m, cs, x[0], x[1]);
+    rt_backward_input(g->m, x[0], x[1], g->buf[x[2]], x[5] >= 0 ? g->buf[x[5]] : NULL);
+    rt_backward_weight(g->m, x[0], x[1]);
     break;
   case BE_OP_STEP: {
     const be_stream *s = R->s;
@@ -261,26 +270,29 @@ static void enqueue_compute(gpu_run *R, grank *g, int a, int step) {
       if (s->stages[i].rank != g->rank) continue;
       if (g->ref) { /* compare this stage's gradients with the sequential reference's */
         size_t n;
-        rt_si_stage_grads(g->ref, i, &n);
+        const float *dg = rt_stage_grads(g->m, i, &n);
         float *host = xmalloc((n ? n : 1) * sizeof *host);
         while (cudaStreamQuery(g->compute) == cudaErrorNotReady && !failed(R)) {
           struct timespec nap = {0, 100000}; /* poll, so that the watchdog can fail the run */
           nanosleep(&nap, NULL);
         }
-        if (!failed(R) && rg_stage_grads_to_host(g->m, i, host, n) == 0) {
-          double rel = rt_si_grad_diff_array(host, n, g->ref, i);
+        if (!failed(R) && rg_dev_get(g->dev, host, dg, n) == 0) {
+          double rel = rt_grad_diff_host(host, n, g->ref, i);
           if (rel > g->st->grad_diff[step] || rel != rel) g->st->grad_diff[step] = rel;
         }
         free(host);
       }
-      rg_step(g->m, cs, i);
+      rt_step(g->m, i);
     }
-    if (g->ref)
-      for (int i = 0; i < s->nstages; i++) rt_si_step(g->ref, i);
+    if (g->ref) {
+      rt_dev_bind(NULL); /* the reference is a CPU model */
+      for (int i = 0; i < s->nstages; i++) rt_step(g->ref, i);
+    }
     break;
   }
   default: break;
   }
+  rt_dev_bind(prev);
 }
 
 #ifdef OCTO_HAVE_NCCL
@@ -322,7 +334,7 @@ static void nccl_done(gpu_run *R, grank *g, ncclComm_t comm, int a, const char *
 static void enqueue_nccl_msg(gpu_run *R, grank *g, int a) {
   const be_inst *in = &g->p->code[a];
   be_tensor_ref tag = {(be_tensor_kind)in->a[2], in->a[3], in->a[4]};
-  size_t n = rg_tensor_floats(g->m, tag.kind, tag.stage);
+  size_t n = rt_tensor_floats(g->m, tag.kind, tag.stage);
   int peer = g->replica * R->s->nranks + in->a[0];
   g->posted_at[in->a[1]] = a;
   ncclResult_t e = in->op == BE_OP_SEND
@@ -353,7 +365,7 @@ static bool step_cuda(gpu_run *R, grank *g, int step) {
     int nr = R->s->nranks;
     gchan *c = &chans[((size_t)g->replica * nr + (send ? g->rank : peer)) * nr +
                       (send ? peer : g->rank)];
-    gpost p = {g, slot, rg_tensor_floats(g->m, tag.kind, tag.stage) * sizeof(float)};
+    gpost p = {g, slot, rt_tensor_floats(g->m, tag.kind, tag.stage) * sizeof(float)};
     if (send)
       VEC_PUSH(c->s, c->ns, c->cs, p);
     else
@@ -377,7 +389,7 @@ static bool step_cuda(gpu_run *R, grank *g, int step) {
       for (int i = 0; i < R->n; i++)
         if (R->g[i].rank == g->rank && R->g[i].replica == 0) g0 = &R->g[i];
       size_t n;
-      float *acc = rg_stage_grads(g0->m, in->a[0], &n);
+      float *acc = rt_stage_grads(g0->m, in->a[0], &n);
       cublasSetStream(g0->blas, g0->compute);
       for (int i = 0; i < R->n; i++) {
         grank *q = &R->g[i];
@@ -385,7 +397,7 @@ static bool step_cuda(gpu_run *R, grank *g, int step) {
         cudaEventRecord(q->sync, q->compute);
         cudaStreamWaitEvent(g0->compute, q->sync, 0);
         size_t nq;
-        float *gq = rg_stage_grads(q->m, in->a[0], &nq);
+        float *gq = rt_stage_grads(q->m, in->a[0], &nq);
         const float one = 1;
         cublasSaxpy(g0->blas, (int)n, &one, gq, 1, acc, 1);
       }
@@ -394,7 +406,7 @@ static bool step_cuda(gpu_run *R, grank *g, int step) {
         grank *q = &R->g[i];
         if (q->rank != g->rank || q == g0) continue;
         size_t nq;
-        float *gq = rg_stage_grads(q->m, in->a[0], &nq);
+        float *gq = rt_stage_grads(q->m, in->a[0], &nq);
         cudaStreamWaitEvent(q->compute, g0->mark[a], 0);
         cudaMemcpyAsync(gq, acc, n * sizeof(float), cudaMemcpyDeviceToDevice, q->compute);
         marked(q, a, q->compute);
@@ -444,7 +456,7 @@ static void step_nccl(gpu_run *R, grank *g, int step) {
       marked(g, a, g->compute);
     } else if (in->op == BE_OP_ALLREDUCE) {
       size_t n;
-      float *gr = rg_stage_grads(g->m, in->a[0], &n);
+      float *gr = rt_stage_grads(g->m, in->a[0], &n);
       if (R->s->replicas > 1)
         nccl_done(R, g, g->reduce, a, "ncclAllReduce",
                   ncclAllReduce(gr, gr, n, ncclFloat32, ncclSum, g->reduce, g->compute));
@@ -485,34 +497,41 @@ static void collect_step(gpu_run *R, int step) {
       last_ms = ms;
     }
     g->st->step_s[step] = last_ms * 1e-3;
-    float loss = 0;
-    cudaError_t e = cudaMemcpy(&loss, g->d_loss, sizeof loss, cudaMemcpyDeviceToHost);
+    cudaError_t e = cudaStreamSynchronize(g->compute);
     if (e != cudaSuccess) /* e.g. a kernel's asynchronous fault, which no later call reports */
       run_fail(R, "rank %d: step %d: %s", g->rank, step + 1, cudaGetErrorString(e));
-    g->st->loss[step] = loss;
+    g->st->loss[step] = g->loss;
   }
 }
 
-/* Set up rank g (its model, streams, buffers, events). Returns false with R failed. */
+/* Set up rank g (its streams, its GPU device, its model on it, buffers, events). Returns false
+ * with R failed. */
 static bool grank_init(gpu_run *R, grank *g, int device, bool bf16, const rt_opts *mo) {
   const be_stream *s = R->s;
   strbuf err = {0};
   g->p = &s->ranks[g->rank];
-  g->m = rg_model_new(s, mo, device, bf16, &err);
-  if (!g->m) {
-    run_fail(R, "rank %d: %s", g->rank, strbuf_cstr(&err));
+  cudaSetDevice(device);
+  cudaStreamCreateWithFlags(&g->compute, cudaStreamNonBlocking);
+  cudaStreamCreateWithFlags(&g->comm, cudaStreamNonBlocking);
+  g->dev = rg_dev_new(device, g->compute, bf16, &err);
+  const rt_dev *prev = g->dev ? rt_dev_bind(rg_dev_kernels(g->dev)) : NULL;
+  g->m = g->dev ? rt_model_new(s, mo, &err) : NULL;
+  for (int i = 0; g->m && i < s->nstages; i++)
+    if (s->stages[i].rank == g->rank) rt_model_init_stage(g->m, i);
+  rt_dev_bind(prev);
+  const char *e = g->dev ? rg_dev_error(g->dev) : NULL;
+  if (!g->m || e) {
+    run_fail(R, "rank %d: %s", g->rank, e ? e : strbuf_cstr(&err));
     strbuf_free(&err);
     return false;
   }
-  if (R->o->check) {
-    g->ref = rt_si_new(s, mo, &err);
-    for (int i = 0; g->ref && i < s->nstages; i++) rt_si_init_stage(g->ref, i);
+  if (R->o->check) { /* on the CPU, keeping every activation, as the cpu backend's */
+    rt_opts ro = *mo;
+    ro.no_recompute = true;
+    g->ref = rt_model_new(s, &ro, &err);
+    for (int i = 0; g->ref && i < s->nstages; i++) rt_model_init_stage(g->ref, i);
   }
   strbuf_free(&err);
-  for (int i = 0; i < s->nstages; i++)
-    if (s->stages[i].rank == g->rank) rg_model_init_stage(g->m, i);
-  cudaStreamCreateWithFlags(&g->compute, cudaStreamNonBlocking);
-  cudaStreamCreateWithFlags(&g->comm, cudaStreamNonBlocking);
   int ns = g->p->nslots ? g->p->nslots : 1;
   g->buf = xcalloc((size_t)ns, sizeof *g->buf);
   g->ready = xcalloc((size_t)ns, sizeof *g->ready);
@@ -524,7 +543,7 @@ static bool grank_init(gpu_run *R, grank *g, int device, bool bf16, const rt_opt
     for (int k = 0; k < be_ops[g->p->code[a].op].nops; k++) {
       be_tensor_ref t;
       if (!be_operand_tensor(s, &g->p->code[a], k, &t)) continue;
-      size_t n = rg_tensor_floats(g->m, t.kind, t.stage);
+      size_t n = rt_tensor_floats(g->m, t.kind, t.stage);
       if (n > floats[g->p->code[a].a[k]]) floats[g->p->code[a].a[k]] = n;
     }
   bool ok = true;
@@ -539,7 +558,6 @@ static bool grank_init(gpu_run *R, grank *g, int device, bool bf16, const rt_opt
   for (int a = 0; a < g->p->ncode; a++) cudaEventCreate(&g->mark[a]);
   cudaEventCreate(&g->start);
   cudaEventCreateWithFlags(&g->sync, cudaEventDisableTiming);
-  if (cudaMalloc((void **)&g->d_loss, sizeof(float)) != cudaSuccess) ok = false;
   cublasCreate(&g->blas);
   if (!ok) run_fail(R, "rank %d: out of device memory for its buffers", g->rank);
   return ok;
@@ -555,8 +573,13 @@ static void grank_free(grank *g) {
   for (int a = 0; a < g->p->ncode && g->mark; a++) cudaEventDestroy(g->mark[a]);
   if (g->start) cudaEventDestroy(g->start);
   if (g->sync) cudaEventDestroy(g->sync);
-  cudaFree(g->d_loss);
   if (g->blas) cublasDestroy(g->blas);
+  if (g->m) { /* its tensors are on its device */
+    const rt_dev *prev = rt_dev_bind(rg_dev_kernels(g->dev));
+    rt_model_free(g->m);
+    rt_dev_bind(prev);
+  }
+  rg_dev_free(g->dev);
   if (g->compute) cudaStreamDestroy(g->compute);
   if (g->comm) cudaStreamDestroy(g->comm);
   free(g->buf);
@@ -565,8 +588,7 @@ static void grank_free(grank *g) {
   free(g->paired);
   free(g->posted_at);
   free(g->mark);
-  rg_model_free(g->m);
-  rt_si_free(g->ref);
+  rt_model_free(g->ref);
 }
 
 /* Run every step: enqueue (cooperatively for cuda), then let the watchdog declare it done. */
@@ -576,8 +598,9 @@ static void run_steps(gpu_run *R) {
   for (int step = 0; step < steps && !failed(R); step++) {
     for (int i = 0; i < R->n; i++) {
       grank *g = &R->g[i];
-      if (g->ref) g->st->ref_loss[step] = rt_si_reference_step(g->ref, step, s->replicas);
-      cudaMemsetAsync(g->d_loss, 0, sizeof(float), g->compute);
+      if (g->ref) g->st->ref_loss[step] = rt_reference_step(g->ref, step, s->replicas);
+      rt_model_set_step(g->m, step, g->replica);
+      g->loss = 0;
       cudaEventRecord(g->start, g->compute);
       g->pc = 0;
       g->at_reduce = false;
@@ -622,7 +645,7 @@ static void run_steps(gpu_run *R) {
     pthread_mutex_unlock(&R->mu);
     if (!failed(R)) collect_step(R, step);
     for (int i = 0; i < R->n; i++) {
-      const char *e = rg_model_error(R->g[i].m);
+      const char *e = rg_dev_error(R->g[i].dev);
       if (e) run_fail(R, "rank %d: %s", R->g[i].rank, e);
     }
   }

@@ -1,8 +1,8 @@
-/* gpu.h -- the GPU side of the runtime (built only when the CUDA toolkit is found): the stand-in
- * model of runtime.h on a GPU (gpu_model.cu: cuBLAS GEMMs and small kernels, float32 for
- * equivalence with the CPU backend, or bf16 inputs with float32 accumulation for speed), and the
- * cuda and nccl backends of octo-run (exec_gpu.c). Streams are passed as void * (a
- * cudaStream_t), so that C files need no CUDA header. docs/runtime.md, "GPU backends". */
+/* gpu.h -- the GPU side of the runtime (built only when the CUDA toolkit is found): a GPU as the
+ * layer kernels' device (kernels_gpu.cu), on which the model of runtime.h runs with its real
+ * layers; the GEMM profiler of layer kinds (gpu_model.cu); and the cuda and nccl backends of
+ * octo-run (exec_gpu.c). Streams are passed as void * (a cudaStream_t), so that C files need no
+ * CUDA header. docs/runtime.md, "GPU backends". */
 #ifndef OCTO_GPU_H
 #define OCTO_GPU_H
 
@@ -10,60 +10,7 @@
 #include <stddef.h>
 
 #include "kdev.h"
-#include "standin.h"
-
-/* ---- The stand-in model on a GPU ------------------------------------------------------------ */
-
-/* The model of one rank on one GPU: the same layers, dimensions, initialization, data, loss,
- * split backward and optimizer as rt_si_model (runtime.h), with parameters, gradients, optimizer
- * state and the per-(stage, microbatch) saved state in device memory. Opaque. */
-typedef struct rg_model rg_model;
-
-/* Use from the host: one thread at a time per model. Operations that run GEMMs share the model's
- * cuBLAS handle and bf16 scratch, so two of them must not run at the same time on two streams
- * (enqueue a model's compute on one stream, or order the streams with events); the state saved
- * by rg_forward for (stage, mb) is allocated in stream order on F's stream and released in
- * stream order on W's stream, and B and W must be ordered after F by the caller. A CUDA or
- * cuBLAS failure is recorded (rg_model_error) and turns every later operation into a no-op;
- * nothing aborts or prints. Operations make the model's device current and clear the calling
- * thread's CUDA last-error state (cudaGetLastError). */
-
-/* Build the model of stream s on CUDA device 'device' (dimensions only). With bf16, the GEMMs
- * take bf16 copies of their inputs and accumulate in float32 (speed); otherwise everything is
- * float32 with TF32 disabled (equivalence with the CPU backend). NULL with the reason in err
- * ("no CUDA device is visible (...)", no such device, out of memory, the rt_si_new errors). */
-rg_model *rg_model_new(const be_stream *s, const rt_opts *o, int device, bool bf16, strbuf *err);
-/* Synchronizes the device, then frees everything (NULL is fine). */
-void rg_model_free(rg_model *m);
-
-/* The first CUDA or cuBLAS error an operation of m met (operations enqueue and never stop the
- * program), or NULL. */
-const char *rg_model_error(const rg_model *m);
-
-/* Initialize stage st's parameters: the same values as rt_si_init_stage (generated on the host
- * with the same generator, then copied), gradients and optimizer state zero. Idempotent. */
-void rg_model_init_stage(rg_model *m, int st);
-
-/* rt_si_tensor_floats of the same stream and options. */
-size_t rg_tensor_floats(const rg_model *m, be_tensor_kind k, int stage);
-
-/* The operations of runtime.h, enqueued on CUDA stream 'stream' (nothing waits on the host);
- * pointers are device memory of at least rg_tensor_floats floats. */
-void rg_load(rg_model *m, void *stream, int step, int replica, int mb, float *tokens);
-void rg_forward(rg_model *m, void *stream, int st, int mb, const float *in, float *out);
-/* Adds the microbatch's mean loss to *loss_acc (device memory, one float). */
-void rg_loss(rg_model *m, void *stream, int step, int replica, int mb, const float *out,
-             float *grad, float *loss_acc);
-void rg_backward_input(rg_model *m, void *stream, int st, int mb, const float *grad, float *dx);
-void rg_backward_weight(rg_model *m, void *stream, int st, int mb);
-/* Stage st's gradients as one contiguous device array of *n floats (for the all-reduce). */
-float *rg_stage_grads(rg_model *m, int st, size_t *n);
-void rg_step(rg_model *m, void *stream, int st);
-
-/* Copy stage st's gradients (rg_stage_grads order, which is rt_si_stage_grads order) to host
- * memory 'out' of n floats after synchronizing the device. Returns 0, or -1 when n differs or
- * the copy failed (rg_model_error says why). */
-int rg_stage_grads_to_host(rg_model *m, int st, float *out, size_t n);
+#include "runtime.h"
 
 /* ---- A GPU as the layer kernels' device (kernels_gpu.cu) ------------------------------------ */
 
@@ -73,6 +20,10 @@ int rg_stage_grads_to_host(rg_model *m, int st, float *out, size_t n);
  * with the device current (cudaSetDevice) on that thread. The first error is recorded
  * (rg_dev_error) and makes later work a no-op. */
 typedef struct rg_dev rg_dev;
+
+/* Whether CUDA device 'device' is visible; false with the reason appended to err (when set):
+ * "no CUDA device is visible (...)", "CUDA device 3: no such device (1 visible)". */
+bool rg_device_check(int device, strbuf *err);
 
 /* The device on CUDA device 'device', enqueuing on 'stream' (a cudaStream_t; NULL: a stream of its
  * own). NULL with the reason in err (no device, no such device, a CUDA or cuBLAS failure). */
@@ -98,7 +49,7 @@ int rg_dev_get(rg_dev *d, float *dst, const float *src, size_t n);
 typedef struct rg_layer_profile {
   const char *kind;   /* layer kind (the stream's string) */
   int layer;          /* index of the stream's layer measured */
-  double f, b, w;     /* median seconds of its stand-in's forward, input-gradient and
+  double f, b, w;     /* median seconds of its GEMMs' forward, input-gradient and
                          weight-gradient on one microbatch, after warm-up */
   double peak_bytes;  /* peak device memory of the measurement */
 } rg_layer_profile;

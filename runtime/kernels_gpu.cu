@@ -205,18 +205,25 @@ static const rt_dev_ops kg_ops = {kg_run,    kg_gemm, kg_copy,   kg_zero,  kg_al
 
 /* ---- The device (gpu.h) ----------------------------------------------------------------------- */
 
-extern "C" rg_dev *rg_dev_new(int device, void *stream, bool bf16, strbuf *err) {
+extern "C" bool rg_device_check(int device, strbuf *err) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
-    strbuf_printf(err, "no CUDA device is visible (%s)",
-                  e != cudaSuccess ? cudaGetErrorString(e) : "device count 0");
-    return NULL;
+    if (err)
+      strbuf_printf(err, "no CUDA device is visible (%s)",
+                    e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    (void)cudaGetLastError();
+    return false;
   }
   if (device < 0 || device >= count) {
-    strbuf_printf(err, "no CUDA device %d (%d visible)", device, count);
-    return NULL;
+    if (err) strbuf_printf(err, "CUDA device %d: no such device (%d visible)", device, count);
+    return false;
   }
+  return true;
+}
+
+extern "C" rg_dev *rg_dev_new(int device, void *stream, bool bf16, strbuf *err) {
+  if (!rg_device_check(device, err)) return NULL;
   rg_dev *d = (rg_dev *)xcalloc(1, sizeof *d);
   d->device = device;
   d->bf16 = bf16;

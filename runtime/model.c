@@ -1112,22 +1112,29 @@ double rt_reference_step(rt_model *m, int step, int replicas) {
   return replicas > 0 ? total / ((double)replicas * m->nmb) : 0.0;
 }
 
-double rt_grad_diff(const rt_model *a, const rt_model *b, int st_i) {
-  if (st_i < 0 || st_i >= a->nstages || st_i >= b->nstages) return 0;
-  const mstage *sa = &a->stages[st_i], *sb = &b->stages[st_i];
-  if (!sa->init || !sb->init || sa->nparams != sb->nparams) return INFINITY;
+double rt_grad_diff_host(const float *g, size_t n, const rt_model *ref, int st_i) {
+  if (st_i < 0 || st_i >= ref->nstages) return 0;
+  const mstage *sr = &ref->stages[st_i];
+  if (!sr->init || sr->nparams != n) return INFINITY;
   double worst = 0;
-  for (int i = sa->first; i < sa->end; i++) {
-    const mlayer *L = &a->layers[i];
+  for (int i = sr->first; i < sr->end; i++) {
+    const mlayer *L = &ref->layers[i];
     size_t off = L->w_off;
     for (int t = 0; t < L->p.npt; t++) {
-      size_t n = rt_ptensor_floats(&L->p.pt[t]);
-      double d = rt_tensor_diff(sa->g + off, sb->g + off, n);
+      size_t k = rt_ptensor_floats(&L->p.pt[t]);
+      double d = rt_tensor_diff(g + off, sr->g + off, k);
       if (d > worst || d != d) worst = d;
-      off += n;
+      off += k;
     }
   }
   return worst;
+}
+
+double rt_grad_diff(const rt_model *a, const rt_model *b, int st_i) {
+  if (st_i < 0 || st_i >= a->nstages || st_i >= b->nstages) return 0;
+  const mstage *sa = &a->stages[st_i];
+  if (!sa->init) return INFINITY;
+  return rt_grad_diff_host(sa->g, sa->nparams, b, st_i);
 }
 
 /* ---- For the profiler (kernels.h) ------------------------------------------------------------ */

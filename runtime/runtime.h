@@ -165,6 +165,9 @@ double rt_reference_step(rt_model *m, int step, int replicas);
 /* Largest, over the parameter tensors of stage st, of max|a - b| / max|b| between the gradients
  * of a and b (0 when both are zero). Pre: st initialized in both. */
 double rt_grad_diff(const rt_model *a, const rt_model *b, int st);
+/* The same for n host floats g (stage st's gradients of another model of the same stream, e.g.
+ * copied from a GPU) against CPU model ref's: INFINITY when n is not the stage's size. */
+double rt_grad_diff_host(const float *g, size_t n, const rt_model *ref, int st);
 
 /* With a dump directory: write its index.json (every layer's kind, dimensions and parameters;
  * each rank writes the .npy files of its own layers). Returns 0, or -1 with the reason in err. */

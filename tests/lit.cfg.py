@@ -24,6 +24,9 @@ config.substitutions.append(("%buildroot", config.octo_obj_root))
 config.environment["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0"
 config.environment["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
 
+# The GPU code was built (the CUDA toolkit was found), GPU or not.
+if config.octo_cuda in ("TRUE", "ON", "1"):
+    config.available_features.add("cuda-build")
 # A GPU is usable only when the CUDA backends were built and a device is visible.
 if config.octo_cuda in ("TRUE", "ON", "1") and shutil.which("nvidia-smi") and \
         os.system("nvidia-smi -L >/dev/null 2>&1") == 0:

@@ -33,8 +33,9 @@ static void usage(FILE *out) {
           "       " PROG " PLAN.ois [--backend=cpu|mpi|cuda] --profile=FILE.json\n\n"
           "Runs an OctoPipe instruction stream (octoc --emit=stream) with real float32\n"
           "arithmetic on the plan's model: every layer with its real math, its widths,\n"
-          "vocabulary and sequence divided by the scale (docs/runtime.md). The GPU backends\n"
-          "still run a stand-in model.\n\n"
+          "vocabulary and sequence divided by the scale (docs/runtime.md); on the GPU backends\n"
+          "the same kernels as CUDA kernels and cuBLAS GEMMs (default scale: the plan's\n"
+          "profile's, else 1).\n\n"
           "options:\n"
           "  --backend=cpu|mpi  every rank a thread of this process (default), or an MPI process\n"
           "  --backend=cuda     every rank in this process on one GPU (streams per rank)\n"
@@ -256,7 +257,8 @@ int main(int argc, char **argv) {
           "(with it only on mpi at 'setup')\n", stderr);
     return RT_EXIT_INPUT;
   }
-  if (gpu && mo.scale == 0) mo.scale = 64; /* the GPU stand-in's scale */
+  /* nccl reads the stream in each process: the real size unless --scale says */
+  if (strcmp(backend, "nccl") == 0 && mo.scale == 0) mo.scale = 1;
   if (gpu && mo.dump) {
     fputs(PROG ": error: --dump needs the cpu or mpi backend\n", stderr);
     return RT_EXIT_INPUT;
@@ -305,7 +307,8 @@ int main(int argc, char **argv) {
     be_stream_free(s);
     return RT_EXIT_INPUT;
   }
-  if (mo.scale == 0 && !gpu && s->scale > 0) mo.scale = s->scale; /* where its costs were measured */
+  if (mo.scale == 0 && s->scale > 0) mo.scale = s->scale; /* where its costs were measured */
+  if (mo.scale == 0 && gpu) mo.scale = 1;                  /* GPUs run the real size */
   rt_model *probe = rt_model_new(s, &mo, &err); /* the data file and the scale, checked once */
   if (!probe) {
     fprintf(stderr, PROG ": error: %s\n", strbuf_cstr(&err));

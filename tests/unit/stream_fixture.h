@@ -55,4 +55,32 @@ static inline be_stream *fx_stream(const char *model, const char *const *kinds, 
   return s;
 }
 
+/* Give layer l of s the parameters of its kind for width h, vocabulary V: attention 2 heads
+ * of h / 2 (1 kv head), mlp ffn 2h, moe 4 experts (top 2, width h, 1 shared), mamba2 2 heads of
+ * h / 2 with state 4, vit 2 heads and ffn 2h. */
+static inline void fx_layer_params(be_stream *s, int l, double h, double V) {
+  const char *k = s->layers[l].kind;
+  fx_param(s, l, "hidden", h);
+  if (!strcmp(k, "embedding") || !strcmp(k, "lm_head")) fx_param(s, l, "vocab", V);
+  if (!strcmp(k, "attention") || !strcmp(k, "vit")) {
+    fx_param(s, l, "heads", 2);
+    fx_param(s, l, "head_dim", h / 2);
+  }
+  if (!strcmp(k, "attention")) fx_param(s, l, "kv_heads", 1);
+  if (!strcmp(k, "mlp") || !strcmp(k, "vit")) fx_param(s, l, "ffn", 2 * h);
+  if (!strcmp(k, "moe")) {
+    fx_param(s, l, "experts", 4);
+    fx_param(s, l, "top_k", 2);
+    fx_param(s, l, "expert_ffn", h);
+    fx_param(s, l, "shared_experts", 1);
+  }
+  if (!strcmp(k, "mamba2")) {
+    fx_param(s, l, "heads", 2);
+    fx_param(s, l, "head_dim", h / 2);
+    fx_param(s, l, "state", 4);
+    fx_param(s, l, "groups", 1);
+    fx_param(s, l, "chunk", 4);
+  }
+}
+
 #endif

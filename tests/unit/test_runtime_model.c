@@ -19,41 +19,13 @@
 
 static const char *const rm_kinds5[] = {"embedding", "attention", "mlp", "moe", "lm_head", NULL};
 
-/* Give layer l of s the parameters of its kind for width h, vocabulary V: attention 2 heads
- * of h / 2 (1 kv head), mlp ffn 2h, moe 4 experts (top 2, width h, 1 shared), mamba2 2 heads of
- * h / 2 with state 4, vit 2 heads and ffn 2h. */
-static void rm_params(be_stream *s, int l, double h, double V) {
-  const char *k = s->layers[l].kind;
-  fx_param(s, l, "hidden", h);
-  if (!strcmp(k, "embedding") || !strcmp(k, "lm_head")) fx_param(s, l, "vocab", V);
-  if (!strcmp(k, "attention") || !strcmp(k, "vit")) {
-    fx_param(s, l, "heads", 2);
-    fx_param(s, l, "head_dim", h / 2);
-  }
-  if (!strcmp(k, "attention")) fx_param(s, l, "kv_heads", 1);
-  if (!strcmp(k, "mlp") || !strcmp(k, "vit")) fx_param(s, l, "ffn", 2 * h);
-  if (!strcmp(k, "moe")) {
-    fx_param(s, l, "experts", 4);
-    fx_param(s, l, "top_k", 2);
-    fx_param(s, l, "expert_ffn", h);
-    fx_param(s, l, "shared_experts", 1);
-  }
-  if (!strcmp(k, "mamba2")) {
-    fx_param(s, l, "heads", 2);
-    fx_param(s, l, "head_dim", h / 2);
-    fx_param(s, l, "state", 4);
-    fx_param(s, l, "groups", 1);
-    fx_param(s, l, "chunk", 4);
-  }
-}
-
 /* The usual test stream: 5 layers (embedding, attention, mlp, moe, lm_head) in 3 stages [0,2)
  * [2,4) [4,5), width 'hidden' and vocabulary 'vocab'. */
 static be_stream *rm_stream5(int nmb, int replicas, int micro_batch, int seq, const char *opt,
                              double hidden, double vocab) {
   static const int cuts[] = {2, 4};
   be_stream *s = fx_stream("test", rm_kinds5, 3, cuts, nmb, replicas, micro_batch, seq, opt);
-  for (int l = 0; l < 5; l++) rm_params(s, l, hidden, vocab);
+  for (int l = 0; l < 5; l++) fx_layer_params(s, l, hidden, vocab);
   return s;
 }
 
@@ -303,11 +275,11 @@ void test_runtime_model_gradcheck(void) {
                                       "lm_head", NULL};
   static const int cuts[] = {2, 4};
   s = fx_stream("vlm", kinds, 3, cuts, 2, 2, 1, 8, "sgd");
-  rm_params(s, 0, 8, 12);
+  fx_layer_params(s, 0, 8, 12);
   fx_param(s, 0, "tokens", 5);
-  rm_params(s, 1, 16, 12);
+  fx_layer_params(s, 1, 16, 12);
   fx_param(s, 1, "seq", 4);
-  for (int l = 2; l < 6; l++) rm_params(s, l, 16, 12);
+  for (int l = 2; l < 6; l++) fx_layer_params(s, l, 16, 12);
   rm_gradcheck(s);
   be_stream_free(s);
 }
@@ -406,7 +378,7 @@ void test_runtime_model_pipelined(void) {
   static const char *const kinds[] = {"embedding", "mlp", "mamba2", "custom", NULL};
   static const int cut1[] = {1};
   s = fx_stream("test", kinds, 2, cut1, 4, 1, 1, 8, "sgd");
-  for (int l = 0; l < 4; l++) rm_params(s, l, 8, 16);
+  for (int l = 0; l < 4; l++) fx_layer_params(s, l, 8, 16);
   rm_check_pipelined(s, 0.1, 3);
   be_stream_free(s);
 }
