@@ -7,10 +7,11 @@
  *   inner/groups channels times gate_norm; out = yg out_proj; y = x + out.
  * The scan runs as the chunked SSD algorithm: within a chunk of 'chunk' tokens the quadratic form
  * with the decay mask exp(cs_t - cs_s) from the cumulative sums cs of dt*A, between chunks the
- * state passed on; its backward is the exact gradient of that chunked form, chunks in reverse. */
+ * state passed on; its backward is the exact gradient of that chunked form, chunks in reverse.
+ * The kernels run on the calling thread's device (kdev.h): the host code below sequences GEMMs
+ * (rt_gemm, the scan's per chunk, group and head), copies and the element work, which is the
+ * bodies of kb_mamba2.h (one index per element, row, column, chunk or token of a chunk). */
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "kernels.h"
 
@@ -178,82 +179,10 @@ static int m2_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
   return 0;
 }
 
-/* ---- Convolution and gated norm ------------------------------------------------------------ */
-
-/* Causal depthwise convolution within each sequence: cpre[t,c] = b[c] + sum_k w[c,k] *
- * in[t-(K-1)+k, c] (terms before the sequence's start are 0), xbc = silu(cpre).
- * Pre: in has row stride m->W; cpre and xbc hold T x CD. Post: both written. */
-static void m2_conv_fwd(const m2_dims *m, const float *in, const float *w, const float *b,
-                        float *cpre, float *xbc) {
-  int CD = m->CD, K = m->K;
-  for (int bb = 0; bb < m->B; bb++)
-    for (int t = 0; t < m->S; t++) {
-      size_t r = (size_t)bb * m->S + t;
-      float *o = cpre + r * CD;
-      memcpy(o, b, (size_t)CD * sizeof *o);
-      for (int k = 0; k < K; k++) {
-        int tt = t - (K - 1) + k;
-        if (tt < 0) continue;
-        const float *src = in + ((size_t)bb * m->S + tt) * m->W;
-        for (int c = 0; c < CD; c++) o[c] += w[(size_t)c * K + k] * src[c];
-      }
-      float *a = xbc + r * CD;
-      for (int c = 0; c < CD; c++) a[c] = rt_silu(o[c]);
-    }
-}
-
-/* Input gradient of the convolution: din[tt,c] = sum_k w[c,k] dcpre[tt+(K-1)-k, c] over the
- * terms inside the sequence. Pre: din has row stride m->W; dcpre is T x CD. Post: the CD
- * columns of din written (overwritten). */
-static void m2_conv_bwd_in(const m2_dims *m, const float *w, const float *dcpre, float *din) {
-  int CD = m->CD, K = m->K;
-  for (int r = 0; r < m->T; r++) memset(din + (size_t)r * m->W, 0, (size_t)CD * sizeof *din);
-  for (int bb = 0; bb < m->B; bb++)
-    for (int t = 0; t < m->S; t++) {
-      const float *g = dcpre + ((size_t)bb * m->S + t) * CD;
-      for (int k = 0; k < K; k++) {
-        int tt = t - (K - 1) + k;
-        if (tt < 0) continue;
-        float *dst = din + ((size_t)bb * m->S + tt) * m->W;
-        for (int c = 0; c < CD; c++) dst[c] += w[(size_t)c * K + k] * g[c];
-      }
-    }
-}
-
-/* Gated norm forward: per token and group of gw channels, rstd = 1 / sqrt(mean(yg^2) + eps),
- * ygn = yg * rstd * gamma. Pre: yg is T x I. Post: ygn (T x I) and rstd (T x G) written. */
-static void m2_gnorm_fwd(const m2_dims *m, const float *yg, const float *gamma, float *ygn,
-                         float *rstd) {
-  int n = m->gw;
-  for (size_t r = 0; r < (size_t)m->T * m->G; r++) {
-    const float *v = yg + r * n;
-    const float *gm = gamma + (r % m->G) * n;
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += (double)v[i] * v[i];
-    float rs = (float)(1.0 / sqrt(ss / n + RT_NORM_EPS));
-    rstd[r] = rs;
-    for (int i = 0; i < n; i++) ygn[r * n + i] = v[i] * rs * gm[i];
-  }
-}
-
-/* Input gradient of the gated norm: dyg from dygn. Pre: m2_gnorm_fwd's yg and rstd. Post: dyg
- * (T x I) written. */
-static void m2_gnorm_bwd_in(const m2_dims *m, const float *yg, const float *gamma,
-                            const float *rstd, const float *dygn, float *dyg) {
-  int n = m->gw;
-  for (size_t r = 0; r < (size_t)m->T * m->G; r++) {
-    const float *v = yg + r * n, *dv = dygn + r * n;
-    const float *gm = gamma + (r % m->G) * n;
-    double rs = rstd[r], dot = 0;
-    for (int i = 0; i < n; i++) dot += (double)dv[i] * gm[i] * v[i];
-    double c = dot * rs * rs / n;
-    for (int i = 0; i < n; i++) dyg[r * n + i] = (float)(rs * ((double)dv[i] * gm[i] - v[i] * c));
-  }
-}
-
 /* ---- SSD scan -------------------------------------------------------------------------------- */
 
-/* Scratch of the chunked scan, sized for one chunk. */
+/* Scratch of the chunked scan (rt_scratch, on the current device), sized for one chunk but for
+ * cs, which holds the whole microbatch. */
 typedef struct m2_scratch {
   float *CB;   /* [L x L] C_t . B_s of one group */
   float *Lm;   /* [L x L] decay exp(cs_t - cs_s), s <= t (0 above the diagonal) */
@@ -265,114 +194,109 @@ typedef struct m2_scratch {
   float *Bw;   /* [L x N] B_s scaled by the decay to the chunk's end times dt_s */
   float *XdS;  /* [L x N] xs_s^T dS_end */
   float *dSn;  /* [P x N] gradient of the chunk's starting state */
-  double *cs;  /* [L] cumulative sums of dt*A within the chunk */
-  double *dcs; /* [L] their gradients */
+  double *cs;  /* [T x H] cumulative sums of dt*A within each chunk, per head (m2_cs) */
+  double *dcs; /* [L] their gradients (one chunk and head) */
   double *ddt; /* [L] gradients of dt */
+  double *q;   /* [L] the end state's terms of the gradient of cs (m2_ssd_carry) */
 } m2_scratch;
 
-/* Allocate scratch for sizes m. Post: every buffer allocated (dCB zeroed); free with
+/* Scratch of n doubles on the current device (rt_scratch's blocks are aligned for doubles). */
+static double *m2_dscratch(size_t n) { return (double *)(void *)rt_scratch(2 * n); }
+
+/* Allocate scratch for sizes m. Post: every buffer allocated, uninitialized; free with
  * m2_scratch_free. */
 static m2_scratch m2_scratch_new(const m2_dims *m) {
   size_t LL = (size_t)m->L * m->L;
   m2_scratch w;
-  w.CB = xmalloc(LL * sizeof(float));
-  w.Lm = xmalloc(LL * sizeof(float));
-  w.Mf = xmalloc(LL * sizeof(float));
-  w.dMf = xmalloc(LL * sizeof(float));
-  w.dCB = xcalloc(LL, sizeof(float));
-  w.tmp = xmalloc((size_t)m->L * m->P * sizeof(float));
-  w.dYs = xmalloc((size_t)m->L * m->P * sizeof(float));
-  w.Bw = xmalloc((size_t)m->L * m->N * sizeof(float));
-  w.XdS = xmalloc((size_t)m->L * m->N * sizeof(float));
-  w.dSn = xmalloc((size_t)m->P * m->N * sizeof(float));
-  w.cs = xmalloc((size_t)m->L * sizeof(double));
-  w.dcs = xmalloc((size_t)m->L * sizeof(double));
-  w.ddt = xmalloc((size_t)m->L * sizeof(double));
+  w.CB = rt_scratch(LL);
+  w.Lm = rt_scratch(LL);
+  w.Mf = rt_scratch(LL);
+  w.dMf = rt_scratch(LL);
+  w.dCB = rt_scratch(LL);
+  w.tmp = rt_scratch((size_t)m->L * m->P);
+  w.dYs = rt_scratch((size_t)m->L * m->P);
+  w.Bw = rt_scratch((size_t)m->L * m->N);
+  w.XdS = rt_scratch((size_t)m->L * m->N);
+  w.dSn = rt_scratch((size_t)m->P * m->N);
+  w.cs = m2_dscratch((size_t)m->T * m->H);
+  w.dcs = m2_dscratch((size_t)m->L);
+  w.ddt = m2_dscratch((size_t)m->L);
+  w.q = m2_dscratch((size_t)m->L);
   return w;
 }
 
 /* Free what m2_scratch_new allocated. */
 static void m2_scratch_free(m2_scratch *w) {
-  free(w->CB);
-  free(w->Lm);
-  free(w->Mf);
-  free(w->dMf);
-  free(w->dCB);
-  free(w->tmp);
-  free(w->dYs);
-  free(w->Bw);
-  free(w->XdS);
-  free(w->dSn);
-  free(w->cs);
-  free(w->dcs);
-  free(w->ddt);
+  rt_scratch_free(w->CB);
+  rt_scratch_free(w->Lm);
+  rt_scratch_free(w->Mf);
+  rt_scratch_free(w->dMf);
+  rt_scratch_free(w->dCB);
+  rt_scratch_free(w->tmp);
+  rt_scratch_free(w->dYs);
+  rt_scratch_free(w->Bw);
+  rt_scratch_free(w->XdS);
+  rt_scratch_free(w->dSn);
+  rt_scratch_free((float *)(void *)w->cs);
+  rt_scratch_free((float *)(void *)w->dcs);
+  rt_scratch_free((float *)(void *)w->ddt);
+  rt_scratch_free((float *)(void *)w->q);
 }
 
-/* For head h of the chunk of l tokens starting at row t0: cs (inclusive cumulative sums of
- * dt*A), Lm (decay matrix) and Mf = CB * Lm * dt_s, both l x l and zero above the diagonal.
- * Pre: w->CB holds the head's group's C B^T (l x l). */
-static void m2_chunk_mix(const m2_dims *m, const float *dt, double A, int t0, int l, int h,
+/* w->cs = the cumulative sums of dt*A within every chunk, per head. Pre: dt (T x H) of F. */
+static void m2_cumsums(const m2_dims *m, const float *alog, const float *dt, m2_scratch *w) {
+  RT_FOR(m2_cs, (long)m->B * m->nc * m->H, .S = m->S, .L = m->L, .nc = m->nc, .H = m->H,
+         .dt = dt, .alog = alog, .cs = w->cs);
+}
+
+/* For head h of the chunk of l tokens starting at row t0: Lm (decay matrix) and Mf = CB * Lm *
+ * dt_s, both l x l and zero above the diagonal. Pre: m2_cumsums ran; w->CB holds the head's
+ * group's C B^T (l x l). */
+static void m2_chunk_mix(const m2_dims *m, const float *dt, int t0, int l, int h,
                          m2_scratch *w) {
-  double acc = 0;
-  for (int i = 0; i < l; i++) {
-    acc += (double)dt[(size_t)(t0 + i) * m->H + h] * A;
-    w->cs[i] = acc;
-  }
-  for (int t = 0; t < l; t++) {
-    for (int s = 0; s <= t; s++) {
-      float e = (float)exp(w->cs[t] - w->cs[s]);
-      w->Lm[t * l + s] = e;
-      w->Mf[t * l + s] = w->CB[t * l + s] * e * dt[(size_t)(t0 + s) * m->H + h];
-    }
-    for (int s = t + 1; s < l; s++) w->Lm[t * l + s] = w->Mf[t * l + s] = 0;
-  }
+  size_t r0 = (size_t)t0 * m->H + h;
+  RT_FOR(m2_mix, (long)l * l, .l = l, .H = m->H, .cs = w->cs + r0, .dt = dt + r0, .CB = w->CB,
+         .Lm = w->Lm, .Mf = w->Mf);
 }
 
 /* Chunked SSD forward. Pre: xbc (T x CD: xs | B | C) and dt (T x H) of F. Post: ys (T x I) holds
  * y_t = s_t C_t + D xs_t, st the state at the start of every chunk (zero for the first). */
 static void m2_ssd_fwd(const m2_dims *m, const float *alog, const float *Dp, const float *xbc,
                        const float *dt, float *ys, float *st) {
-  int P = m->P, N = m->N, CD = m->CD, I = m->I, L = m->L;
+  int P = m->P, N = m->N, CD = m->CD, I = m->I, L = m->L, H = m->H;
   size_t PN = (size_t)P * N;
-  float *S = xcalloc((size_t)m->H * PN, sizeof *S);
+  float *S = rt_scratch((size_t)H * PN);
   m2_scratch w = m2_scratch_new(m);
+  m2_cumsums(m, alog, dt, &w);
   for (int b = 0; b < m->B; b++) {
-    memset(S, 0, (size_t)m->H * PN * sizeof *S);
+    rt_zero(S, (size_t)H * PN);
     for (int c = 0; c < m->nc; c++) {
       int t0 = b * m->S + c * L, l = m->S - c * L < L ? m->S - c * L : L;
-      memcpy(st + ((size_t)b * m->nc + c) * m->H * PN, S, (size_t)m->H * PN * sizeof *S);
+      rt_copy(st + ((size_t)b * m->nc + c) * H * PN, S, (size_t)H * PN);
       for (int g = 0; g < m->G; g++) {
         const float *Bp = xbc + (size_t)t0 * CD + I + (size_t)g * N;
         const float *Cp = Bp + m->GN;
         rt_gemm(false, true, l, l, N, 1.0f, Cp, CD, Bp, CD, 0.0f, w.CB, l);
         for (int h = g * m->hpg; h < (g + 1) * m->hpg; h++) {
-          double A = -exp((double)alog[h]);
-          m2_chunk_mix(m, dt, A, t0, l, h, &w);
+          size_t r0 = (size_t)t0 * H + h; /* the chunk's first token at head h in T x H */
+          m2_chunk_mix(m, dt, t0, l, h, &w);
           const float *Xp = xbc + (size_t)t0 * CD + (size_t)h * P;
           float *Yp = ys + (size_t)t0 * I + (size_t)h * P, *Sh = S + h * PN;
           rt_gemm(false, false, l, P, l, 1.0f, w.Mf, l, Xp, CD, 0.0f, Yp, I);
           if (c > 0) rt_gemm(false, true, l, P, N, 1.0f, Cp, CD, Sh, N, 0.0f, w.tmp, P);
-          for (int t = 0; t < l; t++) {
-            float e = (float)exp(w.cs[t]);
-            for (int p = 0; p < P; p++)
-              Yp[(size_t)t * I + p] += (c > 0 ? e * w.tmp[t * P + p] : 0.0f) +
-                                       Dp[h] * Xp[(size_t)t * CD + p];
-          }
+          RT_FOR(m2_ssd_y, (long)l * P, .P = P, .H = H, .inner = I, .CD = CD, .inter = c > 0,
+                 .cs = w.cs + r0, .tmp = w.tmp, .D = Dp + h, .xs = Xp, .y = Yp);
           if (c == m->nc - 1) continue; /* the last chunk's end state is not needed */
-          double ce = w.cs[l - 1];
-          for (int s = 0; s < l; s++) {
-            float ws = (float)exp(ce - w.cs[s]) * dt[(size_t)(t0 + s) * m->H + h];
-            for (int n = 0; n < N; n++) w.Bw[s * N + n] = ws * Bp[(size_t)s * CD + n];
-          }
-          float e = (float)exp(ce);
-          for (size_t k = 0; k < PN; k++) Sh[k] *= e;
+          RT_FOR(m2_bw, (long)l * N, .l = l, .N = N, .H = H, .CD = CD, .cs = w.cs + r0,
+                 .dt = dt + r0, .Bm = Bp, .Bw = w.Bw);
+          RT_FOR(m2_decay, PN, .l = l, .H = H, .cs = w.cs + r0, .S = Sh);
           rt_gemm(true, false, P, N, l, 1.0f, Xp, CD, w.Bw, N, 1.0f, Sh, N);
         }
       }
     }
   }
   m2_scratch_free(&w);
-  free(S);
+  rt_scratch_free(S);
 }
 
 /* Chunked SSD backward, chunks in reverse carrying the gradient of each chunk's end state.
@@ -382,12 +306,13 @@ static void m2_ssd_fwd(const m2_dims *m, const float *alog, const float *Dp, con
 static void m2_ssd_bwd(const m2_dims *m, const float *alog, const float *Dp, const float *xbc,
                        const float *dt, const float *st, const float *dys, float *dxbc,
                        float *ddt, float *da, float *dD) {
-  int P = m->P, N = m->N, CD = m->CD, I = m->I, L = m->L;
+  int P = m->P, N = m->N, CD = m->CD, I = m->I, L = m->L, H = m->H;
   size_t PN = (size_t)P * N;
-  float *dS = xcalloc((size_t)m->H * PN, sizeof *dS);
+  float *dS = rt_scratch((size_t)H * PN);
   m2_scratch w = m2_scratch_new(m);
+  m2_cumsums(m, alog, dt, &w);
   for (int b = 0; b < m->B; b++) {
-    memset(dS, 0, (size_t)m->H * PN * sizeof *dS);
+    rt_zero(dS, (size_t)H * PN);
     for (int c = m->nc - 1; c >= 0; c--) {
       int t0 = b * m->S + c * L, l = m->S - c * L < L ? m->S - c * L : L;
       bool inter = c > 0, carry = c < m->nc - 1; /* nonzero start state / end-state gradient */
@@ -396,89 +321,48 @@ static void m2_ssd_bwd(const m2_dims *m, const float *alog, const float *Dp, con
         const float *Cp = Bp + m->GN;
         float *dBp = dxbc + (size_t)t0 * CD + I + (size_t)g * N, *dCp = dBp + m->GN;
         rt_gemm(false, true, l, l, N, 1.0f, Cp, CD, Bp, CD, 0.0f, w.CB, l);
-        memset(w.dCB, 0, (size_t)l * l * sizeof *w.dCB);
+        rt_zero(w.dCB, (size_t)l * l);
         for (int h = g * m->hpg; h < (g + 1) * m->hpg; h++) {
-          double A = -exp((double)alog[h]);
-          m2_chunk_mix(m, dt, A, t0, l, h, &w);
+          size_t r0 = (size_t)t0 * H + h; /* the chunk's first token at head h in T x H */
+          m2_chunk_mix(m, dt, t0, l, h, &w);
           const float *Xp = xbc + (size_t)t0 * CD + (size_t)h * P;
           const float *dYp = dys + (size_t)t0 * I + (size_t)h * P;
-          const float *Sp = st + (((size_t)b * m->nc + c) * m->H + h) * PN;
+          const float *Sp = st + (((size_t)b * m->nc + c) * H + h) * PN;
           float *dXp = dxbc + (size_t)t0 * CD + (size_t)h * P, *dSh = dS + h * PN;
-          for (int i = 0; i < l; i++) w.dcs[i] = w.ddt[i] = 0;
           /* skip term D xs_t */
-          for (int t = 0; t < l; t++) {
-            double s = 0;
-            for (int p = 0; p < P; p++) {
-              s += (double)dYp[(size_t)t * I + p] * Xp[(size_t)t * CD + p];
-              dXp[(size_t)t * CD + p] += Dp[h] * dYp[(size_t)t * I + p];
-            }
-            dD[(size_t)(t0 + t) * m->H + h] = (float)s;
-          }
-          /* intra-chunk: Y = Mf X */
+          RT_FOR(m2_ssd_skip, l, .P = P, .H = H, .inner = I, .CD = CD, .D = Dp + h, .dy = dYp,
+                 .xs = Xp, .dxs = dXp, .dD = dD + r0);
+          /* intra-chunk: Y = Mf X (m2_ssd_intra sets dcs and ddt) */
           rt_gemm(false, true, l, l, P, 1.0f, dYp, I, Xp, CD, 0.0f, w.dMf, l);
           rt_gemm(true, false, l, P, l, 1.0f, w.Mf, l, dYp, I, 1.0f, dXp, CD);
-          for (int t = 0; t < l; t++)
-            for (int s = 0; s <= t; s++) {
-              double gm = w.dMf[t * l + s], e = w.Lm[t * l + s];
-              double dts = dt[(size_t)(t0 + s) * m->H + h], cb = w.CB[t * l + s];
-              w.dCB[t * l + s] += (float)(gm * e * dts);
-              w.ddt[s] += gm * e * cb;
-              double dl = gm * cb * dts * e;
-              w.dcs[t] += dl;
-              w.dcs[s] -= dl;
-            }
+          RT_FOR(m2_ssd_intra, l, .l = l, .H = H, .dt = dt + r0, .dMf = w.dMf, .Lm = w.Lm,
+                 .CB = w.CB, .dCB = w.dCB, .dcs = w.dcs, .ddt = w.ddt);
           /* inter-chunk output: y_t += exp(cs_t) S_prev C_t */
           if (inter) {
             rt_gemm(false, true, l, P, N, 1.0f, Cp, CD, Sp, N, 0.0f, w.tmp, P);
-            for (int t = 0; t < l; t++) {
-              double e = exp(w.cs[t]), s = 0;
-              for (int p = 0; p < P; p++) {
-                s += (double)dYp[(size_t)t * I + p] * w.tmp[t * P + p];
-                w.dYs[t * P + p] = (float)e * dYp[(size_t)t * I + p];
-              }
-              w.dcs[t] += e * s;
-            }
+            RT_FOR(m2_ssd_inter, l, .P = P, .H = H, .inner = I, .cs = w.cs + r0, .dy = dYp,
+                   .tmp = w.tmp, .dys = w.dYs, .dcs = w.dcs);
             rt_gemm(false, false, l, N, P, 1.0f, w.dYs, P, Sp, N, 1.0f, dCp, CD);
             rt_gemm(true, false, P, N, l, 1.0f, w.dYs, P, Cp, CD, 0.0f, w.dSn, N);
           }
           /* chunk end state: S_end = exp(cs_e) S_prev + sum_s w_s xs_s B_s^T */
           if (carry) {
-            double ce = w.cs[l - 1];
-            for (int s = 0; s < l; s++) {
-              float ws = (float)exp(ce - w.cs[s]) * dt[(size_t)(t0 + s) * m->H + h];
-              for (int n = 0; n < N; n++) w.Bw[s * N + n] = ws * Bp[(size_t)s * CD + n];
-            }
+            RT_FOR(m2_bw, (long)l * N, .l = l, .N = N, .H = H, .CD = CD, .cs = w.cs + r0,
+                   .dt = dt + r0, .Bm = Bp, .Bw = w.Bw);
             rt_gemm(false, true, l, P, N, 1.0f, w.Bw, N, dSh, N, 1.0f, dXp, CD);
             rt_gemm(false, false, l, N, P, 1.0f, Xp, CD, dSh, N, 0.0f, w.XdS, N);
-            for (int s = 0; s < l; s++) {
-              double dec = exp(ce - w.cs[s]), dts = dt[(size_t)(t0 + s) * m->H + h];
-              double ws = dec * dts, dw = 0;
-              for (int n = 0; n < N; n++) {
-                dw += (double)w.XdS[s * N + n] * Bp[(size_t)s * CD + n];
-                dBp[(size_t)s * CD + n] += (float)ws * w.XdS[s * N + n];
-              }
-              w.ddt[s] += dw * dec;
-              w.dcs[l - 1] += dw * ws;
-              w.dcs[s] -= dw * ws;
-            }
-            if (inter) {
-              double e = exp(ce), f = 0;
-              for (size_t k = 0; k < PN; k++) {
-                f += (double)dSh[k] * Sp[k];
-                w.dSn[k] += (float)e * dSh[k];
-              }
-              w.dcs[l - 1] += e * f;
-            }
+            RT_FOR(m2_ssd_carry, l, .l = l, .N = N, .H = H, .CD = CD, .cs = w.cs + r0,
+                   .dt = dt + r0, .Bm = Bp, .XdS = w.XdS, .dB = dBp, .ddt = w.ddt,
+                   .dcs = w.dcs, .q = w.q);
+            if (inter)
+              RT_FOR(m2_ssd_dsn, PN, .l = l, .H = H, .cs = w.cs + r0, .dS = dSh, .dSn = w.dSn);
           }
-          /* cs_i = sum_{j <= i} a_j: da_j = sum_{i >= j} dcs_i; a = dt * A */
-          double acc = 0;
-          for (int i = l - 1; i >= 0; i--) {
-            acc += w.dcs[i];
-            size_t r = (size_t)(t0 + i) * m->H + h;
-            da[r] = (float)acc;
-            ddt[r] = (float)(w.ddt[i] + acc * A);
-          }
-          if (inter) memcpy(dSh, w.dSn, PN * sizeof *dSh);
+          /* the end state's terms of dcs[l-1]; cs_i = sum_{j <= i} a_j: da_j = sum_{i >= j}
+           * dcs_i; a = dt * A */
+          RT_FOR(m2_ssd_da, 1, .l = l, .H = H, .PN = (int)PN, .carry = carry, .inter = inter,
+                 .cs = w.cs + r0, .q = w.q, .ddt = w.ddt, .dS = dSh, .Sp = Sp, .alog = alog + h,
+                 .dcs = w.dcs, .da = da + r0, .ddt_out = ddt + r0);
+          if (inter) rt_copy(dSh, w.dSn, PN);
         }
         /* CB_ts = C_t . B_s, summed over the group's heads */
         rt_gemm(false, false, l, N, l, 1.0f, w.dCB, l, Bp, CD, 1.0f, dCp, CD);
@@ -487,39 +371,40 @@ static void m2_ssd_bwd(const m2_dims *m, const float *alog, const float *Dp, con
     }
   }
   m2_scratch_free(&w);
-  free(dS);
+  rt_scratch_free(dS);
 }
 
 /* ---- Kernel entry points --------------------------------------------------------------------- */
 
 /* F. Pre: m2_plan accepted d; w holds the plan's parameters; save has save_floats floats.
- * Post: y (T x hidden) = x + mixer(x); the forward regions of save written. */
+ * Post: y (T x hidden) = x + mixer(x); the forward regions of save written. x and y may be the
+ * same array. */
 static void m2_fwd(const rt_ldims *d, const float *w, const float *x, float *y, float *save) {
   m2_dims m = m2_dims_of(d);
   m2_woff o = m2_woff_of(&m);
   m2_soff so = m2_soff_of(&m);
-  int T = m.T, hd = m.hd, W = m.W, I = m.I, H = m.H;
+  int T = m.T, hd = m.hd, W = m.W, I = m.I, H = m.H, CD = m.CD;
   float *xs = save + so.x, *rstd1 = save + so.rstd1, *hn = save + so.hn, *zx = save + so.zx;
   float *dt = save + so.dt, *ys = save + so.ys, *yg = save + so.yg, *ygn = save + so.ygn;
   float *xbc = save + so.xbc;
-  memcpy(xs, x, (size_t)T * hd * sizeof *x);
-  rt_rmsnorm_fwd(T, hd, x, w + o.norm, hn, rstd1);
+  rt_copy(xs, x, (size_t)T * hd);
+  rt_rmsnorm_fwd(T, hd, xs, w + o.norm, hn, rstd1);
   rt_gemm(false, false, T, W, hd, 1.0f, hn, hd, w + o.in_proj, W, 0.0f, zx, W);
-  m2_conv_fwd(&m, zx + I, w + o.convw, w + o.convb, save + so.cpre, xbc);
-  for (int t = 0; t < T; t++)
-    for (int h = 0; h < H; h++)
-      dt[(size_t)t * H + h] = rt_softplus(zx[(size_t)t * W + I + m.CD + h] + w[o.dtb + h]);
+  /* causal depthwise convolution of the xBC columns, then silu */
+  RT_FOR(m2_conv_fwd, (long)T * CD, .S = m.S, .K = m.K, .CD = CD, .W = W, .in = zx + I,
+         .w = w + o.convw, .b = w + o.convb, .cpre = save + so.cpre, .xbc = xbc);
+  RT_FOR(m2_dt_fwd, (long)T * H, .H = H, .W = W, .zdt = zx + I + CD, .dtb = w + o.dtb, .dt = dt);
   m2_ssd_fwd(&m, w + o.alog, w + o.D, xbc, dt, ys, save + so.st);
-  for (int t = 0; t < T; t++)
-    for (int i = 0; i < I; i++)
-      yg[(size_t)t * I + i] = ys[(size_t)t * I + i] * rt_silu(zx[(size_t)t * W + i]);
-  m2_gnorm_fwd(&m, yg, w + o.gnorm, ygn, save + so.rstd2);
-  memcpy(y, x, (size_t)T * hd * sizeof *y);
+  RT_FOR(m2_gate_fwd, (long)T * I, .inner = I, .W = W, .ys = ys, .z = zx, .yg = yg);
+  RT_FOR(m2_gnorm_fwd, (long)T * m.G, .n = m.gw, .G = m.G, .yg = yg, .gamma = w + o.gnorm,
+         .ygn = ygn, .rstd = save + so.rstd2);
+  rt_copy(y, xs, (size_t)T * hd);
   rt_gemm(false, false, T, hd, I, 1.0f, ygn, I, w + o.out, hd, 1.0f, y, hd);
 }
 
 /* B. Pre: m2_fwd ran on save. Post: dx (when not NULL) = dL/dx; the backward regions of save
- * (dy, dygn, dzx, dcpre, da, dD, dh) written for m2_bwd_w. g is not touched. */
+ * (dy, dygn, dzx, dcpre, da, dD, dh) written for m2_bwd_w. g is not touched. dx and dy may be
+ * the same array. */
 static void m2_bwd_in(const rt_ldims *d, const float *w, float *save, const float *dy,
                       float *dx) {
   m2_dims m = m2_dims_of(d);
@@ -530,35 +415,29 @@ static void m2_bwd_in(const rt_ldims *d, const float *w, float *save, const floa
   const float *cpre = save + so.cpre;
   float *dys_save = save + so.dy, *dygn = save + so.dygn, *dzx = save + so.dzx;
   float *dcpre = save + so.dcpre, *dh = save + so.dh;
-  memcpy(dys_save, dy, (size_t)T * hd * sizeof *dy);
-  rt_gemm(false, true, T, I, hd, 1.0f, dy, hd, w + o.out, hd, 0.0f, dygn, I);
-  float *dyg = xmalloc((size_t)T * I * sizeof *dyg);
-  m2_gnorm_bwd_in(&m, save + so.yg, w + o.gnorm, save + so.rstd2, dygn, dyg);
+  rt_copy(dys_save, dy, (size_t)T * hd);
+  rt_gemm(false, true, T, I, hd, 1.0f, dys_save, hd, w + o.out, hd, 0.0f, dygn, I);
+  float *dyg = rt_scratch((size_t)T * I);
+  RT_FOR(m2_gnorm_bwd_in, (long)T * m.G, .n = m.gw, .G = m.G, .yg = save + so.yg,
+         .gamma = w + o.gnorm, .rstd = save + so.rstd2, .dygn = dygn, .dyg = dyg);
   /* yg = ys * silu(z): dz into dzx's z columns, dys in place of dyg */
-  for (int t = 0; t < T; t++)
-    for (int i = 0; i < I; i++) {
-      size_t k = (size_t)t * I + i;
-      float z = zx[(size_t)t * W + i];
-      dzx[(size_t)t * W + i] = dyg[k] * ys[k] * rt_silu_grad(z);
-      dyg[k] *= rt_silu(z);
-    }
-  float *dxbc = xcalloc((size_t)T * CD, sizeof *dxbc);
-  float *ddt = xmalloc((size_t)T * H * sizeof *ddt);
+  RT_FOR(m2_gate_bwd, (long)T * I, .inner = I, .W = W, .ys = ys, .z = zx, .dyg = dyg, .dz = dzx);
+  float *dxbc = rt_scratch((size_t)T * CD);
+  rt_zero(dxbc, (size_t)T * CD);
+  float *ddt = rt_scratch((size_t)T * H);
   m2_ssd_bwd(&m, w + o.alog, w + o.D, save + so.xbc, dt, save + so.st, dyg, dxbc, ddt,
              save + so.da, save + so.dD);
-  for (size_t k = 0; k < (size_t)T * CD; k++) dcpre[k] = dxbc[k] * rt_silu_grad(cpre[k]);
-  m2_conv_bwd_in(&m, w + o.convw, dcpre, dzx + I);
-  for (int t = 0; t < T; t++)
-    for (int h = 0; h < H; h++) {
-      size_t c = (size_t)t * W + I + CD + h;
-      dzx[c] = ddt[(size_t)t * H + h] * rt_sigmoid(zx[c] + w[o.dtb + h]);
-    }
-  free(dyg);
-  free(dxbc);
-  free(ddt);
+  RT_FOR(m2_silu_bwd, (long)T * CD, .g = dxbc, .a = cpre, .d = dcpre);
+  RT_FOR(m2_conv_bwd_in, (long)T * CD, .S = m.S, .K = m.K, .CD = CD, .W = W, .w = w + o.convw,
+         .dcpre = dcpre, .din = dzx + I);
+  RT_FOR(m2_dt_bwd, (long)T * H, .H = H, .W = W, .zdt = zx + I + CD, .dtb = w + o.dtb,
+         .ddt = ddt, .dzdt = dzx + I + CD);
+  rt_scratch_free(dyg);
+  rt_scratch_free(dxbc);
+  rt_scratch_free(ddt);
   rt_gemm(false, true, T, hd, W, 1.0f, dzx, W, w + o.in_proj, W, 0.0f, dh, hd);
   if (dx) {
-    memcpy(dx, dy, (size_t)T * hd * sizeof *dx);
+    rt_copy(dx, dys_save, (size_t)T * hd);
     rt_rmsnorm_bwd_in(T, hd, save + so.x, w + o.norm, save + so.rstd1, dh, dx, true);
   }
 }
@@ -573,44 +452,16 @@ static void m2_bwd_w(const rt_ldims *d, const float *w, const float *save, float
   rt_rmsnorm_bwd_w(T, hd, save + so.x, save + so.rstd1, save + so.dh, g + o.norm);
   rt_gemm(true, false, hd, W, T, 1.0f, save + so.hn, hd, dzx, W, 1.0f, g + o.in_proj, W);
   /* convolution taps and bias */
-  double *acc = xcalloc((size_t)CD * (K + 1), sizeof *acc); /* [CD x K] taps | [CD] bias */
-  for (int b = 0; b < m.B; b++)
-    for (int t = 0; t < m.S; t++) {
-      const float *gr = dcpre + ((size_t)b * m.S + t) * CD;
-      for (int k = 0; k < K; k++) {
-        int tt = t - (K - 1) + k;
-        if (tt < 0) continue;
-        const float *src = zx + ((size_t)b * m.S + tt) * W + I;
-        for (int c = 0; c < CD; c++) acc[(size_t)c * K + k] += (double)gr[c] * src[c];
-      }
-      for (int c = 0; c < CD; c++) acc[(size_t)CD * K + c] += gr[c];
-    }
-  for (size_t k = 0; k < (size_t)CD * K; k++) g[o.convw + k] += (float)acc[k];
-  for (int c = 0; c < CD; c++) g[o.convb + c] += (float)acc[(size_t)CD * K + c];
-  free(acc);
+  RT_FOR(m2_conv_bwd_w, (long)CD * K, .B = m.B, .S = m.S, .K = K, .CD = CD, .W = W,
+         .in = zx + I, .dcpre = dcpre, .g = g + o.convw);
+  RT_FOR(col_sum, CD, .rows = T, .n = CD, .m = dcpre, .g = g + o.convb);
   /* per-head parameters: dt_bias, A_log (dA/dA_log = A), D */
-  const float *dt = save + so.dt, *da = save + so.da, *dD = save + so.dD;
-  for (int h = 0; h < H; h++) {
-    double sb = 0, sa = 0, sd = 0;
-    for (int t = 0; t < T; t++) {
-      size_t r = (size_t)t * H + h;
-      sb += dzx[(size_t)t * W + I + CD + h];
-      sa += (double)da[r] * dt[r];
-      sd += dD[r];
-    }
-    g[o.dtb + h] += (float)sb;
-    g[o.alog + h] += (float)(sa * -exp((double)w[o.alog + h]));
-    g[o.D + h] += (float)sd;
-  }
+  RT_FOR(m2_head_bwd_w, H, .T = T, .H = H, .W = W, .dzdt = dzx + I + CD, .da = save + so.da,
+         .dt = save + so.dt, .dD = save + so.dD, .alog = w + o.alog, .gdtb = g + o.dtb,
+         .galog = g + o.alog, .gD = g + o.D);
   /* gated-norm weight */
-  const float *yg = save + so.yg, *dygn = save + so.dygn, *rstd2 = save + so.rstd2;
-  double *gs = xcalloc((size_t)I, sizeof *gs);
-  for (int t = 0; t < T; t++)
-    for (int i = 0; i < I; i++)
-      gs[i] += (double)dygn[(size_t)t * I + i] * yg[(size_t)t * I + i] *
-               rstd2[(size_t)t * m.G + i / m.gw];
-  for (int i = 0; i < I; i++) g[o.gnorm + i] += (float)gs[i];
-  free(gs);
+  RT_FOR(m2_gnorm_bwd_w, I, .T = T, .inner = I, .G = m.G, .gw = m.gw, .yg = save + so.yg,
+         .dygn = save + so.dygn, .rstd = save + so.rstd2, .g = g + o.gnorm);
   rt_gemm(true, false, I, hd, T, 1.0f, save + so.ygn, I, save + so.dy, hd, 1.0f, g + o.out, hd);
 }
 
