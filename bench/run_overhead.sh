@@ -1,6 +1,6 @@
 #!/bin/sh
 # run_overhead.sh -- executor overhead of octo-run's cpu backend (issue 7's benchmark):
-#   1. negligible compute (the stand-in model at its smallest, --scale=1000000): the step time
+#   1. negligible compute (the model at its smallest, --scale=1000000): the step time
 #      divided by the instructions of the longest program = the interpreter's and the transport's
 #      time per instruction;
 #   2. real compute (--scale=SCALE, default 8): the step time against the busiest rank's compute
