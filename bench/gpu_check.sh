@@ -5,7 +5,8 @@
 #      on the GPU against the CPU (octo_kernel_cases check-gpu: y, dx, weight gradients);
 #   2. float32 gradient equivalence of --backend=cuda with the CPU backend on several schedules
 #      (--check compares a step with the sequential reference that the cpu backend matches bit
-#      for bit; the losses of three steps of both backends are printed side by side);
+#      for bit; the losses of three steps of both backends are printed side by side), then the
+#      same check at the real size (--scale=1) on the GPU;
 #   3. the example models' layer kinds profiled at full size (octo-run --profile) against the
 #      analytic cost model (measured / analytic per kind for F, B and W);
 #   4. a plan run with --backend=cuda: its step time, the compute time of all ranks on the GPU,
@@ -61,6 +62,15 @@ for name in 1f1b zb-h1 interleaved zbv adaptive; do
     printf '%-12s %-10s %-34s %s\n' "$name" "$b" "$losses" "$( [ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc)")"
     [ $rc -ne 0 ] && tail -5 "$T/$name.$b"
   done
+done
+
+say "2b. the real size on the GPU: --check of step 1 (against the CPU's sequential reference) per schedule"
+for name in 1f1b zb-h1 zbv adaptive; do
+  [ -f "$T/$name.ois" ] || continue
+  timeout 90 octo-run "$T/$name.ois" --backend=cuda --steps=1 --check --scale=1 > "$T/$name.real" 2>&1
+  rc=$?
+  printf '%-12s %s\n' "$name" "$( [ $rc -eq 0 ] && grep -m1 -E '^check|gradient' "$T/$name.real" || echo "FAILED (exit $rc)")"
+  [ $rc -ne 0 ] && tail -5 "$T/$name.real"
 done
 
 say "3. layer kinds at full size: measured (octo-run --profile, bf16) vs analytic"
