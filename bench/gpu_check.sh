@@ -7,8 +7,9 @@
 #      (--check compares a step with the sequential reference that the cpu backend matches bit
 #      for bit; the losses of three steps of both backends are printed side by side), then the
 #      same check at the real size (--scale=1) on the GPU;
-#   3. the example models' layer kinds profiled at full size (octo-run --profile) against the
-#      analytic cost model (measured / analytic per kind for F, B and W);
+#   3. the example models' layers profiled at full size on the GPU (octo-run --profile on the cuda
+#      backend: the runtime's own kernels) against the analytic cost model (measured / analytic
+#      per kind for F, B and W);
 #   4. a plan run with --backend=cuda: its step time, the compute time of all ranks on the GPU,
 #      the executor's overhead, and the simulator's prediction of the plan's total compute;
 #   5. the nccl backend with one rank, as a smoke test.
@@ -73,7 +74,7 @@ for name in 1f1b zb-h1 zbv adaptive; do
   [ $rc -ne 0 ] && tail -5 "$T/$name.real"
 done
 
-say "3. layer kinds at full size: measured (octo-run --profile, bf16) vs analytic"
+say "3. layer kinds at full size: measured (octo-run --profile on the cuda backend, bf16) vs analytic"
 printf '%-14s %-10s %9s %9s %9s %9s %9s %9s %7s %7s %7s\n' model kind "F meas" "B meas" "W meas" \
   "F model" "B model" "W model" "F x" "B x" "W x"
 for ex in llama3_8b gemma2_2b nemotron_h_8b; do
@@ -81,14 +82,31 @@ for ex in llama3_8b gemma2_2b nemotron_h_8b; do
     --emit=stream -o "$T/$ex.ois" 2>/dev/null || continue
   octoc "$SRC/examples/$ex.octo" --passes='cost,partition{method=balanced},place,schedule{method=1f1b},simulate' \
     > "$T/$ex.report" 2>/dev/null
-  timeout 300 octo-run "$T/$ex.ois" --backend=cuda --profile="$T/$ex.json" > "$T/$ex.prof" 2>&1 || { tail -3 "$T/$ex.prof"; continue; }
-  # measured: "kind F B W peak" rows; analytic: the report's "costs per layer kind" table.
-  awk -v ex="$ex" 'FNR == NR { if ($1 != "kind" && NF >= 4) { f[$1] = $2; b[$1] = $3; w[$1] = $4 } next }
-    /^costs per layer kind/ { on = 1; next } on && /^$/ { on = 0 }
-    on && $1 != "kind" && ($1 in f) {
-      printf "%-14s %-10s %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %7.2f %7.2f %7.2f\n", ex, $1,
-        f[$1], b[$1], w[$1], $3, $4, $5, ($3 > 0 ? f[$1] / $3 : 0), ($4 > 0 ? b[$1] / $4 : 0),
-        ($5 > 0 ? w[$1] / $5 : 0) }' "$T/$ex.prof" "$T/$ex.report"
+  timeout 300 octo-run "$T/$ex.ois" --backend=cuda --bf16 --scale=1 --profile="$T/$ex.json" \
+    > "$T/$ex.prof" 2>&1 || { tail -3 "$T/$ex.prof"; continue; }
+  # measured: the profile's layers by kind (the first of each); analytic: the report's
+  # "costs per layer kind" table (kind, [type,] layers, F, B, W in ms).
+  python3 - "$ex" "$T/$ex.json" "$T/$ex.report" <<'PY'
+import json, sys
+ex, prof, report = sys.argv[1:4]
+meas = {}
+for name, l in json.load(open(prof))["layers"].items():
+    meas.setdefault(l["shape"]["kind"], (l["f_ms"], l["b_ms"], l["w_ms"]))
+on = False
+for line in open(report):
+    if line.startswith("costs per layer kind"):
+        on = True
+        continue
+    if on and not line.strip():
+        break
+    f = line.split()
+    k = 2 if len(f) > 1 and f[1].isdigit() else 3  # a "type" column on mixed clusters
+    if on and f and f[0] in meas and len(f) >= k + 3:
+        m, a = meas[f[0]], [float(x) for x in f[k:k + 3]]
+        r = [m[k] / a[k] if a[k] > 0 else 0 for k in range(3)]
+        print("%-14s %-10s %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %7.2f %7.2f %7.2f"
+              % (ex, f[0], *m, *a, *r))
+PY
 done
 
 say "4. a plan on one GPU (--backend=cuda, bf16, full size): step time vs compute"

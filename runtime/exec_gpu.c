@@ -28,6 +28,7 @@
 #include <time.h>
 
 #include "gpu.h"
+#include "kernels.h"
 
 #ifdef OCTO_HAVE_NCCL
 #include <mpi.h>
@@ -667,6 +668,59 @@ static void run_all(gpu_run *R) {
   if (watched) pthread_join(th, NULL);
   pthread_cond_destroy(&R->cv);
   pthread_mutex_destroy(&R->mu);
+}
+
+/* ---- The cuda backend's profiler ------------------------------------------------------------ */
+
+/* One-way time of a device-to-device copy of 'bytes' on stream cs (median of reps, each from an
+ * idle stream to its end), the cuda backend's message. */
+static double prof_copy(cudaStream_t cs, void *dst, const void *src, size_t bytes, int reps) {
+  double t[10];
+  int n = reps < 10 ? reps : 10;
+  for (int r = 0; r < n; r++) {
+    cudaStreamSynchronize(cs);
+    double t0 = support_seconds();
+    cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cs);
+    cudaStreamSynchronize(cs);
+    t[r] = support_seconds() - t0;
+  }
+  return rt_median(t, n);
+}
+
+int rt_profile_cuda(const be_stream *s, const rt_opts *mo, bool bf16, strbuf *json, strbuf *err) {
+  rg_dev *dev = rg_dev_new(0, NULL, bf16, err);
+  if (!dev) return -1;
+  const rt_dev *prev = rt_dev_bind(rg_dev_kernels(dev));
+  rt_model *m = rt_model_new(s, mo, err);
+  rt_layer_cost *costs = xcalloc((size_t)(s->nlayers ? s->nlayers : 1), sizeof *costs);
+  double optim = 0, lat = 0, bw = 0;
+  if (m) {
+    rt_profile_layers(m, 0, 1, costs);
+    rt_profile_fill(m, costs);
+    optim = rt_model_optimizer_rate(m);
+    size_t big = 8;
+    for (int i = 0; i < s->nlayers; i++)
+      if (costs[i].out_bytes > (double)big) big = (size_t)costs[i].out_bytes;
+    char *a = rt_dev_malloc(big), *b = rt_dev_malloc(big);
+    cudaStream_t cs = NULL;
+    if (a && b && cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking) == cudaSuccess) {
+      lat = prof_copy(cs, b, a, 8, 10);
+      double t = prof_copy(cs, b, a, big, 5) - lat;
+      bw = t > 0 ? (double)(big - 8) / t : 1e12;
+      cudaStreamDestroy(cs);
+    }
+    rt_dev_mfree(a);
+    rt_dev_mfree(b);
+  }
+  const char *e = rg_dev_error(dev);
+  if (m && e) strbuf_printf(err, "GPU 0: %s", e);
+  int rc = m && !e ? 0 : -1;
+  if (rc == 0) rt_profile_json(s, m, costs, "cuda", lat, bw, optim, json);
+  rt_model_free(m);
+  rt_dev_bind(prev);
+  rg_dev_free(dev);
+  free(costs);
+  return rc;
 }
 
 int rt_run_cuda(const be_stream *s, const rt_opts *mo, const rt_run_opts *o, bool bf16,

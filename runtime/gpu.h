@@ -1,7 +1,7 @@
 /* gpu.h -- the GPU side of the runtime (built only when the CUDA toolkit is found): a GPU as the
  * layer kernels' device (kernels_gpu.cu), on which the model of runtime.h runs with its real
- * layers; the GEMM profiler of layer kinds (gpu_model.cu); and the cuda and nccl backends of
- * octo-run (exec_gpu.c). Streams are passed as void * (a cudaStream_t), so that C files need no
+ * layers; and the cuda and nccl backends of octo-run with the cuda backend's profiler
+ * (exec_gpu.c). Streams are passed as void * (a cudaStream_t), so that C files need no
  * CUDA header. docs/runtime.md, "GPU backends". */
 #ifndef OCTO_GPU_H
 #define OCTO_GPU_H
@@ -43,42 +43,6 @@ void rg_dev_release(rg_dev *d, float *p);
 int rg_dev_put(rg_dev *d, float *dst, const float *src, size_t n);
 int rg_dev_get(rg_dev *d, float *dst, const float *src, size_t n);
 
-/* ---- Layer profiling ------------------------------------------------------------------------ */
-
-/* Measured costs of one layer kind at full size (scale 1) on this GPU. */
-typedef struct rg_layer_profile {
-  const char *kind;   /* layer kind (the stream's string) */
-  int layer;          /* index of the stream's layer measured */
-  double f, b, w;     /* median seconds of its GEMMs' forward, input-gradient and
-                         weight-gradient on one microbatch, after warm-up */
-  double peak_bytes;  /* peak device memory of the measurement */
-} rg_layer_profile;
-
-/* Measure, for the first layer of each kind of stream s, the GEMMs its real layer performs at
- * full size (scale 1; dimensions from the layer's parameters, else the stream's first of that
- * name; T = micro_batch x seq tokens), bf16 inputs with float32 accumulation, 'repeats' times
- * after 'warmup' runs, on CUDA device 'device': attention (QKV projection, per-head scores and
- * weighted values as batched GEMMs without the causal saving, output projection), mlp (up, gate
- * when gated, down), moe (router and the experts' MLP on top_k + shared_experts token copies),
- * mamba2 and kinds with "expand" (in-projection to 2 x expand x hidden, out-projection), vit
- * (attention and MLP over its tokens), lm_head (projection to the vocabulary), embedding (a
- * gather of T rows for F, a scatter-add into the table's gradient for W, no B), other kinds
- * one hidden x hidden projection. F: the forward GEMMs (bf16 outputs); B: their input
- * gradients (bf16 outputs); W: their weight gradients (accumulated in float32). Custom layers
- * are not measured. Fills *out (free it; kind points into s) with one entry per kind; returns
- * the count, or -1 with the reason in err (no such device, out of memory, a layer without
- * hidden or vocab). */
-int rg_profile(const be_stream *s, int device, int warmup, int repeats, rg_layer_profile **out,
-               strbuf *err);
-
-/* Append the profile file of the n measurements p (docs/cost-model.md, "Profile files":
- * format, version 1, device when device_type is not NULL, the stream's micro_batch and seq,
- * tensor 1, dtype bf16, and per kind f_ms, b_ms and w_ms) to out. Plain C (gpu_profile.c),
- * built with or without CUDA. Returns 0, or -1 (out untouched) when an entry has no kind, a
- * kind twice, or a time that is negative or not finite. */
-int rg_profile_json(const be_stream *s, const rg_layer_profile *p, int n, const char *device_type,
-                    strbuf *out);
-
 /* ---- Backends (exec_gpu.c) ------------------------------------------------------------------ */
 
 /* The cuda backend: every rank of every replica in this process on CUDA device 0 (stats: nranks
@@ -87,6 +51,14 @@ int rg_profile_json(const be_stream *s, const rg_layer_profile *p, int n, const 
  * watchdog timeout naming the rank and instruction). */
 int rt_run_cuda(const be_stream *s, const rt_opts *mo, const rt_run_opts *o, bool bf16,
                 rt_rank_stats *stats);
+
+/* octo-run --profile on the cuda backend: every layer of s timed as the model runs it on GPU 0
+ * (the kernels of kernels.h on the GPU, at mo's scale, F, B and W apart, the median of several
+ * repetitions after a warm-up: rt_profile_layers), the optimizer step's rate, and a
+ * device-to-device copy as the link (what a message is on one GPU); the profile JSON of
+ * rt_profile_json with backend "cuda" into json. Returns 0, or -1 with the reason in err (no GPU,
+ * the model cannot be built, a CUDA failure). */
+int rt_profile_cuda(const be_stream *s, const rt_opts *mo, bool bf16, strbuf *json, strbuf *err);
 
 /* The nccl backend, for octo-run's main under mpirun (as rt_main_mpi): one process per GPU,
  * NCCL point-to-point groups and all-reduce, a watchdog that aborts the communicators and the

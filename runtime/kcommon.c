@@ -171,6 +171,10 @@ void rt_dev_mfree(void *p) {
   else free(p);
 }
 
+void rt_sync(void) {
+  if (kc_dev) kc_dev->ops->sync(kc_dev->ctx);
+}
+
 /* ---- Norms (bodies in kb_common.h) ----------------------------------------------------------- */
 
 void rt_rmsnorm_fwd(int rows, int n, const float *x, const float *gamma, float *y, float *rstd) {

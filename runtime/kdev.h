@@ -49,6 +49,7 @@ typedef struct rt_dev_ops {
   void (*put)(void *ctx, void *dst, const void *src, size_t bytes); /* host to device, waits */
   void *(*lasting)(void *ctx, size_t bytes); /* lasting, zeroed memory; NULL when out of memory */
   void (*lasting_free)(void *ctx, void *p);    /* waits for the stream, then frees lasting's block */
+  void (*sync)(void *ctx);                     /* waits until everything enqueued has run */
 } rt_dev_ops;
 
 /* A device as the kernels see it. */
@@ -84,6 +85,9 @@ void rt_put(void *dst, const void *src, size_t bytes);
  * rt_dev_mfree on the same device. */
 void *rt_dev_malloc(size_t bytes);
 void rt_dev_mfree(void *p);
+/* Wait until the current device has run everything enqueued so far (the CPU: at once); for
+ * timing. */
+void rt_sync(void);
 
 #ifdef __cplusplus
 }

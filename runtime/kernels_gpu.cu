@@ -200,8 +200,14 @@ static void kg_mfree(void *ctx, void *p) {
   cudaFree(p);
 }
 
-static const rt_dev_ops kg_ops = {kg_run,    kg_gemm, kg_copy,   kg_zero,  kg_alloc,
-                                  kg_release, kg_to_host, kg_put, kg_malloc, kg_mfree};
+static void kg_sync(void *ctx) {
+  rg_dev *d = (rg_dev *)ctx;
+  if (!d->err[0]) kg_cuda(d, cudaStreamSynchronize(d->stream), "synchronize");
+}
+
+static const rt_dev_ops kg_ops = {kg_run,     kg_gemm,    kg_copy, kg_zero,   kg_alloc,
+                                  kg_release, kg_to_host, kg_put,  kg_malloc, kg_mfree,
+                                  kg_sync};
 
 /* ---- The device (gpu.h) ----------------------------------------------------------------------- */
 

@@ -39,17 +39,29 @@ static void pr_flush(unsigned char *buf) {
   for (size_t i = 0; i < PR_FLUSH_BYTES; i += 64) b[i] = (unsigned char)(b[i] + 1);
 }
 
-/* Time layer i's kernels into *c. */
+/* A copy of the n host floats h on the current device (h itself on the CPU); frees h when it
+ * copied. */
+static float *pr_to_device(float *h, size_t n) {
+  if (!rt_dev_current()) return h;
+  float *d = rt_dev_malloc(n * sizeof *d);
+  rt_put(d, h, n * sizeof *h);
+  free(h);
+  return d;
+}
+
+/* Time layer i's kernels into *c, on the calling thread's device (a GPU: each phase from an idle
+ * stream to its end, rt_sync). */
 static void pr_measure(rt_model *m, int i, rt_layer_cost *c) {
   rt_layer_info L;
   rt_model_layer(m, i, &L);
   const rt_ldims *d = &L.d;
   size_t nx = (size_t)d->B * d->in_S * d->in_w, ny = (size_t)d->B * d->S * L.p.out_w;
   size_t nw = rt_lplan_params(&L.p);
-  float *x = xmalloc(nx * sizeof *x), *y = xmalloc(ny * sizeof *y), *dy = xmalloc(ny * sizeof *dy);
-  float *dx = xmalloc(nx * sizeof *dx), *w = xmalloc((nw ? nw : 1) * sizeof *w);
-  float *g = xcalloc(nw ? nw : 1, sizeof *g);
-  float *save = xcalloc(L.p.save_floats ? L.p.save_floats : 1, sizeof *save);
+  bool gpu = rt_dev_current() != NULL;
+  float *x = xmalloc((nx ? nx : 1) * sizeof *x), *dy = xmalloc((ny ? ny : 1) * sizeof *dy);
+  float *w = xmalloc((nw ? nw : 1) * sizeof *w);
+  float *y = rt_dev_malloc(ny * sizeof *y), *dx = rt_dev_malloc(nx * sizeof *dx);
+  float *g = rt_dev_malloc(nw * sizeof *g), *save = rt_dev_malloc(L.p.save_floats * sizeof *save);
   rt_kernel_init_params(&L.p, 0x70726f66ULL + (uint64_t)i, w);
   uint64_t st = 0x9e3779b97f4a7c15ULL * (uint64_t)(i + 1);
   bool ids = strcmp(L.k->kind, "embedding") == 0;
@@ -59,22 +71,30 @@ static void pr_measure(rt_model *m, int i, rt_layer_cost *c) {
     x[k] = ids ? (float)floor(u * d->vocab) : (float)(2 * u - 1);
   }
   for (size_t k = 0; k < ny; k++) dy[k] = (float)(1e-3 * (double)((k * 7919) % 200 - 100));
+  x = pr_to_device(x, nx);
+  dy = pr_to_device(dy, ny);
+  w = pr_to_device(w, nw);
   double tf[PR_REPS], tb[PR_REPS], tw[PR_REPS];
-  unsigned char *flush = xcalloc(PR_FLUSH_BYTES, 1);
+  /* the CPU: the caches flushed between phases; a GPU's L2 is not the point there */
+  unsigned char *flush = gpu ? NULL : xcalloc(PR_FLUSH_BYTES, 1);
   int n = 0;
   double start = support_seconds();
   for (int r = -1; r < PR_REPS; r++) { /* r = -1: the warm-up */
-    pr_flush(flush);
+    if (flush) pr_flush(flush);
+    rt_sync();
     double t0 = support_seconds();
     L.k->fwd(d, w, x, y, save);
+    rt_sync();
     double t1 = support_seconds();
-    pr_flush(flush);
+    if (flush) pr_flush(flush);
     double t2 = support_seconds();
     L.k->bwd_in(d, w, save, dy, i > 0 ? dx : NULL);
+    rt_sync();
     double t3 = support_seconds();
-    pr_flush(flush);
+    if (flush) pr_flush(flush);
     double t4 = support_seconds();
     L.k->bwd_w(d, w, save, g);
+    rt_sync();
     double t5 = support_seconds();
     if (r >= 0) {
       tf[n] = t1 - t0;
@@ -95,13 +115,8 @@ static void pr_measure(rt_model *m, int i, rt_layer_cost *c) {
   c->grad_bytes = 4.0 * (double)nw;
   c->param_bytes = (adam ? 16.0 : 8.0) * (double)nw; /* weights, gradients (, two moments) */
   c->measured = true;
-  free(x);
-  free(y);
-  free(dy);
-  free(dx);
-  free(w);
-  free(g);
-  free(save);
+  float *all[] = {x, y, dy, dx, w, g, save}; /* the CPU's host arrays are its device's too */
+  for (size_t k = 0; k < sizeof all / sizeof *all; k++) rt_dev_mfree(all[k]);
 }
 
 void rt_profile_layers(rt_model *m, int worker, int nworkers, rt_layer_cost *costs) {

@@ -43,8 +43,7 @@ typedef struct rt_opts {
  * Its tensors live on a device (kdev.h): every operation below that touches them runs on the
  * calling thread's, which must be the same for the model's whole life (the CPU unless the caller
  * binds a GPU with rt_dev_bind); tensor pointers passed in and out are that device's memory.
- * rt_model_optimizer_rate, rt_model_loss_seconds and rt_grad_diff read tensors on the host: CPU
- * models only. */
+ * rt_grad_diff reads tensors on the host: CPU models only. */
 typedef struct rt_model rt_model;
 
 /* Build the model of stream s (dimensions only; nothing of the size of a tensor allocated, so

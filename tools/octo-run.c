@@ -41,10 +41,10 @@ static void usage(FILE *out) {
           "  --backend=cuda     every rank in this process on one GPU (streams per rank)\n"
           "  --backend=nccl     every rank an MPI process on its own GPU, NCCL messages\n"
           "  --bf16             GPU backends: bf16 GEMMs with float32 accumulation (speed)\n"
-          "  --profile=FILE     measure every layer's F, B, W at the scale in force (cpu, mpi:\n"
-          "                     the real layers; cuda: each kind at full size on this GPU) and\n"
-          "                     the link between two ranks, and write the profile JSON that\n"
-          "                     octoc reads (docs/cost-model.md)\n"
+          "  --profile=FILE     measure every layer's F, B, W as it runs at the scale in force\n"
+          "                     (cpu, mpi: on this machine's cores; cuda: on GPU 0), the\n"
+          "                     optimizer and the link between two ranks, and write the profile\n"
+          "                     JSON that octoc reads (docs/cost-model.md)\n"
           "  --steps=N          training steps (default 1)\n"
           "  --scale=K|auto     divide widths, vocabulary and sequence lengths by K; auto (the\n"
           "                     default) picks the smallest power of two whose step is a few\n"
@@ -111,43 +111,29 @@ static int write_file(const char *path, const strbuf *text) {
   return ok ? 0 : 1;
 }
 
-#ifdef OCTO_HAVE_CUDA
-/* --profile: measure the layer kinds of s on GPU 0, print a table and write the profile JSON. */
-static int write_profile(const be_stream *s, const char *path) {
-  strbuf err = {0}, json = {0};
-  rg_layer_profile *p = NULL;
-  int n = rg_profile(s, 0, 3, 10, &p, &err);
-  int rc = RT_EXIT_OK;
-  if (n < 0) {
-    fprintf(stderr, PROG ": error: %s\n", strbuf_cstr(&err));
-    rc = RT_EXIT_INPUT;
-  } else {
-    printf("%-12s %10s %10s %10s %12s\n", "kind", "F ms", "B ms", "W ms", "peak MiB");
-    for (int i = 0; i < n; i++)
-      printf("%-12s %10.3f %10.3f %10.3f %12.1f\n", p[i].kind, p[i].f * 1e3, p[i].b * 1e3,
-             p[i].w * 1e3, p[i].peak_bytes / 1048576.0);
-    const char *type = s->nranks > 0 && s->ranks[0].type ? s->ranks[0].type : "gpu";
-    if (rg_profile_json(s, p, n, type, &json) != 0 || write_file(path, &json) != 0)
-      rc = RT_EXIT_INPUT;
-  }
-  free(p);
-  strbuf_free(&err);
-  strbuf_free(&json);
-  return rc;
-}
-#endif
-
-/* --profile on the cpu backend: measure s's layers at mo's scale with the rank threads and the
- * hub's link, write the profile JSON to path and say what it measured. */
-static int cpu_profile(const be_stream *s, const rt_opts *mo, const char *path) {
+/* --profile: measure s's layers at mo's scale (the cpu backend: with the rank threads and the
+ * hub's link; cuda: on GPU 0, bf16 GEMM inputs when asked), write the profile JSON to path and say
+ * what it measured. */
+static int write_profile(const be_stream *s, const rt_opts *mo, bool cuda, bool bf16,
+                         const char *path) {
   strbuf json = {0}, err = {0};
   double t0 = support_seconds();
   int rc = RT_EXIT_OK;
-  if (rt_profile_threads(s, mo, &json, &err) != 0) {
+#ifdef OCTO_HAVE_CUDA
+  int got = cuda ? rt_profile_cuda(s, mo, bf16, &json, &err) : rt_profile_threads(s, mo, &json, &err);
+#else
+  (void)cuda;
+  (void)bf16;
+  int got = rt_profile_threads(s, mo, &json, &err);
+#endif
+  if (got != 0) {
     fprintf(stderr, PROG ": error: %s\n", strbuf_cstr(&err));
-    rc = RT_EXIT_RUNTIME;
+    rc = strstr(strbuf_cstr(&err), "no CUDA") ? RT_EXIT_INPUT : RT_EXIT_RUNTIME;
   } else if (write_file(path, &json) != 0) {
     rc = RT_EXIT_INPUT;
+  } else if (cuda) {
+    printf("%s: profiled %d layers at scale %d on GPU 0 in %.1f s: %s\n", s->model,
+           (int)s->nlayers, mo->scale, support_seconds() - t0, path);
   } else {
     printf("%s: profiled %d layers at scale %d on %d rank threads in %.1f s: %s\n", s->model,
            (int)s->nlayers, mo->scale, (int)s->nranks, support_seconds() - t0, path);
@@ -326,11 +312,7 @@ int main(int argc, char **argv) {
   }
   rt_model_free(probe);
   if (profile) {
-#ifdef OCTO_HAVE_CUDA
-    int rc = gpu ? write_profile(s, profile) : cpu_profile(s, &mo, profile);
-#else
-    int rc = cpu_profile(s, &mo, profile);
-#endif
+    int rc = write_profile(s, &mo, gpu, bf16, profile);
     be_stream_free(s);
     strbuf_free(&err);
     return rc;
