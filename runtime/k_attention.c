@@ -133,7 +133,7 @@ static float *ka_rope_tables(int S, int hd, float **sn) {
  * transpose, for gradients); body attn_rope, one index per rotated pair. */
 static void ka_rope(int N, int S, int heads, int hd, float *X, const float *cs, const float *sn,
                     bool inverse) {
-  RT_FOR(attn_rope, (size_t)N * heads * (hd / 2), .S = S, .heads = heads, .hd = hd,
+  RT_FOR(attn_rope, (size_t)N * heads, .S = S, .heads = heads, .hd = hd,
          .inverse = inverse, .cs = cs, .sn = sn, .X = X);
 }
 

@@ -42,9 +42,10 @@ RT_BODY_FN(attn_rope_table) {
   p->sn[i] = (float)sin(t * f);
 }
 
-/* Pair i = (r*heads + h)*hd/2 + k of X [N, heads*hd]: rotate (x_k, x_{k+hd/2}) of head h of row r
+/* Head i = r*heads + h of X [N, heads*hd]: rotate each pair (x_k, x_{k+hd/2}) of head h of row r
  * (position r mod S) in place by the table's angle (inverse: by minus the angle, the transpose,
- * for gradients). Each index owns its two elements. */
+ * for gradients). Each index owns its head's elements (a loop over k: no index arithmetic per
+ * element). */
 typedef struct rt_b_attn_rope_a {
   int S, heads, hd;          /* tokens per sequence, heads of X, head width (even) */
   bool inverse;              /* rotate by minus the angle */
@@ -52,13 +53,15 @@ typedef struct rt_b_attn_rope_a {
   float *X;                  /* [N, heads*hd], rotated in place */
 } rt_b_attn_rope_a;
 RT_BODY_FN(attn_rope) {
-  long half = p->hd / 2, k = i % half, rh = i / half, r = rh / p->heads, h = rh % p->heads;
+  long half = p->hd / 2, r = i / p->heads, h = i % p->heads;
   const float *c = p->cs + (size_t)(r % p->S) * half, *s = p->sn + (size_t)(r % p->S) * half;
   float *x = p->X + (size_t)r * p->heads * p->hd + (size_t)h * p->hd;
   float sg = p->inverse ? -1.0f : 1.0f;
-  float a = x[k], e = x[k + half], si = sg * s[k];
-  x[k] = a * c[k] - e * si;
-  x[k + half] = e * c[k] + a * si;
+  for (long k = 0; k < half; k++) {
+    float a = x[k], e = x[k + half], si = sg * s[k];
+    x[k] = a * c[k] - e * si;
+    x[k + half] = e * c[k] + a * si;
+  }
 }
 
 /* ---- Softmax of one (sequence, head)'s S x S score block ------------------------------------- */
