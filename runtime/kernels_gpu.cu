@@ -5,6 +5,7 @@
  * cuBLAS error is recorded and turns every later operation into a no-op (to_host then yields
  * zeros); nothing aborts or prints. Kept C-like; rg_dev_* have C linkage (gpu.h). */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -236,6 +237,12 @@ extern "C" rg_dev *rg_dev_new(int device, void *stream, bool bf16, strbuf *err) 
   d->dev.ops = &kg_ops;
   d->dev.ctx = d;
   d->stream = (cudaStream_t)stream;
+  /* Scratch comes and goes with every kernel call: the stream-ordered pool keeps what it freed
+   * (its default gives memory back at every synchronization). */
+  cudaMemPool_t pool;
+  uint64_t keep = UINT64_MAX;
+  if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess)
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
   if (kg_cuda(d, cudaSetDevice(device), "cudaSetDevice") &&
       (stream || (d->own_stream = kg_cuda(d, cudaStreamCreateWithFlags(
                                                  &d->stream, cudaStreamNonBlocking),
