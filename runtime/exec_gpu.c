@@ -277,7 +277,8 @@ static void enqueue_compute(gpu_run *R, grank *g, int a, int step) {
           struct timespec nap = {0, 100000}; /* poll, so that the watchdog can fail the run */
           nanosleep(&nap, NULL);
         }
-        if (!failed(R) && rg_dev_get(g->dev, host, dg, n) == 0) {
+        if (!failed(R)) rt_to_host(host, dg, n * sizeof *host);
+        if (!failed(R) && !rg_dev_error(g->dev)) {
           double rel = rt_grad_diff_host(host, n, g->ref, i);
           if (rel > g->st->grad_diff[step] || rel != rel) g->st->grad_diff[step] = rel;
         }

@@ -34,14 +34,6 @@ void rg_dev_free(rg_dev *d);
 const rt_dev *rg_dev_kernels(rg_dev *d);
 /* The first CUDA or cuBLAS error of d's work ("what: detail"), or NULL. */
 const char *rg_dev_error(const rg_dev *d);
-/* n zeroed device floats (freed with rg_dev_release), NULL on failure (recorded). */
-float *rg_dev_alloc(rg_dev *d, size_t n);
-/* Waits for d's stream, then frees p (NULL is fine). */
-void rg_dev_release(rg_dev *d, float *p);
-/* Copy n floats host -> device (put) or device -> host (get), waiting for the copy. Returns 0, or
- * -1 with the error recorded. */
-int rg_dev_put(rg_dev *d, float *dst, const float *src, size_t n);
-int rg_dev_get(rg_dev *d, float *dst, const float *src, size_t n);
 
 /* ---- Backends (exec_gpu.c) ------------------------------------------------------------------ */
 

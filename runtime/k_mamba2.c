@@ -200,9 +200,6 @@ typedef struct m2_scratch {
   double *q;   /* [L] the end state's terms of the gradient of cs (m2_ssd_carry) */
 } m2_scratch;
 
-/* Scratch of n doubles on the current device (rt_scratch's blocks are aligned for doubles). */
-static double *m2_dscratch(size_t n) { return (double *)(void *)rt_scratch(2 * n); }
-
 /* Allocate scratch for sizes m. Post: every buffer allocated, uninitialized; free with
  * m2_scratch_free. */
 static m2_scratch m2_scratch_new(const m2_dims *m) {
@@ -218,10 +215,10 @@ static m2_scratch m2_scratch_new(const m2_dims *m) {
   w.Bw = rt_scratch((size_t)m->L * m->N);
   w.XdS = rt_scratch((size_t)m->L * m->N);
   w.dSn = rt_scratch((size_t)m->P * m->N);
-  w.cs = m2_dscratch((size_t)m->T * m->H);
-  w.dcs = m2_dscratch((size_t)m->L);
-  w.ddt = m2_dscratch((size_t)m->L);
-  w.q = m2_dscratch((size_t)m->L);
+  w.cs = rt_scratch_bytes((size_t)m->T * m->H * sizeof(double));
+  w.dcs = rt_scratch_bytes((size_t)m->L * sizeof(double));
+  w.ddt = rt_scratch_bytes((size_t)m->L * sizeof(double));
+  w.q = rt_scratch_bytes((size_t)m->L * sizeof(double));
   return w;
 }
 
@@ -237,10 +234,10 @@ static void m2_scratch_free(m2_scratch *w) {
   rt_scratch_free(w->Bw);
   rt_scratch_free(w->XdS);
   rt_scratch_free(w->dSn);
-  rt_scratch_free((float *)(void *)w->cs);
-  rt_scratch_free((float *)(void *)w->dcs);
-  rt_scratch_free((float *)(void *)w->ddt);
-  rt_scratch_free((float *)(void *)w->q);
+  rt_scratch_free(w->cs);
+  rt_scratch_free(w->dcs);
+  rt_scratch_free(w->ddt);
+  rt_scratch_free(w->q);
 }
 
 /* w->cs = the cumulative sums of dt*A within every chunk, per head. Pre: dt (T x H) of F. */

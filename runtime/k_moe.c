@@ -36,9 +36,6 @@
 
 #include "k_ffn.h"
 
-/* Group indices live in float scratch (rt_scratch), one int per float. */
-_Static_assert(sizeof(int) == sizeof(float), "moe keeps int indices in float scratch");
-
 /* Offsets (in floats) of the parts of a moe save block, and its size. R = N * K routed rows in
  * expert-grouped order; "shared" parts are per shared expert, N rows each. */
 typedef struct moe_layout {
@@ -199,7 +196,7 @@ typedef struct moe_route {
  * Post: *rt filled (free with moe_route_free). */
 static void moe_route_build(const rt_ldims *d, const float *sel, moe_route *rt) {
   int E = d->experts, R = d->B * d->S * d->top_k;
-  rt->dev = (int *)rt_scratch((size_t)E + 1 + (size_t)R);
+  rt->dev = rt_scratch_bytes(((size_t)E + 1 + (size_t)R) * sizeof *rt->dev);
   rt->pair = rt->dev + E + 1;
   RT_FOR(moe_route, E, .R = R, .E = E, .sel = sel, .off = rt->dev, .pair = rt->pair);
   rt->off = xmalloc(((size_t)E + 1) * sizeof *rt->off);
@@ -212,7 +209,7 @@ static void moe_route_build(const rt_ldims *d, const float *sel, moe_route *rt) 
 /* Release what moe_route_build allocated. */
 static void moe_route_free(moe_route *rt) {
   free(rt->off);
-  rt_scratch_free((float *)rt->dev);
+  rt_scratch_free(rt->dev);
 }
 
 /* Gather expert e's rows: out[j] = scale_j * src[token of grouped row off[e] + j] (width n), with
@@ -222,7 +219,7 @@ static int moe_gather(const rt_ldims *d, const moe_route *rt, int e, int n, cons
                       const float *wt, float *out) {
   int o = rt->off[e], c = rt->off[e + 1] - o;
   RT_FOR(moe_gather, (size_t)c * n, .n = n, .K = d->top_k, .pair = rt->pair + o, .src = src,
-         .wt = wt, .out = out);
+         .wt = wt, .dst = out);
   return c;
 }
 
@@ -295,7 +292,7 @@ static void moe_bwd_in(const rt_ldims *d, const float *w, float *save, const flo
   moe_route rt;
   moe_route_build(d, sel, &rt);
   float *buf = rt_scratch((size_t)rt.max * H);
-  double *dwt = (double *)rt_scratch(2 * (size_t)R); /* R doubles */
+  double *dwt = rt_scratch_bytes((size_t)R * sizeof *dwt);
   for (int e = 0; e < E; e++) {
     int o = rt.off[e], c = moe_gather(d, &rt, e, H, save + l.dy, NULL, buf);
     if (c == 0) continue;
@@ -310,7 +307,7 @@ static void moe_bwd_in(const rt_ldims *d, const float *w, float *save, const flo
   float *dlog = save + l.dlog;
   rt_zero(dlog, (size_t)N * E);
   RT_FOR(moe_dlog, N, .E = E, .K = K, .sel = sel, .wt = wt, .dwt = dwt, .dlog = dlog);
-  rt_scratch_free((float *)dwt);
+  rt_scratch_free(dwt);
   rt_gemm(false, true, N, H, E, 1.0f, dlog, E, m.router, E, 0.0f, save + l.dh, H);
 
   /* dh of the routed experts, per expert on its rows, added back expert by expert */

@@ -1,7 +1,7 @@
 /* kb_moe.h -- the element-wise bodies of the moe kernel (k_moe.c), see kdev.h and bodies.def:
  * the router's top-k selection and softmax, the grouping of the (token, slot) pairs per expert,
  * the gather and scatter-add of an expert's rows, and the routing softmax's gradient. Indices
- * (the grouped pairs, the per-expert offsets) are ints in float scratch (the same size); selected
+ * (the grouped pairs, the per-expert offsets) are ints in device scratch; selected
  * experts are floats (exact), as the save block keeps them. Every body writes only what its own
  * index owns, and every sum runs in a fixed order inside one index. */
 #ifndef OCTO_RT_KB_MOE_H
@@ -58,30 +58,27 @@ RT_BODY_FN(moe_route) {
     if ((int)p->sel[r] == e) p->pair[o++] = (int)r;
 }
 
-/* Element i of out (rows x n): out[j][k] = scale_j * src[token of pair[j]][k], token = pair / K,
- * scale_j = wt[pair[j]] when wt is not NULL, else 1 (a plain copy). */
-typedef struct rt_b_moe_gather_a {
+/* Rows of one expert's part of the grouped list, between the tokens' rows (N x n) and the
+ * expert's rows (rows x n): row j is pair[j], whose token is pair[j] / K and whose scale is
+ * wt[pair[j]] when wt is not NULL, else 1.
+ * moe_gather, element i of the expert's rows: dst[j][k] = scale_j * src[token][k].
+ * moe_scatter_add, element i of the expert's rows: dst[token][k] += scale_j * src[j][k];
+ * race-free when the rows' tokens are distinct (one expert's rows: a token selects an expert at
+ * most once); the caller orders the launches (experts by index). */
+typedef struct rt_b_moe_rows_a {
   int n, K;              /* row width, top_k */
-  const int *pair;       /* rows: the pairs of the gathered rows (an expert's part of the list) */
-  const float *src, *wt; /* N x n, N x K or NULL */
-  float *out;            /* rows x n */
-} rt_b_moe_gather_a;
+  const int *pair;       /* rows: the pairs of the expert's rows */
+  const float *src, *wt; /* gather: N x n; scatter: rows x n; scales N x K or NULL */
+  float *dst;            /* gather: rows x n; scatter: N x n */
+} rt_b_moe_rows_a;
+typedef rt_b_moe_rows_a rt_b_moe_gather_a;
+typedef rt_b_moe_rows_a rt_b_moe_scatter_add_a;
 RT_BODY_FN(moe_gather) {
   long j = i / p->n, k = i % p->n;
   int q = p->pair[j];
   float v = p->src[(size_t)(q / p->K) * p->n + k];
-  p->out[i] = p->wt ? p->wt[q] * v : v;
+  p->dst[i] = p->wt ? p->wt[q] * v : v;
 }
-
-/* Element i of src (rows x n): dst[token of pair[j]][k] += scale_j * src[j][k], token and scale
- * as in moe_gather. Race-free when the rows' tokens are distinct (one expert's rows: a token
- * selects an expert at most once); the caller orders the launches (experts by index). */
-typedef struct rt_b_moe_scatter_add_a {
-  int n, K;              /* row width, top_k */
-  const int *pair;       /* rows: the pairs of src's rows */
-  const float *src, *wt; /* rows x n, N x K or NULL */
-  float *dst;            /* N x n */
-} rt_b_moe_scatter_add_a;
 RT_BODY_FN(moe_scatter_add) {
   long j = i / p->n, k = i % p->n;
   int q = p->pair[j];

@@ -137,12 +137,14 @@ void rt_zero(float *dst, size_t n) {
   else memset(dst, 0, n * sizeof *dst);
 }
 
-float *rt_scratch(size_t n) {
-  if (kc_dev) return kc_dev->ops->alloc(kc_dev->ctx, (n ? n : 1) * sizeof(float));
-  return xmalloc((n ? n : 1) * sizeof(float));
+void *rt_scratch_bytes(size_t bytes) {
+  if (kc_dev) return kc_dev->ops->alloc(kc_dev->ctx, bytes ? bytes : 1);
+  return xmalloc(bytes ? bytes : 1);
 }
 
-void rt_scratch_free(float *p) {
+float *rt_scratch(size_t n) { return rt_scratch_bytes(n * sizeof(float)); }
+
+void rt_scratch_free(void *p) {
   if (!p) return;
   if (kc_dev) kc_dev->ops->release(kc_dev->ctx, p);
   else free(p);

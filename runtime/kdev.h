@@ -72,10 +72,12 @@ void rt_for(rt_body_id id, long n, const void *args);
 void rt_copy(float *dst, const float *src, size_t n);
 /* dst = 0, n floats. */
 void rt_zero(float *dst, size_t n);
-/* Scratch of n floats on the current device, uninitialized (aborts when out of host memory; on a
- * GPU, NULL is recorded as the device's error and later work is skipped). Free with rt_scratch_free. */
+/* Scratch of 'bytes' on the current device, uninitialized, aligned for any type (aborts when out
+ * of host memory; on a GPU, NULL is recorded as the device's error and later work is skipped).
+ * rt_scratch: n floats. Free either with rt_scratch_free. */
+void *rt_scratch_bytes(size_t bytes);
 float *rt_scratch(size_t n);
-void rt_scratch_free(float *p);
+void rt_scratch_free(void *p);
 /* dst (host) = src (current device), bytes; waits for the device. */
 void rt_to_host(void *dst, const void *src, size_t bytes);
 /* dst (current device) = src (host), bytes; src may be reused on return. */

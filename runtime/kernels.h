@@ -166,14 +166,16 @@ double rt_model_loss_seconds(rt_model *m);
 /* ---- Shared building blocks (kcommon.c), for the kernels ----------------------------------- */
 
 /* C (m x n) = alpha * op(A) op(B) + beta * C, row-major, op transposes when ta / tb; lda, ldb, ldc
- * the row strides as stored. Through BLAS (cblas_sgemm). */
+ * the row strides as stored. On the current device (kdev.h): BLAS (cblas_sgemm) on
+ * the CPU, the bound device's GEMM (cuBLAS) on a GPU. */
 void rt_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc);
 
 /* Median of n >= 1 values (sorts v in place). */
 double rt_median(double *v, int n);
 
-/* Seconds this thread has spent in rt_gemm since it started (for the run's BLAS share). */
+/* Seconds this thread has spent in BLAS (rt_gemm on the CPU) since it started (the run's BLAS
+ * share). */
 double rt_blas_seconds(void);
 
 /* The norms (their bodies are in kb_common.h; eps RT_NORM_EPS), over 'rows' rows of width n on

@@ -269,21 +269,3 @@ extern "C" void rg_dev_free(rg_dev *d) {
 extern "C" const rt_dev *rg_dev_kernels(rg_dev *d) { return &d->dev; }
 
 extern "C" const char *rg_dev_error(const rg_dev *d) { return d->err[0] ? d->err : NULL; }
-
-extern "C" float *rg_dev_alloc(rg_dev *d, size_t n) {
-  return (float *)kg_malloc(d, (n ? n : 1) * sizeof(float));
-}
-
-extern "C" void rg_dev_release(rg_dev *d, float *p) {
-  if (p) kg_mfree(d, p);
-}
-
-extern "C" int rg_dev_put(rg_dev *d, float *dst, const float *src, size_t n) {
-  kg_put(d, dst, src, n * sizeof(float));
-  return d->err[0] ? -1 : 0;
-}
-
-extern "C" int rg_dev_get(rg_dev *d, float *dst, const float *src, size_t n) {
-  kg_to_host(d, dst, src, n * sizeof(float));
-  return d->err[0] ? -1 : 0;
-}

@@ -845,15 +845,17 @@ double rt_loss(rt_model *m, int step, int replica, int mb, const float *out, flo
   tokens_from(m, mb_pos(m, step, replica, mb) + 1, T, m->tok);
   for (int r = 0; r < T; r++) m->hbuf[r] = (float)(m->tok[r] % C);
   int counted = m->B * (S - m->prefix);
-  /* the rows' losses (T doubles, first: aligned) and the targets (T floats) on the device */
-  float *scr = rt_scratch(3 * (size_t)T), *target = scr + 2 * (size_t)T;
+  /* the targets and the rows' losses on the device */
+  float *target = rt_scratch((size_t)T);
+  double *row_loss = rt_scratch_bytes((size_t)T * sizeof *row_loss);
+  double *loss = xmalloc((size_t)T * sizeof *loss);
   rt_put(target, m->hbuf, (size_t)T * sizeof *target);
-  double *row_loss = (double *)scr, *loss = xmalloc((size_t)T * sizeof *loss);
   rt_model_count(m, RT_MEM_WORKSPACE, loss_bytes(m));
   RT_FOR(model_loss, T, .S = S, .C = C, .prefix = m->prefix, .out = out, .target = target,
          .grad = grad, .loss = row_loss, .scale = 1.0 / ((double)counted * m->nmb * m->replicas));
   rt_to_host(loss, row_loss, (size_t)T * sizeof *loss);
-  rt_scratch_free(scr);
+  rt_scratch_free(target);
+  rt_scratch_free(row_loss);
   rt_model_count(m, RT_MEM_WORKSPACE, -loss_bytes(m));
   double total = 0;
   for (int r = 0; r < T; r++) total += loss[r]; /* in row order, as one loop would */
@@ -978,8 +980,8 @@ static bool any_nonfinite(const float *g, size_t n) {
   size_t nb = (n + RT_SCAN_BLOCK - 1) / RT_SCAN_BLOCK;
   if (nb == 0) return false;
   int *bad = xmalloc(nb * sizeof *bad);
-  float *dbad = rt_scratch(nb); /* room for nb ints */
-  RT_FOR(model_nonfinite, nb, .n = n, .x = g, .bad = (int *)dbad);
+  int *dbad = rt_scratch_bytes(nb * sizeof *dbad);
+  RT_FOR(model_nonfinite, nb, .n = n, .x = g, .bad = dbad);
   rt_to_host(bad, dbad, nb * sizeof *bad);
   rt_scratch_free(dbad);
   int any = 0;

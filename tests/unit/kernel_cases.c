@@ -335,35 +335,32 @@ static int kc_check_fixtures(const char *dir) {
 #ifdef OCTO_HAVE_CUDA
 #include "gpu.h"
 
-/* Device copies of a case's tensors. */
-typedef struct kgpu {
-  float *x, *y, *dy, *dx, *w, *g, *save; /* device arrays of krun's sizes */
-} kgpu;
+/* A device copy of n host floats a (the device bound). */
+static float *kc_put(const float *a, size_t n) {
+  float *d = rt_dev_malloc(n * sizeof *d);
+  rt_put(d, a, n * sizeof *a);
+  return d;
+}
 
 /* Run case r (already run on the CPU) on device dev: F, B with dx, W from zero gradients; y, dx
  * and g are read back into gy, gdx, gg. Returns the device's error, or NULL. */
 static const char *kc_gpu_run(rg_dev *dev, const krun *r, float *gy, float *gdx, float *gg) {
-  kgpu t;
-  t.x = rg_dev_alloc(dev, r->nx);
-  t.y = rg_dev_alloc(dev, r->ny);
-  t.dy = rg_dev_alloc(dev, r->ny);
-  t.dx = rg_dev_alloc(dev, r->nx);
-  t.w = rg_dev_alloc(dev, r->nw);
-  t.g = rg_dev_alloc(dev, r->nw);
-  t.save = rg_dev_alloc(dev, r->p.save_floats);
-  if (!rg_dev_error(dev) && rg_dev_put(dev, t.x, r->x, r->nx) == 0 &&
-      rg_dev_put(dev, t.dy, r->dy, r->ny) == 0 && rg_dev_put(dev, t.w, r->w, r->nw) == 0) {
-    const rt_dev *prev = rt_dev_bind(rg_dev_kernels(dev));
-    r->k->fwd(&r->d, t.w, t.x, t.y, t.save);
-    r->k->bwd_in(&r->d, t.w, t.save, t.dy, t.dx);
-    r->k->bwd_w(&r->d, t.w, t.save, t.g);
-    rt_dev_bind(prev);
-    rg_dev_get(dev, gy, t.y, r->ny);
-    rg_dev_get(dev, gdx, t.dx, r->nx);
-    rg_dev_get(dev, gg, t.g, r->nw);
+  const rt_dev *prev = rt_dev_bind(rg_dev_kernels(dev));
+  float *x = kc_put(r->x, r->nx), *dy = kc_put(r->dy, r->ny), *w = kc_put(r->w, r->nw);
+  float *y = rt_dev_malloc(r->ny * sizeof *y), *dx = rt_dev_malloc(r->nx * sizeof *dx);
+  float *g = rt_dev_malloc(r->nw * sizeof *g);
+  float *save = rt_dev_malloc(r->p.save_floats * sizeof *save);
+  if (!rg_dev_error(dev)) {
+    r->k->fwd(&r->d, w, x, y, save);
+    r->k->bwd_in(&r->d, w, save, dy, dx);
+    r->k->bwd_w(&r->d, w, save, g);
+    rt_to_host(gy, y, r->ny * sizeof *gy);
+    rt_to_host(gdx, dx, r->nx * sizeof *gdx);
+    rt_to_host(gg, g, r->nw * sizeof *gg);
   }
-  float *all[] = {t.x, t.y, t.dy, t.dx, t.w, t.g, t.save};
-  for (size_t i = 0; i < sizeof all / sizeof *all; i++) rg_dev_release(dev, all[i]);
+  float *all[] = {x, y, dy, dx, w, g, save};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) rt_dev_mfree(all[i]);
+  rt_dev_bind(prev);
   return rg_dev_error(dev);
 }
 
