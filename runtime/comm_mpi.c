@@ -210,13 +210,34 @@ static void mp_stop(void *ctx, const char *why) {
 /* Nothing to forget: a rank leaves with every message completed, or the job is aborted. */
 static void mp_leave(void *ctx) { (void)ctx; }
 
+/* Doubles per layer cost (cost_pack): f, b, w, act, out, param, grad, measured. */
+#define PROF_PER 8
+
+/* c as PROF_PER doubles at d. */
+static void cost_pack(const rt_layer_cost *c, double *d) {
+  double v[PROF_PER] = {c->f, c->b, c->w, c->act_bytes, c->out_bytes, c->param_bytes,
+                        c->grad_bytes, c->measured ? 1 : 0};
+  memcpy(d, v, sizeof v);
+}
+
+/* The layer cost packed at d (cost_pack). */
+static rt_layer_cost cost_unpack(const double *d) {
+  return (rt_layer_cost){d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7] > 0};
+}
+
 /* Doubles before the per-step figures in a packed rank. */
-#define PACK_HEAD (8 + RT_MEM_KINDS)
+#define PACK_HEAD (10 + RT_MEM_KINDS)
+
+/* Doubles of a packed rank of a run of 'steps' steps of s, with calibrate. */
+static int pack_size(const be_stream *s, int steps, bool calibrate) {
+  return PACK_HEAD + 4 * steps + (calibrate ? PROF_PER * s->nlayers : 0);
+}
 
 /* The figures of one rank as doubles, for MPI_Gather: status, busy, wait, nev, BLAS time, peak
- * bytes, the reference's, whether the arena was the stream's, the peak bytes by kind, then
- * per step the time, loss, reference loss and gradient difference. */
-static void pack(const rt_rank_stats *st, int steps, double *d) {
+ * bytes, the reference's, whether the arena was the stream's, the optimizer's calibration time
+ * and bytes, the peak bytes by kind, then per step the time, loss, reference loss and gradient
+ * difference, then with calibrate (nlayers > 0) the timed cost of every layer (cost_pack). */
+static void pack(const rt_rank_stats *st, int steps, int nlayers, double *d) {
   d[0] = st->status;
   d[1] = st->busy_s;
   d[2] = st->wait_s;
@@ -225,17 +246,22 @@ static void pack(const rt_rank_stats *st, int steps, double *d) {
   d[5] = st->mem.total;
   d[6] = st->ref_bytes;
   d[7] = st->planned;
-  for (int k = 0; k < RT_MEM_KINDS; k++) d[8 + k] = st->mem.kind[k];
+  d[8] = st->optim_s;
+  d[9] = st->optim_bytes;
+  for (int k = 0; k < RT_MEM_KINDS; k++) d[10 + k] = st->mem.kind[k];
   for (int k = 0; k < steps; k++) {
     d[PACK_HEAD + k] = st->step_s[k];
     d[PACK_HEAD + steps + k] = st->loss[k];
     d[PACK_HEAD + 2 * steps + k] = st->ref_loss[k];
     d[PACK_HEAD + 3 * steps + k] = st->grad_diff[k];
   }
+  for (int i = 0; i < nlayers && st->timed; i++)
+    cost_pack(&st->timed[i], d + PACK_HEAD + 4 * steps + (size_t)i * PROF_PER);
 }
 
-/* Pre: st's per-step arrays allocated (rt_rank_stats_init). */
-static void unpack(rt_rank_stats *st, int steps, const double *d) {
+/* Pre: st's per-step arrays allocated (rt_rank_stats_init). With nlayers > 0, allocates
+ * st->timed. */
+static void unpack(rt_rank_stats *st, int steps, int nlayers, const double *d) {
   st->status = (int)d[0];
   st->busy_s = d[1];
   st->wait_s = d[2];
@@ -244,13 +270,18 @@ static void unpack(rt_rank_stats *st, int steps, const double *d) {
   st->mem.total = d[5];
   st->ref_bytes = d[6];
   st->planned = d[7] != 0;
-  for (int k = 0; k < RT_MEM_KINDS; k++) st->mem.kind[k] = d[8 + k];
+  st->optim_s = d[8];
+  st->optim_bytes = d[9];
+  for (int k = 0; k < RT_MEM_KINDS; k++) st->mem.kind[k] = d[10 + k];
   for (int k = 0; k < steps; k++) {
     st->step_s[k] = d[PACK_HEAD + k];
     st->loss[k] = d[PACK_HEAD + steps + k];
     st->ref_loss[k] = d[PACK_HEAD + 2 * steps + k];
     st->grad_diff[k] = d[PACK_HEAD + 3 * steps + k];
   }
+  if (nlayers > 0) st->timed = xcalloc((size_t)nlayers, sizeof *st->timed);
+  for (int i = 0; i < nlayers; i++)
+    st->timed[i] = cost_unpack(d + PACK_HEAD + 4 * steps + (size_t)i * PROF_PER);
 }
 
 /* Complete collective q ('what': "the report's gather of the figures") within 'timeout' seconds
@@ -337,9 +368,10 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
   int me, world, rc = RT_EXIT_OK;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  int steps = o->steps > 0 ? o->steps : 1, per = PACK_HEAD + 4 * steps;
+  int steps = o->steps > 0 ? o->steps : 1, per = pack_size(s, steps, o->calibrate);
+  int nlayers = o->calibrate ? s->nlayers : 0;
   double *packed = xcalloc((size_t)per, sizeof *packed), *all = NULL;
-  pack(mine, steps, packed);
+  pack(mine, steps, nlayers, packed);
   if (me == 0) all = xcalloc((size_t)per * world, sizeof *all);
   MPI_Request q;
   MPI_Igather(packed, per, MPI_DOUBLE, all, per, MPI_DOUBLE, 0, MPI_COMM_WORLD, &q);
@@ -364,7 +396,7 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     rt_rank_stats *stats = xcalloc((size_t)world, sizeof *stats);
     for (int w = 0; w < world; w++) {
       rt_rank_stats_init(&stats[w], w % s->nranks, w / s->nranks, steps);
-      unpack(&stats[w], steps, all + (size_t)per * w);
+      unpack(&stats[w], steps, nlayers, all + (size_t)per * w);
       stats[w].scale = mine->scale; /* every process built the same model */
       stats[w].ev = (rt_event *)(evs + displs[w]);
     }
@@ -387,6 +419,10 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
       }
       strbuf_free(&why);
       strbuf_free(&tr);
+    }
+    if (o->calibrate && rc == RT_EXIT_OK) {
+      int wrc = rt_calibration_write(s, o, stats, world, mine->scale, "mpi");
+      if (wrc != RT_EXIT_OK) rc = wrc;
     }
     for (int w = 0; w < world; w++) {
       stats[w].ev = NULL; /* owned by evs */
@@ -554,9 +590,6 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
 
 /* ---- The profiler on MPI processes ------------------------------------------------------------ */
 
-/* Doubles per layer in the profiler's reduction: f, b, w, act, out, param, grad, measured. */
-#define PROF_PER 8
-
 int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts *mo,
                         const rt_run_opts *o, const char *out_path) {
   be_stream *s;
@@ -572,12 +605,7 @@ int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts
   rt_profile_layers(m, me, world, costs); /* every process busy, as in the run */
   double *mine = xcalloc((size_t)n * PROF_PER, sizeof *mine);
   double *all = xcalloc((size_t)n * PROF_PER, sizeof *all);
-  for (int i = 0; i < n; i++) {
-    const rt_layer_cost *c = &costs[i];
-    double v[PROF_PER] = {c->f, c->b, c->w, c->act_bytes, c->out_bytes, c->param_bytes,
-                          c->grad_bytes, c->measured ? 1 : 0};
-    memcpy(mine + (size_t)i * PROF_PER, v, sizeof v);
-  }
+  for (int i = 0; i < n; i++) cost_pack(&costs[i], mine + (size_t)i * PROF_PER);
   rt_run_opts o1 = *o;
   strbuf err = {0};
   if (rt_fault_resolve(s, &o1.fault, &err) != 0) { /* checked by octo-run already */
@@ -592,9 +620,8 @@ int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts
   collective_wait(&q, s, o->timeout, "the profile's reduction of the layer figures");
   size_t big = 8;
   for (int i = 0; i < n; i++) {
-    const double *v = all + (size_t)i * PROF_PER;
-    costs[i] = (rt_layer_cost){v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] > 0};
-    if (v[4] > (double)big) big = (size_t)v[4];
+    costs[i] = cost_unpack(all + (size_t)i * PROF_PER);
+    if (costs[i].out_bytes > (double)big) big = (size_t)costs[i].out_bytes;
   }
   /* The optimizer's rate with every process updating at once, as at the end of a step. */
   MPI_Ibarrier(MPI_COMM_WORLD, &q);
@@ -620,7 +647,7 @@ int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts
     rt_profile_fill(m, costs);
     strbuf json = {0};
     /* With one process there is no link to measure: the cluster's stays (no "link" key). */
-    rt_profile_json(s, m, costs, "mpi", world >= 2 ? lat : -1, bw, rate_sum / world, &json);
+    rt_profile_json(s, rt_model_scale(m), costs, "mpi", world >= 2 ? lat : -1, bw, rate_sum / world, &json);
     strbuf why = {0};
     if (!support_write_file(out_path, strbuf_cstr(&json), json.len, &why)) {
       fprintf(stderr, "octo-run: error: cannot write '%s': %s\n", out_path, strbuf_cstr(&why));

@@ -128,6 +128,8 @@ void rt_rank_stats_free(rt_rank_stats *st) {
   free(st->ref_loss);
   free(st->grad_diff);
   free(st->ev);
+  free(st->timed);
+  st->timed = NULL;
   st->step_s = st->loss = st->ref_loss = st->grad_diff = NULL;
   st->ev = NULL;
   st->nev = st->ev_cap = 0;
@@ -302,10 +304,12 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
   rt_req *req = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *req);
   int *posted_at = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *posted_at);
 
+  double *optim_s = xcalloc((size_t)steps, sizeof *optim_s); /* per step, with calibrate */
   double t_run = support_seconds();
   for (int step = 0; step < steps && st->status == RT_OK; step++) {
     if (ref) st->ref_loss[step] = rt_reference_step(ref, step, s->replicas);
     rt_model_set_step(m, step, replica);
+    if (o->calibrate) rt_model_time(m, step > 0); /* the first step warms up */
     double t_step = support_seconds();
     for (int pc = 0; pc < p->ncode && st->status == RT_OK; pc++) {
       const be_inst *in = &p->code[pc];
@@ -411,6 +415,7 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
         }
         if (ref)
           for (int i = 0; i < s->nstages; i++) rt_step(ref, i);
+        optim_s[step] = support_seconds() - t0;
         break;
       default: break;
       }
@@ -425,6 +430,14 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
     st->step_s[step] = support_seconds() - t_step;
   }
   c->at = -1;
+  if (o->calibrate && st->status == RT_OK && steps > 1) {
+    st->timed = xcalloc((size_t)s->nlayers, sizeof *st->timed);
+    rt_model_timed_costs(m, st->timed);
+    st->optim_s = rt_median(optim_s + 1, steps - 1);
+    for (int i = 0; i < s->nlayers; i++) /* what the simulator's optimizer step updates */
+      if (st->timed[i].measured) st->optim_bytes += st->timed[i].param_bytes;
+  }
+  free(optim_s);
   rt_model_peak(m, &st->mem); /* the high-water mark of what it allocated, the arena included */
   if (ref) {
     rt_mem_use r;

@@ -716,7 +716,7 @@ int rt_profile_cuda(const be_stream *s, const rt_opts *mo, bool bf16, strbuf *js
   const char *e = rg_dev_error(dev);
   if (m && e) strbuf_printf(err, "GPU 0: %s", e);
   int rc = m && !e ? 0 : -1;
-  if (rc == 0) rt_profile_json(s, m, costs, "cuda", lat, bw, optim, json);
+  if (rc == 0) rt_profile_json(s, rt_model_scale(m), costs, "cuda", lat, bw, optim, json);
   rt_model_free(m);
   rt_dev_bind(prev);
   rg_dev_free(dev);

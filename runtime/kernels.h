@@ -154,8 +154,6 @@ typedef struct rt_layer_info {
 /* Layer i of m into *out. Pre: 0 <= i < rt_model_nlayers(m). */
 void rt_model_layer(const rt_model *m, int i, rt_layer_info *out);
 int rt_model_nlayers(const rt_model *m);
-/* Whether the model trains with Adam (else SGD). */
-bool rt_model_adam(const rt_model *m);
 /* The optimizer step's rate as the simulator counts it: 2 x (parameter, gradient and optimizer
  * state bytes) per second, measured with rt_step on m's largest stage (median of 5; it changes
  * that stage's weights: for a model used only to measure). */

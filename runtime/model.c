@@ -29,6 +29,12 @@
  * 2^63, so no size_t arithmetic overflows; the memory check (rt_mem_check) refuses far earlier. */
 #define RT_MAX_WORK 0x1p57
 
+/* Seconds of the calls of one kind recorded by rt_model_time. */
+typedef struct msamples {
+  double *v;  /* one per call, in call order */
+  int n, cap; /* their count and capacity */
+} msamples;
+
 /* One layer as the runtime runs it. */
 typedef struct mlayer {
   const char *name;   /* the stream's layer name */
@@ -41,6 +47,8 @@ typedef struct mlayer {
                          output; for layer 0 the stream's input) */
   bool splice;        /* an embedding after other layers: their prev_S tokens come first */
   bool adapt;         /* its input shape differs from what it receives: adapter */
+  msamples timed[RT_PHASES]; /* rt_model_time: its F, B and W calls (adapter and splice
+                                included; a recomputing stage's second forward not) */
 } mlayer;
 
 /* A saved (stage, microbatch) state between F, B and W. */
@@ -110,6 +118,8 @@ struct rt_model {
   size_t hbuf_n;        /* its floats: the larger of B x S + 1 and the model's input */
   rt_mem_use mem;       /* bytes the tracker counts now, by kind (rt_model_count) */
   rt_mem_use mem_peak;  /* the same at the high-water mark of the total */
+  bool timing;          /* rt_model_time: record every layer call's and loss's seconds */
+  msamples loss_timed;  /* the recorded rt_loss calls */
 };
 
 /* ---- Dimensions ---------------------------------------------------------------------------- */
@@ -457,6 +467,9 @@ void rt_model_free(rt_model *m) {
   for (int i = 0; m->dumps && i < m->nlayers; i++) dump_free(m, i);
   free(m->dumps);
   free(m->stages);
+  for (int i = 0; m->layers && i < m->nlayers; i++)
+    for (int ph = 0; ph < RT_PHASES; ph++) free(m->layers[i].timed[ph].v);
+  free(m->loss_timed.v);
   free(m->layers);
   free(m->data);
   free(m->perm);
@@ -760,6 +773,23 @@ static bool dumping(const rt_model *m, int mb) {
   return m->dump && m->step == 0 && m->replica == 0 && mb == 0;
 }
 
+/* Where a recorded call starts (rt_model_time): the clock after the device's queue drained; 0
+ * when m is not recording. */
+static double time_begin(const rt_model *m) {
+  if (!m->timing) return 0;
+  rt_sync();
+  return support_seconds();
+}
+
+/* End a recorded call that began at t0 (time_begin): its seconds, after the device's queue
+ * drained, go to s. Nothing when m is not recording. */
+static void time_end(const rt_model *m, msamples *s, double t0) {
+  if (!m->timing) return;
+  rt_sync();
+  double t = support_seconds() - t0;
+  VEC_PUSH(s->v, s->n, s->cap, t);
+}
+
 /* A state block of stage st: one of its pool, else a new one. */
 static float *block_take(rt_model *m, mstage *st) {
   if (st->npool) return st->pool[--st->npool];
@@ -772,10 +802,11 @@ static float *block_take(rt_model *m, mstage *st) {
  * Deterministic: run again on the same input with the same weights it writes the same state and
  * output bit for bit, which is what recomputation relies on. */
 static void stage_forward(rt_model *m, mstage *st, int mb, const float *in, float *out,
-                          float *state) {
+                          float *state, bool timed) {
   const float *cur = in;
   for (int i = st->first; i < st->end; i++) {
     mlayer *L = &m->layers[i];
+    double t0 = timed ? time_begin(m) : 0;
     const float *x = cur;
     if (L->splice) {
       float *ids = other_scr(m, cur, NULL);
@@ -799,6 +830,7 @@ static void stage_forward(rt_model *m, mstage *st, int mb, const float *in, floa
       RT_FOR(model_splice_fwd, (size_t)m->B * n, .n = n, .stride = (long)L->d.S * L->d.hidden,
              .a = (float *)cur, .b = y);
     }
+    if (timed) time_end(m, &L->timed[RT_PH_F], t0);
     cur = y;
   }
 }
@@ -811,7 +843,7 @@ void rt_forward(rt_model *m, int st_i, int mb, const float *in, float *out) {
   sv->b_done = false;
   if (!st->recompute) {
     if (!sv->buf) sv->buf = block_take(m, st);
-    stage_forward(m, st, mb, in, out, sv->buf);
+    stage_forward(m, st, mb, in, out, sv->buf, true);
     return;
   }
   /* Recomputation: keep a copy of the input; the state block goes back to the pool (B rebuilds
@@ -824,7 +856,7 @@ void rt_forward(rt_model *m, int st_i, int mb, const float *in, float *out) {
   }
   rt_copy(sv->input, in, st->in_floats);
   float *blk = block_take(m, st);
-  stage_forward(m, st, mb, in, out, blk);
+  stage_forward(m, st, mb, in, out, blk, true);
   VEC_PUSH(st->pool, st->npool, st->pool_cap, blk);
 }
 
@@ -834,13 +866,14 @@ static void recompute_forward(rt_model *m, mstage *st, int mb) {
   msaved *sv = &st->saved[mb];
   if (!st->recompute || !sv->input || !sv->f_done) return;
   if (!sv->buf) sv->buf = block_take(m, st);
-  stage_forward(m, st, mb, sv->input, NULL, sv->buf);
+  stage_forward(m, st, mb, sv->input, NULL, sv->buf, false); /* B's, not F's time */
   if (!sv->ext) VEC_PUSH(st->ipool, st->nipool, st->ipool_cap, sv->input);
   sv->input = NULL;
   sv->ext = false;
 }
 
 double rt_loss(rt_model *m, int step, int replica, int mb, const float *out, float *grad) {
+  double t0 = time_begin(m);
   int S = m->S, C = m->layers[m->nlayers - 1].p.out_w, T = m->B * S;
   tokens_from(m, mb_pos(m, step, replica, mb) + 1, T, m->tok);
   for (int r = 0; r < T; r++) m->hbuf[r] = (float)(m->tok[r] % C);
@@ -860,6 +893,7 @@ double rt_loss(rt_model *m, int step, int replica, int mb, const float *out, flo
   double total = 0;
   for (int r = 0; r < T; r++) total += loss[r]; /* in row order, as one loop would */
   free(loss);
+  time_end(m, &m->loss_timed, t0);
   return total / counted;
 }
 
@@ -877,6 +911,7 @@ void rt_backward_input(rt_model *m, int st_i, int mb, const float *grad, float *
   float *cur_scr = NULL; /* cur when it is a scratch buffer (writable) */
   for (int i = st->end - 1; i >= st->first; i--) {
     mlayer *L = &m->layers[i];
+    double t0 = time_begin(m);
     bool first = i == st->first, need = i > 0 && (!first || dx);
     float *dprev = NULL;
     if (L->splice) {
@@ -904,6 +939,7 @@ void rt_backward_input(rt_model *m, int st_i, int mb, const float *grad, float *
       if (dumping(m, mb)) m->dumps[i].dx = dk ? dup_floats(dk, (size_t)m->B * L->d.in_S * L->d.in_w) : NULL;
     }
     if (dumping(m, mb)) m->dumps[i].dy = dup_floats(cur, (size_t)m->B * L->d.S * L->p.out_w);
+    time_end(m, &L->timed[RT_PH_B], t0);
     cur = dprev;
     cur_scr = dprev != dx ? dprev : NULL;
     if (!cur) break;
@@ -935,8 +971,10 @@ void rt_backward_weight(rt_model *m, int st_i, int mb) {
   msaved *sv = &st->saved[mb];
   if (!sv->buf || !sv->b_done) return; /* no B: precondition broken */
   for (int i = st->first; i < st->end; i++) {
-    const mlayer *L = &m->layers[i];
+    mlayer *L = &m->layers[i];
+    double t0 = time_begin(m);
     L->k->bwd_w(&L->d, st->w + L->w_off, sv->buf + L->sv_off, st->g + L->w_off);
+    time_end(m, &L->timed[RT_PH_W], t0);
     if (dumping(m, mb)) { /* this microbatch's own gradient, into a zeroed copy */
       float *g1 = rt_dev_malloc(L->nw * sizeof *g1);
       L->k->bwd_w(&L->d, st->w + L->w_off, sv->buf + L->sv_off, g1);
@@ -1154,7 +1192,40 @@ void rt_model_layer(const rt_model *m, int i, rt_layer_info *out) {
 
 int rt_model_nlayers(const rt_model *m) { return m->nlayers; }
 
-bool rt_model_adam(const rt_model *m) { return m->adam; }
+void rt_model_layer_bytes(const rt_model *m, int i, rt_layer_cost *c) {
+  const mlayer *L = &m->layers[i];
+  double nw = (double)rt_lplan_params(&L->p);
+  c->act_bytes = 4.0 * (double)L->p.save_floats;
+  c->out_bytes = 4.0 * (double)m->B * L->d.S * L->p.out_w;
+  c->grad_bytes = 4.0 * nw;
+  c->param_bytes = (m->adam ? 16.0 : 8.0) * nw; /* weights, gradients (, two moments) */
+}
+
+void rt_model_time(rt_model *m, bool on) { m->timing = on; }
+
+/* The median of the recorded calls s (0 when none). */
+static double samples_median(const msamples *s) {
+  if (s->n == 0) return 0;
+  double *v = xmalloc((size_t)s->n * sizeof *v);
+  memcpy(v, s->v, (size_t)s->n * sizeof *v);
+  double med = rt_median(v, s->n);
+  free(v);
+  return med;
+}
+
+void rt_model_timed_costs(const rt_model *m, rt_layer_cost *costs) {
+  for (int i = 0; i < m->nlayers; i++) {
+    const mlayer *L = &m->layers[i];
+    if (L->timed[RT_PH_F].n == 0) continue; /* not this rank's, or nothing recorded */
+    rt_layer_cost *c = &costs[i];
+    c->f = samples_median(&L->timed[RT_PH_F]);
+    c->b = samples_median(&L->timed[RT_PH_B]);
+    c->w = samples_median(&L->timed[RT_PH_W]);
+    if (i == m->nlayers - 1) c->f += samples_median(&m->loss_timed); /* as the profiler's */
+    rt_model_layer_bytes(m, i, c);
+    c->measured = true;
+  }
+}
 
 double rt_model_loss_seconds(rt_model *m) {
   size_t n = rt_tensor_floats(m, BE_T_ACT, m->nstages - 1);

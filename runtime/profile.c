@@ -109,11 +109,7 @@ static void pr_measure(rt_model *m, int i, rt_layer_cost *c) {
   c->b = rt_median(tb, n);
   c->w = rt_median(tw, n);
   if (i == rt_model_nlayers(m) - 1) c->f += rt_model_loss_seconds(m); /* LOSS follows the last layer */
-  bool adam = rt_model_adam(m);
-  c->act_bytes = 4.0 * (double)L.p.save_floats;
-  c->out_bytes = 4.0 * (double)ny;
-  c->grad_bytes = 4.0 * (double)nw;
-  c->param_bytes = (adam ? 16.0 : 8.0) * (double)nw; /* weights, gradients (, two moments) */
+  rt_model_layer_bytes(m, i, c);
   c->measured = true;
   float *all[] = {x, y, dy, dx, w, g, save}; /* the CPU's host arrays are its device's too */
   for (size_t k = 0; k < sizeof all / sizeof *all; k++) rt_dev_mfree(all[k]);
@@ -171,14 +167,14 @@ int rt_profile_link(rt_comm *c, int me, size_t big, double timeout, double *lat_
   return 0;
 }
 
-void rt_profile_json(const be_stream *s, const rt_model *m, const rt_layer_cost *costs,
+void rt_profile_json(const be_stream *s, int scale, const rt_layer_cost *costs,
                      const char *backend, double lat_s, double bw_Bps, double optim_Bps,
                      strbuf *out) {
   strbuf_puts(out, "{\n  \"format\": \"octopipe-profile\",\n  \"version\": 1,\n  \"device\": ");
   strbuf_json_str(out, s->nranks > 0 && s->ranks[0].type ? s->ranks[0].type : "cpu");
   strbuf_printf(out, ",\n  \"micro_batch\": %d,\n  \"seq\": %d,\n  \"tensor\": 1,\n"
                 "  \"dtype\": \"fp32\",\n  \"scale\": %d,\n  \"backend\": ",
-                (int)s->micro_batch, (int)s->seq, rt_model_scale(m));
+                (int)s->micro_batch, (int)s->seq, scale);
   strbuf_json_str(out, backend);
   if (lat_s >= 0)
     strbuf_printf(out, ",\n  \"link\": {\"bw_gbs\": %.6g, \"lat_us\": %.6g}", bw_Bps / 1e9,
@@ -209,6 +205,68 @@ void rt_profile_json(const be_stream *s, const rt_model *m, const rt_layer_cost 
     strbuf_puts(out, "}}");
   }
   strbuf_puts(out, "\n  }\n}\n");
+}
+
+int rt_calibration_json(const be_stream *s, const rt_rank_stats *stats, int n, int scale,
+                        const char *backend, strbuf *json, strbuf *err) {
+  rt_layer_cost *costs = xcalloc((size_t)(s->nlayers ? s->nlayers : 1), sizeof *costs);
+  double bytes = 0, secs = 0;
+  for (int k = 0; k < n; k++) {
+    if (stats[k].optim_s > 0) {
+      bytes += stats[k].optim_bytes;
+      secs += stats[k].optim_s;
+    }
+  }
+  int rc = 0;
+  for (int i = 0; i < s->nlayers && rc == 0; i++) {
+    int got = 0;
+    rt_layer_cost *c = &costs[i];
+    for (int k = 0; k < n; k++) {
+      const rt_layer_cost *t = stats[k].timed ? &stats[k].timed[i] : NULL;
+      if (!t || !t->measured) continue;
+      if (got++ == 0) { /* the first: its bytes; the times are averaged */
+        *c = *t;
+        c->f = c->b = c->w = 0;
+      }
+      c->f += t->f;
+      c->b += t->b;
+      c->w += t->w;
+    }
+    if (!got) {
+      strbuf_printf(err, "--calibrate: no rank timed layer '%s' (the run needs at least 2 steps, "
+                    "and every rank must finish)", s->layers[i].name);
+      rc = -1;
+      break;
+    }
+    c->f /= got;
+    c->b /= got;
+    c->w /= got;
+  }
+  if (rc == 0)
+    rt_profile_json(s, scale, costs, backend, -1, 0, secs > 0 ? 2 * bytes / secs : 0, json);
+  free(costs);
+  return rc;
+}
+
+int rt_calibration_write(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *stats,
+                         int n, int scale, const char *backend) {
+  strbuf json = {0}, err = {0};
+  int rc = RT_EXIT_OK;
+  if (rt_calibration_json(s, stats, n, scale, backend, &json, &err) != 0) {
+    fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(&err));
+    rc = RT_EXIT_RUNTIME;
+  } else if (!support_write_file(o->calibrate, strbuf_cstr(&json), json.len, &err)) {
+    fprintf(stderr, "octo-run: error: cannot write '%s': %s\n", o->calibrate, strbuf_cstr(&err));
+    rc = RT_EXIT_INPUT;
+  } else {
+    printf("calibration: %d layers' F, B and W and the optimizer as steps 2 to %d of this plan ran "
+           "them, at scale %d on %s: %s\n", (int)s->nlayers, o->steps, scale, backend,
+           o->calibrate);
+  }
+  fflush(stdout);
+  strbuf_free(&json);
+  strbuf_free(&err);
+  return rc;
 }
 
 /* ---- The cpu backend's profiler: rank threads ------------------------------------------------ */
@@ -270,7 +328,7 @@ int rt_profile_threads(const be_stream *s, const rt_opts *mo, strbuf *json, strb
   for (int i = 0; i < s->nlayers; i++)
     if (costs[i].out_bytes > (double)big) big = (size_t)costs[i].out_bytes;
   if (rc == 0 && rt_threads_link(big, &lat, &bw, err) != 0) rc = -1;
-  if (rc == 0) rt_profile_json(s, m, costs, "cpu", lat, bw, optim, json);
+  if (rc == 0) rt_profile_json(s, rt_model_scale(m), costs, "cpu", lat, bw, optim, json);
   free(costs);
   free(jobs);
   free(th);

@@ -267,6 +267,8 @@ typedef struct rt_run_opts {
                           "nccl"): compared with the one that measured the plan's costs */
   double mem_limit; /* bytes the run may hold in all on this machine (cpu: all ranks; mpi: the
                        processes of one node); 0: the machine's available memory */
+  const char *calibrate; /* --calibrate: the profile to write from the run's own timings of its
+                            layers and optimizer steps (rt_calibration_json), or NULL */
 } rt_run_opts;
 
 /* Parse "RANK[/REPLICA]:WHERE" (WHERE: an address or an RT_FAULT_PLACES name) into f's rank,
@@ -293,6 +295,16 @@ int rt_parse_bytes(const char *text, double *bytes);
  * rank with its need by kind ("rank 0 needs 310.2 GiB: parameters ..."). */
 int rt_mem_check(const be_stream *s, const rt_model *m, const rt_run_opts *o, const int *ranks,
                  int n, strbuf *err);
+
+/* The measured costs of one layer, per microbatch, at the model's scale. */
+typedef struct rt_layer_cost {
+  double f, b, w;        /* median seconds of F, B and W (the last layer's F includes the loss) */
+  double act_bytes;      /* its saved state, kept from F until W */
+  double out_bytes;      /* its output */
+  double param_bytes;    /* weights, gradients and optimizer state */
+  double grad_bytes;     /* gradients (what data parallelism reduces) */
+  bool measured;         /* filled */
+} rt_layer_cost;
 
 /* One recorded instruction of the timeline. */
 typedef struct rt_event {
@@ -324,6 +336,12 @@ typedef struct rt_rank_stats {
   double wait_s;       /* time blocked in WAIT */
   rt_event *ev;        /* timeline (with trace) */
   int nev, ev_cap;
+  rt_layer_cost *timed; /* with calibrate: per layer of the stream, the medians of its calls in
+                           the steps after the first (rt_model_timed_costs; measured: this rank
+                           ran it), else NULL */
+  double optim_s;      /* with calibrate: median seconds of its STEPs after the first */
+  double optim_bytes;  /* the bytes they update, as the simulator counts them (parameters,
+                          gradients and optimizer state of its stages) */
 } rt_rank_stats;
 
 enum { RT_OK = 0, RT_FAILED = 1, RT_ABORTED = 2, RT_DIED = 3, RT_NONFINITE = 4 };
@@ -412,15 +430,24 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
 
 /* ---- Profiler (profile.c) ----------------------------------------------------------------- */
 
-/* The measured costs of one layer, per microbatch, at the model's scale. */
-typedef struct rt_layer_cost {
-  double f, b, w;        /* median seconds of F, B and W (the last layer's F includes the loss) */
-  double act_bytes;      /* its saved state, kept from F until W */
-  double out_bytes;      /* its output */
-  double param_bytes;    /* weights, gradients and optimizer state */
-  double grad_bytes;     /* gradients (what data parallelism reduces) */
-  bool measured;         /* filled */
-} rt_layer_cost;
+
+/* Layer i's bytes as a profile records them into c's act_bytes (its saved-state block),
+ * out_bytes, param_bytes (weights, gradients and, with Adam, two moments) and grad_bytes; the
+ * rest of c is left as it is. Pre: 0 <= i < the stream's layer count. */
+void rt_model_layer_bytes(const rt_model *m, int i, rt_layer_cost *c);
+
+/* The phases of a layer that a run times apart. */
+typedef enum rt_phase { RT_PH_F, RT_PH_B, RT_PH_W, RT_PHASES } rt_phase;
+
+/* From now on record (on) or stop recording the seconds of every call of a layer's F, B and W
+ * and of the loss that m runs (octo-run --calibrate: the steps after the first). A recomputing
+ * stage's second forward counts in neither F nor B (the cost model charges B the F again). On a
+ * GPU each call is bracketed by rt_sync, which serializes the rank's stream. */
+void rt_model_time(rt_model *m, bool on);
+/* The medians of m's recorded calls into costs (one per layer): each layer with recorded calls
+ * gets f, b and w (the last layer's f with the loss's median added, as the profiler measures
+ * it), its bytes (rt_model_layer_bytes) and measured = true; the others are left as they are. */
+void rt_model_timed_costs(const rt_model *m, rt_layer_cost *costs);
 
 /* Measure the layers of m whose configuration falls to worker 'worker' of 'nworkers' (distinct
  * configurations are dealt round-robin; each is measured on its first layer) into costs (one per
@@ -433,12 +460,26 @@ void rt_profile_fill(const rt_model *m, rt_layer_cost *costs);
  * 'timeout' seconds. Returns 0, or -1 with the reason. */
 int rt_profile_link(rt_comm *c, int me, size_t big, double timeout, double *lat_s,
                     double *bw_Bps, strbuf *err);
-/* The profile JSON (docs/cost-model.md) of stream s measured with model m on 'backend'; no
- * "link" when lat_s < 0 (nothing measured it); optim_Bps: the optimizer's rate
- * (rt_model_optimizer_rate), none when 0. */
-void rt_profile_json(const be_stream *s, const rt_model *m, const rt_layer_cost *costs,
+/* The profile JSON (docs/cost-model.md) of stream s measured at 'scale' on 'backend', costs
+ * one per layer (all measured); no "link" when lat_s < 0 (nothing measured it); optim_Bps: the
+ * optimizer's rate (rt_model_optimizer_rate), none when 0. Appended to out. */
+void rt_profile_json(const be_stream *s, int scale, const rt_layer_cost *costs,
                      const char *backend, double lat_s, double bw_Bps, double optim_Bps,
                      strbuf *out);
+/* The calibration profile of a run of stream s (octo-run --calibrate) from the figures of its n
+ * ranks (stats[k].timed and optim_s, filled with rt_run_opts.calibrate; replicas that ran the
+ * same layer are averaged), measured at 'scale' on 'backend': every layer's F, B and W as the run
+ * timed them inside its steps, and the optimizer's rate as the total of the ranks' updated
+ * bytes over the total of their STEP times; no link (the profile of octo-run --profile keeps
+ * it). Appended to json; returns 0, or -1 with the reason in err: a layer no rank timed (names
+ * it: a rank failed, or the run had one step). */
+int rt_calibration_json(const be_stream *s, const rt_rank_stats *stats, int n, int scale,
+                        const char *backend, strbuf *json, strbuf *err);
+/* rt_calibration_json written to o->calibrate, with a line on stdout that says what it holds,
+ * or an error on stderr. Returns RT_EXIT_OK, RT_EXIT_RUNTIME (no calibration: a layer no rank
+ * timed) or RT_EXIT_INPUT (the file cannot be written). */
+int rt_calibration_write(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *stats,
+                         int n, int scale, const char *backend);
 /* The cpu backend's profiler: the stream's ranks as threads measure the layers (each distinct
  * configuration once), two threads measure the hub's link; the profile JSON is appended to
  * json. Returns 0, or -1 with the reason in err. */

@@ -45,6 +45,10 @@ static void usage(FILE *out) {
           "                     (cpu, mpi: on this machine's cores; cuda: on GPU 0), the\n"
           "                     optimizer and the link between two ranks, and write the profile\n"
           "                     JSON that octoc reads (docs/cost-model.md)\n"
+          "  --calibrate=FILE   cpu, mpi: time every layer's F, B, W and the optimizer inside\n"
+          "                     the run's steps after the first (needs --steps >= 2) and write\n"
+          "                     them as a profile without a link, to plan with after\n"
+          "                     --profile's (octoc --profile=P.json --profile=FILE)\n"
           "  --steps=N          training steps (default 1)\n"
           "  --scale=K|auto     divide widths, vocabulary and sequence lengths by K; auto (the\n"
           "                     default) picks the smallest power of two whose step is a few\n"
@@ -153,7 +157,7 @@ int main(int argc, char **argv) {
   const char *input = NULL, *trace_path = NULL, *backend = "cpu", *profile = NULL;
   bool bf16 = false;
   rt_opts mo = {0, 1, 0.01, NULL, NULL, false};
-  rt_run_opts o = {1, 60, false, false, {RT_FAULT_NONE, 0, 0, -1, -1}, "cpu", 0};
+  rt_run_opts o = {1, 60, false, false, {RT_FAULT_NONE, 0, 0, -1, -1}, "cpu", 0, NULL};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     double x;
@@ -204,6 +208,9 @@ int main(int argc, char **argv) {
       bf16 = true;
     } else if (starts(a, "--profile=", &v)) {
       profile = v;
+    } else if (starts(a, "--calibrate=", &v)) {
+      if (!*v) return bad_value("--calibrate", v, "a file name");
+      o.calibrate = v;
     } else if (strcmp(a, "--check") == 0) {
       o.check = true;
     } else if (starts(a, "--trace=", &v)) {
@@ -234,6 +241,16 @@ int main(int argc, char **argv) {
   if (profile && strcmp(backend, "nccl") == 0) {
     fputs(PROG ": error: --profile runs with --backend=cpu, mpi or cuda\n", stderr);
     return RT_EXIT_INPUT;
+  }
+  if (o.calibrate) {
+    const char *why = gpu ? "runs with --backend=cpu or mpi"
+                    : profile ? "times a run, --profile the layers alone: give one of them"
+                    : o.check ? "times a plain run: without --check"
+                    : o.steps < 2 ? "needs --steps=2 or more (the first step warms up)" : NULL;
+    if (why) {
+      fprintf(stderr, PROG ": error: --calibrate %s\n", why);
+      return RT_EXIT_INPUT;
+    }
   }
   /* --profile on mpi has one place to strike: before its reduction (setup). */
   bool profile_setup = profile && strcmp(backend, "mpi") == 0 &&
@@ -353,6 +370,7 @@ int main(int argc, char **argv) {
       if (write_file(trace_path, &tr) != 0 && rc == RT_EXIT_OK) rc = RT_EXIT_INPUT;
       strbuf_free(&tr);
     }
+    if (o.calibrate && rc == RT_EXIT_OK) rc = rt_calibration_write(s, &o, stats, world, mo.scale, "cpu");
     strbuf_free(&out);
     strbuf_free(&errs);
   }

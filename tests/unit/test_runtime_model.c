@@ -646,7 +646,7 @@ void test_runtime_memory(void) {
   rt_mem_need with_ref;
   rt_rank_memory(m, s, 0, true, &with_ref);
   UNIT_CHECK(with_ref.reference > need.params * 4 && with_ref.total > need.total);
-  rt_run_opts o = {1, 60, false, false, {RT_FAULT_NONE, 0, 0, -1, -1}, "cpu", 1e12};
+  rt_run_opts o = {1, 60, false, false, {RT_FAULT_NONE, 0, 0, -1, -1}, "cpu", 1e12, NULL};
   strbuf err = {0};
   UNIT_CHECK(rt_mem_check(s, m, &o, NULL, 3, &err) == 0 && err.len == 0);
   o.mem_limit = need.total; /* rank 0 alone fits exactly; all three do not */
@@ -664,5 +664,70 @@ void test_runtime_memory(void) {
   rm_check_fails(s, (rt_opts){1, 1, 0.1, NULL, NULL, false},
                  "layer l0 (embedding): too large for the runtime: 1 sequence x its largest "
                  "dimension 1048576 cubed is 1.15e+18, above 2^57");
+  be_stream_free(s);
+}
+
+/* ---- In-run timings (octo-run --calibrate) --------------------------------------------------- */
+
+/* rt_model_time records only while on, per layer of the stages that ran; rt_model_timed_costs
+ * gives those layers medians and the profiler's bytes and leaves the others alone;
+ * rt_calibration_json averages replicas' layers, sums the ranks' optimizer figures into one
+ * rate, writes no link, and names a layer no rank timed. */
+void test_runtime_calibration(void) {
+  be_stream *s = rm_stream5(2, 1, 1, 8, "adam", 16, 16);
+  rt_model *m = rm_model(s, 1, 1, 0.1, true);
+  size_t nin = rt_tensor_floats(m, BE_T_INPUT, 0), nout = rt_tensor_floats(m, BE_T_ACT, 0);
+  float *in = xcalloc(nin, sizeof *in), *out = xcalloc(nout, sizeof *out);
+  float *g = xcalloc(nout, sizeof *g);
+  rt_layer_cost costs[5] = {{0}};
+  for (int on = 0; on < 2; on++) { /* not recorded, then recorded */
+    rt_model_time(m, on);
+    for (int mb = 0; mb < 2; mb++) {
+      rt_load(m, 0, 0, mb, in);
+      rt_forward(m, 0, mb, in, out);
+      rt_backward_input(m, 0, mb, g, NULL);
+      rt_backward_weight(m, 0, mb);
+    }
+    if (!on) {
+      rt_model_timed_costs(m, costs);
+      for (int i = 0; i < 5; i++) UNIT_CHECK(!costs[i].measured);
+    }
+  }
+  rt_model_timed_costs(m, costs);
+  for (int i = 0; i < 5; i++) UNIT_CHECK(costs[i].measured == (i < 2)); /* stage 0: l0, l1 */
+  rt_layer_cost bytes = {0};
+  rt_model_layer_bytes(m, 1, &bytes);
+  UNIT_CHECK(costs[1].f > 0 && costs[1].b > 0 && costs[1].w > 0);
+  UNIT_CHECK(costs[1].act_bytes == bytes.act_bytes && costs[1].act_bytes > 0);
+  UNIT_CHECK(costs[1].param_bytes == bytes.param_bytes && costs[1].param_bytes > 0);
+  free(in);
+  free(out);
+  free(g);
+  rt_model_free(m);
+
+  /* Three ranks' figures: stage 0's (just timed), l2..l4 by hand, and a replica's l4. */
+  rt_rank_stats st[3];
+  memset(st, 0, sizeof st);
+  for (int k = 0; k < 3; k++) st[k].timed = xcalloc(5, sizeof *st[k].timed);
+  memcpy(st[0].timed, costs, sizeof costs);
+  for (int i = 2; i < 5; i++) st[1].timed[i] = (rt_layer_cost){0.002, 0.001, 0.0005, 64, 32, 128, 32, true};
+  st[2].timed[4] = (rt_layer_cost){0.004, 0.003, 0.0015, 64, 32, 128, 32, true};
+  st[0].optim_s = 0.01, st[0].optim_bytes = 1e6;
+  st[1].optim_s = 0.03, st[1].optim_bytes = 3e6;
+  strbuf json = {0}, err = {0};
+  UNIT_CHECK(rt_calibration_json(s, st, 3, 4, "mpi", &json, &err) == 0);
+  const char *j = strbuf_cstr(&json);
+  UNIT_CHECK(strstr(j, "\"scale\": 4,\n  \"backend\": \"mpi\",\n  \"optimizer_gbs\": 0.2,\n") != NULL);
+  UNIT_CHECK(strstr(j, "\"link\"") == NULL);
+  UNIT_CHECK(strstr(j, "\"l2\": {\"f_ms\": 2, \"b_ms\": 1, \"w_ms\": 0.5, \"act_bytes\": 64") != NULL);
+  UNIT_CHECK(strstr(j, "\"l4\": {\"f_ms\": 3, \"b_ms\": 2, \"w_ms\": 1, \"act_bytes\": 64") != NULL);
+  /* Without the rank of l2..l4: l2 is named. */
+  strbuf_free(&json);
+  st[1].timed[2].measured = false;
+  UNIT_CHECK(rt_calibration_json(s, st, 3, 4, "mpi", &json, &err) == -1);
+  UNIT_CHECK(strstr(strbuf_cstr(&err), "no rank timed layer 'l2'") != NULL);
+  for (int k = 0; k < 3; k++) free(st[k].timed);
+  strbuf_free(&json);
+  strbuf_free(&err);
   be_stream_free(s);
 }
