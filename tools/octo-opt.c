@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cli.h"
 #include "passes.h"
 #include "report.h"
 
@@ -23,16 +24,7 @@ typedef enum flag_id {
   F_VERIFY_DIAGS, F_SPLIT, F_ERROR_LIMIT, F_DUMP_PIPELINE, F_HELP, F_VERSION
 } flag_id;
 
-/* One flag: its spelling, whether it takes a value, and its line of --help. */
-typedef struct flag_info {
-  flag_id id;       /* what it sets */
-  const char *name; /* spelling with dashes */
-  const char *arg;  /* name of its value in --help, NULL when it takes none */
-  const char *help; /* meaning */
-  bool optional;    /* the value may be left out (only as "--name=VALUE" then) */
-} flag_info;
-
-static const flag_info flags[] = {
+static const cli_flag flags[] = {
     {F_PASSES, "--passes", "PIPELINE",
      "passes to run, e.g. 'verify,strip-plan' (see --list-passes)", false},
     {F_EMIT, "--emit", "KIND", "what to write instead of the IR (see the list below)", false},
@@ -85,7 +77,7 @@ static void usage(FILE *out) {
                "\noptions:\n");
   for (int i = 0; i < NFLAGS; i++) {
     char left[64];
-    const flag_info *f = &flags[i];
+    const cli_flag *f = &flags[i];
     if (f->arg && f->optional)
       snprintf(left, sizeof left, "%s[=%s]", f->name, f->arg);
     else if (f->arg)
@@ -101,22 +93,8 @@ static void usage(FILE *out) {
                "pass,\n2 internal error.\n");
 }
 
-/* Report a command-line error. */
-static void cl_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void cl_error(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, PROG ": error: ");
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-}
-
-static const flag_info *find_flag(const char *name, size_t len) {
-  for (int i = 0; i < NFLAGS; i++)
-    if (strlen(flags[i].name) == len && memcmp(flags[i].name, name, len) == 0) return &flags[i];
-  return NULL;
-}
+/* Report a command-line or input error. */
+#define cl_error(...) cli_error(PROG, __VA_ARGS__)
 
 /* Parse a non-negative decimal integer. */
 static bool parse_count(const char *s, int *out) {
@@ -129,7 +107,7 @@ static bool parse_count(const char *s, int *out) {
 }
 
 /* Apply flag f with value v (NULL for flags without value). Returns false after an error. */
-static bool apply_flag(cmdline *cl, const flag_info *f, const char *v) {
+static bool apply_flag(cmdline *cl, const cli_flag *f, const char *v) {
   switch (f->id) {
   case F_PASSES: cl->cfg.passes = v; break;
   case F_EMIT: {
@@ -180,68 +158,21 @@ static bool apply_flag(cmdline *cl, const flag_info *f, const char *v) {
 /* Parse argv into cl. Returns false after reporting the first error. */
 static bool parse_args(int argc, char **argv, cmdline *cl) {
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (a[0] != '-' || strcmp(a, "-") == 0) {
+    const cli_flag *f;
+    const char *value;
+    cli_item it = cli_next(PROG, flags, NFLAGS, argc, argv, &i, &f, &value);
+    if (it == CLI_ERROR) return false;
+    if (it == CLI_INPUT) {
       if (cl->cfg.input) {
-        cl_error("more than one input file ('%s' and '%s')", cl->cfg.input, a);
+        cl_error("more than one input file ('%s' and '%s')", cl->cfg.input, value);
         return false;
       }
-      cl->cfg.input = a;
+      cl->cfg.input = value;
       continue;
-    }
-    if (strcmp(a, "-h") == 0) a = "--help";
-    const flag_info *f;
-    const char *value = NULL;
-    if (a[1] == 'o') { /* -o FILE, -oFILE, -o=FILE */
-      f = find_flag("-o", 2);
-      if (a[2]) value = a[2] == '=' ? a + 3 : a + 2;
-    } else {
-      const char *eq = a[1] == '-' ? strchr(a, '=') : NULL;
-      size_t len = eq ? (size_t)(eq - a) : strlen(a);
-      f = find_flag(a, len);
-      if (!f) {
-        char *name = xstrndup(a, len);
-        cl_error("unknown option '%s'", name);
-        suggest s;
-        suggest_init(&s, name);
-        for (int k = 0; k < NFLAGS; k++) suggest_add(&s, flags[k].name);
-        if (suggest_result(&s))
-          fprintf(stderr, PROG ": note: did you mean '%s'?\n", suggest_result(&s));
-        fprintf(stderr, PROG ": note: run '" PROG " --help' for the list of options\n");
-        free(name);
-        return false;
-      }
-      if (eq) {
-        if (!f->arg) {
-          cl_error("option '%s' takes no value", f->name);
-          return false;
-        }
-        value = eq + 1;
-      }
-    }
-    if (f->arg && !value && !f->optional) {
-      if (i + 1 >= argc) {
-        cl_error("option '%s' needs a value (%s)", f->name, f->arg);
-        return false;
-      }
-      value = argv[++i];
     }
     if (!apply_flag(cl, f, value)) return false;
   }
   return true;
-}
-
-/* Write the output text to cl->output (replaced atomically, support_write_file) or stdout
- * (NULL or "-"). Returns the exit code: EXIT_USER when it cannot be written. */
-static int write_output(const cmdline *cl, const strbuf *out) {
-  strbuf why = {0};
-  bool ok = support_write_output(cl->output, strbuf_cstr(out), out->len, &why);
-  if (!ok)
-    cl_error("cannot write '%s': %s",
-             cl->output && strcmp(cl->output, "-") != 0 ? cl->output : "<stdout>",
-             strbuf_cstr(&why));
-  strbuf_free(&why);
-  return ok ? EXIT_OK : EXIT_USER;
 }
 
 /* The driver's output hook: the artifact asked for in place of the IR. */
@@ -303,7 +234,7 @@ int main(int argc, char **argv) {
             "'octoc %s --emit=ir' (octoc runs passes too: --passes=...)\n", cl.cfg.input,
             cl.cfg.input);
   if (!cl.cfg.verify_diagnostics && (r.status == PASS_OK || r.chunks_ok > 0)) {
-    int wcode = write_output(&cl, &out);
+    int wcode = cli_write_output(PROG, cl.output, &out) ? EXIT_USER : EXIT_OK;
     if (wcode > code) code = wcode;
   }
   strbuf_free(&out);

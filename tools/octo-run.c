@@ -19,6 +19,7 @@
 
 #include "backend.h"
 #include "runtime.h"
+#include "cli.h"
 #include "support.h"
 #ifdef OCTO_HAVE_CUDA
 #include "gpu.h"
@@ -82,14 +83,6 @@ static void usage(FILE *out) {
           "--check found a difference, 5 a loss or gradient was NaN or infinite.\n");
 }
 
-/* Whether arg starts with prefix; *value then points just after it. */
-static bool starts(const char *arg, const char *prefix, const char **value) {
-  size_t n = strlen(prefix);
-  if (strncmp(arg, prefix, n) != 0) return false;
-  *value = arg + n;
-  return true;
-}
-
 /* Parse a number in [lo, hi] from text (the whole text); false when it is not one. */
 static bool number(const char *text, double lo, double hi, double *out) {
   char *end;
@@ -103,16 +96,6 @@ static bool number(const char *text, double lo, double hi, double *out) {
 static int bad_value(const char *flag, const char *value, const char *want) {
   fprintf(stderr, PROG ": error: %s expects %s, got '%s'\n", flag, want, value);
   return RT_EXIT_INPUT;
-}
-
-/* Write text to path (replaced atomically, support_write_file). Returns 0, or 1 after saying
- * why. */
-static int write_file(const char *path, const strbuf *text) {
-  strbuf why = {0};
-  bool ok = support_write_file(path, strbuf_cstr(text), text->len, &why);
-  if (!ok) fprintf(stderr, PROG ": error: cannot write '%s': %s\n", path, strbuf_cstr(&why));
-  strbuf_free(&why);
-  return ok ? 0 : 1;
 }
 
 /* --profile: measure s's layers at mo's scale (the cpu backend: with the rank threads and the
@@ -133,7 +116,7 @@ static int write_profile(const be_stream *s, const rt_opts *mo, bool cuda, bool 
   if (got != 0) {
     fprintf(stderr, PROG ": error: %s\n", strbuf_cstr(&err));
     rc = strstr(strbuf_cstr(&err), "no CUDA") ? RT_EXIT_INPUT : RT_EXIT_RUNTIME;
-  } else if (write_file(path, &json) != 0) {
+  } else if (cli_write_output(PROG, path, &json) != 0) {
     rc = RT_EXIT_INPUT;
   } else if (cuda) {
     printf("%s: profiled %d layers at scale %d on GPU 0 in %.1f s: %s\n", s->model,
@@ -167,56 +150,56 @@ int main(int argc, char **argv) {
     } else if (strcmp(a, "--version") == 0) {
       printf(PROG " (OctoPipe) %s\n", OCTO_VERSION);
       return 0;
-    } else if (starts(a, "--backend=", &v)) {
+    } else if (cli_starts(a, "--backend=", &v)) {
       if (strcmp(v, "cpu") != 0 && strcmp(v, "mpi") != 0 && strcmp(v, "cuda") != 0 &&
           strcmp(v, "nccl") != 0)
         return bad_value("--backend", v, "cpu, mpi, cuda or nccl");
       backend = v;
       o.backend = v;
-    } else if (starts(a, "--steps=", &v)) {
+    } else if (cli_starts(a, "--steps=", &v)) {
       if (!number(v, 1, 1e6, &x) || x != (int)x) return bad_value("--steps", v, "a count >= 1");
       o.steps = (int)x;
-    } else if (starts(a, "--scale=", &v)) {
+    } else if (cli_starts(a, "--scale=", &v)) {
       if (strcmp(v, "auto") == 0)
         mo.scale = 0;
       else if (!number(v, 1, 1e9, &x) || x != (int)x)
         return bad_value("--scale", v, "a whole number >= 1 or auto");
       else
         mo.scale = (int)x;
-    } else if (starts(a, "--dump=", &v)) {
+    } else if (cli_starts(a, "--dump=", &v)) {
       if (!*v) return bad_value("--dump", v, "a directory");
       mo.dump = v;
-    } else if (starts(a, "--seed=", &v)) {
+    } else if (cli_starts(a, "--seed=", &v)) {
       char *end;
       errno = 0;
       unsigned long long sd = strtoull(v, &end, 10);
       if (end == v || *end || *v == '-' || *v == '+' || errno == ERANGE)
         return bad_value("--seed", v, "a whole number from 0 to 18446744073709551615");
       mo.seed = (uint64_t)sd;
-    } else if (starts(a, "--lr=", &v)) {
+    } else if (cli_starts(a, "--lr=", &v)) {
       if (!number(v, 0, 1e6, &x)) return bad_value("--lr", v, "a non-negative number");
       mo.lr = x;
-    } else if (starts(a, "--data=", &v)) {
+    } else if (cli_starts(a, "--data=", &v)) {
       mo.data = v;
-    } else if (starts(a, "--timeout=", &v)) {
+    } else if (cli_starts(a, "--timeout=", &v)) {
       if (!number(v, 0.001, 1e6, &x)) return bad_value("--timeout", v, "seconds > 0");
       o.timeout = x;
-    } else if (starts(a, "--mem-limit=", &v)) {
+    } else if (cli_starts(a, "--mem-limit=", &v)) {
       if (rt_parse_bytes(v, &o.mem_limit) != 0)
         return bad_value("--mem-limit", v, "a size (bytes, or with K, M, G or T: 16GiB)");
     } else if (strcmp(a, "--bf16") == 0) {
       bf16 = true;
-    } else if (starts(a, "--profile=", &v)) {
+    } else if (cli_starts(a, "--profile=", &v)) {
       profile = v;
-    } else if (starts(a, "--calibrate=", &v)) {
+    } else if (cli_starts(a, "--calibrate=", &v)) {
       if (!*v) return bad_value("--calibrate", v, "a file name");
       o.calibrate = v;
     } else if (strcmp(a, "--check") == 0) {
       o.check = true;
-    } else if (starts(a, "--trace=", &v)) {
+    } else if (cli_starts(a, "--trace=", &v)) {
       trace_path = v;
       o.trace = true;
-    } else if (starts(a, "--die=", &v) || starts(a, "--stop=", &v)) {
+    } else if (cli_starts(a, "--die=", &v) || cli_starts(a, "--stop=", &v)) {
       bool die = a[2] == 'd';
       if (rt_fault_parse(v, &o.fault) != 0)
         return bad_value(die ? "--die" : "--stop", v,
@@ -367,7 +350,7 @@ int main(int argc, char **argv) {
     if (trace_path && rc != RT_EXIT_RUNTIME) {
       strbuf tr = {0};
       rt_trace(s, stats, world, &tr);
-      if (write_file(trace_path, &tr) != 0 && rc == RT_EXIT_OK) rc = RT_EXIT_INPUT;
+      if (cli_write_output(PROG, trace_path, &tr) != 0 && rc == RT_EXIT_OK) rc = RT_EXIT_INPUT;
       strbuf_free(&tr);
     }
     if (o.calibrate && rc == RT_EXIT_OK) rc = rt_calibration_write(s, &o, stats, world, mo.scale, "cpu");

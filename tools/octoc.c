@@ -13,6 +13,7 @@
 #include "backend.h"
 #include "passes.h"
 #include "report.h"
+#include "cli.h"
 #include "support.h"
 
 /* Command-line options of octoc. */
@@ -180,34 +181,6 @@ static int compile_one(diag_engine *d, uint32_t src, const octoc_opts *o, strbuf
   return rc;
 }
 
-/* Whether arg starts with prefix; *value then points just after it. */
-static bool starts(const char *arg, const char *prefix, const char **value) {
-  size_t n = strlen(prefix);
-  if (strncmp(arg, prefix, n) != 0) return false;
-  *value = arg + n;
-  return true;
-}
-
-/* Write 'text' to the file named 'path' (stdout when NULL; a file is replaced atomically,
- * support_write_file). Returns 0, or 1 after saying why. */
-static int write_output(const char *path, const strbuf *text) {
-  if (path) {
-    strbuf why = {0};
-    bool ok = support_write_file(path, strbuf_cstr(text), text->len, &why);
-    if (!ok) fprintf(stderr, "octoc: error: cannot write '%s': %s\n", path, strbuf_cstr(&why));
-    strbuf_free(&why);
-    return ok ? 0 : 1;
-  }
-  errno = 0;
-  bool ok = fwrite(strbuf_cstr(text), 1, text->len, stdout) == text->len;
-  ok = fflush(stdout) == 0 && ok;
-  if (!ok) {
-    fprintf(stderr, "octoc: error: cannot write '<stdout>': %s\n", strerror(errno ? errno : EIO));
-    return 1;
-  }
-  return 0;
-}
-
 int main(int argc, char **argv) {
   be_register_passes();
   octoc_opts o = {.emit = REPORT_TEXT,
@@ -235,7 +208,7 @@ int main(int argc, char **argv) {
     } else if (strcmp(a, "--version") == 0) {
       printf("octoc (OctoPipe) %s\n", OCTO_VERSION);
       return 0;
-    } else if (starts(a, "--emit=", &v)) {
+    } else if (cli_starts(a, "--emit=", &v)) {
       strbuf why = {0};
       int k = report_kind_lookup(v, &why);
       if (k < 0) fprintf(stderr, "octoc: error: %s\n", strbuf_cstr(&why));
@@ -248,24 +221,24 @@ int main(int argc, char **argv) {
       o.emit = REPORT_JSON;
     } else if (strcmp(a, "--compare") == 0) {
       o.compare = true;
-    } else if (starts(a, "--passes=", &v)) {
+    } else if (cli_starts(a, "--passes=", &v)) {
       o.passes = v;
     } else if (strcmp(a, "--megatron") == 0) {
       megatron = true;
-    } else if (starts(a, "--search=", &v)) {
+    } else if (cli_starts(a, "--search=", &v)) {
       if (strcmp(v, "config") != 0) {
         fprintf(stderr, "octoc: error: unknown --search '%s' (expected config)\n", v);
         return 1;
       }
       o.search_config = true;
-    } else if (starts(a, "--profile=", &v)) {
+    } else if (cli_starts(a, "--profile=", &v)) {
       if (!*v || o.nprofiles == (int)(sizeof o.profiles / sizeof *o.profiles)) {
         fputs(*v ? "octoc: error: at most 16 --profile files\n"
                  : "octoc: error: --profile expects a file name\n", stderr);
         return 1;
       }
       o.profiles[o.nprofiles++] = v;
-    } else if (starts(a, "--budget=", &v)) {
+    } else if (cli_starts(a, "--budget=", &v)) {
       char *end;
       double b = strtod(v, &end);
       if (end == v || !(b > 0 && b <= 1e6) || (*end && strcmp(end, "s") != 0)) {
@@ -273,7 +246,7 @@ int main(int argc, char **argv) {
         return 1;
       }
       o.budget = b;
-    } else if (starts(a, "--evals=", &v) || starts(a, "--jobs=", &v)) {
+    } else if (cli_starts(a, "--evals=", &v) || cli_starts(a, "--jobs=", &v)) {
       bool evals = a[2] == 'e';
       char *end;
       long x = strtol(v, &end, 10);
@@ -283,7 +256,7 @@ int main(int argc, char **argv) {
         return 1;
       }
       *(evals ? &o.evals : &o.jobs) = (int)x;
-    } else if (starts(a, "--seed=", &v)) {
+    } else if (cli_starts(a, "--seed=", &v)) {
       char *end;
       errno = 0;
       unsigned long long sd = strtoull(v, &end, 10);
@@ -293,7 +266,7 @@ int main(int argc, char **argv) {
         return 1;
       }
       o.seed = sd;
-    } else if (starts(a, "--report=", &v)) {
+    } else if (cli_starts(a, "--report=", &v)) {
       fprintf(stderr, "octoc: error: unknown --report format '%s' (expected text or json)\n", v);
       return 1;
     } else if (strcmp(a, "-o") == 0) {
@@ -310,7 +283,7 @@ int main(int argc, char **argv) {
       o.verify_diags = true;
     } else if (strcmp(a, "--split-input-file") == 0) {
       o.split = true;
-    } else if (starts(a, "--error-limit=", &v)) {
+    } else if (cli_starts(a, "--error-limit=", &v)) {
       char *end;
       long n = strtol(v, &end, 10);
       if (*v == 0 || *end || n < 0 || n > 1000000) {
@@ -384,7 +357,7 @@ int main(int argc, char **argv) {
   if (o.verify_diags) {
     int mismatches = diag_verify_finish(d);
     rc = rc == 2 ? 2 : mismatches ? 1 : 0;
-  } else if (produced > 0 && write_output(o.output, &out) != 0) {
+  } else if (produced > 0 && cli_write_output("octoc", o.output, &out) != 0) {
     rc = rc ? rc : 1;
   }
   strbuf_free(&out);

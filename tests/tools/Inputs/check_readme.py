@@ -1,6 +1,6 @@
 """check_readme.py ROOT HELP_TEXT -- checks README.md against the tree and octoc's --help (saved
 in HELP_TEXT): the layout table lists every top-level folder of the source tree, its tools row
-names every tool of tools/*.c, the Tools table has a row per tool, every docs/*.md is linked,
+names every tool of tools/*.c (a file with a main), the Tools table has a row per tool, every docs/*.md is linked,
 every path under examples/ and every build/tools/ program in the shell blocks exists, every
 octoc option and --emit kind used there is one octoc's --help lists, every mpirun line can run
 as root on fewer cores than ranks, and no line promises work for "later". Prints "README ok: ..."
@@ -26,7 +26,8 @@ folders = sorted(d for d in os.listdir(root)
 for d in folders:
     if "| `%s/` |" % d not in layout:
         fail("the layout table lacks `%s/`" % d)
-tools = sorted(os.path.basename(p)[:-2] for p in glob.glob(os.path.join(root, "tools", "*.c")))
+tools = sorted(os.path.basename(p)[:-2] for p in glob.glob(os.path.join(root, "tools", "*.c"))
+               if "int main(" in open(p).read())  # cli.c is the tools' shared code, no tool
 tools_row = next(l for l in layout.splitlines() if l.startswith("| `tools/`"))
 tools_table = readme[readme.index("## Tools"):readme.index("## Layout")]
 for t in tools:
