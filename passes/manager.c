@@ -1,6 +1,6 @@
 /* manager.c -- the pass registry generated from passes.def, the pipeline text parser and printer,
  * typed access to pass options, and the pass manager that runs a pipeline with verification and
- * IR dumps. */
+ * IR dumps and collects the passes' figures (pass_results). */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -625,6 +625,13 @@ void pass_pipeline_free(pass_pipeline *pl) {
 }
 
 /* ---- Pass manager -----------------------------------------------------------------------------*/
+
+void pass_results_free(pass_results *r) {
+  if (r->tuned) pass_tune_stats_free(&r->tune);
+  r->tuned = false;
+  if (r->configured) pass_config_stats_free(&r->config);
+  r->configured = false;
+}
 
 bool pass_name_in_list(const char *name, const char *list) {
   if (!list) return false;

@@ -1001,13 +1001,6 @@ void pass_tune_stats_free(pass_tune_stats *st) {
 const pass_tune_opts pass_tune_defaults = {.evals = 1000, .budget = 0, .jobs = 0, .seed = 1,
                                            .restarts = 60, .max_stages = 0, .progress = false};
 
-void pass_results_free(pass_results *r) {
-  if (r->tuned) pass_tune_stats_free(&r->tune);
-  r->tuned = false;
-  if (r->configured) pass_config_stats_free(&r->config);
-  r->configured = false;
-}
-
 /* tune: the tuner as a pass; its figures go to opts->results when given. */
 int pass_run_tune(ir_module *m, const pass_options *opts, diag_engine *d) {
   static const char *const progress[] = {"auto", "true", "false"};
