@@ -221,7 +221,8 @@ typedef struct be_mem {
   double arena_bytes; /* end of its highest slot: the buffer arena the runtime allocates */
   double peak_live;   /* largest sum of live buffers at any instruction */
   double peak_stash;  /* largest sum of live STASH and WSTASH buffers: the simulator's activation
-                         memory (peak_mem - static memory) of the device */
+                         memory (peak_mem - static memory) of the device less the state that
+                         recomputing stages rebuild in B (the runtime's own blocks) */
   int peak_at;        /* address at which peak_live was reached (-1 when no buffers) */
 } be_mem;
 

@@ -535,7 +535,9 @@ static void build_tables(lower *L) {
     bs->end = is->end;
     bs->rank = L->rank_of[st] = rank_of_dev[is->device];
     /* What F keeps: the stage's activations on its device's type, as the simulator counts them,
-     * split into the part B frees and the part W frees. */
+     * split into the part B frees and the part W frees. The state a recomputing stage's B
+     * rebuilds (ir_stage_layer_rebuild, in the simulator's peak) gets no buffer: the runtime
+     * keeps it in the model's own blocks. */
     double stash = 0, wstash = 0;
     for (int i = is->first; i < is->end; i++) {
       ir_cost c = ir_stage_layer_cost(m, is, i); /* a recomputing stage keeps layer inputs */

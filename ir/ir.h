@@ -439,8 +439,16 @@ bool ir_kind_recomputable(ir_layer_kind k);
 /* The cost record of layer i as stage s (on its device's type, ir_layer_cost_on) charges it:
  * the recorded costs, or, when s->recompute is FULL and the layer's kind is recomputable, b + f
  * (the forward again before B) and act = act_w = the bytes of the layer's input (the previous
- * layer's out; the layer's own out for layer 0). Pre: s->first <= i < s->end, costs set. */
+ * layer's out; the layer's own out for layer 0), held from F until W; the state B rebuilds from
+ * that input is not in the record but ir_stage_layer_rebuild's. Pre: s->first <= i < s->end,
+ * costs set. */
 ir_cost ir_stage_layer_cost(const ir_module *m, const ir_stage *s, int i);
+/* The bytes that B of layer i rebuilds as stage s runs it and keeps until W (memory that grows at
+ * B, beside what ir_stage_layer_cost charges): when s->recompute is FULL and the layer's kind is
+ * recomputable, its recorded act_w (on its device's type: the saved state the forward run again
+ * writes, which W needs); else 0. The module-wide policies change the records instead and rebuild
+ * nothing here. Pre: s->first <= i < s->end. Post: >= 0 when the record's act_w is. */
+double ir_stage_layer_rebuild(const ir_module *m, const ir_stage *s, int i);
 /* The memory limit of device dv (pre: 0 <= dv < m->ndevices): the train record's mem_limit when
  * given, else the device's memory, else INFINITY (no limit known). */
 double ir_device_mem_limit(const ir_module *m, int dv);

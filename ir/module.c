@@ -126,6 +126,13 @@ ir_cost ir_stage_layer_cost(const ir_module *m, const ir_stage *s, int i) {
   return c;
 }
 
+double ir_stage_layer_rebuild(const ir_module *m, const ir_stage *s, int i) {
+  const ir_layer *l = &m->layers[i];
+  if (s->recompute != IR_RECOMPUTE_FULL || !ir_kind_recomputable(l->kind)) return 0;
+  const ir_cost *c = ir_layer_cost_on(m, l, s->device);
+  return ir_field_is_set(c, IR_F_COST_act_w) ? c->act_w : 0;
+}
+
 void ir_module_init_schedules(ir_module *m) {
   if (!m->schedules)
     m->schedules = xcalloc((size_t)(m->ndevices ? m->ndevices : 1), sizeof *m->schedules);

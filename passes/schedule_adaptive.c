@@ -3,7 +3,8 @@
  * B (or fused BW) and W of each of its stages; the rule below picks one or waits. It alternates F
  * and B like 1F1B's steady state, runs W when memory runs short or nothing else is ready, and
  * never starts an F that could exceed the device's memory limit: a microbatch enters a device only
- * when the activations of all its stages there fit next to what is in use and reserved, which
+ * when the activations of all its stages there (and the state a recomputing stage's B rebuilds)
+ * fit next to what is in use and reserved, which
  * makes the schedule deadlock-free whenever one microbatch fits. Works on any partition and
  * placement; deterministic. Rules and knobs: docs/schedules.md. */
 #include <stdlib.h>
@@ -14,8 +15,10 @@
 /* State of the priority rule for one device. */
 typedef struct sched_adapt_dev {
   int lowest;        /* its first stage (every microbatch enters there); -1: none */
-  double total_act;  /* activations of one microbatch on all its stages */
-  double reserved;   /* activations of entered microbatches' stages not yet run */
+  double total_act;  /* activations of one microbatch on all its stages, with the state their
+                        B rebuilds (a recomputing stage's, sim_cand.rebuild) */
+  double reserved;   /* activations (and rebuilt state) of entered microbatches' stages whose F
+                        (B) has not run yet */
   ir_op_kind last;   /* kind of its last F or B (BW) choice, for alternation */
   double wait_need;  /* bytes the F it last declined would have needed (0: none) */
   double wait_used;  /* memory in use (and reserved) when it declined */
@@ -26,6 +29,8 @@ typedef struct sched_adapt_dev {
 typedef struct sched_adapt {
   const sched_adaptive_opts *o; /* knobs */
   double *act;          /* per stage: activation bytes an F allocates (sum of its layers' act) */
+  double *rebuild;      /* per stage: bytes its B allocates (the state a recomputing stage
+                           rebuilds, ir_stage_layer_rebuild; 0 for the others) */
   sched_adapt_dev *dev; /* per device */
 } sched_adapt;
 
@@ -80,6 +85,7 @@ static int sched_adapt_choose(void *ctx, const sim_view *v, const sim_cand *c, i
       ad->reserved -= c[pick].act;
   } else if (c[pick].kind != IR_OP_W) {
     ad->last = IR_OP_B;
+    ad->reserved -= c[pick].rebuild; /* now in use */
   }
   return pick;
 }
@@ -124,11 +130,13 @@ static int sched_adapt_fit_check(const sched_shape *sh, const sim_model *model,
   return bad;
 }
 
-/* Set up the rule's state for the plan of m (stages placed). Free a->act and a->dev after. */
+/* Set up the rule's state for the plan of m (stages placed). Free a->act, a->rebuild and a->dev
+ * after. */
 static void sched_adapt_init(sched_adapt *a, const ir_module *m, int p,
                              const sched_adaptive_opts *o) {
   a->o = o;
   a->act = xcalloc((size_t)(m->nstages ? m->nstages : 1), sizeof *a->act);
+  a->rebuild = xcalloc((size_t)(m->nstages ? m->nstages : 1), sizeof *a->rebuild);
   a->dev = xcalloc((size_t)(p ? p : 1), sizeof *a->dev);
   for (int dv = 0; dv < p; dv++) {
     a->dev[dv].lowest = -1;
@@ -137,10 +145,12 @@ static void sched_adapt_init(sched_adapt *a, const ir_module *m, int p,
   for (int s = 0; s < m->nstages; s++) {
     const ir_stage *st = &m->stages[s];
     sched_adapt_dev *ad = &a->dev[st->device];
-    for (int l = st->first; l < st->end; l++)
-      a->act[s] += ir_stage_layer_cost(m, st, l).act; /* as the simulator (recomputation) */
+    for (int l = st->first; l < st->end; l++) { /* as the simulator (recomputation) */
+      a->act[s] += ir_stage_layer_cost(m, st, l).act;
+      a->rebuild[s] += ir_stage_layer_rebuild(m, st, l);
+    }
     if (ad->lowest < 0) ad->lowest = s;
-    ad->total_act += a->act[s];
+    ad->total_act += a->act[s] + a->rebuild[s];
   }
 }
 
@@ -163,6 +173,7 @@ sim_status pass_adaptive_run(const sim_model *p, const ir_module *m, const pass_
     st = sim_run(p, m, &so, r);
   }
   free(a.act);
+  free(a.rebuild);
   free(a.dev);
   return st;
 }
@@ -205,6 +216,7 @@ int sched_build_adaptive(const sched_shape *sh, const sched_params *prm, diag_en
     sim_result_free(&r);
   }
   free(a.act);
+  free(a.rebuild);
   free(a.dev);
   sim_model_free(model);
   return rc;

@@ -29,9 +29,10 @@ int pass_run_simulate(ir_module *m, const pass_options *opts, diag_engine *d) {
       if (s->peak_mem <= s->mem_limit) continue;
       diag_loc at = m->devices[dv].loc.line ? ir_diag_loc(m->devices[dv].loc) : where;
       if (s->peak_at.stage >= 0)
-        diag_warning(d, at, "$d%d exceeds its memory limit: %.2f GiB > %.2f GiB at F @s%d %d "
-                     "(t = %.3f ms)", dv, gib(s->peak_mem), gib(s->mem_limit), s->peak_at.stage,
-                     s->peak_at.mb, s->peak_time * 1e3);
+        diag_warning(d, at, "$d%d exceeds its memory limit: %.2f GiB > %.2f GiB at %s @s%d %d "
+                     "(t = %.3f ms)", dv, gib(s->peak_mem), gib(s->mem_limit),
+                     ir_op_names[s->peak_at.kind], s->peak_at.stage, s->peak_at.mb,
+                     s->peak_time * 1e3);
       else
         diag_warning(d, at, "$d%d exceeds its memory limit before any activation: parameters "
                      "and optimizer state take %.2f GiB > %.2f GiB", dv, gib(s->static_mem),

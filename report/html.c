@@ -84,9 +84,10 @@ static void html_data(const ir_module *m, const sim_result *r, const report_extr
     if (d) strbuf_puts(out, ", ");
     strbuf_json_str(out, m->devices[d].type ? m->devices[d].type : "?");
   }
-  /* ops: [kind, device, stage, mb, start_ms, duration_ms, mem_MiB, mem_time_ms] */
+  /* ops: [kind, device, stage, mb, start_ms, duration_ms, mem_MiB, mem_time_ms,
+   * mem_start_MiB (sim_op_event.mem_start: a recomputing stage's B grows at its start)] */
   strbuf_puts(out, "],\n\"ops_fields\": [\"kind\", \"device\", \"stage\", \"mb\", \"start_ms\", "
-                   "\"dur_ms\", \"mem_mib\", \"mem_time_ms\"],\n\"ops\": [");
+                   "\"dur_ms\", \"mem_mib\", \"mem_time_ms\", \"mem_start_mib\"],\n\"ops\": [");
   bool first = true;
   for (int i = 0; i < r->nops; i++) {
     const sim_op_event *e = &r->ops[i];
@@ -101,6 +102,8 @@ static void html_data(const ir_module *m, const sim_result *r, const report_extr
     html_mib(out, e->mem);
     strbuf_putc(out, ',');
     html_ms(out, rep_op_mem_time(e));
+    strbuf_putc(out, ',');
+    html_mib(out, e->mem_start);
     strbuf_putc(out, ']');
   }
   /* xfers: [kind (0 activation, 1 gradient), from, to, src_stage, dst_stage, mb, start_ms,
@@ -240,7 +243,8 @@ static const char *const html_js[] = {
     "('dev');for(var d2=0;d2<ND;d2++){var op=el('option',null,'$d'+d2+' '+T.types[d2]);"
     "op.value=d2;sel.appendChild(op);}",
     "function memPts(d){var p=[[0,T.static_mib[d],-1]];byDev[d].forEach(function(o,i){"
-    "p.push([o[7],o[6],i]);});p.sort(function(a,b){return a[0]-b[0]||a[2]-b[2];});return p;}",
+    "if(o[0]==1||o[0]==3)p.push([o[4],o[8],2*i]);p.push([o[7],o[6],2*i+1]);});"
+    "p.sort(function(a,b){return a[0]-b[0]||a[2]-b[2];});return p;}",
     "function drawMem(){var d=+sel.value||0,p=memPts(d),lim=T.limit_mib[d];"
     "mc.width=cv.width;mc.height=220;var L=70,Wd=mc.width-L-8,H=190,top=8;"
     "var mmax=lim||0;p.forEach(function(q){if(q[1]>mmax)mmax=q[1];});if(!(mmax>0))mmax=1;"

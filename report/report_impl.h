@@ -49,9 +49,11 @@ double rep_module_mem_limit(const ir_module *m);
 /* Where memory first went over a device's limit in a recorded run. */
 typedef struct rep_oom {
   int device;  /* the device */
-  int op;      /* index in r->ops of the operation after whose allocation (F) or end (others)
-                  the memory was over the limit; -1 when only the end-of-run figures show it */
-  double time; /* when (seconds): the start of an F, the end of the others */
+  int op;      /* index in r->ops of the operation after whose allocation (F; a B or BW whose
+                  stage rebuilds state at its start) or end (others) the memory was over the
+                  limit; -1 when only the end-of-run figures show it */
+  double time; /* when (seconds): the start of an F (or of such a B or BW), the end of the
+                  others */
   double mem;  /* memory at that point (bytes) */
   double limit; /* the device's limit (bytes) */
 } rep_oom;

@@ -79,7 +79,8 @@ static void trace_head(strbuf *sb, bool *first, const char *name, const char *ca
 typedef struct mem_point {
   double t;   /* seconds */
   double mem; /* bytes */
-  int seq;    /* position in the timeline (tie break) */
+  int seq;    /* position in the timeline (tie break): 2i for operation i's start, 2i + 1 for
+                 its figure at rep_op_mem_time */
 } mem_point;
 
 /* Order memory points by time, then timeline position. */
@@ -90,14 +91,18 @@ static int mem_point_cmp(const void *a, const void *b) {
 }
 
 /* The memory counter events of device dev: static memory at 0, then a point wherever the
- * memory changes. */
+ * memory changes (a B's or BW's start too: a recomputing stage's rebuilt state grows there). */
 static void trace_memory(const sim_result *r, int dev, strbuf *sb, bool *first) {
-  mem_point *pts = xmalloc(sizeof *pts * (size_t)(r->nops + 1));
+  mem_point *pts = xmalloc(sizeof *pts * (size_t)(2 * r->nops + 1));
   int n = 0;
   pts[n++] = (mem_point){0, r->dev[dev].static_mem, -1};
-  for (int i = 0; i < r->nops; i++)
-    if (r->ops[i].device == dev)
-      pts[n++] = (mem_point){rep_op_mem_time(&r->ops[i]), r->ops[i].mem, i};
+  for (int i = 0; i < r->nops; i++) {
+    const sim_op_event *e = &r->ops[i];
+    if (e->device != dev) continue;
+    if (e->kind == IR_OP_B || e->kind == IR_OP_BW)
+      pts[n++] = (mem_point){e->start, e->mem_start, 2 * i};
+    pts[n++] = (mem_point){rep_op_mem_time(e), e->mem, 2 * i + 1};
+  }
   qsort(pts, (size_t)n, sizeof *pts, mem_point_cmp);
   double last = -1;
   for (int i = 0; i < n; i++) {

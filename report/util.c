@@ -77,15 +77,22 @@ bool rep_first_oom(const ir_module *m, const sim_result *r, rep_oom *o) {
     const sim_op_event *e = &r->ops[i];
     if (e->device < 0 || e->device >= m->ndevices) continue;
     double lim = rep_mem_limit(m, e->device);
-    if (!(lim > 0) || !(e->mem > lim)) continue;
-    double t = rep_op_mem_time(e);
-    if (!found || t < o->time || (t == o->time && e->device < o->device)) {
-      o->device = e->device;
-      o->op = i;
-      o->time = t;
-      o->mem = e->mem;
-      o->limit = lim;
-      found = true;
+    if (!(lim > 0)) continue;
+    /* the figure after its end, and a B's (BW's) at its start (a recomputing stage's rebuilt
+     * state grows there) */
+    for (int at_start = 0; at_start < 2; at_start++) {
+      bool b = e->kind == IR_OP_B || e->kind == IR_OP_BW;
+      if (at_start && !b) continue;
+      double mem = at_start ? e->mem_start : e->mem, t = at_start ? e->start : rep_op_mem_time(e);
+      if (!(mem > lim)) continue;
+      if (!found || t < o->time || (t == o->time && e->device < o->device)) {
+        o->device = e->device;
+        o->op = i;
+        o->time = t;
+        o->mem = mem;
+        o->limit = lim;
+        found = true;
+      }
     }
   }
   if (found || r->fits) return found;

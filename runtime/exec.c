@@ -495,7 +495,9 @@ double rt_predicted_bytes(const be_stream *s, const rt_rank_stats *x) {
 }
 
 /* Append the memory line of rank x: what it held at its high-water mark, by kind, and with a
- * comparable prediction (pred) the plan's figure beside it. */
+ * comparable prediction (pred) the plan's figure beside it. The plan's peak counts the state
+ * recomputing stages rebuild (shown apart, as the model's own blocks), not the workspace nor
+ * other saved state outside the stream's buffers, which the line names as not in the plan. */
 static void report_memory(const be_stream *s, const rt_rank_stats *x, bool pred, strbuf *out) {
   if (!(x->mem.total > 0)) return;
   const double *k = x->mem.kind;
@@ -512,6 +514,8 @@ static void report_memory(const be_stream *s, const rt_rank_stats *x, bool pred,
                 k[RT_MEM_STATIC] / MIB,
                 x->planned ? "the stream's buffers" : "buffers (the runtime's sizes)",
                 k[RT_MEM_ARENA] / MIB);
+  if (k[RT_MEM_REBUILT] > 0)
+    strbuf_printf(out, ", state rebuilt for recomputation %.2f MiB", k[RT_MEM_REBUILT] / MIB);
   strbuf_printf(out, ", workspace %.2f MiB", k[RT_MEM_WORKSPACE] / MIB);
   if (k[RT_MEM_PRIVATE] > 0)
     strbuf_printf(out, ", saved state outside the stream's buffers %.2f MiB",

@@ -790,10 +790,12 @@ static void time_end(const rt_model *m, msamples *s, double t0) {
   VEC_PUSH(s->v, s->n, s->cap, t);
 }
 
-/* A state block of stage st: one of its pool, else a new one. */
+/* A state block of stage st: one of its pool, else a new one (counted as rebuilt state for a
+ * recomputing stage, which the plan counts, else as private saved state). */
 static float *block_take(rt_model *m, mstage *st) {
   if (st->npool) return st->pool[--st->npool];
-  rt_model_count(m, RT_MEM_PRIVATE, (double)st->state_floats * sizeof(float));
+  rt_model_count(m, st->recompute ? RT_MEM_REBUILT : RT_MEM_PRIVATE,
+                 (double)st->state_floats * sizeof(float));
   return rt_dev_malloc(st->state_floats * sizeof(float));
 }
 

@@ -60,8 +60,12 @@ typedef enum rt_mem_kind {
   RT_MEM_STATIC,    /* parameters, gradients and optimizer state of its stages */
   RT_MEM_ARENA,     /* the stream's buffer arena: every slot (messages, inputs, outputs, and the
                        saved-state blocks that live in the stream's WSTASH buffers) */
-  RT_MEM_PRIVATE,   /* saved state the stream has no buffer for (a recomputing stage's rebuilt
-                       blocks; a stage whose FWD names no WSTASH buffer) */
+  RT_MEM_REBUILT,   /* a recomputing stage's state blocks, the model's own: the one its F
+                       writes and hands back, and those its B rebuilds and keeps until W, which
+                       the plan counts (the simulator's rebuilt state, ir_stage_layer_rebuild) */
+  RT_MEM_PRIVATE,   /* other saved state the stream has no buffer for, which the plan does not
+                       count (a stage whose FWD names no WSTASH buffer: its blocks, or a
+                       recomputing stage's input copies) */
   RT_MEM_WORKSPACE, /* the model's scratch between the layers of a stage, token ids, and the
                        sequential reference's step buffers */
   RT_MEM_KINDS
@@ -511,7 +515,8 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
 
 /* The plan's prediction of rank x's peak bytes for a run whose prediction is comparable
  * (rt_prediction_comparable): the simulator's peak of its device (pred_peak: parameters,
- * gradients, optimizer state and the live saved state) plus, when the run laid out the stream's
+ * gradients, optimizer state and the live saved state, with the state recomputing stages rebuild
+ * between B and W, which the run keeps as RT_MEM_REBUILT) plus, when the run laid out the stream's
  * own arena (x->planned), the rest of that arena (the message, input and output buffers the
  * simulator does not count: be_mem_stats' arena_bytes - peak_stash). */
 double rt_predicted_bytes(const be_stream *s, const rt_rank_stats *x);

@@ -227,7 +227,9 @@ static bool bound_compute(const ir_module *m, sim_bound *out, bool exact_packing
     l->param = c->param;
     l->act = c->act;
     /* A plan may recompute the layer's stage (when the module's policy is none): then it keeps
-     * only its input (ir_stage_layer_cost), and pays more B, which the bound need not count. */
+     * only its input from F (ir_stage_layer_cost), and pays more B and holds the state B
+     * rebuilds (ir_stage_layer_rebuild) from B until W, which the bound need not count: both
+     * only make such a plan longer or larger. */
     if (recomp_free && ir_kind_recomputable(m->layers[i].kind)) {
       ir_stage whole = {i, i + 1, -1, IR_RECOMPUTE_FULL, {0}};
       double in = ir_stage_layer_cost(m, &whole, i).act;

@@ -37,6 +37,9 @@ typedef struct sim_stage {
   int dev;              /* device the stage runs on */
   tick t[SL_N];         /* F, B, W time of one microbatch */
   double act, act_w;    /* activation bytes allocated at F; part kept after B until W */
+  double rebuild;       /* bytes allocated at B's start and kept until W: the saved state a
+                           recomputing stage's B rebuilds (ir_stage_layer_rebuild; 0 when the
+                           stage does not recompute) */
   tick x_next;          /* time to send its output to the next stage (0 when on the same device) */
   tick x_prev;          /* time to send its input gradient to the previous stage (0: same device) */
   double out_bytes;     /* bytes of its output tensor (the next stage's input) */
@@ -231,6 +234,7 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
       st->t[SL_W] += to_tick(c.w);
       st->act += c.act;
       st->act_w += c.act_w;
+      st->rebuild += ir_stage_layer_rebuild(m, is, i);
       p->dev[st->dev].static_mem += c.param;
       grad[st->dev] += c.grad;
     }
@@ -515,11 +519,11 @@ static void work_reset(sim_work *w, const sim_model *p) {
   w->seq = 0;
 }
 
-/* Record an operation of the timeline. */
+/* Record an operation of the timeline (mem and mem_start as sim_op_event says). */
 static void record_op(sim_ctx *c, int kind, int dev, int s, int mb, tick start, tick end,
-                      double mem) {
+                      double mem, double mem_start) {
   sim_result *r = c->r;
-  sim_op_event e = {(ir_op_kind)kind, dev, s, mb, to_s(start), to_s(end), mem};
+  sim_op_event e = {(ir_op_kind)kind, dev, s, mb, to_s(start), to_s(end), mem, mem_start};
   VEC_PUSH(r->ops, r->nops, r->ops_cap, e);
 }
 
@@ -560,13 +564,16 @@ static void start_op(sim_ctx *c, int dv, int s, int mb, int slot, bool fused) {
     w->grad_ready[s] = c->now + dur;
     w->grad_start[s] = fused ? c->now + st->t[SL_B] : c->now; /* a BW's W part comes last */
   }
-  if (slot == SL_F) {
-    wd->mem += st->act;
-    wd->inflight++;
+  /* Memory that grows at the start: F's activations; a recomputing stage's B (or BW) the state
+   * it rebuilds, while F's activations are still held. */
+  double grow = slot == SL_F ? st->act : slot == SL_B ? st->rebuild : 0;
+  if (slot == SL_F) wd->inflight++;
+  if (slot == SL_F || grow > 0) {
+    wd->mem += grow;
     if (wd->mem > ds->peak_mem) {
       ds->peak_mem = wd->mem;
       ds->peak_op = wd->pos;
-      ds->peak_at = (ir_op){IR_OP_F, s, mb};
+      ds->peak_at = (ir_op){fused ? IR_OP_BW : (ir_op_kind)slot, s, mb};
       ds->peak_time = to_s(c->now);
     }
   }
@@ -575,9 +582,9 @@ static void start_op(sim_ctx *c, int dv, int s, int mb, int slot, bool fused) {
   if (c->o->record) {
     /* Memory after the op: F's allocation now; a backward's release at its end. */
     double mem = wd->mem;
-    if (slot == SL_B) mem -= fused ? st->act : st->act - st->act_w;
-    if (slot == SL_W) mem -= st->act_w;
-    record_op(c, fused ? IR_OP_BW : slot, dv, s, mb, c->now, c->now + dur, mem);
+    if (slot == SL_B) mem -= fused ? st->act + st->rebuild : st->act - st->act_w;
+    if (slot == SL_W) mem -= st->act_w + st->rebuild;
+    record_op(c, fused ? IR_OP_BW : slot, dv, s, mb, c->now, c->now + dur, mem, wd->mem);
   }
   heap_push(w, c->now + dur, op * 2);
 }
@@ -610,24 +617,27 @@ static void finish_device(sim_ctx *c, int dv) {
       tick ready = t0 + (tick)llround(b->frac * (double)len);
       tick start = link > ready ? link : ready;
       link = start + b->comm;
-      if (c->o->record) record_op(c, SIM_OP_ALLREDUCE, dv, -1, -1, start, link, wd->mem);
+      if (c->o->record)
+        record_op(c, SIM_OP_ALLREDUCE, dv, -1, -1, start, link, wd->mem, wd->mem);
       wd->comm += b->comm;
     }
   }
   free(done);
   if (link > t) t = link;
   if (x->allreduce > 0) {
-    if (c->o->record) record_op(c, SIM_OP_ALLREDUCE, dv, -1, -1, t, t + x->allreduce, wd->mem);
+    if (c->o->record)
+      record_op(c, SIM_OP_ALLREDUCE, dv, -1, -1, t, t + x->allreduce, wd->mem, wd->mem);
     wd->comm += x->allreduce;
     t += x->allreduce;
   }
   if (x->optim > 0) {
-    if (c->o->record) record_op(c, SIM_OP_OPTIM, dv, -1, -1, t, t + x->optim, wd->mem);
+    if (c->o->record) record_op(c, SIM_OP_OPTIM, dv, -1, -1, t, t + x->optim, wd->mem, wd->mem);
     wd->busy += x->optim;
     t += x->optim;
   }
   if (x->gather > 0) {
-    if (c->o->record) record_op(c, SIM_OP_ALLREDUCE, dv, -1, -1, t, t + x->gather, wd->mem);
+    if (c->o->record)
+      record_op(c, SIM_OP_ALLREDUCE, dv, -1, -1, t, t + x->gather, wd->mem, wd->mem);
     wd->comm += x->gather;
     t += x->gather;
   }
@@ -656,7 +666,8 @@ static void offer(sim_ctx *c, int dv) {
       VEC_RESERVE(w->cands, n, w->cands_cap);
       bool fb = slot == SL_B && c->o->fused_bw;
       w->cands[n++] = (sim_cand){fb ? IR_OP_BW : (ir_op_kind)slot, s, mb,
-                                 slot == SL_F ? p->st[s].act : 0};
+                                 slot == SL_F ? p->st[s].act : 0,
+                                 slot == SL_B ? p->st[s].rebuild : 0};
     }
   }
   if (n == 0) return;
@@ -712,10 +723,10 @@ static void op_done(sim_ctx *c, int op) {
   } else if (slot == SL_B) {
     if (fused) {
       w->op[op + 1].state = (uint8_t)((w->op[op + 1].state & 0xf0) | 2);
-      wd->mem -= st->act;
+      wd->mem -= st->act + st->rebuild;
       wd->inflight--;
     } else {
-      wd->mem -= st->act - st->act_w;
+      wd->mem -= st->act - st->act_w; /* the rebuilt state stays with act_w until W */
       satisfy(w, op + 1);
     }
     if (s > 0) {
@@ -726,7 +737,7 @@ static void op_done(sim_ctx *c, int op) {
         transfer(c, st->link_prev, st->x_prev, prv, IR_OP_B, s, s - 1, mb, st->in_bytes);
     }
   } else {
-    wd->mem -= st->act_w;
+    wd->mem -= st->act_w + st->rebuild;
     wd->inflight--;
   }
   try_start(c, dv);

@@ -24,8 +24,11 @@ typedef struct sim_model sim_model;
 
 /* Compile the partition and placement of m into a problem: each stage's F, B, W times and
  * activation bytes are the sums of its layers' costs as ir_stage_layer_cost gives them (a stage
- * with recompute = full pays F again in B and keeps its recomputable layers' inputs). Pre: m
- * passed ir_verify. Errors
+ * with recompute = full pays F again in B and keeps its recomputable layers' inputs), and the
+ * bytes its B rebuilds the sum of ir_stage_layer_rebuild. Memory per microbatch: F allocates
+ * act at its start; B allocates the rebuilt bytes at its start (memory that grows at B, checked
+ * against the peak there) and frees act - act_w at its end; W frees act_w and the rebuilt bytes;
+ * a fused BW frees act and the rebuilt bytes. Pre: m passed ir_verify. Errors
  * (reported through d, at the entity's location when known): no stages; no microbatches, or more
  * than 1e9 operations (stages x microbatches x 3); a stage not placed or placed on a device that
  * does not exist; a layer without a complete cost record (f, b, w, act, act_w, out, param, grad);
@@ -85,13 +88,15 @@ typedef struct sim_cand {
   int stage;       /* stage index */
   int mb;          /* microbatch */
   double act;      /* bytes an F allocates (0 for the others) */
+  double rebuild;  /* bytes a B (or BW) allocates at its start and keeps until W: the state a
+                      recomputing stage rebuilds (0 for the others) */
 } sim_cand;
 
 /* What a priority callback may look at. */
 typedef struct sim_view {
   double now;         /* current time, seconds */
   int device;         /* the device choosing */
-  double mem_used;    /* its memory in use now (static + live activations), bytes */
+  double mem_used;    /* its memory in use now (static + live activations, rebuilt state), bytes */
   double mem_limit;   /* its memory limit, bytes */
   int pending_f;      /* F operations not yet started on this device */
   int pending_b;      /* B (or BW) operations not yet started on this device */
@@ -121,7 +126,10 @@ typedef struct sim_op_event {
   int stage, mb;    /* stage and microbatch (-1 for the end-of-step operations) */
   double start, end; /* seconds */
   double mem;       /* memory of the device right after the operation's allocation (F) or
-                       after its end (others), bytes */
+                       after its end (others; a B's rebuilt state stays until W), bytes */
+  double mem_start; /* memory of the device right after the allocation at its start: an F's
+                       activations (= mem), a recomputing stage's B or BW the state it rebuilds;
+                       for the others the memory when they start, bytes */
 } sim_op_event;
 
 /* Kinds of the end-of-step operations, after the ir_op_kind values. */
@@ -144,11 +152,11 @@ typedef struct sim_device_stats {
   double idle;       /* makespan - busy */
   double end;        /* when its last operation ends */
   double static_mem; /* parameters, gradients and optimizer state of its stages */
-  double peak_mem;   /* static + largest live activations */
+  double peak_mem;   /* static + largest live activations (rebuilt state included) */
   double mem_limit;  /* its limit */
   int peak_op;       /* index in its order of the operation at which the peak was reached
                         (-1: none) */
-  ir_op peak_at;     /* that operation */
+  ir_op peak_at;     /* that operation: an F, or the B (BW) of a recomputing stage */
   double peak_time;  /* when */
 } sim_device_stats;
 

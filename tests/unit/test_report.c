@@ -93,8 +93,10 @@ static void fixture_timeline(fixture_run *f, bool oom) {
     e->start = ops[i].start * 1e-3;
     e->end = ops[i].end * 1e-3;
     e->mem = ops[i].k == IR_OP_F ? 192 * MiB : ops[i].k == IR_OP_B ? 160 * MiB : 128 * MiB;
+    /* after the allocation at its start: no stage rebuilds state, so a B starts where F left */
+    e->mem_start = ops[i].k == IR_OP_W ? 160 * MiB : 192 * MiB;
   }
-  if (oom) f->ops[1].mem = 1.5 * GiB;
+  if (oom) f->ops[1].mem = f->ops[1].mem_start = 1.5 * GiB;
   for (int d = 0; d < 2; d++) {
     sim_device_stats *ds = &f->dev[d];
     ds->busy = 3e-3;
