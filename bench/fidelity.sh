@@ -13,17 +13,19 @@
 # by measurement (for every pair whose predictions differ by more than 10%), and the tuned
 # plan's measured speedup over each classic plan beside its predicted one. The calibrating
 # run's plan is S-1F1B's (uniform partition, 1F1B): its calibrated row is in-sample, the others
-# are not. Figures only (bench/README.md quotes them).
-# usage: bench/fidelity.sh BUILD_DIR [STEPS] [RANKS] [SPEC...]   (SPEC: names of bench/specs,
-#        default all three; the smoke run of tests/bench: 2 steps, 2 ranks, fid_uniform,
-#        FIDELITY_SCALE=8 and FIDELITY_EVALS=100)
+# are not. S-1F1B's plan, the same with either set of costs, runs in both phases: the last line
+# per spec compares its two measurements (the machine's drift). Figures only (bench/README.md
+# quotes them).
+# usage: bench/fidelity.sh BUILD_DIR [STEPS] [RANKS] [SPEC...]   (STEPS: default 8; RANKS: the
+#        cores; SPEC: names of bench/specs, default all three; the smoke run of tests/bench:
+#        2 steps, 2 ranks, fid_uniform, FIDELITY_SCALE=8 and FIDELITY_EVALS=100)
 # environment: FIDELITY_SCALE (octo-run --scale of the profile and the runs, default 1),
 #              FIDELITY_EVALS (the tuner's --evals, plans simulated, default 1000)
 set -eu
 SCALE=${FIDELITY_SCALE:-1}
 EVALS=${FIDELITY_EVALS:-1000}
 BUILD=$1
-STEPS=${2:-5}
+STEPS=${2:-8}
 RANKS=${3:-$(nproc 2>/dev/null || echo 2)}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 shift $(($# < 3 ? $# : 3))
@@ -78,7 +80,7 @@ for name in "$@"; do
       echo "-- profile: every layer measured alone"
     fi
     printf '%-16s %12s %12s %8s\n' plan "predicted ms" "measured ms" error
-    : > "$TMP/$name.rows"
+    : > "$TMP/$name.$mode.rows"
     { echo "tuned|"; classics; } | while IFS='|' read -r plan passes; do
       out="$TMP/$name.$(echo "$plan" | tr -c 'A-Za-z0-9' '_').ois"
       if [ -z "$passes" ]; then
@@ -96,7 +98,7 @@ for name in "$@"; do
           m = n % 2 ? t[(n + 1) / 2] : (t[n / 2] + t[n / 2 + 1]) / 2
           printf "%-16s %12.1f %12.1f %+7.1f%%\n", plan, p, m, 100 * (m - p) / p
           printf "%s|%.3f|%.3f\n", plan, p, m > "/dev/stderr"
-        }' "$out.txt" 2>> "$TMP/$name.rows"
+        }' "$out.txt" 2>> "$TMP/$name.$mode.rows"
     done
     awk -F'|' '
       { name[NR] = $1; p[NR] = $2; m[NR] = $3 }
@@ -113,6 +115,11 @@ for name in "$@"; do
         printf "largest error %.1f%%; ranking: %d of %d pairs with predictions more than 10%% apart ordered alike\n", 100 * worst, agree, pairs
         for (j = 2; j <= NR; j++)
           printf "  tuned over %-14s predicted %.2fx, measured %.2fx\n", name[j] ":", p[j] / p[1], m[j] / m[1]
-      }' "$TMP/$name.rows"
+      }' "$TMP/$name.$mode.rows"
   done
+  # S-1F1B's plan does not depend on the costs: measured in both phases, it shows the machine's
+  # drift between them.
+  cat "$TMP/$name.profile.rows" "$TMP/$name.calibrated.rows" 2>/dev/null | awk -F'|' '
+    $1 == "S-1F1B" { m[++n] = $3 }
+    END { if (n == 2) printf "noise: S-1F1B, the same plan in both phases, measured %.1f and %.1f ms (%.1f%% apart)\n", m[1], m[2], 100 * (m[2] > m[1] ? m[2] - m[1] : m[1] - m[2]) / (m[1] < m[2] ? m[1] : m[2]) }'
 done
