@@ -110,7 +110,7 @@ static void put_comment(strbuf *out, const be_stream *s, const be_inst *in, dis_
   case BE_OP_LOAD: strbuf_printf(out, "input mb%d", (int)a[1]); break;
   case BE_OP_FWD:
     strbuf_printf(out, "forward s%d mb%d", (int)a[0], (int)a[1]);
-    if (recomputes(s, a[0])) strbuf_puts(out, ", keeping its input");
+    if (recomputes(s, a[0])) strbuf_puts(out, ", keeping its layers' inputs");
     break;
   case BE_OP_LOSS: strbuf_printf(out, "loss mb%d", (int)a[1]); break;
   case BE_OP_BWD_IN:

@@ -310,7 +310,7 @@ static void ka_att_bwd_w(const rt_ldims *d, const float *w, const float *save, f
 }
 
 const rt_kernel rt_k_attention = {"attention", ka_att_plan, ka_att_fwd, ka_att_bwd_in,
-                                  ka_att_bwd_w};
+                                  ka_att_bwd_w, true};
 
 /* ---- vit ------------------------------------------------------------------------------------- */
 
@@ -520,4 +520,4 @@ static void ka_vit_bwd_w(const rt_ldims *d, const float *w, const float *save, f
   ka_proj_grad(N, F, hid, s + L.z, s + L.dy, g + L.w2, g + L.b2);
 }
 
-const rt_kernel rt_k_vit = {"vit", ka_vit_plan, ka_vit_fwd, ka_vit_bwd_in, ka_vit_bwd_w};
+const rt_kernel rt_k_vit = {"vit", ka_vit_plan, ka_vit_fwd, ka_vit_bwd_in, ka_vit_bwd_w, true};

@@ -45,7 +45,7 @@ static void kb_emb_bwd_w(const rt_ldims *d, const float *w, const float *save, f
 }
 
 const rt_kernel rt_k_embedding = {"embedding", kb_emb_plan, kb_emb_fwd, kb_emb_bwd_in,
-                                  kb_emb_bwd_w};
+                                  kb_emb_bwd_w, false};
 
 /* ---- lm_head: save = x (T x h) | hn (T x h) | rstd (T) | dhn (T x h) | dy (T x V) ----------- */
 
@@ -91,7 +91,7 @@ static void kb_head_bwd_w(const rt_ldims *d, const float *w, const float *save, 
 }
 
 const rt_kernel rt_k_lm_head = {"lm_head", kb_head_plan, kb_head_fwd, kb_head_bwd_in,
-                                kb_head_bwd_w};
+                                kb_head_bwd_w, false};
 
 /* ---- custom: save = x (T x in) | a = tanh (T x out) | dz (T x out) -------------------------- */
 
@@ -138,4 +138,4 @@ static void kb_custom_bwd_w(const rt_ldims *d, const float *w, const float *save
 }
 
 const rt_kernel rt_k_custom = {"custom", kb_custom_plan, kb_custom_fwd, kb_custom_bwd_in,
-                               kb_custom_bwd_w};
+                               kb_custom_bwd_w, false};

@@ -462,4 +462,4 @@ static void m2_bwd_w(const rt_ldims *d, const float *w, const float *save, float
   rt_gemm(true, false, I, hd, T, 1.0f, save + so.ygn, I, save + so.dy, hd, 1.0f, g + o.out, hd);
 }
 
-const rt_kernel rt_k_mamba2 = {"mamba2", m2_plan, m2_fwd, m2_bwd_in, m2_bwd_w};
+const rt_kernel rt_k_mamba2 = {"mamba2", m2_plan, m2_fwd, m2_bwd_in, m2_bwd_w, true};

@@ -196,4 +196,4 @@ static void mlp_bwd_w(const rt_ldims *d, const float *w, const float *save, floa
                gp.w2);
 }
 
-const rt_kernel rt_k_mlp = {"mlp", mlp_plan, mlp_fwd, mlp_bwd_in, mlp_bwd_w};
+const rt_kernel rt_k_mlp = {"mlp", mlp_plan, mlp_fwd, mlp_bwd_in, mlp_bwd_w, true};

@@ -369,4 +369,4 @@ static void moe_bwd_w(const rt_ldims *d, const float *w, const float *save, floa
                  d->gated ? gp.sw3 + s * HF : NULL, gp.sw2 + s * HF);
 }
 
-const rt_kernel rt_k_moe = {"moe", moe_plan, moe_fwd, moe_bwd_in, moe_bwd_w};
+const rt_kernel rt_k_moe = {"moe", moe_plan, moe_fwd, moe_bwd_in, moe_bwd_w, true};

@@ -100,6 +100,9 @@ typedef struct rt_kernel {
   void (*bwd_in)(const rt_ldims *d, const float *w, float *save, const float *dy, float *dx);
   /* W: adds this microbatch's weight gradients to g. Pre: bwd_in ran on this save block. */
   void (*bwd_w)(const rt_ldims *d, const float *w, const float *save, float *g);
+  bool recomputable; /* a recomputing stage runs its F again in B from its kept input (the
+                        transformer stack's kinds, as the cost model's ir_kind_recomputable and
+                        Megatron); a layer of another kind keeps its state from F */
 } rt_kernel;
 
 /* The table (kernels.def), indexed by rt_kernel_id. */

@@ -42,7 +42,11 @@ typedef struct mlayer {
   rt_ldims d;         /* dimensions at the model's scale */
   rt_lplan p;         /* parameters and saved state */
   size_t w_off, nw;   /* its parameters in the stage's arrays */
-  size_t sv_off;      /* its saved state in the stage's state block */
+  size_t sv_off;      /* its saved state: in the stage's state block, or for a layer of a
+                         recomputing stage that is not rebuilt, in the stage's kept buffer */
+  bool rebuilt;       /* its stage recomputes and its kind is recomputable: F keeps only its
+                         input (in the kept buffer at in_off), B runs its F again into the block */
+  size_t in_off;      /* a rebuilt layer: its input (the kernel's x) in the kept buffer */
   int prev_S, prev_w; /* tokens per sequence and width of what it receives (the previous layer's
                          output; for layer 0 the stream's input) */
   bool splice;        /* an embedding after other layers: their prev_S tokens come first */
@@ -55,9 +59,10 @@ typedef struct mlayer {
 typedef struct msaved {
   float *buf;   /* state block (state_floats), NULL when nothing is in flight (a recomputing
                    stage: NULL from F until B rebuilds it) */
-  float *input; /* a recomputing stage: a copy of the stage's input, kept from F until B */
+  float *kept;  /* a recomputing stage: its kept buffer (kept_floats), from F until W: the
+                   rebuilt layers' inputs and the other layers' saved state */
   bool ext;     /* the stream's WSTASH buffer (rt_model_use_state) holds buf (a recomputing
-                   stage: input), not a block of the model's */
+                   stage: kept), not a block of the model's */
   bool f_done;  /* rt_forward ran (and no W or fused B since) */
   bool b_done;  /* rt_backward_input ran */
 } msaved;
@@ -72,16 +77,18 @@ typedef struct mstage {
   float *am, *av;      /* Adam first and second moments (NULL for SGD) */
   long adam_t;         /* Adam steps taken */
   double b1t, b2t;     /* beta1^t and beta2^t (bias correction) */
-  size_t state_floats; /* floats of one saved-state block */
-  size_t in_floats;    /* floats of the stage's input (what a recomputing stage keeps) */
-  bool recompute;      /* the stream's recompute flag: F keeps only the input, B runs F again */
+  size_t state_floats; /* floats of one saved-state block (a recomputing stage: its rebuilt
+                          layers' state, what B rebuilds) */
+  size_t kept_floats;  /* a recomputing stage: floats of its kept buffer */
+  bool recompute;      /* the stream's recompute flag: F keeps the rebuilt layers' inputs and
+                          the other layers' state, B runs the rebuilt layers' F again */
   msaved *saved;       /* nmb saved states */
   float **pool;        /* state blocks of finished microbatches, for reuse (no allocation and
                           page faults per microbatch) */
   int npool, pool_cap; /* their count and capacity */
-  float **ipool;       /* a recomputing stage: input copies B no longer needs, for reuse (so
-                          that, like the blocks, they count at their peak) */
-  int nipool, ipool_cap; /* their count and capacity */
+  float **kpool;       /* a recomputing stage: kept buffers of finished microbatches, for
+                          reuse (so that, like the blocks, they count at their peak) */
+  int nkpool, kpool_cap; /* their count and capacity */
 } mstage;
 
 /* Copies of one layer's tensors for --dump, kept from F to W of the dumped microbatch. */
@@ -415,22 +422,30 @@ rt_model *rt_model_new(const be_stream *s, const rt_opts *o, strbuf *err) {
     mstage *st = &m->stages[si];
     st->first = s->stages[si].first;
     st->end = s->stages[si].end;
-    size_t p = 0, q = 0;
+    st->recompute = s->stages[si].recompute && !o->no_recompute;
+    size_t p = 0, q = 0, k = 0; /* parameters, block, kept buffer */
     for (int i = st->first; i < st->end; i++) {
       mlayer *L = &m->layers[i];
       L->w_off = p;
       p = sat_add(p, L->nw);
-      L->sv_off = q;
-      q = sat_add(q, L->p.save_floats);
+      L->rebuilt = st->recompute && L->k->recomputable;
+      if (L->rebuilt) {
+        L->in_off = k;
+        k = sat_add(k, (size_t)m->B * L->d.in_S * L->d.in_w);
+      }
+      if (st->recompute && !L->rebuilt) {
+        L->sv_off = k;
+        k = sat_add(k, L->p.save_floats);
+      } else {
+        L->sv_off = q;
+        q = sat_add(q, L->p.save_floats);
+      }
     }
     st->nparams = p;
     st->state_floats = q;
-    st->recompute = s->stages[si].recompute && !o->no_recompute;
+    st->kept_floats = k;
     st->saved = xcalloc((size_t)m->nmb, sizeof *st->saved);
   }
-  for (int si = 0; si < m->nstages; si++) /* after every stage's range: ACT of si - 1 */
-    m->stages[si].in_floats = si == 0 ? rt_tensor_floats(m, BE_T_INPUT, 0)
-                                      : rt_tensor_floats(m, BE_T_ACT, si - 1);
   if (m->dump) m->dumps = xcalloc((size_t)m->nlayers, sizeof *m->dumps);
   return m;
 }
@@ -452,13 +467,13 @@ void rt_model_free(rt_model *m) {
     for (int k = 0; k < m->nmb; k++) { /* the stream's buffers are the interpreter's */
       msaved *sv = &st->saved[k];
       if (!sv->ext || st->recompute) rt_dev_mfree(sv->buf);
-      if (!sv->ext || !st->recompute) rt_dev_mfree(sv->input);
+      if (!sv->ext || !st->recompute) rt_dev_mfree(sv->kept);
     }
     free(st->saved);
     for (int k = 0; k < st->npool; k++) rt_dev_mfree(st->pool[k]);
     free(st->pool);
-    for (int k = 0; k < st->nipool; k++) rt_dev_mfree(st->ipool[k]);
-    free(st->ipool);
+    for (int k = 0; k < st->nkpool; k++) rt_dev_mfree(st->kpool[k]);
+    free(st->kpool);
     rt_dev_mfree(st->w);
     rt_dev_mfree(st->g);
     rt_dev_mfree(st->am);
@@ -499,8 +514,8 @@ void rt_model_use_state(rt_model *m, int st_i, int mb, float *buf) {
   msaved *sv = &st->saved[mb];
   if (sv->f_done) return; /* an F in flight: precondition broken */
   if (st->recompute) {
-    if (sv->input && !sv->ext) VEC_PUSH(st->ipool, st->nipool, st->ipool_cap, sv->input);
-    sv->input = buf;
+    if (sv->kept && !sv->ext) VEC_PUSH(st->kpool, st->nkpool, st->kpool_cap, sv->kept);
+    sv->kept = buf;
   } else {
     if (sv->buf && !sv->ext) VEC_PUSH(st->pool, st->npool, st->pool_cap, sv->buf);
     sv->buf = buf;
@@ -542,7 +557,7 @@ void rt_rank_memory(const rt_model *m, const be_stream *s, int rank, bool check,
   /* Saved state the stream has no buffer for (private blocks): per stage whose F names no
    * WSTASH buffer, the most microbatches between its F and its W at once; for a recomputing
    * stage, its blocks: the most between its B and its W (one more while F or a fused B runs),
-   * and, without a WSTASH buffer, the most inputs kept between its F and its B. */
+   * and, without a WSTASH buffer, the most kept buffers between its F and its W. */
   int ns = m->nstages;
   int *live = xcalloc((size_t)ns, sizeof *live), *peak = xcalloc((size_t)ns, sizeof *peak);
   int *live_in = xcalloc((size_t)ns, sizeof *live_in), *peak_in = xcalloc((size_t)ns,
@@ -566,20 +581,22 @@ void rt_rank_memory(const rt_model *m, const be_stream *s, int rank, bool check,
       live[st]--;
     } else {
       live[st]++; /* F's or B's block */
-      if (in->op != BE_OP_BWD_IN) live_in[st] += in->op == BE_OP_FWD ? 1 : -1;
-      if (in->op == BE_OP_BWD_IN) live_in[st]--;
+      if (in->op == BE_OP_FWD) live_in[st]++;
     }
     if (live[st] > peak[st]) peak[st] = live[st];
     if (live_in[st] > peak_in[st]) peak_in[st] = live_in[st];
     if (m->stages[st].recompute && (in->op == BE_OP_FWD || in->op == BE_OP_BWD))
       live[st]--; /* F's block goes back to the pool; a fused B's with its W */
+    if (m->stages[st].recompute && (in->op == BE_OP_BWD_W || in->op == BE_OP_BWD))
+      live_in[st]--; /* the kept buffer, at the end of W */
   }
   double all_params = 0, all_state = 0;
   size_t scratch = 0, all_scratch = 0;
   for (int si = 0; si < m->nstages; si++) {
     const mstage *st = &m->stages[si];
     all_params += (double)st->nparams;
-    all_state += (double)st->state_floats;
+    for (int i = st->first; i < st->end; i++) /* the reference keeps every layer's state */
+      all_state += (double)m->layers[i].p.save_floats;
     size_t need = stage_scratch(m, st);
     if (need > all_scratch) all_scratch = need;
     if (s->stages[si].rank != rank) continue;
@@ -587,7 +604,7 @@ void rt_rank_memory(const rt_model *m, const be_stream *s, int rank, bool check,
     out->params += (double)st->nparams * f;
     bool in_stream = ext[si] && !noext[si]; /* every F of the stage names a WSTASH buffer */
     if (st->recompute || !in_stream) out->state += (double)peak[si] * (double)st->state_floats * f;
-    if (st->recompute && !in_stream) out->state += (double)peak_in[si] * (double)st->in_floats * f;
+    if (st->recompute && !in_stream) out->state += (double)peak_in[si] * (double)st->kept_floats * f;
   }
   free(live);
   free(peak);
@@ -683,7 +700,7 @@ size_t rt_tensor_floats(const rt_model *m, be_tensor_kind k, int stage) {
     return rt_tensor_floats(m, BE_T_ACT, stage - 1);
   case BE_T_WSTASH:
     if (stage < 0 || stage >= m->nstages) return 0;
-    return m->stages[stage].recompute ? m->stages[stage].in_floats
+    return m->stages[stage].recompute ? m->stages[stage].kept_floats
                                       : m->stages[stage].state_floats;
   default: return 0;
   }
@@ -794,21 +811,28 @@ static void time_end(const rt_model *m, msamples *s, double t0) {
  * recomputing stage, which the plan counts, else as private saved state). */
 static float *block_take(rt_model *m, mstage *st) {
   if (st->npool) return st->pool[--st->npool];
-  rt_model_count(m, st->recompute ? RT_MEM_REBUILT : RT_MEM_PRIVATE,
-                 (double)st->state_floats * sizeof(float));
-  return rt_dev_malloc(st->state_floats * sizeof(float));
+  size_t n = st->state_floats ? st->state_floats : 1; /* never NULL: buf marks a state in flight */
+  rt_model_count(m, st->recompute ? RT_MEM_REBUILT : RT_MEM_PRIVATE, (double)n * sizeof(float));
+  return rt_dev_malloc(n * sizeof(float));
 }
 
-/* The forward of stage st on microbatch mb: in -> out (NULL: the output is not wanted; else the
- * last layer writes it directly), filling the state block 'state' with what B and W need.
- * Deterministic: run again on the same input with the same weights it writes the same state and
- * output bit for bit, which is what recomputation relies on. */
+/* Where layer L of stage st keeps its saved state for microbatch sv: the block, or for a layer
+ * of a recomputing stage that is not rebuilt, the kept buffer. */
+static float *state_of(const mstage *st, const msaved *sv, const mlayer *L) {
+  return st->recompute && !L->rebuilt ? sv->kept + L->sv_off : sv->buf + L->sv_off;
+}
+
+/* The forward of stage st on microbatch mb: in -> out (the last layer writes it directly),
+ * filling the state block 'state' with what B and W need; a recomputing stage (kept: its kept
+ * buffer) also copies each rebuilt layer's input into kept and writes the other layers' state
+ * there. Deterministic: run again on the same input with the same weights a layer writes the
+ * same state and output bit for bit, which is what recomputation relies on. */
 static void stage_forward(rt_model *m, mstage *st, int mb, const float *in, float *out,
-                          float *state, bool timed) {
+                          float *state, float *kept) {
   const float *cur = in;
   for (int i = st->first; i < st->end; i++) {
     mlayer *L = &m->layers[i];
-    double t0 = timed ? time_begin(m) : 0;
+    double t0 = time_begin(m);
     const float *x = cur;
     if (L->splice) {
       float *ids = other_scr(m, cur, NULL);
@@ -821,7 +845,9 @@ static void stage_forward(rt_model *m, mstage *st, int mb, const float *in, floa
     }
     /* the last layer writes the stage's output directly (stage_scratch counts on it) */
     float *y = i == st->end - 1 && out ? out : other_scr(m, cur, x);
-    L->k->fwd(&L->d, st->w + L->w_off, x, y, state + L->sv_off);
+    if (L->rebuilt) rt_copy(kept + L->in_off, x, (size_t)m->B * L->d.in_S * L->d.in_w);
+    float *save = st->recompute && !L->rebuilt ? kept + L->sv_off : state + L->sv_off;
+    L->k->fwd(&L->d, st->w + L->w_off, x, y, save);
     if (dumping(m, mb)) {
       dump_free(m, i);
       m->dumps[i].x = dup_floats(x, (size_t)m->B * L->d.in_S * L->d.in_w);
@@ -832,7 +858,7 @@ static void stage_forward(rt_model *m, mstage *st, int mb, const float *in, floa
       RT_FOR(model_splice_fwd, (size_t)m->B * n, .n = n, .stride = (long)L->d.S * L->d.hidden,
              .a = (float *)cur, .b = y);
     }
-    if (timed) time_end(m, &L->timed[RT_PH_F], t0);
+    time_end(m, &L->timed[RT_PH_F], t0);
     cur = y;
   }
 }
@@ -845,33 +871,36 @@ void rt_forward(rt_model *m, int st_i, int mb, const float *in, float *out) {
   sv->b_done = false;
   if (!st->recompute) {
     if (!sv->buf) sv->buf = block_take(m, st);
-    stage_forward(m, st, mb, in, out, sv->buf, true);
+    stage_forward(m, st, mb, in, out, sv->buf, NULL);
     return;
   }
-  /* Recomputation: keep a copy of the input; the state block goes back to the pool (B rebuilds
-   * it from the input). */
-  if (!sv->input && st->nipool) {
-    sv->input = st->ipool[--st->nipool];
-  } else if (!sv->input) {
-    rt_model_count(m, RT_MEM_PRIVATE, (double)st->in_floats * sizeof(float));
-    sv->input = rt_dev_malloc(st->in_floats * sizeof *sv->input);
+  /* Recomputation: the kept buffer takes the rebuilt layers' inputs and the others' state; the
+   * rebuilt layers' state block goes back to the pool (B rebuilds it). */
+  if (!sv->kept && st->nkpool) {
+    sv->kept = st->kpool[--st->nkpool];
+  } else if (!sv->kept) {
+    rt_model_count(m, RT_MEM_PRIVATE, (double)st->kept_floats * sizeof(float));
+    sv->kept = rt_dev_malloc(st->kept_floats * sizeof *sv->kept);
   }
-  rt_copy(sv->input, in, st->in_floats);
   float *blk = block_take(m, st);
-  stage_forward(m, st, mb, in, out, blk, true);
+  stage_forward(m, st, mb, in, out, blk, sv->kept);
   VEC_PUSH(st->pool, st->npool, st->pool_cap, blk);
 }
 
-/* Before B of a recomputing stage: rebuild the state block of mb by running the forward again
- * on the kept input, then drop the input. No-op for other stages or when nothing is kept. */
-static void recompute_forward(rt_model *m, mstage *st, int mb) {
+/* Before B of a recomputing stage: rebuild the state of mb's rebuilt layers into a block by
+ * running each one's forward again from its kept input (their outputs are not needed; the
+ * other layers' state is still in the kept buffer). No-op for other stages, when it was rebuilt
+ * already, or without an F. Counted in neither F's nor B's recorded time (rt_model_time). */
+static void rebuild_state(rt_model *m, mstage *st, int mb) {
   msaved *sv = &st->saved[mb];
-  if (!st->recompute || !sv->input || !sv->f_done) return;
-  if (!sv->buf) sv->buf = block_take(m, st);
-  stage_forward(m, st, mb, sv->input, NULL, sv->buf, false); /* B's, not F's time */
-  if (!sv->ext) VEC_PUSH(st->ipool, st->nipool, st->ipool_cap, sv->input);
-  sv->input = NULL;
-  sv->ext = false;
+  if (!st->recompute || sv->buf || !sv->kept || !sv->f_done) return;
+  sv->buf = block_take(m, st);
+  for (int i = st->first; i < st->end; i++) {
+    const mlayer *L = &m->layers[i];
+    if (L->rebuilt)
+      L->k->fwd(&L->d, st->w + L->w_off, sv->kept + L->in_off, other_scr(m, NULL, NULL),
+                sv->buf + L->sv_off);
+  }
 }
 
 double rt_loss(rt_model *m, int step, int replica, int mb, const float *out, float *grad) {
@@ -905,7 +934,7 @@ void rt_backward_input(rt_model *m, int st_i, int mb, const float *grad, float *
   if (st_i < 0 || st_i >= m->nstages || mb < 0 || mb >= m->nmb) return;
   mstage *st = stage_of(m, st_i);
   msaved *sv = &st->saved[mb];
-  recompute_forward(m, st, mb); /* a recomputing stage: the forward again, first */
+  rebuild_state(m, st, mb); /* a recomputing stage: its rebuilt layers' forward again, first */
   if (!sv->buf) return; /* no forward: precondition broken */
   /* The gradient flows through the scratch buffers, read from the caller's grad and written
    * into its dx directly (stage_scratch counts on it). */
@@ -928,10 +957,10 @@ void rt_backward_input(rt_model *m, int st_i, int mb, const float *grad, float *
       RT_FOR(model_splice_bwd, (size_t)m->B * n, .n = n, .stride = (long)L->d.S * L->d.hidden,
              .a = dprev, .b = gc);
       cur = gc;
-      L->k->bwd_in(&L->d, st->w + L->w_off, sv->buf + L->sv_off, cur, NULL);
+      L->k->bwd_in(&L->d, st->w + L->w_off, state_of(st, sv, L), cur, NULL);
     } else {
       float *dk = !need ? NULL : first && !L->adapt ? dx : other_scr(m, cur, NULL);
-      L->k->bwd_in(&L->d, st->w + L->w_off, sv->buf + L->sv_off, cur, dk);
+      L->k->bwd_in(&L->d, st->w + L->w_off, state_of(st, sv, L), cur, dk);
       if (dk && L->adapt) {
         dprev = first ? dx : other_scr(m, cur, dk);
         adapt_bwd(m, L, dk, dprev);
@@ -975,17 +1004,19 @@ void rt_backward_weight(rt_model *m, int st_i, int mb) {
   for (int i = st->first; i < st->end; i++) {
     mlayer *L = &m->layers[i];
     double t0 = time_begin(m);
-    L->k->bwd_w(&L->d, st->w + L->w_off, sv->buf + L->sv_off, st->g + L->w_off);
+    L->k->bwd_w(&L->d, st->w + L->w_off, state_of(st, sv, L), st->g + L->w_off);
     time_end(m, &L->timed[RT_PH_W], t0);
     if (dumping(m, mb)) { /* this microbatch's own gradient, into a zeroed copy */
       float *g1 = rt_dev_malloc(L->nw * sizeof *g1);
-      L->k->bwd_w(&L->d, st->w + L->w_off, sv->buf + L->sv_off, g1);
+      L->k->bwd_w(&L->d, st->w + L->w_off, state_of(st, sv, L), g1);
       dump_layer(m, i, st->w + L->w_off, g1);
       rt_dev_mfree(g1);
     }
   }
   if (!sv->ext || st->recompute) VEC_PUSH(st->pool, st->npool, st->pool_cap, sv->buf);
+  if (sv->kept && !sv->ext) VEC_PUSH(st->kpool, st->nkpool, st->kpool_cap, sv->kept);
   sv->buf = NULL;
+  sv->kept = NULL;
   sv->ext = false;
   sv->b_done = false;
   sv->f_done = false;

@@ -65,7 +65,7 @@ typedef enum rt_mem_kind {
                        the plan counts (the simulator's rebuilt state, ir_stage_layer_rebuild) */
   RT_MEM_PRIVATE,   /* other saved state the stream has no buffer for, which the plan does not
                        count (a stage whose FWD names no WSTASH buffer: its blocks, or a
-                       recomputing stage's input copies) */
+                       recomputing stage's kept buffers) */
   RT_MEM_WORKSPACE, /* the model's scratch between the layers of a stage, token ids, and the
                        sequential reference's step buffers */
   RT_MEM_KINDS
@@ -89,7 +89,8 @@ size_t rt_model_bytes(const rt_model *m);
 /* Give the model the state buffer of (stage st, microbatch mb) for its next F: buf, of
  * rt_tensor_floats(m, BE_T_WSTASH, st) floats, is the stream's WSTASH buffer of that F, live
  * until its W (or fused B). A stage that does not recompute keeps its saved-state block there; a
- * recomputing stage the copy of its input (its blocks, rebuilt in B, stay the model's own). Pre:
+ * recomputing stage its kept buffer: its recomputable layers' inputs and its other layers' saved
+ * state (the recomputable layers' blocks, rebuilt in B, stay the model's own). Pre:
  * no F of (st, mb) is in flight. Without it, the model keeps the state in blocks of its own. */
 void rt_model_use_state(rt_model *m, int st, int mb, float *buf);
 
@@ -125,7 +126,7 @@ void rt_model_init_stage(rt_model *m, int st);
  * as floats, or dense features when the model does not start with an embedding), ACT s the
  * output of stage s, GRAD s the gradient of the input of stage s (grad nstages: of the last
  * stage's output), WSTASH s what the model keeps in the stream's WSTASH buffer of stage s (its
- * saved-state block; a recomputing stage: a copy of its input; rt_model_use_state), 0 for STASH
+ * saved-state block; a recomputing stage: its kept buffer; rt_model_use_state), 0 for STASH
  * (the kernels' saved state lives from F to W as one block, so the F-to-B part has no use). */
 size_t rt_tensor_floats(const rt_model *m, be_tensor_kind k, int stage);
 

@@ -18,7 +18,7 @@
 import re
 import sys
 
-TOLERANCE = 0.05  # the workspace, and the state of a recomputing stage's LM head, rebuilt too
+TOLERANCE = 0.05  # the workspace (not in the plan)
 
 
 def figures(path):
