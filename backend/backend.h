@@ -238,6 +238,12 @@ typedef struct be_mem {
  * there is reported as an internal compiler error). */
 be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where);
 
+/* Append a size for people: in the largest binary unit (B, KiB, MiB, GiB, TiB) that keeps it at
+ * least 1, with at most two decimals and no trailing zeros ("512B", "1.5GiB", "37216MiB" is
+ * "36.34GiB"), as the listing and the lowering's warnings print sizes (the exact sizes are in
+ * the file). */
+void be_put_bytes(strbuf *out, double bytes);
+
 /* Add the backend's passes (check-stream) to the pass registry; tools call it at start-up. */
 void be_register_passes(void);
 

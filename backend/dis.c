@@ -37,10 +37,7 @@ static void clear(strbuf *sb) {
 /* "s" when n is not 1: the plural ending of a count. */
 static const char *plural(long long n) { return n == 1 ? "" : "s"; }
 
-/* A size for people: in the largest binary unit (B, KiB, MiB, GiB, TiB) that keeps it at least
- * 1, with at most two decimals and no trailing zeros ("512B", "1.5GiB", "37216MiB" is "36.34GiB").
- * The exact sizes are in the file; the listing is for reading. */
-static void put_bytes(strbuf *out, double bytes) {
+void be_put_bytes(strbuf *out, double bytes) {
   static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
   while (u < 4 && bytes >= 1024) {
@@ -209,7 +206,7 @@ static void put_header(strbuf *out, const be_stream *s) {
       strbuf_printf(out, "layers %%%d..%%%d", (int)st->first, (int)st->end - 1);
     else strbuf_puts(out, "no layers");
     strbuf_printf(out, " on rank %d; out ", (int)st->rank);
-    put_bytes(out, (double)st->out_bytes);
+    be_put_bytes(out, (double)st->out_bytes);
     if (st->out_shape >= 0 && st->out_shape < s->nshapes) {
       const be_shape *sh = &s->shapes[st->out_shape];
       strbuf_puts(out, " [");
@@ -218,9 +215,9 @@ static void put_header(strbuf *out, const be_stream *s) {
       strbuf_printf(out, "] x%d", (int)sh->elem);
     }
     strbuf_puts(out, ", stash ");
-    put_bytes(out, (double)st->stash_bytes);
+    be_put_bytes(out, (double)st->stash_bytes);
     strbuf_puts(out, ", wstash ");
-    put_bytes(out, (double)st->wstash_bytes);
+    be_put_bytes(out, (double)st->wstash_bytes);
     if (st->recompute) strbuf_puts(out, ", recompute (B recomputes the forward)");
     strbuf_putc(out, '\n');
   }
@@ -240,14 +237,14 @@ static void put_rank_line(strbuf *out, const be_stream *s, int r) {
     if (s->stages[i].rank == r) strbuf_printf(out, " s%d", i);
   be_mem m = be_mem_stats(s, r);
   strbuf_printf(out, "; %d slot%s, ", (int)p->nslots, plural(p->nslots));
-  put_bytes(out, m.arena_bytes);
+  be_put_bytes(out, m.arena_bytes);
   strbuf_puts(out, "; peak live ");
-  put_bytes(out, m.peak_live);
+  be_put_bytes(out, m.peak_live);
   if (m.peak_at >= 0) strbuf_printf(out, " at %04d", m.peak_at);
   strbuf_puts(out, "; activations ");
-  put_bytes(out, m.peak_stash);
+  be_put_bytes(out, m.peak_stash);
   strbuf_printf(out, "; predicted busy %.3f ms; predicted peak ", p->pred_busy * 1e3);
-  put_bytes(out, p->pred_peak);
+  be_put_bytes(out, p->pred_peak);
   strbuf_putc(out, '\n');
 }
 
@@ -269,11 +266,11 @@ static void put_slot(strbuf *out, const be_program *p, int i) {
     strbuf_free(&num);
   }
   strbuf size = {0};
-  put_bytes(&size, (double)sl->bytes);
+  be_put_bytes(&size, (double)sl->bytes);
   put_padded(out, strbuf_cstr(&size), DIS_SIZE_WIDTH);
   strbuf_free(&size);
   strbuf_puts(out, "at ");
-  put_bytes(out, (double)sl->offset);
+  be_put_bytes(out, (double)sl->offset);
   strbuf_putc(out, '\n');
 }
 

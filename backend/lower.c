@@ -578,6 +578,31 @@ static bool costs_complete(const ir_module *m, diag_engine *d, diag_loc where) {
   return true;
 }
 
+/* Warn about each rank of stream s (lowered from m) whose device's memory limit the simulator's
+ * peak fits in but the peak with the rest of its buffer arena does not: the buffers of the
+ * messages (a stage's input, output and gradient; an LM head's logits and their gradient),
+ * which the simulator does not count and the runtime allocates (octo-run's predicted memory). */
+static void warn_message_buffers(const ir_module *m, const be_stream *s, diag_engine *d,
+                                 diag_loc where) {
+  for (int r = 0; r < s->nranks; r++) {
+    int dv = s->ranks[r].device;
+    double lim = ir_device_mem_limit(m, dv), peak = s->ranks[r].pred_peak;
+    be_mem bm = be_mem_stats(s, r);
+    double need = peak - bm.peak_stash + bm.arena_bytes;
+    if (!(peak <= lim && need > lim)) continue;
+    strbuf t[4] = {{0}};
+    double v[4] = {need, lim, peak, bm.arena_bytes - bm.peak_stash};
+    for (int k = 0; k < 4; k++) be_put_bytes(&t[k], v[k]);
+    diag_loc at = m->devices[dv].loc.line ? ir_diag_loc(m->devices[dv].loc) : where;
+    diag_warning(d, at, "$d%d (rank %d) needs %s with the buffers of its messages, more than its "
+                 "memory limit of %s: the simulator's peak %s does not count the %s of stage "
+                 "inputs, outputs and gradients its buffer arena holds besides the saved "
+                 "activations", dv, r, strbuf_cstr(&t[0]), strbuf_cstr(&t[1]),
+                 strbuf_cstr(&t[2]), strbuf_cstr(&t[3]));
+    for (int k = 0; k < 4; k++) strbuf_free(&t[k]);
+  }
+}
+
 be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where) {
   if (m->nstages == 0 || !m->schedules) {
     diag_error(d, where, "cannot lower @%s: it has no %s (run partition, place and schedule "
@@ -647,6 +672,7 @@ be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where) {
     } else {
       out = L.s;
       L.s = NULL;
+      warn_message_buffers(m, out, d, where);
     }
     strbuf_free(&why);
   }
