@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ir.h"
 #include "kernels.h"
 #include "runtime.h"
 #include "stream_fixture.h"
@@ -730,4 +731,20 @@ void test_runtime_calibration(void) {
   strbuf_free(&json);
   strbuf_free(&err);
   be_stream_free(s);
+}
+
+/* The runtime's kernel table mirrors the IR's layer kinds (the runtime may not depend on ir/):
+ * every kind has its kernels, and a recomputing stage recomputes exactly the kinds the cost
+ * model charges again (ir_kind_recomputable), so the run keeps what the plan sizes. */
+void test_runtime_kernel_table(void) {
+  for (int k = 0; k < IR_KIND_COUNT; k++) {
+    const rt_kernel *rk = rt_kernel_find(ir_kinds[k].name);
+    UNIT_CHECK(rk != NULL);
+    if (rk) UNIT_CHECK(rk->recomputable == ir_kind_recomputable((ir_layer_kind)k));
+  }
+  for (int k = 0; k < RT_K_COUNT; k++) {
+    bool known = false;
+    for (int j = 0; j < IR_KIND_COUNT; j++) known |= strcmp(ir_kinds[j].name, rt_kernels[k]->kind) == 0;
+    UNIT_CHECK(known);
+  }
 }
