@@ -255,7 +255,7 @@ int rt_calibration_write(const be_stream *s, const rt_run_opts *o, const rt_rank
   if (rt_calibration_json(s, stats, n, scale, backend, &json, &err) != 0) {
     fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(&err));
     rc = RT_EXIT_RUNTIME;
-  } else if (!support_write_file(o->calibrate, strbuf_cstr(&json), json.len, &err)) {
+  } else if (!support_write_output(o->calibrate, strbuf_cstr(&json), json.len, &err)) {
     fprintf(stderr, "octo-run: error: cannot write '%s': %s\n", o->calibrate, strbuf_cstr(&err));
     rc = RT_EXIT_INPUT;
   } else {
