@@ -480,7 +480,8 @@ void rt_profile_json(const be_stream *s, int scale, const rt_layer_cost *costs,
  * it: a rank failed, or the run had one step). */
 int rt_calibration_json(const be_stream *s, const rt_rank_stats *stats, int n, int scale,
                         const char *backend, strbuf *json, strbuf *err);
-/* rt_calibration_json written to o->calibrate, with a line on stdout that says what it holds,
+/* rt_calibration_json written to o->calibrate (atomically; "-": stdout), with a line on stdout
+ * that says what it holds,
  * or an error on stderr. Returns RT_EXIT_OK, RT_EXIT_RUNTIME (no calibration: a layer no rank
  * timed) or RT_EXIT_INPUT (the file cannot be written). */
 int rt_calibration_write(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *stats,
