@@ -224,6 +224,9 @@ typedef struct be_mem {
                          memory (peak_mem - static memory) of the device less the state that
                          recomputing stages rebuild in B (the runtime's own blocks) */
   int peak_at;        /* address at which peak_live was reached (-1 when no buffers) */
+  double need;        /* what the rank needs: the simulator's peak (pred_peak) plus the rest of
+                         its arena, the message and input buffers the simulator does not count
+                         (pred_peak - peak_stash + arena_bytes; octo-run's prediction) */
 } be_mem;
 
 /* Lower m's plan into a stream. Pre: m verified, with stages placed, a schedule per device and

@@ -588,10 +588,9 @@ static void warn_message_buffers(const ir_module *m, const be_stream *s, diag_en
     int dv = s->ranks[r].device;
     double lim = ir_device_mem_limit(m, dv), peak = s->ranks[r].pred_peak;
     be_mem bm = be_mem_stats(s, r);
-    double need = peak - bm.peak_stash + bm.arena_bytes;
-    if (!(peak <= lim && need > lim)) continue;
+    if (!(peak <= lim && bm.need > lim)) continue;
     strbuf t[4] = {{0}};
-    double v[4] = {need, lim, peak, bm.arena_bytes - bm.peak_stash};
+    double v[4] = {bm.need, lim, peak, bm.need - peak};
     for (int k = 0; k < 4; k++) be_put_bytes(&t[k], v[k]);
     diag_loc at = m->devices[dv].loc.line ? ir_diag_loc(m->devices[dv].loc) : where;
     diag_warning(d, at, "$d%d (rank %d) needs %s with the buffers of its messages, more than its "
@@ -695,7 +694,7 @@ be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where) {
 }
 
 be_mem be_mem_stats(const be_stream *s, int r) {
-  be_mem mm = {0, 0, 0, -1};
+  be_mem mm = {0, 0, 0, -1, 0};
   const be_program *p = &s->ranks[r];
   for (int i = 0; i < p->nslots; i++) {
     double end = (double)p->slots[i].offset + (double)p->slots[i].bytes;
@@ -731,5 +730,6 @@ be_mem be_mem_stats(const be_stream *s, int r) {
     if (stash > mm.peak_stash) mm.peak_stash = stash;
   }
   free(held);
+  mm.need = p->pred_peak - mm.peak_stash + mm.arena_bytes;
   return mm;
 }

@@ -488,10 +488,7 @@ bool rt_prediction_comparable(const be_stream *s, const rt_run_opts *o, int scal
 #define MIB 1048576.0
 
 double rt_predicted_bytes(const be_stream *s, const rt_rank_stats *x) {
-  double peak = s->ranks[x->rank].pred_peak;
-  if (!x->planned) return peak;
-  be_mem bm = be_mem_stats(s, x->rank);
-  return peak - bm.peak_stash + bm.arena_bytes;
+  return x->planned ? be_mem_stats(s, x->rank).need : s->ranks[x->rank].pred_peak;
 }
 
 /* Append the memory line of rank x: what it held at its high-water mark, by kind, and with a

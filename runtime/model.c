@@ -816,10 +816,10 @@ static float *block_take(rt_model *m, mstage *st) {
   return rt_dev_malloc(n * sizeof(float));
 }
 
-/* Where layer L of stage st keeps its saved state for microbatch sv: the block, or for a layer
- * of a recomputing stage that is not rebuilt, the kept buffer. */
-static float *state_of(const mstage *st, const msaved *sv, const mlayer *L) {
-  return st->recompute && !L->rebuilt ? sv->kept + L->sv_off : sv->buf + L->sv_off;
+/* Where layer L of stage st keeps its saved state: in 'block', or for a layer of a recomputing
+ * stage that is not rebuilt, in the stage's kept buffer 'kept'. */
+static float *state_of(const mstage *st, const mlayer *L, float *block, float *kept) {
+  return st->recompute && !L->rebuilt ? kept + L->sv_off : block + L->sv_off;
 }
 
 /* The forward of stage st on microbatch mb: in -> out (the last layer writes it directly),
@@ -846,8 +846,7 @@ static void stage_forward(rt_model *m, mstage *st, int mb, const float *in, floa
     /* the last layer writes the stage's output directly (stage_scratch counts on it) */
     float *y = i == st->end - 1 && out ? out : other_scr(m, cur, x);
     if (L->rebuilt) rt_copy(kept + L->in_off, x, (size_t)m->B * L->d.in_S * L->d.in_w);
-    float *save = st->recompute && !L->rebuilt ? kept + L->sv_off : state + L->sv_off;
-    L->k->fwd(&L->d, st->w + L->w_off, x, y, save);
+    L->k->fwd(&L->d, st->w + L->w_off, x, y, state_of(st, L, state, kept));
     if (dumping(m, mb)) {
       dump_free(m, i);
       m->dumps[i].x = dup_floats(x, (size_t)m->B * L->d.in_S * L->d.in_w);
@@ -957,10 +956,10 @@ void rt_backward_input(rt_model *m, int st_i, int mb, const float *grad, float *
       RT_FOR(model_splice_bwd, (size_t)m->B * n, .n = n, .stride = (long)L->d.S * L->d.hidden,
              .a = dprev, .b = gc);
       cur = gc;
-      L->k->bwd_in(&L->d, st->w + L->w_off, state_of(st, sv, L), cur, NULL);
+      L->k->bwd_in(&L->d, st->w + L->w_off, state_of(st, L, sv->buf, sv->kept), cur, NULL);
     } else {
       float *dk = !need ? NULL : first && !L->adapt ? dx : other_scr(m, cur, NULL);
-      L->k->bwd_in(&L->d, st->w + L->w_off, state_of(st, sv, L), cur, dk);
+      L->k->bwd_in(&L->d, st->w + L->w_off, state_of(st, L, sv->buf, sv->kept), cur, dk);
       if (dk && L->adapt) {
         dprev = first ? dx : other_scr(m, cur, dk);
         adapt_bwd(m, L, dk, dprev);
@@ -1004,11 +1003,11 @@ void rt_backward_weight(rt_model *m, int st_i, int mb) {
   for (int i = st->first; i < st->end; i++) {
     mlayer *L = &m->layers[i];
     double t0 = time_begin(m);
-    L->k->bwd_w(&L->d, st->w + L->w_off, state_of(st, sv, L), st->g + L->w_off);
+    L->k->bwd_w(&L->d, st->w + L->w_off, state_of(st, L, sv->buf, sv->kept), st->g + L->w_off);
     time_end(m, &L->timed[RT_PH_W], t0);
     if (dumping(m, mb)) { /* this microbatch's own gradient, into a zeroed copy */
       float *g1 = rt_dev_malloc(L->nw * sizeof *g1);
-      L->k->bwd_w(&L->d, st->w + L->w_off, state_of(st, sv, L), g1);
+      L->k->bwd_w(&L->d, st->w + L->w_off, state_of(st, L, sv->buf, sv->kept), g1);
       dump_layer(m, i, st->w + L->w_off, g1);
       rt_dev_mfree(g1);
     }
