@@ -243,11 +243,13 @@ static const char *const html_js[] = {
     "('dev');for(var d2=0;d2<ND;d2++){var op=el('option',null,'$d'+d2+' '+T.types[d2]);"
     "op.value=d2;sel.appendChild(op);}",
     "function memPts(d){var p=[[0,T.static_mib[d],-1]];byDev[d].forEach(function(o,i){"
-    "if(o[0]==1||o[0]==3)p.push([o[4],o[8],2*i]);p.push([o[7],o[6],2*i+1]);});"
+    "if(KN[o[0]]=='B'||KN[o[0]]=='BW')p.push([o[4],o[8],2*i]);p.push([o[7],o[6],2*i+1]);});"
     "p.sort(function(a,b){return a[0]-b[0]||a[2]-b[2];});return p;}",
     "function drawMem(){var d=+sel.value||0,p=memPts(d),lim=T.limit_mib[d];"
     "mc.width=cv.width;mc.height=220;var L=70,Wd=mc.width-L-8,H=190,top=8;"
-    "var mmax=lim||0;p.forEach(function(q){if(q[1]>mmax)mmax=q[1];});if(!(mmax>0))mmax=1;"
+    "var pk=0;p.forEach(function(q){if(q[1]>pk)pk=q[1];});"
+    /* the limit sets the scale only when it is near the peak (else the curve would be flat) */
+    "var show=lim>0&&lim<=2*pk,mmax=show&&lim>pk?lim:pk;if(!(mmax>0))mmax=1;"
     "mmax*=1.05;mx.clearRect(0,0,mc.width,mc.height);mx.font='11px sans-serif';"
     "function xx(t){return L+t/span*Wd;}function yy(v){return top+H-v/mmax*H;}"
     "mx.strokeStyle='#444';mx.strokeRect(L,top,Wd,H);mx.fillStyle='#444';"
@@ -255,10 +257,11 @@ static const char *const html_js[] = {
     "mx.strokeStyle='#4e79a7';mx.lineWidth=1.5;mx.beginPath();mx.moveTo(xx(0),yy(p[0][1]));"
     "for(var i=1;i<p.length;i++){mx.lineTo(xx(p[i][0]),yy(p[i-1][1]));"
     "mx.lineTo(xx(p[i][0]),yy(p[i][1]));}mx.lineTo(xx(span),yy(p[p.length-1][1]));mx.stroke();"
-    "mx.lineWidth=1;if(lim>0){mx.strokeStyle='#c00';mx.setLineDash([5,4]);mx.beginPath();"
+    "mx.lineWidth=1;if(show){mx.strokeStyle='#c00';mx.setLineDash([5,4]);mx.beginPath();"
     "mx.moveTo(L,yy(lim));mx.lineTo(L+Wd,yy(lim));mx.stroke();mx.setLineDash([]);"
     "mx.fillStyle='#c00';mx.fillText('limit '+fmtB(lim*1048576),L+4,yy(lim)-3);}"
-    "var pk=0;p.forEach(function(q){if(q[1]>pk)pk=q[1];});mx.fillStyle='#222';"
+    "else if(lim>0){mx.fillStyle='#c00';mx.fillText('limit '+fmtB(lim*1048576)+"
+    "', above the scale',L+4,top+12);}mx.fillStyle='#222';"
     "mx.fillText('$d'+d+' peak '+fmtB(pk*1048576)+', 0 to '+span.toFixed(3)+' ms',L+4,top+H+16);}",
     "sel.onchange=drawMem;",
     /* stage table */
