@@ -10,6 +10,7 @@
 #                                          where clang is, build the fuzzers (-DOCTO_FUZZ=ON)
 #                                          and run each for 10 s (tests/fuzz/smoke-*.test)
 #   scripts/bootstrap.sh build             only install and build
+#   scripts/bootstrap.sh packages          print the packages that would be installed, no more
 set -eu
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,18 +18,30 @@ job=${1:-example}
 build="$root/build"
 jobs=$(nproc 2>/dev/null || echo 2)
 
-# Debian packages the build and the tests need, as "command:package" pairs.
-need="cmake:cmake cc:gcc make:make flex:flex bison:bison python3:python3"
-missing=""
-for pair in $need; do
-  command -v "${pair%%:*}" >/dev/null 2>&1 || missing="$missing ${pair#*:}"
-done
-[ -x /usr/lib/llvm-14/bin/FileCheck ] || missing="$missing llvm-14-tools"
-[ -f /usr/include/cjson/cJSON.h ] || missing="$missing libcjson-dev"
-[ -f /usr/include/zlib.h ] || missing="$missing zlib1g-dev"
-command -v mpirun >/dev/null 2>&1 || missing="$missing openmpi-bin"
-command -v mpicc >/dev/null 2>&1 || missing="$missing libopenmpi-dev"
-[ -f /usr/include/x86_64-linux-gnu/cblas.h ] || [ -f /usr/include/cblas.h ] || missing="$missing libopenblas-dev"
+# Debian packages the build and the tests need. Whether one is there is asked of dpkg, never
+# guessed from a file: another package may provide the same header (libblas-dev ships a cblas.h,
+# but the runtime links OpenBLAS).
+need="cmake gcc make flex bison python3 llvm-14-tools libcjson-dev zlib1g-dev openmpi-bin
+libopenmpi-dev libopenblas-dev"
+
+# missing_packages: prints, on one line, the packages of $need that dpkg does not report as
+# installed. $OCTO_DPKG_QUERY replaces dpkg-query (the unit test's stand-in).
+missing_packages() {
+  query=${OCTO_DPKG_QUERY:-dpkg-query}
+  out=""
+  for pkg in $need; do
+    status=$($query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+    [ "$status" = "installed" ] || out="$out $pkg"
+  done
+  echo "$out"
+}
+
+if [ "$job" = packages ]; then
+  missing_packages
+  exit 0
+fi
+
+missing=$(missing_packages)
 if [ -n "$missing" ]; then
   echo "bootstrap: installing$missing"
   sudo=""
@@ -76,7 +89,7 @@ test)
   fi
   ;;
 *)
-  echo "usage: scripts/bootstrap.sh example [SPEC] | test | build" >&2
+  echo "usage: scripts/bootstrap.sh example [SPEC] | test | build | packages" >&2
   exit 1
   ;;
 esac
