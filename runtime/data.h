@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
+#include "stream.h"
 #include "support.h"
 
 /* splitmix64's finalizer: a bijective mix of z. */

@@ -19,7 +19,7 @@
 #include <signal.h>
 #include <stdint.h>
 
-#include "backend.h"
+#include "stream.h"
 #include "support.h"
 
 /* ---- Model --------------------------------------------------------------------------------- */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "stream.h"
 #include "cli.h"
 #include "support.h"
 

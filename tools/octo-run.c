@@ -17,7 +17,7 @@
 #include <malloc.h>
 #endif
 
-#include "backend.h"
+#include "stream.h"
 #include "runtime.h"
 #include "cli.h"
 #include "support.h"

@@ -24,7 +24,7 @@ usage: ois.py IN OUT EDIT...
   flip:OFF          flip the low bit of byte OFF (applied last, after the checksum)
   print             print the header's prediction, each rank's busy time and peak memory and
                     its predicted times (after the edits before it)
-The opcode table below must follow backend/isa.def (tests/backend/bad-files.test checks it)."""
+The opcode table below must follow stream/isa.def (tests/backend/bad-files.test checks it)."""
 import struct
 import sys
 import zlib

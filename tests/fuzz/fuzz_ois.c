@@ -1,6 +1,6 @@
 /* fuzz_ois.c -- libFuzzer harness of the instruction-stream reader (be_read: decoding,
  * validation, deadlock check): any bytes as a .ois file. */
-#include "backend.h"
+#include "stream.h"
 #include "fuzz.h"
 #include "support.h"
 

@@ -6,7 +6,7 @@
 
 #include <stdio.h>
 
-#include "backend.h"
+#include "stream.h"
 #include "support.h"
 
 /* Give layer l of s the parameter (name, value). */

@@ -1,5 +1,5 @@
 /* test_backend.c -- unit tests of lowering (backend/lower.c) and the deadlock checker
- * (backend/check.c): every classic schedule over a range of p, m and v lowers to streams that
+ * (stream/check.c): every classic schedule over a range of p, m and v lowers to streams that
  * validate and check, with activation buffers equal to the simulator's activation memory; random
  * plans (random partitions, placements and dependency-respecting orders) do too; each stream
  * carries the simulator's prediction exactly; hand-made deadlocking streams are rejected with

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "stream.h"
 #include "unit.h"
 
 /* A new stream with the header fields set and no layers, stages, shapes or ranks. */

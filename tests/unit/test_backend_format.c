@@ -2,7 +2,8 @@
  * (be_write, be_read, be_read_file): a small hand-built stream is accepted and round-trips
  * byte for byte, the prediction it carries (measurement scale and backend, step and busy times,
  * peak memory and per-instruction times) bit for bit; truncated, corrupted and fuzzed files are rejected cleanly;
- * and one targeted broken program per validator rule is rejected with the expected message. */
+ * and one targeted broken program per validator rule is rejected with the expected message; the
+ * stream library's backend names are the IR's. */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,7 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "ir.h"
+#include "stream.h"
 #include "unit.h"
 
 /* ---- A small valid stream ------------------------------------------------------------------ */
@@ -1132,4 +1134,19 @@ void test_backend_format_invalid_programs(void) {
     if (s->nranks < nranks) s->nranks = nranks;
     be_stream_free(s);
   }
+}
+
+/* The measuring backends the stream library accepts (be_backend_*, from the IR's enums.def by
+ * inclusion) are enum BACKEND of the IR, value for value, and nothing else. */
+void test_backend_format_backend_names(void) {
+  int n = 0;
+  for (; ir_enum_name(IR_T_BACKEND, n); n++) {
+    UNIT_CHECK_STREQ(be_backend_name(n), ir_enum_name(IR_T_BACKEND, n));
+    UNIT_CHECK(be_backend_lookup(ir_enum_name(IR_T_BACKEND, n)) == n);
+  }
+  UNIT_CHECK(n == 5);
+  UNIT_CHECK(be_backend_name(n) == NULL);
+  UNIT_CHECK(be_backend_name(-1) == NULL);
+  UNIT_CHECK(be_backend_lookup("MPI") == -1);
+  UNIT_CHECK(be_backend_lookup("relu") == -1); /* a value of another enum */
 }

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "stream.h"
 
 enum {
   DIS_MNEMONIC_WIDTH = 10, /* columns of the mnemonic */

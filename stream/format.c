@@ -11,7 +11,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "backend.h"
+#include "stream.h"
 
 /* The 8-byte magic at the start of every file (PNG-style: a high byte, the name, CR LF, ^Z, LF,
  * so that text-mode transfers and truncation to 7 bits are detected). */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "stream.h"
 
 /* A posted send or receive. */
 typedef struct msg {

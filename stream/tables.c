@@ -1,9 +1,10 @@
 /* tables.c -- the instruction-set tables generated from isa.def, operands.def and tensors.def,
- * and the stream container's helpers (emit, free). */
+ * the measuring backends' names (from the IR's enums.def), and the stream container's helpers
+ * (emit, free). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "stream.h"
 
 #define BE_FLAGS_COMPUTE BE_COMPUTE
 #define BE_FLAGS_COMM BE_COMM
@@ -29,6 +30,40 @@ const be_tensor_info be_tensors[BE_T_COUNT] = {
 #include "tensors.def"
 #undef BE_TENSOR
 };
+
+/* A named value of the IR's enumerated types: the type's name and the value's spelling. */
+typedef struct be_ir_enum {
+  const char *type; /* types.def ID of the type ("BACKEND") */
+  const char *name; /* spelling of the value ("mpi") */
+} be_ir_enum;
+
+/* Every row of the IR's enums.def, in table order (the IR numbers a type's values in that order
+ * from 0). The file is included, not linked: the IR's table is the one list of backends and the
+ * stream library needs nothing of ir/. Only the rows of BACKEND are used. */
+static const be_ir_enum be_ir_enums[] = {
+#define IR_ENUM(T, ID, S, DOC) {#T, S},
+#include "../ir/enums.def"
+#undef IR_ENUM
+};
+
+int be_backend_lookup(const char *name) {
+  int v = 0;
+  for (size_t i = 0; i < sizeof be_ir_enums / sizeof *be_ir_enums; i++) {
+    if (strcmp(be_ir_enums[i].type, "BACKEND") != 0) continue;
+    if (strcmp(be_ir_enums[i].name, name) == 0) return v;
+    v++;
+  }
+  return -1;
+}
+
+const char *be_backend_name(int b) {
+  int v = 0;
+  for (size_t i = 0; i < sizeof be_ir_enums / sizeof *be_ir_enums; i++) {
+    if (strcmp(be_ir_enums[i].type, "BACKEND") != 0) continue;
+    if (v++ == b) return be_ir_enums[i].name;
+  }
+  return NULL;
+}
 
 int be_op_lookup(const char *name) {
   for (int i = 0; i < BE_OP_COUNT; i++)

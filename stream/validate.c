@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "stream.h"
 
 /* Longest string the binary format stores (format.c reads no longer ones). */
 enum { V_MAX_STRING = 4096 };
@@ -147,12 +147,12 @@ static int check_prediction_header(vctx *v) {
   const be_stream *s = v->s;
   if (s->scale < 0)
     return fail(v, "measurement scale %d must be at least 0 (0: analytic costs)", (int)s->scale);
-  if (!s->measured_on || ir_enum_lookup(IR_T_BACKEND, s->measured_on) < 0) {
+  if (!s->measured_on || be_backend_lookup(s->measured_on) < 0) {
     fail(v, "measuring backend ");
     put_quoted(v, s->measured_on);
     strbuf_puts(v->err, " is not one of");
-    for (int b = 0; ir_enum_name(IR_T_BACKEND, b); b++)
-      strbuf_printf(v->err, "%s %s", b ? "," : "", ir_enum_name(IR_T_BACKEND, b));
+    for (int b = 0; be_backend_name(b); b++)
+      strbuf_printf(v->err, "%s %s", b ? "," : "", be_backend_name(b));
     return -1;
   }
   if (!time_ok(s->pred_step))
