@@ -486,6 +486,7 @@ int pass_config(ir_module *m, const pass_config_opts *o, pass_config_stats *st, 
     for (int j = 0; j < st->nrows; j++) st->rows[j] = x.c[idx[j]].row;
     if (o->baselines) {
       cfg_ctx b = x;
+      b.o.megatron = false; /* PP-only is the tuner's plan, as its row says */
       b.c = NULL;
       b.n = b.cap = 0;
       baselines(&b, pool, st);
