@@ -252,7 +252,7 @@ static int64_t part_ps(const ir_cost *k) { return llround((k->f + k->b + k->w) *
  * device i mod p (its placement: sequential, or its loop with chunks > 1): each unit costs its
  * layers' F + B + W on that device's type and needs their static memory plus activations times
  * the microbatches 1F1B keeps in flight at stage i, min(k - i, mb), within mem_cap when given,
- * else (fit=true) within the device's memory limit. The exact split of
+ * else (fit=true, one stage per device) within the device's memory limit. The exact split of
  * pass_partition_minmax. */
 static int part_balanced_megatron(part_ctx *c, const int *uend, int n, double cap, int mb,
                                   int *ends) {
@@ -266,7 +266,7 @@ static int part_balanced_megatron(part_ctx *c, const int *uend, int n, double ca
   for (int s = 0; s < k; s++) {
     int dv = p > 0 ? s % p : -1;
     int inflight = k - s < mb ? k - s : mb;
-    caps[s] = cap > 0 ? cap : fit && dv >= 0 ? ir_device_mem_limit(m, dv) : INFINITY;
+    caps[s] = cap > 0 ? cap : fit && dv >= 0 && k == p ? ir_device_mem_limit(m, dv) : INFINITY;
     for (int u = 0, i = 0; u < n; u++)
       for (; i < uend[u]; i++) {
         const ir_cost *r = dv >= 0 ? ir_layer_cost_on(m, &m->layers[i], dv) : &m->layers[i].cost;
