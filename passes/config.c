@@ -179,8 +179,8 @@ static void row_figures(const cfg_ctx *x, pass_config_row *r, const ir_module *c
   r->mfu = x->peak > 0 ? x->model_flops * gb / r->makespan / ((double)r->gpus * x->peak) : 0;
 }
 
-/* Tune candidate k with 'evals' plans on 'jobs' threads (its plan replaced) and simulate the
- * result. */
+/* Plan candidate k (its plan replaced) and simulate the result: a tune of 'evals' plans on 'jobs'
+ * threads, or with x->o.megatron the megatron pass under the candidate's own recompute policy. */
 static void cand_tune(const cfg_ctx *x, cfg_cand *k, int evals, int jobs) {
   pass_quiet q;
   if (!k->m || !pass_quiet_begin(&q)) return;
@@ -191,13 +191,21 @@ static void cand_tune(const cfg_ctx *x, cfg_cand *k, int evals, int jobs) {
   pass_tune_stats ts;
   memset(&ts, 0, sizeof ts);
   k->row.makespan = INFINITY;
-  if (pass_tune(k->m, &to, &ts, q.d, diag_mkloc(0, 0, 0, 0)) == 0 &&
-      pass_run_text(k->m, "simulate", q.d) == PASS_OK) {
-    row_figures(x, &k->row, k->m);
-    snprintf(k->row.plan, sizeof k->row.plan, "%s", ts.start);
+  if (x->o.megatron) {
+    if (pass_run_text(k->m, "megatron{recompute=false}", q.d) == PASS_OK) {
+      row_figures(x, &k->row, k->m);
+      snprintf(k->row.plan, sizeof k->row.plan, "megatron");
+    }
+    k->row.evals++;
+  } else {
+    if (pass_tune(k->m, &to, &ts, q.d, diag_mkloc(0, 0, 0, 0)) == 0 &&
+        pass_run_text(k->m, "simulate", q.d) == PASS_OK) {
+      row_figures(x, &k->row, k->m);
+      snprintf(k->row.plan, sizeof k->row.plan, "%s", ts.start);
+    }
+    k->overflow = ts.overflow;
+    k->row.evals += ts.evaluations;
   }
-  k->overflow = ts.overflow;
-  k->row.evals += ts.evaluations;
   pass_tune_stats_free(&ts);
   pass_quiet_end(&q, k->row.why, sizeof k->row.why);
   if (isfinite(k->row.makespan)) k->row.why[0] = 0;
@@ -437,10 +445,10 @@ int pass_config(ir_module *m, const pass_config_opts *o, pass_config_stats *st, 
   if (o->exhaustive) st->long_tuned = tuned;
   else st->short_tuned = tuned;
   /* The best few by their short tune get a long one (side by side); a long tune that does worse
-   * keeps the short one's plan. */
+   * keeps the short one's plan. The megatron pass has no effort to raise. */
   sort_cands(&x, idx, x.n, false);
   int top = 0;
-  while (!o->exhaustive && top < x.n && top < o->top && isfinite(x.c[idx[top]].row.makespan))
+  while (!o->exhaustive && !o->megatron && top < x.n && top < o->top && isfinite(x.c[idx[top]].row.makespan))
     top++;
   pass_config_row *before = xmalloc((size_t)(top ? top : 1) * sizeof *before);
   ir_module **keep = xmalloc((size_t)(top ? top : 1) * sizeof *keep);
@@ -478,6 +486,7 @@ int pass_config(ir_module *m, const pass_config_opts *o, pass_config_stats *st, 
     for (int j = 0; j < st->nrows; j++) st->rows[j] = x.c[idx[j]].row;
     if (o->baselines) {
       cfg_ctx b = x;
+      b.o.megatron = false; /* PP-only is the tuner's plan, as its row says */
       b.c = NULL;
       b.n = b.cap = 0;
       baselines(&b, pool, st);
@@ -512,6 +521,7 @@ int pass_run_config(ir_module *m, const pass_options *opts, diag_engine *d) {
       pass_opt_bool(opts, "fewer", def->fewer, &o.fewer, d) ||
       pass_opt_bool(opts, "exhaustive", def->exhaustive, &o.exhaustive, d) ||
       pass_opt_bool(opts, "baselines", def->baselines, &o.baselines, d) ||
+      pass_opt_bool(opts, "megatron", def->megatron, &o.megatron, d) ||
       pass_opt_int(opts, "jobs", def->jobs, &jobs, d) ||
       pass_opt_int(opts, "seed", (int64_t)def->seed, &seed, d))
     return 1;

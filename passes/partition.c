@@ -3,7 +3,9 @@
  *             with the first and last stage (Megatron's default split);
  *   balanced  the exact min-max split of per-layer cost (F + B + W) into k contiguous stages, by
  *             bisection over the bottleneck with a greedy feasibility test, optionally under a
- *             per-stage memory cap;
+ *             per-stage memory cap; with megatron=true, of the blocks Megatron can cut between,
+ *             each stage costed on its own device and kept within its memory (a dynamic
+ *             program: pass_partition_minmax);
  *   explicit  layer counts given as an option, as a Megatron pipeline layout string or hybrid
  *             pattern with '|' cuts, or the stages the module already has (a spec's
  *             `stages = [...]`).
@@ -115,6 +117,79 @@ int pass_partition_balanced(const int64_t *cost, const double *mem_static, const
   return 0;
 }
 
+int pass_partition_minmax(const int64_t *cost, const double *mem, const double *cap, int n,
+                          int k, int *ends, int64_t *bottleneck) {
+  if (k < 1 || n < k) return -1;
+  /* Every sum below is of distinct units, each at most its largest cost: bound that total. */
+  int64_t most = 0;
+  for (int u = 0; u < n; u++) {
+    int64_t top = 0;
+    for (int s = 0; s < k; s++) {
+      int64_t c = cost[(size_t)s * n + u];
+      if (c < 0) return -1;
+      if (c > top) top = c;
+    }
+    if (top > INT64_MAX / 2 - most) return -1;
+    most += top;
+  }
+  size_t row = (size_t)n + 1;
+  int64_t *pc = xcalloc((size_t)k * row, sizeof *pc); /* prefix sums of each stage's costs */
+  double *pm = xcalloc((size_t)k * row, sizeof *pm);  /* ... and of its memory */
+  for (int s = 0; s < k; s++)
+    for (int u = 0; u < n; u++) {
+      pc[s * row + u + 1] = pc[s * row + u] + cost[(size_t)s * n + u];
+      pm[s * row + u + 1] = pm[s * row + u] + mem[(size_t)s * n + u];
+    }
+  /* Stage s over units [a, b): its cost, and whether it fits its cap. */
+#define MM_COST(s, a, b) (pc[(s) * row + (b)] - pc[(s) * row + (a)])
+#define MM_FITS(s, a, b) (!cap || pm[(s) * row + (b)] - pm[(s) * row + (a)] <= cap[s])
+  /* Pass 1: f[s][j] = the least bottleneck of stages 0..s over units [0, j) (-1: none). */
+  int64_t *f = xmalloc((size_t)k * row * sizeof *f);
+  for (size_t i = 0; i < (size_t)k * row; i++) f[i] = -1;
+  for (int j = 1; j <= n; j++)
+    if (MM_FITS(0, 0, j)) f[j] = MM_COST(0, 0, j);
+  for (int s = 1; s < k; s++)
+    for (int j = s + 1; j <= n; j++)
+      for (int a = s; a < j; a++) {
+        int64_t prev = f[(s - 1) * row + a];
+        if (prev < 0 || !MM_FITS(s, a, j)) continue;
+        int64_t c = MM_COST(s, a, j), v = c > prev ? c : prev;
+        if (f[s * row + j] < 0 || v < f[s * row + j]) f[s * row + j] = v;
+      }
+  int64_t t = f[(k - 1) * row + n];
+  int rc = t < 0 ? -2 : 0;
+  if (rc == 0) {
+    /* Pass 2: g[s][j] = the least sum of stage costs with every stage <= t; from[] the start of
+     * stage s that gives it (the earliest among equal sums: later stages as large as possible,
+     * the early stages, which hold the most microbatches in flight, the lighter). */
+    int64_t *g = f; /* pass 1 is done with */
+    int *from = xmalloc((size_t)k * row * sizeof *from);
+    for (size_t i = 0; i < (size_t)k * row; i++) g[i] = -1;
+    for (int j = 1; j <= n; j++)
+      if (MM_FITS(0, 0, j) && MM_COST(0, 0, j) <= t) g[j] = MM_COST(0, 0, j), from[j] = 0;
+    for (int s = 1; s < k; s++)
+      for (int j = s + 1; j <= n; j++)
+        for (int a = s; a < j; a++) {
+          int64_t prev = g[(s - 1) * row + a], c = MM_COST(s, a, j);
+          if (prev < 0 || c > t || !MM_FITS(s, a, j)) continue;
+          if (g[s * row + j] < 0 || prev + c < g[s * row + j])
+            g[s * row + j] = prev + c, from[s * row + j] = a;
+        }
+    for (int s = k - 1, j = n; s >= 0; s--) {
+      ends[s] = j;
+      j = from[s * row + j];
+    }
+    free(from);
+    if (bottleneck) *bottleneck = t;
+  }
+#undef MM_COST
+#undef MM_FITS
+  free(f);
+  free(pc);
+  free(pm);
+  return rc;
+}
+
 /* ---- Methods ------------------------------------------------------------------------------- */
 
 /* uniform: the body (layers after the leading embeddings and before the trailing LM heads) in
@@ -160,26 +235,86 @@ static int need_costs(part_ctx *c, const char *method) {
  * it stays below INT64_MAX with room for rounding. */
 #define PART_MAX_TOTAL_S 9e6
 
+/* The units the balanced split works on: layers, or with megatron=true the blocks between the
+ * cuts Megatron allows. Writes unit u's exclusive layer end into uend[u] (m->nlayers + 1
+ * entries); returns the count. */
+static int part_units(const ir_module *m, bool megatron, int *uend) {
+  int n = 0;
+  for (int i = 1; i <= m->nlayers; i++)
+    if (i == m->nlayers || !megatron || pass_megatron_cut_ok(m, i)) uend[n++] = i;
+  return n;
+}
+
+/* Picoseconds of F + B + W of cost record k, as the simulator counts time. */
+static int64_t part_ps(const ir_cost *k) { return llround((k->f + k->b + k->w) * 1e12); }
+
+/* balanced, megatron=true: the n units (ending at uend[]) as Megatron runs them, stage i on
+ * device i mod p (its placement: sequential, or its loop with chunks > 1): each unit costs its
+ * layers' F + B + W on that device's type and needs their static memory plus activations times
+ * the microbatches 1F1B keeps in flight at stage i, min(k - i, mb), within mem_cap when given,
+ * else (fit=true, one stage per device) within the device's memory limit. The exact split of
+ * pass_partition_minmax. */
+static int part_balanced_megatron(part_ctx *c, const int *uend, int n, double cap, int mb,
+                                  int *ends) {
+  ir_module *m = c->m;
+  bool fit;
+  if (pass_opt_bool(c->opts, "fit", true, &fit, c->d)) return 1;
+  int k = c->k, p = m->ndevices;
+  int64_t *cost = xcalloc((size_t)k * (size_t)n, sizeof *cost);
+  double *mem = xcalloc((size_t)k * (size_t)n, sizeof *mem);
+  double *caps = xmalloc((size_t)k * sizeof *caps);
+  for (int s = 0; s < k; s++) {
+    int dv = p > 0 ? s % p : -1;
+    int inflight = k - s < mb ? k - s : mb;
+    caps[s] = cap > 0 ? cap : fit && dv >= 0 && k == p ? ir_device_mem_limit(m, dv) : INFINITY;
+    for (int u = 0, i = 0; u < n; u++)
+      for (; i < uend[u]; i++) {
+        const ir_cost *r = dv >= 0 ? ir_layer_cost_on(m, &m->layers[i], dv) : &m->layers[i].cost;
+        cost[(size_t)s * n + u] += part_ps(r);
+        mem[(size_t)s * n + u] += r->param + r->act * inflight;
+      }
+  }
+  int rc = pass_partition_minmax(cost, mem, caps, n, k, ends, NULL);
+  if (rc == -2) {
+    strbuf sb = {0};
+    if (cap > 0) ir_format_value(&sb, IR_T_BYTES, cap);
+    diag_error(c->d, cap > 0 ? opt_loc(c, "mem_cap") : c->opts->loc,
+               "no partition into %d stages Megatron can express keeps every stage within %s%s "
+               "(static memory plus activations of the microbatches 1F1B keeps in flight)", k,
+               cap > 0 ? "mem_cap = " : "its device's memory limit", strbuf_cstr(&sb));
+    strbuf_free(&sb);
+  } else if (rc != 0) {
+    diag_error(c->d, c->opts->loc, "partition{method=balanced, megatron=true} cannot balance "
+               "these layer costs (their F + B + W times add up past what it can count)");
+  }
+  free(cost);
+  free(mem);
+  free(caps);
+  return rc != 0;
+}
+
 /* balanced: the exact min-max split of F + B + W per layer (pass_partition_balanced), under
- * mem_cap when given; with megatron=true, cuts only where pass_megatron_cut_ok allows (the
- * split of the blocks between those cuts). Needs complete layer costs. */
+ * mem_cap when given; with megatron=true, cuts only where pass_megatron_cut_ok allows, each
+ * stage costed on its own device within its memory (part_balanced_megatron). Needs complete
+ * layer costs. */
 static int part_balanced(part_ctx *c) {
   ir_module *m = c->m;
   if (need_costs(c, "balanced")) return 1;
   bool megatron;
   if (pass_opt_bool(c->opts, "megatron", false, &megatron, c->d)) return 1;
+  if (!megatron && pass_opt_find(c->opts, "fit")) {
+    diag_error(c->d, pass_opt_find(c->opts, "fit")->key_loc, "'fit' is for megatron=true");
+    return 1;
+  }
   double cap;
   if (pass_opt_quantity(c->opts, "mem_cap", IR_DIM_BYTES, 0, &cap, c->d)) return 1;
   if (pass_opt_find(c->opts, "mem_cap") && !(cap > 0)) { /* 0 would mean "no cap" below */
     diag_error(c->d, opt_loc(c, "mem_cap"), "mem_cap must be a positive size");
     return 1;
   }
-  /* The units the balanced split works on: layers, or with megatron=true the blocks between
-   * the cuts Megatron allows; unit u ends at layer uend[u]. */
+  /* Unit u ends at layer uend[u]. */
   int *uend = xmalloc(((size_t)m->nlayers + 1) * sizeof *uend);
-  int n = 0;
-  for (int i = 1; i <= m->nlayers; i++)
-    if (i == m->nlayers || !megatron || pass_megatron_cut_ok(m, i)) uend[n++] = i;
+  int n = part_units(m, megatron, uend);
   if (n < c->k) {
     if (megatron)
       diag_error(c->d, c->opts->loc, "partition{method=balanced, megatron=true} cannot cut %d "
@@ -191,10 +326,15 @@ static int part_balanced(part_ctx *c) {
     return 1;
   }
   /* Picoseconds, as the simulator: their sum must fit in int64_t (9.2e18 ps, about 106 days). */
-  double total = 0;
-  for (int i = 0; i < n; i++) {
-    const ir_cost *k = &m->layers[i].cost;
-    total += k->f + k->b + k->w;
+  double total = 0; /* each layer at its dearest device type */
+  for (int i = 0; i < m->nlayers; i++) {
+    const ir_layer *l = &m->layers[i];
+    double most = l->cost.f + l->cost.b + l->cost.w;
+    for (int t = 0; t < l->ntcosts; t++) {
+      const ir_cost *o = &l->tcosts[t].cost;
+      if (o->f + o->b + o->w > most) most = o->f + o->b + o->w;
+    }
+    total += most;
   }
   if (!(total <= PART_MAX_TOTAL_S)) {
     diag_error(c->d, c->opts->loc, "partition{method=balanced} cannot balance layers whose F + B "
@@ -202,37 +342,43 @@ static int part_balanced(part_ctx *c) {
     free(uend);
     return 1;
   }
-  int64_t *cost = xcalloc((size_t)n, sizeof *cost);
-  double *ms = xcalloc((size_t)n, sizeof *ms), *ma = xcalloc((size_t)n, sizeof *ma);
-  for (int u = 0, i = 0; u < n; u++)
-    for (; i < uend[u]; i++) {
-      const ir_cost *k = &m->layers[i].cost;
-      cost[u] += llround((k->f + k->b + k->w) * 1e12);
-      ms[u] += k->param;
-      ma[u] += k->act;
-    }
   /* In flight at a stage: min(k - i, mb), so mb only matters up to k (NAN when unset: 1). */
   double mbs = ir_field_value(&m->train, IR_F_TRAIN_microbatches);
   int mb = !(mbs >= 1) ? 1 : mbs < c->k ? (int)mbs : c->k;
   int *ends = xmalloc((size_t)c->k * sizeof *ends);
-  int rc = pass_partition_balanced(cost, ms, ma, n, c->k, cap, mb, ends, NULL);
+  int rc;
+  if (megatron) {
+    rc = part_balanced_megatron(c, uend, n, cap, mb, ends);
+  } else {
+    int64_t *cost = xcalloc((size_t)n, sizeof *cost);
+    double *ms = xcalloc((size_t)n, sizeof *ms), *ma = xcalloc((size_t)n, sizeof *ma);
+    for (int u = 0, i = 0; u < n; u++)
+      for (; i < uend[u]; i++) {
+        const ir_cost *k = &m->layers[i].cost;
+        cost[u] += part_ps(k);
+        ms[u] += k->param;
+        ma[u] += k->act;
+      }
+    rc = pass_partition_balanced(cost, ms, ma, n, c->k, cap, mb, ends, NULL) != 0;
+    if (rc) {
+      strbuf sb = {0};
+      ir_format_value(&sb, IR_T_BYTES, cap);
+      diag_error(c->d, opt_loc(c, "mem_cap"), "no partition into %d stages keeps every stage "
+                 "under mem_cap = %s (static memory plus activations of the microbatches 1F1B "
+                 "keeps in flight)", c->k, strbuf_cstr(&sb));
+      strbuf_free(&sb);
+    }
+    free(cost);
+    free(ms);
+    free(ma);
+  }
   if (rc == 0) {
     for (int s = 0; s < c->k; s++) ends[s] = uend[ends[s] - 1]; /* unit ends to layer ends */
     apply_cuts(m, ends, c->k);
-  } else {
-    strbuf sb = {0};
-    ir_format_value(&sb, IR_T_BYTES, cap);
-    diag_error(c->d, opt_loc(c, "mem_cap"), "no partition into %d stages keeps every stage "
-               "under mem_cap = %s (static memory plus activations of the microbatches 1F1B "
-               "keeps in flight)", c->k, strbuf_cstr(&sb));
-    strbuf_free(&sb);
   }
-  free(cost);
-  free(ms);
-  free(ma);
   free(ends);
   free(uend);
-  return rc != 0;
+  return rc;
 }
 
 /* Check an explicit stage count against devices x chunks; report what would fit. */
@@ -474,8 +620,8 @@ int pass_run_partition(ir_module *m, const pass_options *opts, diag_engine *d) {
     diag_error(d, o->key_loc, "'%s' is for method=explicit", o->key);
     return 1;
   }
-  for (int i = 0; i < 2; i++) {
-    const char *key = i ? "megatron" : "mem_cap";
+  for (int i = 0; i < 3; i++) {
+    const char *key = i == 2 ? "fit" : i ? "megatron" : "mem_cap";
     if (pass_opt_find(opts, key) && method != PART_BALANCED) {
       diag_error(d, pass_opt_find(opts, key)->key_loc, "'%s' is for method=balanced", key);
       return 1;

@@ -128,6 +128,18 @@ int pass_opt_choice(const pass_options *opts, const char *key, const char *const
 int pass_partition_balanced(const int64_t *cost, const double *mem_static, const double *mem_act,
                             int n, int k, double cap, int mb, int *ends, int64_t *bottleneck);
 
+/* Exact min-max contiguous partition with costs that depend on the stage (the device it runs
+ * on): cut n units into k non-empty stages, unit u costing cost[s * n + u] (>= 0) as stage s and
+ * needing mem[s * n + u] bytes there, within cap[s] (INFINITY: no limit; cap NULL: none). It
+ * minimises the largest stage cost (1F1B's steady state: every microbatch passes the slowest
+ * stage), then, among the cuts that reach it, the sum of the stage costs (one microbatch's fill
+ * and drain), then gives later stages as many units as possible. Writes the exclusive end of
+ * each stage into ends[0..k) (ends[k-1] == n) and the optimum into *bottleneck (when non-NULL).
+ * Returns 0; -1 when k < 1, n < k, a cost is negative or the costs add up past INT64_MAX / 2;
+ * -2 when no cut meets the caps. O(k n^2) time, O(k n) memory. */
+int pass_partition_minmax(const int64_t *cost, const double *mem, const double *cap, int n,
+                          int k, int *ends, int64_t *bottleneck);
+
 /* ---- The adaptive scheduler, for the tuner ----------------------------------------------- */
 
 /* Knobs of the adaptive scheduler (schedule{method=adaptive, split=..., mem_margin=...}). */
@@ -165,11 +177,8 @@ pass_layout_notation pass_layout_notation_of(const ir_module *m);
  * after a leading embedding or before a trailing LM head (both implicit, so a stage of either
  * alone cannot be written). */
 bool pass_megatron_cut_ok(const ir_module *m, int i);
-/* The octoc --megatron plan: stages Megatron can express (balanced under pass_megatron_cut_ok),
- * one per device in order, 1F1B (Megatron's default schedule). */
-#define PASS_MEGATRON_PIPELINE \
-  "cost,partition{method=balanced, megatron=true},place{method=sequential}," \
-  "schedule{method=1f1b},simulate"
+/* The octoc --megatron plan: the megatron pass (passes/megatron.c) after the costs. */
+#define PASS_MEGATRON_PIPELINE "cost,megatron"
 
 /* ---- Comparison with the classic plans --------------------------------------------------- */
 
@@ -276,6 +285,9 @@ typedef struct pass_config_opts {
   bool exhaustive;    /* no pruning and no short tunes: every configuration gets a long tune (for
                          tests: the search must find the same configuration) */
   bool baselines;     /* also evaluate the Megatron grid and the PP-only plan */
+  bool megatron;      /* plan every configuration with the megatron pass (recompute=false: the
+                         configuration's own policy) instead of the tuner, so the rows, the
+                         choice and the plan written are Megatron's */
   int jobs;           /* threads (pass_tune_opts.jobs); the result does not depend on it */
   uint64_t seed;      /* the tuner's seed */
 } pass_config_opts;

@@ -1,7 +1,9 @@
 /* export.c -- the plan in other frameworks' terms: the schedule as the CSV that PyTorch's
  * torch.distributed.pipelining reads (_load_csv, compute-only actions), and the partition as
- * Megatron-LM's --pipeline-model-parallel-layout string or --hybrid-layer-pattern with '|' cuts,
- * alone or as Megatron-LM's command-line flags. */
+ * Megatron-LM's --pipeline-model-parallel-layout string or --hybrid-layer-pattern with '|' cuts
+ * (megatron-core 0.17 and later; 0.16.x's --hybrid-override-pattern in a comment), alone or as
+ * Megatron-LM's command-line flags. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "report_impl.h"
@@ -133,9 +135,20 @@ int report_megatron_args(const ir_module *m, strbuf *out, diag_engine *d, diag_l
   int p = m->ndevices; /* the layout's '|' cuts give the virtual stages per rank */
   /* the configuration: degrees, batch, recomputation, distributed optimizer, overlap */
   const ir_train *t = &m->train;
-  int rc = (int)ir_field_value(t, IR_F_TRAIN_recompute);
-  strbuf_printf(out, "--tensor-model-parallel-size %lld\n",
-                (long long)ir_field_value(t, IR_F_TRAIN_tensor));
+  int rc = (int)ir_field_value(t, IR_F_TRAIN_recompute), own = 0;
+  for (int s = 0; s < m->nstages; s++) own += m->stages[s].recompute == IR_RECOMPUTE_FULL;
+  if (own > 0 && own < m->nstages) {
+    int yes = 0, no = 0;
+    while (m->stages[yes].recompute != IR_RECOMPUTE_FULL) yes++;
+    while (m->stages[no].recompute == IR_RECOMPUTE_FULL) no++;
+    diag_error(d, where, "cannot write Megatron flags: @s%d recomputes and @s%d does not, but "
+               "Megatron recomputes the same way on every stage" MEGATRON_HINT, yes, no);
+    strbuf_free(&layout);
+    return -1;
+  }
+  if (own > 0) rc = IR_RECOMPUTE_FULL; /* every stage recomputes: the module-wide policy */
+  int64_t tensor = (int64_t)ir_field_value(t, IR_F_TRAIN_tensor);
+  strbuf_printf(out, "--tensor-model-parallel-size %lld\n", (long long)tensor);
   strbuf_printf(out, "--micro-batch-size %lld --global-batch-size %lld\n",
                 (long long)ir_field_value(t, IR_F_TRAIN_micro_batch),
                 (long long)ir_field_value(t, IR_F_TRAIN_global_batch));
@@ -148,39 +161,52 @@ int report_megatron_args(const ir_module *m, strbuf *out, diag_engine *d, diag_l
     strbuf_puts(out, "--overlap-grad-reduce\n");
   strbuf_printf(out, "# data-parallel size %lld: launch tensor x pipeline x data = %lld ranks\n",
                 (long long)ir_field_value(t, IR_F_TRAIN_data),
-                (long long)(ir_field_value(t, IR_F_TRAIN_tensor) * p *
-                            ir_field_value(t, IR_F_TRAIN_data)));
+                (long long)(tensor * p * ir_field_value(t, IR_F_TRAIN_data)));
+  if (tensor > 1) /* megatron/training/arguments.py, validate_args */
+    strbuf_puts(out, "# environment: CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron's validate_args "
+                     "requires it with tensor parallelism on GPUs before Blackwell, unless FSDP "
+                     "or --overlap-moe-expert-parallel-comm is used)\n");
   strbuf_printf(out, "--pipeline-model-parallel-size %d", p);
   strbuf_printf(out, " %s '%s'\n",
                 hybrid ? "--hybrid-layer-pattern" : "--pipeline-model-parallel-layout",
                 strbuf_cstr(&layout));
   if (hybrid) {
-    /* megatron-core <= 0.16: no '|'; the layers are split evenly over the ranks */
+    /* megatron-core 0.16.x: --hybrid-override-pattern without '|' and --num-layers; the ranks get
+     * equal counts, or the first and last their own (--decoder-first/last-pipeline-num-layers,
+     * megatron/core/ssm/mamba_block.py) and the middle ones equal ones; no virtual stages */
     strbuf plain = {0};
-    int total = 0, per = -1;
-    bool even = m->nstages == p;
+    int *count = xcalloc((size_t)m->nstages, sizeof *count), ns = 0;
     for (const char *c = strbuf_cstr(&layout);; c++) {
       if (*c == '|' || *c == 0) {
-        if (per >= 0 && total != per) even = false;
-        per = total;
-        total = 0;
+        ns++;
         if (!*c) break;
       } else {
         strbuf_putc(&plain, *c);
-        total++;
+        count[ns]++;
       }
     }
-    strbuf_printf(out, "# megatron-core 0.16 and earlier reject '|' in hybrid patterns; there "
-                  "--hybrid-layer-pattern '%s' ", strbuf_cstr(&plain));
-    if (plain.len % (size_t)p)
-      strbuf_printf(out, "fails: its %zu layers do not split evenly over %d ranks\n", plain.len,
-                    p);
+    bool even = true, middle = true;
+    for (int s = 1; s < ns; s++) even = even && count[s] == count[0];
+    for (int s = 2; s + 1 < ns; s++) middle = middle && count[s] == count[1];
+    strbuf_puts(out, "# megatron-core 0.17 and later read the line above; 0.16.x has no "
+                     "--hybrid-layer-pattern and no '|': there ");
+    if (ns != p)
+      strbuf_printf(out, "this plan cannot be written: its hybrid model has no virtual pipeline "
+                    "stages, and the plan has %d stages on %d ranks\n", ns, p);
     else if (even)
-      strbuf_printf(out, "splits its %zu layers evenly over the %d ranks, as this plan does\n",
-                    plain.len, p);
+      strbuf_printf(out, "--pipeline-model-parallel-size %d --hybrid-override-pattern '%s' "
+                    "--num-layers %zu splits the layers evenly, as this plan does\n", p,
+                    strbuf_cstr(&plain), plain.len);
+    else if (middle)
+      strbuf_printf(out, "--pipeline-model-parallel-size %d --hybrid-override-pattern '%s' "
+                    "--num-layers %zu --decoder-first-pipeline-num-layers %d "
+                    "--decoder-last-pipeline-num-layers %d splits the layers as this plan does\n",
+                    p, strbuf_cstr(&plain), plain.len, count[0], count[ns - 1]);
     else
-      strbuf_printf(out, "splits its %zu layers evenly over the %d ranks, not as this plan does "
-                    "(partition{method=uniform} plans that split)\n", plain.len, p);
+      strbuf_printf(out, "this plan cannot be written: only the first and last ranks may take "
+                    "their own layer counts (--decoder-first/last-pipeline-num-layers), and its "
+                    "middle ranks differ (partition{method=uniform} plans an even split)\n");
+    free(count);
     strbuf_free(&plain);
   }
   strbuf_free(&layout);

@@ -28,8 +28,8 @@ typedef struct octoc_opts {
   uint64_t seed;          /* --seed: the tuner's seed */
   bool compare;           /* --compare: run the classic plans too */
   bool search_config;     /* --search=config: the train fields the spec omits are chosen */
-  bool megatron;          /* --megatron with --search=config: the chosen configuration is
-                             planned with stages Megatron can express */
+  bool megatron;          /* --megatron with --search=config: every configuration is planned
+                             by the megatron pass, so the table and the plan written agree */
   bool explain;           /* --explain */
   bool verify_diags;      /* --verify-diagnostics */
   bool split;             /* --split-input-file */
@@ -69,9 +69,11 @@ static void usage(FILE *f) {
         "                         data, micro_batch, recompute, zero) with the plan: the\n"
         "                         report lists the best configurations (the config pass)\n"
         "  --megatron             plan stages Megatron-LM can express (for --emit=megatron-*;\n"
-        "                         with --search=config, the chosen configuration's plan):\n"
-        "                         balanced cuts between transformer blocks, one stage per\n"
-        "                         device, 1F1B\n"
+        "                         with --search=config, every configuration's plan): cuts\n"
+        "                         between transformer blocks balanced on each stage's device\n"
+        "                         and within its memory, one stage per device, 1F1B; full\n"
+        "                         recomputation when it is faster or the only fit; an error\n"
+        "                         when nothing fits\n"
         "  -o FILE                write to FILE instead of stdout\n"
         "  --explain              report every default the compiler assumed\n"
         "  --print-debuginfo      print source locations in the IR\n"
@@ -102,13 +104,15 @@ static pass_status default_plan(ir_module *m, const octoc_opts *o, pass_tune_sta
     co.long_evals = o->evals ? o->evals : 1000000000;
     co.jobs = o->jobs;
     co.seed = o->seed;
+    co.megatron = o->megatron;
     if (pass_config(m, &co, &res->config, d, ir_diag_loc(m->train_loc)) != 0) {
       pass_config_stats_free(&res->config);
       return PASS_FAILED;
     }
     res->configured = true;
-    /* the chosen configuration's costs stay; its plan is made again as --megatron makes it */
-    return pass_run_text(m, o->megatron ? PASS_MEGATRON_PIPELINE : "simulate", d);
+    /* the chosen configuration's plan (with --megatron, the megatron pass's) is simulated again
+     * for the report */
+    return pass_run_text(m, "simulate", d);
   }
   if (m->ndevices == 0) return PASS_OK; /* nothing to cost on, nothing to plan */
   pass_status ps = pass_run_text(m, "cost", d);

@@ -1,6 +1,8 @@
 /* test_plan.c -- unit tests of the planning algorithms of passes/: the balanced partition is the
  * exact min-max split (checked against brute force on many small random cases, with and without
- * a memory cap); the cuts Megatron's notations allow. */
+ * a memory cap), and so is the min-max with stage-dependent costs and caps; the cuts Megatron's
+ * notations allow. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -107,6 +109,86 @@ void test_plan_balanced_overflow(void) {
   /* The largest sum that fits still works. */
   UNIT_CHECK(pass_partition_balanced(edge, z, z, 2, 1, 0, 1, ends, &got) == 0);
   UNIT_CHECK(got == INT64_MAX / 2 * 2 && ends[0] == 2);
+}
+
+/* The smallest largest stage cost of units [from, n) in stages kk.. of k, with stage-dependent
+ * costs (k x n) and memory within caps: brute force over every cut (INT64_MAX: none). */
+static int64_t brute_mm(const int64_t *cost, const double *mem, const double *cap, int n, int k,
+                        int from, int kk) {
+  if (kk == k) return from == n ? 0 : INT64_MAX;
+  int64_t best = INT64_MAX, c = 0;
+  double m = 0;
+  for (int end = from + 1; end <= n - (k - kk - 1); end++) {
+    c += cost[kk * n + end - 1];
+    m += mem[kk * n + end - 1];
+    if (m > cap[kk]) break;
+    int64_t rest = brute_mm(cost, mem, cap, n, k, end, kk + 1);
+    if (rest == INT64_MAX) continue;
+    int64_t v = c > rest ? c : rest;
+    if (v < best) best = v;
+  }
+  return best;
+}
+
+/* pass_partition_minmax is the exact min-max with costs and caps that depend on the stage
+ * (the --megatron split on mixed devices), against brute force on random cases. */
+void test_plan_minmax_brute_force(void) {
+  uint64_t seed = 0x243f6a8885a308d3ull;
+  for (int trial = 0; trial < 600; trial++) {
+    int n = 1 + (int)(rng_next(&seed) % 10);
+    int k = 1 + (int)(rng_next(&seed) % (uint64_t)n);
+    int64_t cost[10 * 10];
+    double mem[10 * 10], cap[10];
+    for (int s = 0; s < k; s++) {
+      int64_t speed = 1 + (int64_t)(rng_next(&seed) % 4); /* the device's slowness */
+      cap[s] = trial % 2 ? 40.0 + (double)(rng_next(&seed) % 100) : INFINITY;
+      for (int u = 0; u < n; u++) {
+        cost[s * n + u] = speed * (int64_t)(1 + u % 3) * 10 + (int64_t)(rng_next(&seed) % 7);
+        mem[s * n + u] = (double)(rng_next(&seed) % 30);
+      }
+    }
+    int ends[10];
+    int64_t got = -1;
+    int rc = pass_partition_minmax(cost, mem, cap, n, k, ends, &got);
+    int64_t want = brute_mm(cost, mem, cap, n, k, 0, 0);
+    if (want == INT64_MAX) {
+      UNIT_CHECK(rc == -2);
+      continue;
+    }
+    UNIT_CHECK(rc == 0);
+    if (rc != 0) continue;
+    UNIT_CHECK(got == want);
+    for (int s = 0, first = 0; s < k; first = ends[s++]) {
+      UNIT_CHECK(ends[s] > first);
+      int64_t c = 0;
+      double m = 0;
+      for (int u = first; u < ends[s] && u < n; u++) c += cost[s * n + u], m += mem[s * n + u];
+      UNIT_CHECK(c <= want && m <= cap[s]);
+    }
+    UNIT_CHECK(ends[k - 1] == n);
+  }
+}
+
+/* A fast and a three times slower device: the split gives the fast one three times the units
+ * (the split of costs of the first device alone would give both the same), and among the
+ * splits that reach the optimum it takes the least total. Bad input is refused. */
+void test_plan_minmax_mixed(void) {
+  int64_t cost[2 * 8];
+  double mem[2 * 8] = {0};
+  for (int u = 0; u < 8; u++) cost[u] = 1, cost[8 + u] = 3;
+  int ends[2];
+  int64_t got = 0;
+  UNIT_CHECK(pass_partition_minmax(cost, mem, NULL, 8, 2, ends, &got) == 0);
+  UNIT_CHECK(got == 6 && ends[0] == 6 && ends[1] == 8);
+  double cap[2] = {3, INFINITY}; /* the fast one holds only three units */
+  for (int u = 0; u < 16; u++) mem[u] = 1;
+  UNIT_CHECK(pass_partition_minmax(cost, mem, cap, 8, 2, ends, &got) == 0);
+  UNIT_CHECK(got == 15 && ends[0] == 3);
+  cap[1] = 4;
+  UNIT_CHECK(pass_partition_minmax(cost, mem, cap, 8, 2, ends, &got) == -2);
+  UNIT_CHECK(pass_partition_minmax(cost, mem, NULL, 8, 9, ends, &got) == -1);
+  cost[3] = -1;
+  UNIT_CHECK(pass_partition_minmax(cost, mem, NULL, 8, 2, ends, &got) == -1);
 }
 
 /* Megatron's cuts: never between an attention layer and the MLP or MoE after it (a layout's
