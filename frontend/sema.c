@@ -409,10 +409,12 @@ static void record_defaults(sema *s, ir_record_kind r, void *rec, fe_loc at, con
   }
 }
 
-/* Positive checks of the quantities of a record: every set field > 0, except those allowed 0
- * and those in mask 'skip' (rejected values). */
-static void record_positive(sema *s, const void *rec, ir_record_kind r, fe_loc at,
+/* Range checks of the quantities of a record: every set field > 0, except those allowed 0
+ * and those in mask 'skip' (rejected values), and at most its bound of ir/limits.def.
+ * Returns whether every checked field is in range (errors are reported for the others). */
+static bool record_positive(sema *s, const void *rec, ir_record_kind r, fe_loc at,
                             const char *what, const char *zero_ok, uint64_t skip) {
+  bool ok = true;
   int first, n;
   ir_record_fields(r, &first, &n);
   for (int i = first; i < first + n; i++) {
@@ -422,10 +424,18 @@ static void record_positive(sema *s, const void *rec, ir_record_kind r, fe_loc a
       continue;
     double v = ir_field_get(rec, i);
     bool zero = zero_ok && strstr(zero_ok, ir_fields[i].name);
-    if (v < 0 || (v == 0 && !zero))
+    const ir_limit_info *lim = ir_field_limit(i);
+    if (v < 0 || (v == 0 && !zero)) {
       diag_error(s->d, L(at), "%s: '%s' must be %s", what, ir_fields[i].name,
                  zero ? "non-negative" : "positive");
+      ok = false;
+    } else if (lim && v > lim->max) {
+      diag_error(s->d, L(at), "%s: %s = %.0f exceeds the limit of %.0f (%s)", what,
+                 ir_fields[i].name, v, lim->max, lim->why);
+      ok = false;
+    }
   }
+  return ok;
 }
 
 /* ---- Layers ---- */
@@ -791,7 +801,7 @@ static void train_settings(sema *s, fe_assign **cluster_ref) {
   record_defaults(s, IR_REC_TRAIN, t, at, "train",
                   s->o->free_config ? SEMA_TRAIN_NO_DEFAULT " " IR_TRAIN_FREE_FIELDS
                                     : SEMA_TRAIN_NO_DEFAULT);
-  record_positive(s, t, IR_REC_TRAIN, at, "train", "zero", failed);
+  if (!record_positive(s, t, IR_REC_TRAIN, at, "train", "zero", failed)) failed |= 1;
   int first, nf;
   ir_record_fields(IR_REC_TRAIN, &first, &nf);
   for (int f = first; f < first + nf && s->o->free_config; f++)
@@ -871,7 +881,14 @@ static fe_stmt **cluster_def(sema *s, fe_stmt *c, ir_cluster *cl, ir_link_rec *i
   snprintf(what, sizeof what, "cluster '%s'", c->name);
   uint64_t failed = fill_record(s, c->assigns, IR_REC_CLUSTER, cl, &ex, what);
   record_defaults(s, IR_REC_CLUSTER, cl, c->name_loc, what, NULL);
-  record_positive(s, cl, IR_REC_CLUSTER, c->name_loc, what, NULL, failed);
+  if (!record_positive(s, cl, IR_REC_CLUSTER, c->name_loc, what, NULL, failed))
+    return NULL; /* the device tables below are as large as the cluster */
+  if (cl->nodes * cl->gpus_per_node > IR_MAX_GPUS) {
+    diag_error(s->d, L(c->name_loc), "%s has %lld x %lld = %lld GPUs, more than the limit of %d",
+               what, (long long)cl->nodes, (long long)cl->gpus_per_node,
+               (long long)(cl->nodes * cl->gpus_per_node), IR_MAX_GPUS);
+    return NULL;
+  }
   if (found[1]) link_value(s, found[1], intra, "intra link");
   else if (cl->gpus_per_node > 1)
     diag_error(s->d, L(c->name_loc), "%s needs 'intra' (the link between GPUs of a node)", what);
@@ -1021,8 +1038,20 @@ static void cluster_devices(sema *s, fe_assign *cluster_ref) {
   bool any_free = false;
   static const int degrees[] = {IR_F_TRAIN_pipeline, IR_F_TRAIN_tensor, IR_F_TRAIN_data};
   for (int i = 0; i < 3; i++) {
-    if (ir_field_is_set(t, degrees[i])) fixed *= (int64_t)ir_field_get(t, degrees[i]);
-    else any_free = true;
+    if (!ir_field_is_set(t, degrees[i])) {
+      any_free = true;
+      continue;
+    }
+    int64_t deg = (int64_t)ir_field_get(t, degrees[i]);
+    if (deg > gpus) { /* also keeps the product below 2^63: each factor is at most IR_MAX_GPUS */
+      diag_error(s->d, L(train_key(s, ir_fields[degrees[i]].name)),
+                 "%s = %lld exceeds the %lld GPUs of cluster '%s'", ir_fields[degrees[i]].name,
+                 (long long)deg, (long long)gpus, c->name);
+      free(types);
+      free(recs);
+      return;
+    }
+    fixed *= deg;
   }
   if (any_free && (fixed > gpus || gpus % fixed != 0)) {
     diag_error(s->d, L(train_at), "the fixed degrees (pipeline x tensor x data) use %lld GPUs, "
@@ -1248,7 +1277,7 @@ ir_module *fe_compile(diag_engine *d, uint32_t file, const fe_options *o) {
       diag_error(d, L(model->name_loc), "model '%s' has no layers", model->name);
     number_names(&s);
     cluster_devices(&s, cluster_ref);
-    cross_checks(&s);
+    if (!s.train_bad) cross_checks(&s);
     if (!s.too_many && diag_error_count(d) == errors_before) spec_stages(&s);
     own_locations(&s);
   }

@@ -284,6 +284,20 @@ int ir_model_dim_lookup(const char *name);
 void ir_record_fields(ir_record_kind r, int *first, int *count);
 /* Field of record r spelled 'name' (global index into ir_fields), or -1. */
 int ir_field_lookup(ir_record_kind r, const char *name);
+
+/* A bound of ir/limits.def: the largest value a set-up field may take. */
+typedef struct ir_limit_info {
+  int field;       /* index into ir_fields */
+  double max;      /* the largest value allowed */
+  const char *why; /* what the bound stands for, for the error */
+} ir_limit_info;
+/* The bound of field f (an index into ir_fields), or NULL when it has none. */
+const ir_limit_info *ir_field_limit(int f);
+/* The largest cluster (nodes x gpus_per_node) the compiler plans for. */
+#define IR_MAX_GPUS 1048576
+/* The most schedule operations of a plan (F, B and W of every stage and microbatch: 3 x stages x
+ * microbatches), checked by the schedule passes and the simulator before they allocate. */
+#define IR_MAX_OPS 1e7
 const ir_unit_info *ir_unit_lookup(const char *name, size_t len);
 /* Value of enumerated type t spelled 'name', or -1; and the spelling of a value, or NULL. */
 int ir_enum_lookup(ir_type t, const char *name);

@@ -144,6 +144,18 @@ void ir_record_fields(ir_record_kind r, int *first, int *count) {
   *count = record_counts[r];
 }
 
+static const ir_limit_info ir_limits[] = {
+#define IR_LIMIT(R, f, MAX, WHY) {IR_F_##R##_##f, MAX, WHY},
+#include "limits.def"
+#undef IR_LIMIT
+};
+
+const ir_limit_info *ir_field_limit(int f) {
+  for (size_t i = 0; i < sizeof ir_limits / sizeof ir_limits[0]; i++)
+    if (ir_limits[i].field == f) return &ir_limits[i];
+  return NULL;
+}
+
 int ir_field_lookup(ir_record_kind r, const char *name) {
   for (int i = 0; i < ir_field_count; i++)
     if (ir_fields[i].record == r && strcmp(ir_fields[i].name, name) == 0) return i;

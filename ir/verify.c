@@ -105,6 +105,31 @@ static void vf_train(vf_ctx *v) {
              vf_fmt(b1, IR_T_BYTES, lim));
 }
 
+/* The bounds of ir/limits.def on the train and cluster records, and the cluster's GPU count:
+ * checked before any pass sizes its work by them. */
+static void vf_limits(vf_ctx *v) {
+  const ir_module *m = v->m;
+  int errors = v->errors;
+  static const ir_record_kind recs[] = {IR_REC_TRAIN, IR_REC_CLUSTER};
+  for (size_t r = 0; r < sizeof recs / sizeof recs[0]; r++) {
+    const void *rec = recs[r] == IR_REC_TRAIN ? (const void *)&m->train : &m->cluster;
+    for (int f = v->first[recs[r]]; f < v->first[recs[r]] + v->count[recs[r]]; f++) {
+      const ir_limit_info *lim = ir_field_limit(f);
+      double x;
+      if (lim && vf_get(v, rec, recs[r], ir_fields[f].name, &x) && x > lim->max)
+        vf_error(v, recs[r] == IR_REC_TRAIN ? m->train_loc : m->loc,
+                 "%s: %s = %.0f exceeds the limit of %.0f (%s)", ir_record_names[recs[r]],
+                 ir_fields[f].name, x, lim->max, lim->why);
+    }
+  }
+  double nodes, gpn;
+  if (v->errors == errors && vf_get(v, &m->cluster, IR_REC_CLUSTER, "nodes", &nodes) &&
+      vf_get(v, &m->cluster, IR_REC_CLUSTER, "gpus_per_node", &gpn) &&
+      nodes * gpn > IR_MAX_GPUS)
+    vf_error(v, m->loc, "cluster: %.0f x %.0f = %.0f GPUs, more than the limit of %d", nodes, gpn,
+             nodes * gpn, IR_MAX_GPUS);
+}
+
 /* ---- Devices and links -------------------------------------------------------------------- */
 
 /* Devices: one per pipeline rank, positive hardware figures, node in the cluster, enough memory
@@ -487,6 +512,7 @@ int ir_verify(const ir_module *m, diag_engine *d, diag_loc where) {
     ir_record_fields((ir_record_kind)r, &v.first[r], &v.count[r]);
   vf_layers(&v);
   vf_train(&v);
+  vf_limits(&v);
   vf_devices(&v);
   vf_links(&v);
   vf_stages(&v);

@@ -30,7 +30,10 @@ typedef struct cfg_cand {
 typedef struct cfg_ctx {
   const ir_module *m;      /* the module with free fields (not changed until the end) */
   pass_config_opts o;      /* options */
-  const ir_device *tpl;    /* the module's devices (templates of each node's GPUs) */
+  ir_module *base;         /* m without its devices: what each candidate's module is cloned
+                              from (a free pipeline gives m a device per GPU) */
+  ir_device *tpl;          /* the last of m's devices on each node, by node: the templates of
+                              each node's GPUs (copies; their strings live in m) */
   int ntpl;                /* their count */
   cfg_cand *c;             /* candidates, in enumeration order */
   int n, cap;              /* count, allocated */
@@ -56,7 +59,7 @@ static bool tensor_divides(const ir_module *m, int64_t t) {
  * then pipeline), so it takes the type of the node its first GPU is in (the module's device on
  * that node, or on the nearest node before it). */
 static ir_module *cand_module(const cfg_ctx *x, const pass_config_row *r) {
-  ir_module *c = ir_module_clone(x->m);
+  ir_module *c = ir_module_clone(x->base);
   ir_train *t = &c->train;
   t->free = 0;
   ir_field_set(t, IR_F_TRAIN_pipeline, (double)r->pipeline);
@@ -71,12 +74,14 @@ static ir_module *cand_module(const cfg_ctx *x, const pass_config_row *r) {
   ir_module_clear_type_costs(c);
   for (int i = 0; i < c->nlayers; i++) memset(&c->layers[i].cost, 0, sizeof c->layers[i].cost);
   int64_t gpn = (int64_t)ir_field_value(&c->cluster, IR_F_CLUSTER_gpus_per_node);
-  c->ndevices = 0;
   for (int64_t i = 0; i < r->pipeline; i++) {
     int64_t node = i * r->tensor * r->data / gpn;
-    int k = 0; /* the template on the latest node not after 'node' */
-    for (int j = 0; j < x->ntpl; j++)
-      if (x->tpl[j].rec.node <= node && x->tpl[j].rec.node >= x->tpl[k].rec.node) k = j;
+    int k = 0, hi = x->ntpl - 1; /* the template on the latest node not after 'node' */
+    while (k < hi) {
+      int mid = k + (hi - k + 1) / 2;
+      if (x->tpl[mid].rec.node <= node) k = mid;
+      else hi = mid - 1;
+    }
     ir_device *dv = ir_module_add_device(c, x->tpl[k].type);
     dv->rec = x->tpl[k].rec;
     ir_field_set(&dv->rec, IR_F_DEVICE_node, (double)node);
@@ -84,6 +89,18 @@ static ir_module *cand_module(const cfg_ctx *x, const pass_config_row *r) {
     dv->loc.file = NULL; /* the template's string lives in the module's arena */
   }
   return c;
+}
+
+/* A device of the module, for ordering the templates: its node and its index. */
+typedef struct cfg_tpl_key {
+  double node; /* the node its GPUs are in */
+  int index;   /* its index in the module */
+} cfg_tpl_key;
+/* qsort order of devices: by node, then by their order in the module. */
+static int tpl_cmp(const void *a, const void *b) {
+  const cfg_tpl_key *x = a, *y = b;
+  if (x->node != y->node) return x->node < y->node ? -1 : 1;
+  return (x->index > y->index) - (x->index < y->index);
 }
 
 /* Add configuration r to the candidates. */
@@ -120,8 +137,12 @@ static void enumerate(cfg_ctx *x, bool grid) {
         int64_t mb_max = fixed(m, IR_F_TRAIN_micro_batch) ? val(m, IR_F_TRAIN_micro_batch)
                          : grid                            ? 4
                                                            : x->o.max_micro_batch;
-        for (int64_t mb = 1; mb <= t->global_batch / dp && mb <= mb_max; mb++) {
-          if ((t->global_batch / dp) % mb) continue;
+        /* the microbatches per pipeline stay within their limit (ir/limits.def) and the
+           schedule's operations within IR_MAX_OPS: smaller micro_batches are not candidates */
+        int64_t per = t->global_batch / dp;
+        double most = fmin(ir_field_limit(IR_F_TRAIN_microbatches)->max, IR_MAX_OPS / (3.0 * pp));
+        for (int64_t mb = (int64_t)ceil((double)per / most); mb <= per && mb <= mb_max; mb++) {
+          if (per % mb) continue;
           if (fixed(m, IR_F_TRAIN_micro_batch) ? mb != val(m, IR_F_TRAIN_micro_batch)
                                                : grid ? mb != 1 && mb != 2 && mb != 4
                                                       : mb > x->o.max_micro_batch)
@@ -392,8 +413,9 @@ static void no_config(const cfg_ctx *x, diag_engine *d, diag_loc where) {
     diag_error(d, where, "no configuration divides evenly: the fixed train fields leave no "
                "tensor x pipeline x data that divides the cluster's GPUs (tensor within a node "
                "and dividing every tensor-split dimension, pipeline at most the %d layers) with "
-               "a micro_batch x data dividing global_batch = %lld",
-               x->m->nlayers, (long long)t->global_batch);
+               "a micro_batch x data dividing global_batch = %lld into at most %.0f microbatches "
+               "(micro_batch at most %d)", x->m->nlayers, (long long)t->global_batch,
+               ir_field_limit(IR_F_TRAIN_microbatches)->max, x->o.max_micro_batch);
     return;
   }
   const cfg_cand *best = NULL;
@@ -426,7 +448,16 @@ int pass_config(ir_module *m, const pass_config_opts *o, pass_config_stats *st, 
                "change them: fix every free train field or drop the links");
     return 1;
   }
-  cfg_ctx x = {.m = m, .o = *o, .tpl = m->devices, .ntpl = m->ndevices};
+  cfg_ctx x = {.m = m, .o = *o, .base = ir_module_clone(m)};
+  x.base->ndevices = 0;
+  x.tpl = xmalloc((size_t)m->ndevices * sizeof *x.tpl);
+  cfg_tpl_key *order = xmalloc((size_t)m->ndevices * sizeof *order);
+  for (int i = 0; i < m->ndevices; i++) order[i] = (cfg_tpl_key){m->devices[i].rec.node, i};
+  qsort(order, (size_t)m->ndevices, sizeof *order, tpl_cmp);
+  for (int i = 0; i < m->ndevices; i++) /* the last device of each node is its template */
+    if (i + 1 == m->ndevices || order[i + 1].node != order[i].node)
+      x.tpl[x.ntpl++] = m->devices[order[i].index];
+  free(order);
   for (int i = 0; i < m->nlayers; i++)
     x.model_flops += 3 * cost_forward_flops_per_sequence(m, &m->layers[i]);
   x.peak = ir_field_value(&m->devices[0].rec, IR_F_DEVICE_peak);
@@ -498,6 +529,8 @@ int pass_config(ir_module *m, const pass_config_opts *o, pass_config_stats *st, 
   }
   free(idx);
   cands_free(&x);
+  free(x.tpl);
+  ir_module_free(x.base);
   support_pool_free(pool);
   st->seconds = support_seconds() - t0;
   return rc;

@@ -435,9 +435,9 @@ static int sched_shape_of(ir_module *m, diag_loc where, sched_shape *sh, diag_en
     diag_error(d, where, "'schedule' needs 'microbatches' (at least 1) in the train record");
     return 1;
   }
-  if (mb * m->nstages * 3 > 1e9) {
-    diag_error(d, where, "%d stages x %.0f microbatches is too many operations to schedule",
-               m->nstages, mb);
+  if (mb * m->nstages * 3 > IR_MAX_OPS) {
+    diag_error(d, where, "%d stages x %.0f microbatches is too many operations to schedule "
+               "(3 x stages x microbatches is at most %.0e)", m->nstages, mb, IR_MAX_OPS);
     return 1;
   }
   sh->mb = (int)mb;

@@ -19,9 +19,9 @@ enum { SL_F, SL_B, SL_W, SL_N };
 typedef int64_t tick;
 #define TICKS_PER_S 1e12
 
-/* Most operations (stages x microbatches x 3) one problem may have: event codes (op id x 2 + 1)
- * stay below INT32_MAX. */
-#define SIM_MAX_OPS 1e9
+/* Most operations (stages x microbatches x 3) one problem may have: IR_MAX_OPS, which bounds the
+ * problem's memory and keeps event codes (op id x 2 + 1) far below INT32_MAX. */
+#define SIM_MAX_OPS IR_MAX_OPS
 
 /* Longest total of all durations of one step (every operation, transfer, all-reduce and
  * optimizer step) a problem may have, in seconds: no time of the timeline can exceed it, and in
@@ -165,7 +165,8 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
   /* Op ids (and event codes, twice as large) must fit in an int. */
   if (mbs * m->nstages * SL_N > SIM_MAX_OPS) {
     diag_error(d, ir_diag_loc(m->train_loc), "%d stages x %.0f microbatches is too many "
-               "operations to simulate", m->nstages, mbs);
+               "operations to simulate (3 x stages x microbatches is at most %.0e)", m->nstages,
+               mbs, SIM_MAX_OPS);
     return NULL;
   }
   int nmb = (int)mbs;
