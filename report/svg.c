@@ -94,6 +94,7 @@ static svg_bins svg_bins_new(int nrows, int nbins, int nkinds) {
   return b;
 }
 
+/* Free what b holds. */
 static void svg_bins_free(svg_bins *b) {
   free(b->cov);
   free(b->count);
@@ -115,7 +116,7 @@ static void svg_bins_add(svg_bins *b, int row, int k, double x, double w) {
 
 /* Write row 'row' of b: per kind present, one <path class="merged"> of the columns painted in it
  * (runs of adjacent columns as one rectangle, y to y + h), with a tooltip "$dN <name>: <count>
- * <what> narrower than 3 px, merged per pixel column". */
+ * <what>, merged per pixel column". */
 static void svg_bins_write(const svg_bins *b, int row, double y, int h, const char *const *fills,
                            const char *const *names, const char *what, strbuf *out) {
   int *paint = xmalloc(sizeof *paint * ((size_t)b->nbins + 1));
@@ -151,9 +152,8 @@ static void svg_bins_write(const svg_bins *b, int row, double y, int h, const ch
       col = end;
     }
     if (any)
-      strbuf_printf(out, "\"><title>$d%d %s: %d %s narrower than %d px, merged per pixel "
-                    "column</title></path>\n", row, names[k], b->count[row * b->nkinds + k], what,
-                    SVG_MIN_BOX);
+      strbuf_printf(out, "\"><title>$d%d %s: %d %s, merged per pixel column</title></path>\n",
+                    row, names[k], b->count[row * b->nkinds + k], what);
   }
   free(paint);
 }
@@ -327,7 +327,8 @@ void report_svg(const ir_module *m, const sim_result *r, strbuf *out) {
     names[k] = rep_op_kind(k)->name;
   }
   for (int d = 0; d < c.ndev; d++)
-    svg_bins_write(&ops, d, svg_row_y(d), SVG_ROW, fills, names, "operations", out);
+    svg_bins_write(&ops, d, svg_row_y(d), SVG_ROW, fills, names,
+                   "operations narrower than 3 px", out);
   svg_bins_free(&ops);
   strbuf_puts(out, "</g>\n");
 
