@@ -26,8 +26,18 @@ void rep_bytes(strbuf *sb, double bytes);
 
 /* ---- Timeline -------------------------------------------------------------------------------- */
 
-/* Name of a timeline operation kind: "F", "B", "W", "BW", "allreduce", "optimizer" ("?" when out
- * of range). */
+/* How the reports show a timeline operation kind (a row of opkinds.def). */
+typedef struct rep_op_kind_info {
+  const char *name;   /* "F", "B", "W", "BW", "allreduce", "optimizer", "reduce-scatter",
+                         "all-gather" */
+  const char *fill;   /* box colour, "#rrggbb" */
+  const char *legend; /* legend text */
+  const char *tag;    /* label of an end-of-step operation's box ("" for F, B, W, BW) */
+} rep_op_kind_info;
+
+/* The presentation of kind (an ir_op_kind or SIM_OP_* value); a "?" row when out of range. */
+const rep_op_kind_info *rep_op_kind(int kind);
+/* Name of a timeline operation kind: rep_op_kind(kind)->name. */
 const char *rep_op_kind_name(int kind);
 
 /* Name of the method that made m's schedules, "given" when the module does not say (written by

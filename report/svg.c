@@ -5,8 +5,11 @@
  * rows as an arrow from the sender's row to the receiver's, one between rows further apart as a
  * short tick out of the sender's row and one into the receiver's (never drawn across the rows
  * in between); the peak memory at the row end; a time axis in ms and a legend. Self-contained,
- * fixed width. Legend in docs/report.md. */
+ * fixed width. Operations under SVG_MIN_BOX px, and transfers too dense for arrows, are merged
+ * per pixel column (svg_bins), so the file's size follows the picture, not the plan. Legend in
+ * docs/report.md. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "report_impl.h"
@@ -21,24 +24,12 @@ enum {
   SVG_GAP = 24,       /* space between rows (send band and transfer arrows) */
   SVG_BAND = 4,       /* height of the send band under a row */
   SVG_TICK = 8,       /* length of the tick of a transfer between rows that are not adjacent */
+  SVG_MIN_BOX = 3,    /* operations at least this wide are boxes of their own (tooltip, label);
+                         narrower ones are merged per pixel column (svg_bins) */
+  SVG_XFER_SPACING = 4, /* arrows are drawn when the transfers leave room for them: at most one
+                           per SVG_XFER_SPACING px of plot per row on average; else only the
+                           send bands, merged per pixel column */
 };
-
-/* How a timeline operation kind is drawn. */
-typedef struct svg_op_style {
-  const char *fill;   /* box colour */
-  const char *legend; /* its legend text */
-} svg_op_style;
-
-/* Styles of the timeline operation kinds: F, B, W, BW (the ir_op_kind values), then the
- * end-of-step all-reduce and optimizer step (op_style maps SIM_OP_* here). */
-static const svg_op_style op_styles[] = {
-    {"#4e79a7", "F forward"},         {"#59a14f", "B input gradient"},
-    {"#f28e2b", "W weight gradient"}, {"#17807a", "BW fused backward"},
-    {"#8c8c8c", "allreduce"},         {"#9c5fa0", "optimizer step"},
-};
-enum { SVG_STYLE_ALLREDUCE = IR_OP_COUNT, SVG_STYLE_OPTIM, SVG_NSTYLES };
-_Static_assert(sizeof op_styles / sizeof op_styles[0] == SVG_NSTYLES,
-               "one style per operation kind and end-of-step operation");
 
 /* Colours of activation (F) and gradient (B) transfers. */
 static const char *const xfer_color[] = {"#1f3b73", "#2f6b2a"};
@@ -65,12 +56,6 @@ static void svg_escape(strbuf *sb, const char *s) {
   }
 }
 
-/* Style of a timeline operation kind (ir_op_kind or SIM_OP_*). */
-static const svg_op_style *op_style(int kind) {
-  if (kind >= 0 && kind < IR_OP_COUNT) return &op_styles[kind];
-  return &op_styles[kind == SIM_OP_ALLREDUCE ? SVG_STYLE_ALLREDUCE : SVG_STYLE_OPTIM];
-}
-
 /* A "nice" tick step (1, 2 or 5 times a power of ten) giving about 'want' ticks over 'span'. */
 static double nice_step(double span, int want) {
   if (!(span > 0)) return 1;
@@ -90,6 +75,88 @@ typedef struct svg_ctx {
 static double svg_x(const svg_ctx *c, double t) { return SVG_LEFT + (t - c->t0) * c->scale; }
 /* y of the top of device row d. */
 static double svg_row_y(int d) { return SVG_TOP + d * (SVG_ROW + SVG_GAP); }
+
+/* Operations (or transfers) too narrow for boxes of their own, merged per pixel column: for each
+ * row and one-pixel column of the plot, how much of the column each kind covers. A column is
+ * painted in the kind that covers most of it when its kinds cover half of it or more, else left
+ * white, so the picture has at most one box per row and column whatever the plan's size. */
+typedef struct svg_bins {
+  int nrows, nbins, nkinds; /* rows (devices), columns (plot pixels), kinds */
+  double *cov;  /* [row][column][kind]: covered width, px */
+  int *count;   /* [row][kind]: operations merged */
+} svg_bins;
+
+/* Bins for nrows rows (0: none) of nbins columns and nkinds kinds, all empty. */
+static svg_bins svg_bins_new(int nrows, int nbins, int nkinds) {
+  svg_bins b = {nrows, nbins, nkinds, NULL, NULL};
+  b.cov = xcalloc((size_t)nrows * (size_t)nbins * (size_t)nkinds + 1, sizeof *b.cov);
+  b.count = xcalloc((size_t)nrows * (size_t)nkinds + 1, sizeof *b.count);
+  return b;
+}
+
+/* Free what b holds. */
+static void svg_bins_free(svg_bins *b) {
+  free(b->cov);
+  free(b->count);
+}
+
+/* Add an item of kind k on row 'row' from x (px from the plot's left edge) over w px (at least
+ * half a pixel, as a lone box would be drawn). Pre: row and k in range. */
+static void svg_bins_add(svg_bins *b, int row, int k, double x, double w) {
+  if (w < 0.5) w = 0.5;
+  double x1 = x + w;
+  if (x < 0) x = 0;
+  if (x1 > b->nbins) x1 = b->nbins;
+  b->count[row * b->nkinds + k]++;
+  for (int col = (int)floor(x); col < b->nbins && col < x1; col++) {
+    double lo = x > col ? x : col, hi = x1 < col + 1 ? x1 : col + 1;
+    if (hi > lo) b->cov[((size_t)row * b->nbins + col) * b->nkinds + k] += hi - lo;
+  }
+}
+
+/* Write row 'row' of b: per kind present, one <path class="merged"> of the columns painted in it
+ * (runs of adjacent columns as one rectangle, y to y + h), with a tooltip "$dN <name>: <count>
+ * <what>, merged per pixel column". */
+static void svg_bins_write(const svg_bins *b, int row, double y, int h, const char *const *fills,
+                           const char *const *names, const char *what, strbuf *out) {
+  int *paint = xmalloc(sizeof *paint * ((size_t)b->nbins + 1));
+  for (int col = 0; col < b->nbins; col++) {
+    const double *cv = &b->cov[((size_t)row * b->nbins + col) * b->nkinds];
+    double total = 0;
+    int best = 0;
+    for (int k = 0; k < b->nkinds; k++) {
+      total += cv[k];
+      if (cv[k] > cv[best]) best = k;
+    }
+    paint[col] = total >= 0.5 ? best : -1;
+  }
+  for (int k = 0; k < b->nkinds; k++) {
+    if (!b->count[row * b->nkinds + k]) continue;
+    bool any = false;
+    int last = 0; /* left edge of the previous run: later runs move relative to it */
+    for (int col = 0; col < b->nbins;) {
+      if (paint[col] != k) {
+        col++;
+        continue;
+      }
+      int end = col;
+      while (end < b->nbins && paint[end] == k) end++;
+      if (!any)
+        strbuf_printf(out, "<path class=\"merged\" fill=\"%s\" d=\"M%d %.0f", fills[k],
+                      SVG_LEFT + col, y);
+      else
+        strbuf_printf(out, "m%d 0", col - last);
+      strbuf_printf(out, "h%dv%dh%dz", end - col, h, col - end);
+      any = true;
+      last = col;
+      col = end;
+    }
+    if (any)
+      strbuf_printf(out, "\"><title>$d%d %s: %d %s, merged per pixel column</title></path>\n",
+                    row, names[k], b->count[row * b->nkinds + k], what);
+  }
+  free(paint);
+}
 
 /* The arrowhead markers and the shared style. */
 static void svg_defs(strbuf *sb) {
@@ -216,23 +283,31 @@ void report_svg(const ir_module *m, const sim_result *r, strbuf *out) {
                 "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"start\">ms</text>\n</g>\n",
                 SVG_LEFT, axis_y, svg_x(&c, span), axis_y, svg_x(&c, span) + 20, axis_y + 17);
 
-  /* operations */
+  /* operations: boxes of their own when at least SVG_MIN_BOX px wide, else merged per pixel
+   * column (a 64-device, 512-microbatch plan has 200,000 operations under half a pixel) */
+  int nbins = (int)ceil(plot_w);
+  svg_bins ops = svg_bins_new(c.ndev, nbins, SIM_OP_END);
+  bool present[SIM_OP_END] = {false};
   strbuf_puts(out, "<g id=\"ops\">\n");
   for (int i = 0; i < r->nops; i++) {
     const sim_op_event *e = &r->ops[i];
-    if (e->device < 0 || e->device >= c.ndev) continue;
-    const svg_op_style *st = op_style(e->kind);
+    if (e->device < 0 || e->device >= c.ndev || e->kind < 0 || (int)e->kind >= SIM_OP_END)
+      continue;
+    present[e->kind] = true;
+    const rep_op_kind_info *st = rep_op_kind(e->kind);
     double x = svg_x(&c, e->start), w = (e->end - e->start) * c.scale;
-    if (w < 0.5) w = 0.5;
+    if (w < SVG_MIN_BOX) {
+      svg_bins_add(&ops, e->device, e->kind, x - SVG_LEFT, w);
+      continue;
+    }
     double y = svg_row_y(e->device);
-    /* boxes narrower than 3 px have no white outline, which would wash their colour out */
-    strbuf_printf(out, "<rect class=\"%s\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%d\" "
+    strbuf_printf(out, "<rect class=\"op\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%d\" "
                        "fill=\"%s\"><title>",
-                  w >= 3 ? "op" : "op-thin", x, y, w, SVG_ROW, st->fill);
+                  x, y, w, SVG_ROW, st->fill);
     if (e->kind < IR_OP_COUNT)
-      strbuf_printf(out, "%s s%d mb%d", rep_op_kind_name(e->kind), e->stage, e->mb);
+      strbuf_printf(out, "%s s%d mb%d", st->name, e->stage, e->mb);
     else
-      strbuf_puts(out, rep_op_kind_name(e->kind));
+      strbuf_puts(out, st->name);
     strbuf_printf(out, ": %.3f to %.3f ms</title></rect>\n", e->start * 1e3, e->end * 1e3);
     /* "s<stage>:<mb>" where it fits, else the microbatch alone */
     char label[40];
@@ -240,22 +315,43 @@ void report_svg(const ir_module *m, const sim_result *r, strbuf *out) {
       snprintf(label, sizeof label, "s%d:%d", e->stage, e->mb);
       if (w < 7.0 * (double)strlen(label) + 4) snprintf(label, sizeof label, "%d", e->mb);
     } else {
-      snprintf(label, sizeof label, "%s", (int)e->kind == SIM_OP_ALLREDUCE ? "AR" : "opt");
+      snprintf(label, sizeof label, "%s", st->tag);
     }
     if (w >= 7.0 * (double)strlen(label) + 4)
       strbuf_printf(out, "<text class=\"mb\" x=\"%.2f\" y=\"%.2f\">%s</text>\n", x + w / 2,
                     y + SVG_ROW / 2.0 + 4, label);
   }
+  const char *fills[SIM_OP_END], *names[SIM_OP_END];
+  for (int k = 0; k < SIM_OP_END; k++) {
+    fills[k] = rep_op_kind(k)->fill;
+    names[k] = rep_op_kind(k)->name;
+  }
+  for (int d = 0; d < c.ndev; d++)
+    svg_bins_write(&ops, d, svg_row_y(d), SVG_ROW, fills, names,
+                   "operations narrower than 3 px", out);
+  svg_bins_free(&ops);
   strbuf_puts(out, "</g>\n");
 
   /* transfers: the sender's send band, then an arrow from sender to receiver when their rows
-   * are adjacent, else a tick out of the sender's row and one into the receiver's */
-  strbuf_puts(out, "<g id=\"transfers\">\n");
+   * are adjacent, else a tick out of the sender's row and one into the receiver's; when they
+   * are too dense for arrows, only the send bands, merged per pixel column */
+  int nx = 0;
+  for (int i = 0; i < r->nxfers; i++) {
+    const sim_transfer *x = &r->xfers[i];
+    nx += x->from >= 0 && x->from < c.ndev && x->to >= 0 && x->to < c.ndev;
+  }
+  bool dense = nx > (double)c.ndev * plot_w / SVG_XFER_SPACING;
+  svg_bins bands = svg_bins_new(dense ? c.ndev : 0, nbins, 2);
+  strbuf_printf(out, "<g id=\"transfers\"%s>\n", dense ? " class=\"dense\"" : "");
   for (int i = 0; i < r->nxfers; i++) {
     const sim_transfer *x = &r->xfers[i];
     if (x->from < 0 || x->from >= c.ndev || x->to < 0 || x->to >= c.ndev) continue;
     int k = x->kind == IR_OP_F ? 0 : 1;
     double x1 = svg_x(&c, x->start), x2 = svg_x(&c, x->end);
+    if (dense) {
+      svg_bins_add(&bands, x->from, k, x1 - SVG_LEFT, x2 - x1);
+      continue;
+    }
     double w = x2 - x1 < 0.5 ? 0.5 : x2 - x1;
     strbuf_printf(out,
                   "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%d\" fill=\"%s\" "
@@ -287,25 +383,37 @@ void report_svg(const ir_module *m, const sim_result *r, strbuf *out) {
       strbuf_printf(out, "): %.3f to %.3f ms</title></line>\n", x->start * 1e3, x->end * 1e3);
     }
   }
+  for (int d = 0; d < bands.nrows; d++) {
+    static const char *const band_names[] = {"activation sends", "gradient sends"};
+    svg_bins_write(&bands, d, svg_row_y(d) + SVG_ROW + 2, SVG_BAND, xfer_color, band_names,
+                   "transfers", out);
+  }
+  svg_bins_free(&bands);
   strbuf_puts(out, "</g>\n");
 
   /* legend */
   strbuf_puts(out, "<g id=\"legend\" font-size=\"12\">\n");
   double lx = SVG_LEFT;
-  for (int s = 0; s < SVG_NSTYLES; s++) {
+  /* F, B, W, BW always; the end-of-step kinds the timeline has */
+  for (int k = 0; k < SIM_OP_END; k++) {
+    if (k >= IR_OP_COUNT && !present[k]) continue;
+    const rep_op_kind_info *st = rep_op_kind(k);
     strbuf_printf(out,
                   "<rect x=\"%.2f\" y=\"%.2f\" width=\"14\" height=\"14\" fill=\"%s\"/>"
                   "<text x=\"%.2f\" y=\"%.2f\">%s</text>\n",
-                  lx, legend_y - 11, op_styles[s].fill, lx + 19, legend_y, op_styles[s].legend);
-    lx += 26 + 7.0 * (double)strlen(op_styles[s].legend);
+                  lx, legend_y - 11, st->fill, lx + 19, legend_y, st->legend);
+    lx += 26 + 7.0 * (double)strlen(st->legend);
   }
   static const char *const xfer_legend[] = {"activation transfer", "gradient transfer"};
   /* label key and tick legend on a line of their own */
   strbuf_printf(out,
                 "<text x=\"%d\" y=\"%.2f\" fill=\"#444\">boxes: s&lt;stage&gt;:&lt;microbatch&gt;"
-                " (the microbatch alone when narrow); a transfer between rows that are not "
-                "adjacent: a tick out of the sender's row and one into the receiver's</text>\n",
-                SVG_LEFT, legend_y + 20);
+                " (the microbatch alone when narrow; operations under %d px merged per pixel "
+                "column); %s</text>\n",
+                SVG_LEFT, legend_y + 20, SVG_MIN_BOX,
+                dense ? "transfers too dense for arrows: only the send bands"
+                      : "a transfer between rows that are not adjacent: a tick out of the "
+                        "sender's row and one into the receiver's");
   for (int k = 0; k < 2; k++) {
     strbuf_printf(out,
                   "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"%s\" "

@@ -231,7 +231,10 @@ void report_trace(const ir_module *m, const sim_result *r, strbuf *out) {
     else
       snprintf(name, sizeof name, "%s", kind);
     int pid = trace_id_pid(e->device);
-    int thread = (int)e->kind == SIM_OP_ALLREDUCE ? dp_thread : THREAD_COMPUTE;
+    /* the data-parallel collectives (all-reduce; ZeRO-1's reduce-scatter and all-gather) */
+    bool collective = (int)e->kind == SIM_OP_ALLREDUCE || (int)e->kind == SIM_OP_REDUCE_SCATTER ||
+                      (int)e->kind == SIM_OP_ALLGATHER;
+    int thread = collective ? dp_thread : THREAD_COMPUTE;
     trace_head(out, &first, name, kind, "X", pid, trace_id_tid(pid, thread, stride), e->start);
     strbuf_puts(out, ", \"dur\": ");
     trace_dur(out, e->start, e->end);

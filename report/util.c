@@ -42,12 +42,21 @@ void rep_bytes(strbuf *sb, double bytes) {
   strbuf_printf(sb, "%.2f %s", v, units[u]);
 }
 
-const char *rep_op_kind_name(int kind) {
-  if (kind >= 0 && kind < IR_OP_COUNT) return ir_op_names[kind];
-  if (kind == SIM_OP_ALLREDUCE) return "allreduce";
-  if (kind == SIM_OP_OPTIM) return "optimizer";
-  return "?";
+/* The presentation of every timeline operation kind, indexed by kind (opkinds.def). */
+static const rep_op_kind_info op_kinds[] = {
+#define REPORT_OP_KIND(KIND, NAME, FILL, LEGEND, TAG) [KIND] = {NAME, FILL, LEGEND, TAG},
+#include "opkinds.def"
+#undef REPORT_OP_KIND
+};
+_Static_assert(sizeof op_kinds / sizeof op_kinds[0] == SIM_OP_END,
+               "opkinds.def has one row per timeline operation kind");
+
+const rep_op_kind_info *rep_op_kind(int kind) {
+  static const rep_op_kind_info unknown = {"?", "#000", "?", "?"};
+  return kind >= 0 && kind < SIM_OP_END ? &op_kinds[kind] : &unknown;
 }
+
+const char *rep_op_kind_name(int kind) { return rep_op_kind(kind)->name; }
 
 double rep_lower_bound(const sim_result *r) {
   return r->lb_work > r->lb_critical ? r->lb_work : r->lb_critical;

@@ -82,6 +82,8 @@ struct sim_model {
   sim_bucket *bucket;     /* gradient buckets of every stage (see sim_stage.first_bucket) */
   int nlinks;             /* distinct ordered device pairs that carry transfers */
   tick lb_critical;       /* one microbatch's critical path */
+  int reduce_kind;        /* timeline kind of the gradient reductions: SIM_OP_REDUCE_SCATTER
+                             with ZeRO-1, else SIM_OP_ALLREDUCE */
 };
 
 double sim_model_mem_limit(const sim_model *p, int dv) { return p->dev[dv].mem_limit; }
@@ -282,6 +284,7 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
   int64_t data = (int64_t)ir_field_value(&m->train, IR_F_TRAIN_data);
   bool zero = ir_field_value(&m->train, IR_F_TRAIN_zero) >= 1;
   bool overlap = ir_field_value(&m->train, IR_F_TRAIN_overlap_grad_reduce) != 0;
+  p->reduce_kind = zero ? SIM_OP_REDUCE_SCATTER : SIM_OP_ALLREDUCE;
   /* weight bytes per gradient byte, for the all-gather: 2-byte weights (4 in fp32 and tf32)
    * against 2-byte gradients (4 in fp32, tf32 or with fp32_grads) */
   int dt = (int)ir_field_value(&m->train, IR_F_TRAIN_dtype);
@@ -619,7 +622,7 @@ static void finish_device(sim_ctx *c, int dv) {
       tick start = link > ready ? link : ready;
       link = start + b->comm;
       if (c->o->record)
-        record_op(c, SIM_OP_ALLREDUCE, dv, -1, -1, start, link, wd->mem, wd->mem);
+        record_op(c, p->reduce_kind, dv, -1, -1, start, link, wd->mem, wd->mem);
       wd->comm += b->comm;
     }
   }
@@ -627,7 +630,7 @@ static void finish_device(sim_ctx *c, int dv) {
   if (link > t) t = link;
   if (x->allreduce > 0) {
     if (c->o->record)
-      record_op(c, SIM_OP_ALLREDUCE, dv, -1, -1, t, t + x->allreduce, wd->mem, wd->mem);
+      record_op(c, p->reduce_kind, dv, -1, -1, t, t + x->allreduce, wd->mem, wd->mem);
     wd->comm += x->allreduce;
     t += x->allreduce;
   }
@@ -638,7 +641,7 @@ static void finish_device(sim_ctx *c, int dv) {
   }
   if (x->gather > 0) {
     if (c->o->record)
-      record_op(c, SIM_OP_ALLREDUCE, dv, -1, -1, t, t + x->gather, wd->mem, wd->mem);
+      record_op(c, SIM_OP_ALLGATHER, dv, -1, -1, t, t + x->gather, wd->mem, wd->mem);
     wd->comm += x->gather;
     t += x->gather;
   }

@@ -121,7 +121,7 @@ typedef struct sim_opts {
 
 /* One operation of the timeline (recorded runs only). */
 typedef struct sim_op_event {
-  ir_op_kind kind;  /* F, B, W, BW; the end-of-step operations use SIM_OP_ALLREDUCE / _OPTIM */
+  ir_op_kind kind;  /* F, B, W, BW; the end-of-step operations: SIM_OP_* */
   int device;       /* device that ran it */
   int stage, mb;    /* stage and microbatch (-1 for the end-of-step operations) */
   double start, end; /* seconds */
@@ -132,8 +132,11 @@ typedef struct sim_op_event {
                        for the others the memory when they start, bytes */
 } sim_op_event;
 
-/* Kinds of the end-of-step operations, after the ir_op_kind values. */
-enum { SIM_OP_ALLREDUCE = IR_OP_COUNT, SIM_OP_OPTIM };
+/* Kinds of the end-of-step operations, after the ir_op_kind values: the data-parallel gradient
+ * all-reduce, the optimizer step, and with ZeRO-1 the gradient reduce-scatter (instead of the
+ * all-reduce) and the all-gather of the updated weights; SIM_OP_END is one past the last. */
+enum { SIM_OP_ALLREDUCE = IR_OP_COUNT, SIM_OP_OPTIM, SIM_OP_REDUCE_SCATTER, SIM_OP_ALLGATHER,
+       SIM_OP_END };
 
 /* One point-to-point transfer (recorded runs only). */
 typedef struct sim_transfer {
