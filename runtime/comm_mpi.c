@@ -9,6 +9,7 @@
  * process, ended by mpirun with SIGTERM, says where it stopped and exits with RT_EXIT_RUNTIME, so
  * that the job's status is 3 whichever rank fails. rt_main_mpi is octo-run's whole mpi path:
  * set-up, checks, the run, the gathered report. */
+#include <math.h>
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
@@ -319,18 +320,11 @@ static void mp_on_alarm(int sig) {
   _exit(RT_EXIT_RUNTIME);
 }
 
-void rt_mpi_watch(const be_stream *s, double timeout, const char *what) {
+/* Arm (timeout > 0) or disarm (0) the SIGALRM watchdog with the message in mp_watch. */
+static void mp_arm(double timeout) {
   struct itimerval t;
   memset(&t, 0, sizeof t);
   if (timeout > 0) {
-    int me;
-    MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    char replica[32] = "";
-    if (s->replicas > 1) snprintf(replica, sizeof replica, "replica %d: ", me / s->nranks);
-    snprintf(mp_watch.msg, sizeof mp_watch.msg,
-             "octo-run: error: %srank %d: %s did not complete within %g s (another process "
-             "stopped)\n", replica, me % s->nranks, what, timeout);
-    mp_watch.len = strlen(mp_watch.msg);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = mp_on_alarm;
@@ -341,6 +335,20 @@ void rt_mpi_watch(const be_stream *s, double timeout, const char *what) {
   }
   setitimer(ITIMER_REAL, &t, NULL);
   if (timeout <= 0) signal(SIGALRM, SIG_DFL);
+}
+
+void rt_mpi_watch(const be_stream *s, double timeout, const char *what) {
+  if (timeout > 0) {
+    int me;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    char replica[32] = "";
+    if (s->replicas > 1) snprintf(replica, sizeof replica, "replica %d: ", me / s->nranks);
+    snprintf(mp_watch.msg, sizeof mp_watch.msg,
+             "octo-run: error: %srank %d: %s did not complete within %g s (another process "
+             "stopped)\n", replica, me % s->nranks, what, timeout);
+    mp_watch.len = strlen(mp_watch.msg);
+  }
+  mp_arm(timeout);
 }
 
 /* Inject o's fault when it is at RT_PLACE_SETUP and strikes this process: it dies or stops (and
@@ -443,24 +451,75 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
   return rc;
 }
 
-int rt_mpi_start(int *argc, char ***argv, const char *path, const rt_opts *mo,
-                 be_stream **out) {
+/* This process's number in the job before MPI_Init, from the launcher's environment (Open
+ * MPI, PMIx, MPICH), or -1 when none says. */
+static long mp_env_rank(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    char *end;
+    long r = v ? strtol(v, &end, 10) : -1;
+    if (v && *v && !*end && r >= 0) return r;
+  }
+  return -1;
+}
+
+/* mpirun ends the others with SIGTERM when one process fails: make world process 'me' of s say
+ * where it stopped (mp_on_term). */
+static void mp_on_term_setup(const be_stream *s, long me) {
+  long n = s->nranks > 0 ? s->nranks : 1;
+  mp_term.replicas = s->replicas;
+  mp_term.rank = (int)(me % n);
+  mp_term.replica = (int)(me / n);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = mp_on_term;
+  sigaction(SIGTERM, &sa, NULL);
+}
+
+/* MPI_Init under the watchdog: every process waits at most max(o->timeout,
+ * RT_MPI_INIT_MIN_TIMEOUT) for the others to start; o's fault at 'init' strikes first. */
+static void mp_init(int *argc, char ***argv, const be_stream *s, const rt_run_opts *o) {
+  long proc = mp_env_rank();
+  const rt_fault *f = o ? &o->fault : NULL;
+  if (s && f && f->kind != RT_FAULT_NONE && f->place == RT_PLACE_INIT &&
+      proc == (long)f->replica * s->nranks + f->rank) {
+    mpi_comm c = {MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, f->replica, s->replicas};
+    char why[160];
+    snprintf(why, sizeof why, "rank %d %s before the MPI start-up as asked (--%s)", f->rank,
+             f->kind == RT_FAULT_DIE ? "died" : "stopped", f->kind == RT_FAULT_DIE ? "die" : "stop");
+    if (f->kind == RT_FAULT_DIE)
+      mp_die(&c, why);
+    else
+      mp_stop(&c, why);
+  }
+  double timeout = fmax(o ? o->timeout : 0, RT_MPI_INIT_MIN_TIMEOUT);
+  char who[64] = ""; /* "[replica Q: ]rank R: " as the other messages, when known */
+  if (s && proc >= 0 && s->replicas > 1)
+    snprintf(who, sizeof who, "replica %ld: rank %ld: ", proc / s->nranks, proc % s->nranks);
+  else if (s && proc >= 0)
+    snprintf(who, sizeof who, "rank %ld: ", proc % s->nranks);
+  snprintf(mp_watch.msg, sizeof mp_watch.msg, "octo-run: error: %sthe MPI start-up (MPI_Init) "
+           "did not complete within %g s (another process stopped or did not start)\n", who,
+           timeout);
+  mp_watch.len = strlen(mp_watch.msg);
+  mp_arm(timeout);
   MPI_Init(argc, argv);
+  mp_arm(0);
+}
+
+int rt_mpi_start(int *argc, char ***argv, const char *path, const rt_opts *mo,
+                 const rt_run_opts *o, be_stream **out) {
+  strbuf err = {0};
+  be_stream *s = be_read_file(path, &err); /* first: the start-up names the rank */
+  long proc = mp_env_rank();
+  if (s && proc >= 0) mp_on_term_setup(s, proc); /* also while MPI starts */
+  mp_init(argc, argv, s, o);
   int me, world;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  strbuf err = {0};
-  be_stream *s = be_read_file(path, &err);
   int rc = RT_EXIT_OK;
-  if (s) { /* mpirun ends the others with SIGTERM when one process fails: each says where */
-    mp_term.replicas = s->replicas;
-    mp_term.rank = me % (s->nranks > 0 ? s->nranks : 1);
-    mp_term.replica = me / (s->nranks > 0 ? s->nranks : 1);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = mp_on_term;
-    sigaction(SIGTERM, &sa, NULL);
-  }
+  if (s) mp_on_term_setup(s, me); /* the world's own numbering, now that MPI has it */
   if (!s) {
     if (me == 0) fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(&err));
     rc = RT_EXIT_INPUT;
@@ -531,7 +590,7 @@ static int mem_check(const be_stream *s, const rt_opts *mo, const rt_run_opts *o
 int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
                 const rt_run_opts *o, const char *trace_path) {
   be_stream *s;
-  int rc = rt_mpi_start(argc, argv, path, mo, &s);
+  int rc = rt_mpi_start(argc, argv, path, mo, o, &s);
   if (rc != RT_EXIT_OK) return rc;
   int me;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -593,7 +652,7 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
 int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts *mo,
                         const rt_run_opts *o, const char *out_path) {
   be_stream *s;
-  int rc = rt_mpi_start(argc, argv, path, mo, &s);
+  int rc = rt_mpi_start(argc, argv, path, mo, o, &s);
   if (rc != RT_EXIT_OK) return rc;
   int me, world;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);

@@ -771,7 +771,7 @@ int rt_run_cuda(const be_stream *s, const rt_opts *mo, const rt_run_opts *o, boo
 int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
                  const rt_run_opts *o, bool bf16, const char *trace_path) {
   be_stream *s;
-  int rc = rt_mpi_start(argc, argv, path, mo, &s);
+  int rc = rt_mpi_start(argc, argv, path, mo, o, &s);
   if (rc != RT_EXIT_OK) return rc;
   int me, world;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);

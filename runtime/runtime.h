@@ -236,7 +236,9 @@ typedef struct rt_comm {
 #define RT_FAULT_PLACES(X)                                                                 \
   X(ALLREDUCE, "allreduce", BE_OP_ALLREDUCE) /* its first all-reduce, before it adds in */ \
   X(OPTIMIZER, "optimizer", BE_OP_STEP)      /* its optimizer step, after the all-reduce */ \
-  X(SETUP, "setup", BE_OP_COUNT)             /* before the first collective (see above) */
+  X(SETUP, "setup", BE_OP_COUNT)             /* before the first collective (see above) */ \
+  X(INIT, "init", BE_OP_COUNT) /* MPI: before MPI_Init (the others' start-up watchdog ends them); \
+                                  threads: as setup */
 
 enum {
   RT_FAULT_NONE,
@@ -399,13 +401,19 @@ int rt_run_threads(const be_stream *s, const rt_opts *mo, const rt_run_opts *o,
 int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
                 const rt_run_opts *o, const char *trace_path);
 
-/* The common start of the MPI launchers: MPI_Init (main's argc and argv), read the stream at
- * path on every process, check the world size (ranks x replicas), the model's options (data
+/* The common start of the MPI launchers: read the stream at path on every process, MPI_Init
+ * (main's argc and argv) under a watchdog (RT_MPI_INIT_TIMEOUT: a process that stopped or never
+ * started ends the others with a message and RT_EXIT_RUNTIME), inject o's fault at 'init', check
+ * the world size (ranks x replicas), the model's options (data
  * file, scale) and MPI's tag range; world rank 0 prints any problem. Returns RT_EXIT_OK with *s
  * the stream (the caller frees it and ends MPI: rt_mpi_end), or an exit status after
  * rt_mpi_end.
  * Defined when built with MPI. */
-int rt_mpi_start(int *argc, char ***argv, const char *path, const rt_opts *mo, be_stream **s);
+int rt_mpi_start(int *argc, char ***argv, const char *path, const rt_opts *mo,
+                 const rt_run_opts *o, be_stream **s);
+/* The deadline of MPI_Init: --timeout, but at least this many seconds (a loaded machine starts
+ * processes slowly). */
+#define RT_MPI_INIT_MIN_TIMEOUT 10.0
 
 /* For the MPI launchers: MPI_Finalize, the end of every process that returns its exit status.
  * When another process exits first with a status that is not 0, mpirun ends this one with

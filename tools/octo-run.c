@@ -71,8 +71,9 @@ static void usage(FILE *out) {
           "                     testing: that rank (of replica 0 unless given) dies at WHERE of\n"
           "                     its first step: an address, allreduce (its first ALLREDUCE),\n"
           "                     optimizer (its STEP) or setup (mpi: before the communicators\n"
-          "                     are made, or --profile's reduction; cpu: address 0); the\n"
-          "                     others stop with its name\n"
+          "                     are made, or --profile's reduction; cpu: address 0) or init\n"
+          "                     (mpi: before MPI_Init; cpu: as setup); the others stop with\n"
+          "                     its name\n"
           "  --stop=RANK[/REPLICA]:WHERE\n"
           "                     testing: the same, but the rank stops responding without dying\n"
           "                     (SIGSTOP under MPI); the others fail when --timeout passes\n"
@@ -203,8 +204,8 @@ int main(int argc, char **argv) {
       bool die = a[2] == 'd';
       if (rt_fault_parse(v, &o.fault) != 0)
         return bad_value(die ? "--die" : "--stop", v,
-                         "RANK[/REPLICA]:WHERE (WHERE: an address, allreduce, optimizer or "
-                         "setup)");
+                         "RANK[/REPLICA]:WHERE (WHERE: an address, allreduce, optimizer, "
+                         "setup or init)");
       o.fault.kind = die ? RT_FAULT_DIE : RT_FAULT_STOP;
     } else if (a[0] == '-' && a[1]) {
       fprintf(stderr, PROG ": error: unknown option '%s' (try '" PROG " --help')\n", a);
