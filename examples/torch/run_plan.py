@@ -13,7 +13,7 @@ recomputes (the JSON stages' "recompute_layers") run under torch.utils.checkpoin
 then compares the gradients of its stages with a non-pipelined run of the whole model on the
 whole batch and prints the largest difference.
 
-  python3 run_plan.py PLAN.json PLAN.csv               CPU: one process per rank (gloo)
+  python3 run_plan.py PLAN.json PLAN.csv               CPU: a process per rank and replica (gloo)
   torchrun --nproc-per-node=N run_plan.py PLAN.json PLAN.csv --device=cuda   GPUs (NCCL)
          N = pipeline ranks (the CSV's rows) x replicas (the JSON's "data"); process
          replica x ranks + rank runs that rank of that replica (octo-run's numbering)
