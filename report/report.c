@@ -759,6 +759,23 @@ static void json_tuner(const pass_tune_stats *st, strbuf *out) {
   strbuf_puts(out, "}}");
 }
 
+/* The layers of stage st whose activations the plan recomputes, as a JSON array of layer
+ * indices: those of a recomputable kind (ir_kind_recomputable) when the stage's own recompute is
+ * full, else when the module's is not none (its kind, selective or full, is the module's
+ * "recompute"); [] when none. Pre: st is a stage of m. */
+static void json_recompute_layers(const ir_module *m, const ir_stage *st, strbuf *out) {
+  bool on = st->recompute == IR_RECOMPUTE_FULL ||
+            (int)ir_field_value(&m->train, IR_F_TRAIN_recompute) != IR_RECOMPUTE_NONE;
+  bool f = true;
+  strbuf_putc(out, '[');
+  for (int i = st->first; on && i < st->end; i++)
+    if (i >= 0 && i < m->nlayers && ir_kind_recomputable(m->layers[i].kind)) {
+      strbuf_printf(out, f ? "%d" : ", %d", i);
+      f = false;
+    }
+  strbuf_putc(out, ']');
+}
+
 void report_json(const ir_module *m, const sim_result *r, const report_extra *x, strbuf *out) {
   bool sim = r && r->status == SIM_OK && r->dev && has_schedule(m);
   bool first = true;
@@ -774,6 +791,11 @@ void report_json(const ir_module *m, const sim_result *r, const report_extra *x,
     strbuf_printf(out, "%lld", (long long)m->train.microbatches);
   else
     strbuf_puts(out, "null");
+  top_key(out, "data", &first);
+  strbuf_printf(out, "%lld", (long long)ir_field_value(&m->train, IR_F_TRAIN_data));
+  top_key(out, "recompute", &first);
+  strbuf_json_str(out, ir_enum_name(IR_T_RECOMPUTE,
+                                    (int)ir_field_value(&m->train, IR_F_TRAIN_recompute)));
   top_key(out, "mem_limit_bytes", &first);
   rep_json_num(out, rep_module_mem_limit(m));
 
@@ -847,6 +869,8 @@ void report_json(const ir_module *m, const sim_result *r, const report_extra *x,
     member_num(out, "send_bytes", stage_send_bytes(m, s), &f1);
     inner_key(out, "recompute", &f1);
     strbuf_json_str(out, ir_enum_name(IR_T_RECOMPUTE, (int)st->recompute));
+    inner_key(out, "recompute_layers", &f1);
+    json_recompute_layers(m, st, out);
     strbuf_putc(out, '}');
   }
   strbuf_puts(out, m->nstages ? "\n  ]" : "]");

@@ -188,7 +188,7 @@ void test_report_json(void) {
 
   /* the keys come in the documented order */
   const char *order[] = {"\"model\"", "\"layers\"", "\"devices\"", "\"microbatches\"",
-                         "\"mem_limit_bytes\"", "\"layer_kinds\"", "\"schedule_method\"",
+                         "\"data\"", "\"recompute\"", "\"mem_limit_bytes\"", "\"layer_kinds\"", "\"schedule_method\"",
                          "\"stages\"", "\"makespan_ms\"", "\"bubble_ratio\"",
                          "\"lower_bound_ms\"", "\"lower_bound_work_ms\"",
                          "\"lower_bound_critical_ms\"", "\"peak_mem_bytes\"", "\"oom\"",
