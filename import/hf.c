@@ -267,7 +267,8 @@ static double hf_count(hf_ctx *c, const cJSON *obj, const char *p, const char *n
                  c->fam->type);
       return 0;
     }
-    if (v) hf_use(c, p, name, "null: %g, the %s default; %s", dflt, c->fam->type, how);
+    if (v && dflt == 0) hf_use(c, p, name, "null: none (%s)", how);
+    else if (v) hf_use(c, p, name, "null: %g, the %s default; %s", dflt, c->fam->type, how);
     return dflt;
   }
   double x = 0;
