@@ -1038,10 +1038,11 @@ int hf_import_source(diag_engine *d, uint32_t src, const hf_options *o, strbuf *
                "'_', not starting with a digit, not a keyword)", o->name);
     c.errors++;
   }
-  if (c.errors || !m.layers || !m.act) {
-    if (!c.errors) c.errors++; /* an error was reported where a field was refused */
-    goto out;
+  if (!c.errors && (!m.layers || !m.act)) { /* each handler refuses what leaves these unset */
+    diag_error(d, hf_loc(&c, NULL), "no layers could be made of this config");
+    c.errors++;
   }
+  if (c.errors) goto out;
   char *name = o->name ? xstrdup(o->name) : hf_default_name(s->name);
   char buf[80];
   strbuf_printf(spec, "# %s: imported from the Hugging Face config %s by octo-import (OctoPipe %s)\n",
