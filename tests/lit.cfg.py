@@ -60,6 +60,16 @@ for py in (sys.executable, "/usr/bin/python3"):
         config.available_features.add("torch")
         config.substitutions.append(("%torch_python", py))
         break
+# %transformers_python: a Python with Hugging Face transformers and torch for bench/hf_params.py
+# (parameter counts against HF's num_parameters()); tests/import/hf-params.test needs the
+# "transformers" feature and is skipped where none is installed. The Python is the lit parameter
+# transformers_python, else $OCTO_TRANSFORMERS_PYTHON (e.g. a venv), else lit's own.
+for py in (lit_config.params.get("transformers_python"),
+           os.environ.get("OCTO_TRANSFORMERS_PYTHON"), sys.executable, "/usr/bin/python3"):
+    if py and os.system(shlex.quote(py) + " -c 'import transformers, torch' >/dev/null 2>&1") == 0:
+        config.available_features.add("transformers")
+        config.substitutions.append(("%transformers_python", shlex.quote(py)))
+        break
 # %torch_pp_python: a Python whose torch has torch.distributed.pipelining's schedule runtime
 # (torch 2.4 or later; Debian's python3-torch 1.13 has not) for examples/torch/run_plan.py; the
 # test that runs it needs the "torch-pipelining" feature and is skipped elsewhere. The Python is

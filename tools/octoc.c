@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "frontend.h"
+#include "import.h"
 #include "ir.h"
 #include "backend.h"
 #include "passes.h"
@@ -37,6 +38,8 @@ typedef struct octoc_opts {
   int error_limit;        /* --error-limit */
   const char *profiles[16]; /* --profile=FILE: measured costs, after the spec's own profiles */
   int nprofiles;            /* their count */
+  bool hf;                  /* --hf=PATH: the input is a Hugging Face config (import.h) */
+  const char *with;         /* --with=SPEC: its devices, clusters and train block */
 } octoc_opts;
 
 /* Print the help text to f. */
@@ -80,6 +83,9 @@ static void usage(FILE *f) {
         "  --verify-diagnostics   check the spec's '# expected-error {{...}}' comments\n"
         "  --split-input-file     compile each '# -----' separated chunk on its own\n"
         "  --error-limit=N        stop after N errors (default 20, 0 = no limit)\n"
+        "  --hf=PATH              compile the model of a Hugging Face config.json (or a folder\n"
+        "                         holding one) instead of a spec (docs/import.md)\n"
+        "  --with=SPEC            with --hf: the devices, clusters and train block of SPEC\n"
         "  --help                 show this help\n"
         "  --version              show the version\n"
         "\n"
@@ -202,7 +208,7 @@ int main(int argc, char **argv) {
                                       "--split-input-file", "--error-limit=",
                                       "--help",          "--version",
                                       "--profile=",      "--megatron",
-                                      "--search=config", NULL};
+                                      "--search=config", "--hf=", "--with=", NULL};
   bool megatron = false; /* --megatron: the passes are PASS_MEGATRON_PIPELINE */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
@@ -225,6 +231,15 @@ int main(int argc, char **argv) {
       o.emit = REPORT_JSON;
     } else if (strcmp(a, "--compare") == 0) {
       o.compare = true;
+    } else if (cli_starts(a, "--with=", &v)) {
+      o.with = v;
+    } else if (cli_starts(a, "--hf=", &v)) {
+      if (o.input) {
+        fprintf(stderr, "octoc: error: more than one input file ('%s' and '%s')\n", o.input, v);
+        return 1;
+      }
+      o.input = v;
+      o.hf = true;
     } else if (cli_starts(a, "--passes=", &v)) {
       o.passes = v;
     } else if (strcmp(a, "--megatron") == 0) {
@@ -310,6 +325,10 @@ int main(int argc, char **argv) {
       o.input = a;
     }
   }
+  if (o.with && !o.hf) {
+    fputs("octoc: error: --with goes with --hf (a spec imports its own clusters)\n", stderr);
+    return 1;
+  }
   if (megatron && o.passes) {
     fputs("octoc: error: --megatron chooses the passes: give either it or --passes\n", stderr);
     return 1;
@@ -341,7 +360,8 @@ int main(int argc, char **argv) {
   diag_set_verify(d, o.verify_diags);
   int rc = 0, produced = 0;
   strbuf out = {0};
-  uint32_t src = diag_load_file(d, o.input, diag_mkloc(0, 0, 0, 0));
+  uint32_t src = o.hf ? hf_load(d, o.input, &(hf_options){.with = o.with}, NULL)
+                 : diag_load_file(d, o.input, diag_mkloc(0, 0, 0, 0));
   if (!src) {
     rc = 1;
   } else if (o.split) {

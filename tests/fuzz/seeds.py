@@ -2,7 +2,7 @@
 """seeds.py -- seed inputs for the fuzz harnesses' replay test (not a test itself).
 
     seeds.py SRCROOT OUT        copy the examples and test inputs of each reader into OUT/octo,
-                                OUT/ir, OUT/prof, with damaged copies of each, and into
+                                OUT/ir, OUT/prof, OUT/hf (Hugging Face configs), with damaged copies of each, and into
                                 OUT/plan the examples with their imports written in place (the
                                 harnesses read from memory and follow no import), each also
                                 with 'global_batch = 8' (few microbatches: quick to lower)
@@ -63,6 +63,8 @@ def main():
         "ir": glob.glob(os.path.join(root, "tests", "*", "*.oir")),
         "prof": glob.glob(os.path.join(root, "tests", "cost", "Inputs", "*.json")) +
                 glob.glob(os.path.join(root, "examples", "profiles", "*.json")),
+        "hf": glob.glob(os.path.join(root, "tests", "import", "Inputs", "*.json")) +
+              glob.glob(os.path.join(root, "tests", "import", "Inputs", "*", "config.json")),
     }
     os.makedirs(os.path.join(out, "plan"), exist_ok=True)
     for i, f in enumerate(sorted(glob.glob(os.path.join(root, "examples", "*.octo")))):

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""hf_params.py -- parameter counts of the configs of tests/import/Inputs: Hugging Face's
+num_parameters() of the model built on the meta device (no weights) beside the cost model's
+(octoc --hf ... --report=json, bf16 with Adam: 16 bytes per parameter), and their difference.
+
+    bench/hf_params.py BUILD_DIR [CONFIG ...]     (default: every config of tests/import/Inputs)
+
+Needs transformers (and torch) in the Python that runs it, e.g. a venv:
+    python3 -m venv /tmp/hf && /tmp/hf/bin/pip install transformers torch
+Where transformers is missing it says so and exits 0 (tests/import/hf-params.test needs the lit
+feature "transformers"). A config that octoc refuses (issue 27: the variants it does not compute)
+prints "refused" in the octoc column; HF's count is still given."""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INPUTS = os.path.join(SRC, "tests", "import", "Inputs")
+
+
+def hf_count(path):
+    """num_parameters() of the transformers model of config file 'path', built on meta."""
+    import torch
+    import transformers
+    with open(path) as f:
+        cfg = transformers.AutoConfig.for_model(**json.load(f))
+    with torch.device("meta"):
+        if cfg.model_type == "llava":
+            model = transformers.LlavaForConditionalGeneration(cfg)
+        else:
+            model = transformers.AutoModelForCausalLM.from_config(cfg)
+    return model.num_parameters()
+
+
+def octoc_count(build, path):
+    """The cost model's parameter count, or None when octoc refuses the config."""
+    r = subprocess.run([os.path.join(build, "tools", "octoc"), "--hf=" + path,
+                        "--with=" + os.path.join(INPUTS, "h100-train.octo"), "--passes=cost",
+                        "--report=json"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return None
+    kinds = json.loads(r.stdout)["layer_kinds"]
+    return sum(k["count"] * k["param_bytes"] for k in kinds) // 16
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as e:
+        print("hf_params: %s: skipped (pip install transformers torch)" % e)
+        return 0
+    build = sys.argv[1]
+    configs = sys.argv[2:] or sorted(glob.glob(os.path.join(INPUTS, "*.json")) +
+                                     glob.glob(os.path.join(INPUTS, "*", "config.json")))
+    print("%-28s %16s %16s %10s" % ("config", "hf", "octoc", "octoc-hf"))
+    for path in configs:
+        name = os.path.basename(os.path.dirname(path)) if path.endswith("/config.json") \
+            else os.path.basename(path)[:-5]
+        try:
+            hf = hf_count(path)
+        except Exception as e:  # a config this transformers does not know
+            print("%-28s %16s %16s %10s  (%s)" % (name, "-", "-", "-", str(e).splitlines()[0][:60]))
+            continue
+        ours = octoc_count(build, path)
+        print("%-28s %16d %16s %10s" % (name, hf, "refused" if ours is None else ours,
+                                         "-" if ours is None else ours - hf))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1169 @@
+/* hf.c -- reads a Hugging Face config.json (cJSON, plus a scan of the text for the position of
+ * every key), checks each field against what the OctoPipe runtime computes, and writes the
+ * model as .octo text: a header naming the source, the fields read and how, the fields ignored,
+ * then the model block. Every refusal names the field, its value and what OctoPipe supports. */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "frontend.h"
+#include "import.h"
+
+/* ---- Families and ignored fields (tables) ---- */
+
+typedef enum hf_family_id {
+#define HF_FAMILY(ID, TYPE, EPS, THETA, TIED, SUMMARY) HF_FAM_##ID,
+#include "families.def"
+#undef HF_FAMILY
+  HF_FAM_COUNT
+} hf_family_id;
+
+/* One row of families.def. */
+typedef struct hf_family {
+  const char *type; /* model_type */
+  double eps;       /* the config class's default RMSNorm epsilon */
+  double theta;     /* its default RoPE theta (0: no rotary embedding) */
+  bool tied;        /* its default tie_word_embeddings */
+} hf_family;
+
+static const hf_family hf_families[] = {
+#define HF_FAMILY(ID, TYPE, EPS, THETA, TIED, SUMMARY) {TYPE, EPS, THETA, TIED},
+#include "families.def"
+#undef HF_FAMILY
+};
+
+/* One row of ignored.def. */
+typedef struct hf_ignored {
+  const char *field; /* config key */
+  const char *why;   /* why it does not change the math */
+} hf_ignored;
+
+static const hf_ignored hf_ignored_fields[] = {
+#define HF_IGNORED(FIELD, WHY) {FIELD, WHY},
+#include "ignored.def"
+#undef HF_IGNORED
+};
+
+/* What OctoPipe computes (docs/runtime.md; the runtime's constants, which import/ may not
+ * include: RT_NORM_EPS and RT_ATTN_ROPE_THETA). */
+#define HF_OCTO_EPS 1e-5
+#define HF_OCTO_THETA 1e4
+
+/* ---- The config text: keys and their positions ---- */
+
+/* A key of the config: its dotted path ("rope_theta", "text_config.hidden_size") and where it
+ * and its value are in the text. */
+typedef struct hf_key {
+  char *path;        /* dotted path (keys as written, escapes kept) */
+  size_t off, len;   /* the key's quoted string */
+  size_t voff, vlen; /* its value */
+  bool used;         /* read by the family's handler */
+} hf_key;
+
+/* State of one import. */
+typedef struct hf_ctx {
+  diag_engine *d;      /* where errors go */
+  uint32_t src;        /* the config's source */
+  const char *text;    /* its bytes */
+  size_t len;          /* their number */
+  size_t *lines;       /* offsets of line starts */
+  int nlines, lines_cap; /* their count, allocated */
+  hf_key *keys;        /* every key of the objects, in text order */
+  int nkeys, keys_cap; /* count, allocated */
+  int errors;          /* errors reported */
+  const hf_family *fam; /* the family (model_type) */
+  strbuf read;         /* comment lines: the fields read and how they were used */
+  strbuf ignored;      /* comment lines: the fields ignored and why */
+} hf_ctx;
+
+/* Location of text offset 'off' with a span of 'len' bytes. */
+static diag_loc hf_loc_at(const hf_ctx *c, size_t off, size_t len) {
+  int lo = 0, hi = c->nlines - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (c->lines[mid] <= off) lo = mid;
+    else hi = mid - 1;
+  }
+  return diag_mkloc(c->src, (uint32_t)lo + 1, (uint32_t)(off - c->lines[lo]) + 1,
+                    (uint32_t)(len < 200 ? len : 200));
+}
+
+static hf_key *hf_find_key(hf_ctx *c, const char *path) {
+  for (int i = 0; i < c->nkeys; i++)
+    if (strcmp(c->keys[i].path, path) == 0) return &c->keys[i];
+  return NULL;
+}
+
+/* Location of key 'path' (the file without a line when the key is absent). */
+static diag_loc hf_loc(hf_ctx *c, const char *path) {
+  hf_key *k = path ? hf_find_key(c, path) : NULL;
+  return k ? hf_loc_at(c, k->off, k->len) : diag_mkloc(c->src, 0, 0, 0);
+}
+
+static size_t hf_ws(const hf_ctx *c, size_t i) {
+  while (i < c->len && strchr(" \t\r\n", c->text[i]) && c->text[i]) i++;
+  return i;
+}
+
+/* End of the string starting at text[i] == '"'. */
+static size_t hf_string_end(const hf_ctx *c, size_t i) {
+  for (i++; i < c->len && c->text[i] != '"'; i++)
+    if (c->text[i] == '\\') i++;
+  return i < c->len ? i + 1 : c->len;
+}
+
+/* Scan the value at text[i] (valid JSON, cJSON said so), recording the keys of objects under
+ * 'prefix' (NULL: inside an array, not recorded; deeper than 16: not recorded). Returns the
+ * offset after the value. */
+static size_t hf_scan(hf_ctx *c, size_t i, const char *prefix, int depth) {
+  i = hf_ws(c, i);
+  if (i >= c->len) return i;
+  char ch = c->text[i];
+  if (ch == '"') return hf_string_end(c, i);
+  if (ch == '{' || ch == '[') {
+    i = hf_ws(c, i + 1);
+    while (i < c->len && c->text[i] != (ch == '{' ? '}' : ']')) {
+      if (ch == '{') {
+        size_t k0 = i, k1 = hf_string_end(c, i);
+        i = hf_ws(c, k1);
+        if (i < c->len && c->text[i] == ':') i++;
+        size_t v0 = hf_ws(c, i);
+        strbuf path = {0};
+        bool rec = prefix && depth < 16;
+        if (rec) {
+          strbuf_printf(&path, "%s%.*s", prefix, (int)(k1 - k0 - 2), c->text + k0 + 1);
+          if (hf_find_key(c, strbuf_cstr(&path))) {
+            c->errors++;
+            diag_error(c->d, hf_loc_at(c, k0, k1 - k0),
+                       "field '%s' is given twice (Python's json keeps the last, cJSON the first)",
+                       strbuf_cstr(&path));
+          }
+          strbuf_putc(&path, '.');
+        }
+        i = hf_scan(c, v0, rec ? strbuf_cstr(&path) : NULL, depth + 1);
+        if (rec) {
+          hf_key k = {xstrndup(path.data, path.len - 1), k0, k1 - k0, v0, i - v0, false};
+          VEC_PUSH(c->keys, c->nkeys, c->keys_cap, k);
+        }
+        strbuf_free(&path);
+      } else {
+        i = hf_scan(c, i, NULL, depth + 1);
+      }
+      i = hf_ws(c, i);
+      if (i < c->len && c->text[i] == ',') i = hf_ws(c, i + 1);
+    }
+    return i < c->len ? i + 1 : i;
+  }
+  while (i < c->len && !strchr(",]} \t\r\n", c->text[i]) && c->text[i]) i++;
+  return i;
+}
+
+/* ---- Reading fields ---- */
+
+/* The value of key 'path' as written (at most 60 bytes shown) in buf. */
+static const char *hf_written(hf_ctx *c, const char *path, char buf[80]) {
+  hf_key *k = hf_find_key(c, path);
+  if (!k) return "(absent)";
+  /* whitespace runs as one blank, at most 60 bytes */
+  size_t o = 0;
+  for (size_t i = 0; i < k->vlen && o < 60; i++) {
+    char ch = c->text[k->voff + i];
+    bool blank = ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t';
+    if (blank && (o == 0 || buf[o - 1] == ' ')) continue;
+    buf[o++] = blank ? ' ' : ch;
+  }
+  if (o == 60) memcpy(buf + o, " ...", 4), o += 4;
+  buf[o] = 0;
+  return buf;
+}
+
+/* Path of field 'name' under prefix 'p' ("" or "text_config."), in a static buffer per call. */
+typedef struct hf_path {
+  char s[160]; /* the dotted path */
+} hf_path;
+static hf_path hf_mkpath(const char *p, const char *name) {
+  hf_path r;
+  snprintf(r.s, sizeof r.s, "%s%s", p, name);
+  return r;
+}
+
+/* Item 'name' of obj (NULL when absent), marking key p+name as read. */
+static const cJSON *hf_get(hf_ctx *c, const cJSON *obj, const char *p, const char *name) {
+  hf_key *k = hf_find_key(c, hf_mkpath(p, name).s);
+  if (k) k->used = true;
+  return cJSON_GetObjectItemCaseSensitive(obj, name);
+}
+
+/* Record in the header that field p+name was read and how it was used. */
+static void hf_use(hf_ctx *c, const char *p, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void hf_use(hf_ctx *c, const char *p, const char *name, const char *fmt, ...) {
+  char buf[80];
+  hf_path path = hf_mkpath(p, name);
+  strbuf line = {0};
+  strbuf_printf(&line, "%s = %s", path.s, hf_written(c, path.s, buf));
+  strbuf_printf(&c->read, "#   %-40s ", strbuf_cstr(&line));
+  va_list ap;
+  va_start(ap, fmt);
+  strbuf_vprintf(&c->read, fmt, ap);
+  va_end(ap);
+  strbuf_putc(&c->read, '\n');
+  strbuf_free(&line);
+}
+
+/* Report that field p+name (at its key) is not supported: "NAME = VALUE is not supported:
+ * WHY (issue 27)". */
+static void hf_refuse(hf_ctx *c, const char *p, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void hf_refuse(hf_ctx *c, const char *p, const char *name, const char *fmt, ...) {
+  char buf[80];
+  hf_path path = hf_mkpath(p, name);
+  strbuf why = {0};
+  va_list ap;
+  va_start(ap, fmt);
+  strbuf_vprintf(&why, fmt, ap);
+  va_end(ap);
+  c->errors++;
+  if (hf_find_key(c, path.s))
+    diag_error(c->d, hf_loc(c, path.s), "%s = %s is not supported: %s (issue 27)", path.s,
+               hf_written(c, path.s, buf), strbuf_cstr(&why));
+  else
+    diag_error(c->d, hf_loc(c, NULL), "%s is not given, and %s (issue 27)", path.s,
+               strbuf_cstr(&why));
+  strbuf_free(&why);
+}
+
+/* A whole number >= 'min' at item v; false after reporting it otherwise. */
+static bool hf_count_of(hf_ctx *c, const cJSON *v, const char *p, const char *name, double min,
+                        double *out) {
+  char buf[80];
+  hf_path path = hf_mkpath(p, name);
+  if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < min ||
+      v->valuedouble > 9007199254740992.0) {
+    c->errors++;
+    diag_error(c->d, hf_loc(c, path.s), "%s = %s: expected a whole number of at least %g",
+               path.s, hf_written(c, path.s, buf), min);
+    return false;
+  }
+  *out = v->valuedouble;
+  return true;
+}
+
+/* Whole-number field p+name (at least min): its value, or 'dflt' when absent or null (dflt < 0:
+ * required, an error). Returns 0 after an error. 'how' says how it is used (header). */
+static double hf_count(hf_ctx *c, const cJSON *obj, const char *p, const char *name, double dflt,
+                       double min, const char *how) {
+  const cJSON *v = hf_get(c, obj, p, name);
+  if (!v || cJSON_IsNull(v)) {
+    if (dflt < 0) {
+      c->errors++;
+      diag_error(c->d, hf_loc(c, NULL), "%s%s is missing: a %s config needs it", p, name,
+                 c->fam->type);
+      return 0;
+    }
+    if (v && dflt == 0) hf_use(c, p, name, "null: none (%s)", how);
+    else if (v) hf_use(c, p, name, "null: %g, the %s default; %s", dflt, c->fam->type, how);
+    return dflt;
+  }
+  double x = 0;
+  if (!hf_count_of(c, v, p, name, min, &x)) return 0;
+  hf_use(c, p, name, "%s", how);
+  return x;
+}
+
+/* Number field p+name that OctoPipe computes only at 'octo' ('dflt' when absent: the config
+ * class's default). 'what' says what OctoPipe computes, for the refusal. */
+static void hf_fixed(hf_ctx *c, const cJSON *obj, const char *p, const char *name, double dflt,
+                     double octo, const char *what) {
+  const cJSON *v = hf_get(c, obj, p, name);
+  double x = dflt;
+  if (v && !cJSON_IsNull(v)) {
+    if (!cJSON_IsNumber(v)) {
+      hf_refuse(c, p, name, "expected a number; %s", what);
+      return;
+    }
+    x = v->valuedouble;
+  }
+  if (fabs(x - octo) > 1e-9 * fabs(octo)) {
+    if (v && !cJSON_IsNull(v))
+      hf_refuse(c, p, name, "%s", what);
+    else
+      hf_refuse(c, p, name, "the %s default is %g: %s", c->fam->type, dflt, what);
+    return;
+  }
+  if (v) hf_use(c, p, name, "checked: %s", what);
+}
+
+/* Boolean field p+name that OctoPipe computes only as 'octo' ('dflt' when absent or null). */
+static void hf_flag(hf_ctx *c, const cJSON *obj, const char *p, const char *name, bool dflt,
+                    bool octo, const char *what) {
+  const cJSON *v = hf_get(c, obj, p, name);
+  bool x = dflt;
+  if (v && !cJSON_IsNull(v)) {
+    if (!cJSON_IsBool(v)) {
+      hf_refuse(c, p, name, "expected true or false; %s", what);
+      return;
+    }
+    x = cJSON_IsTrue(v);
+  }
+  if (x != octo) {
+    if (v && !cJSON_IsNull(v)) hf_refuse(c, p, name, "%s", what);
+    else hf_refuse(c, p, name, "the %s default is %s: %s", c->fam->type, dflt ? "true" : "false", what);
+    return;
+  }
+  if (v) hf_use(c, p, name, "checked: %s", what);
+}
+
+/* Field p+name that must be absent or null (any other value changes the math: 'what'). */
+static void hf_none(hf_ctx *c, const cJSON *obj, const char *p, const char *name, const char *what) {
+  const cJSON *v = hf_get(c, obj, p, name);
+  if (v && !cJSON_IsNull(v)) hf_refuse(c, p, name, "%s", what);
+  else if (v) hf_use(c, p, name, "checked: %s", what);
+}
+
+/* Whether string field p+name is 'want' ('dflt' when absent); refuses any other value with
+ * 'what'. */
+static void hf_string_is(hf_ctx *c, const cJSON *obj, const char *p, const char *name,
+                         const char *dflt, const char *want, const char *what) {
+  const cJSON *v = hf_get(c, obj, p, name);
+  const char *s = v && cJSON_IsString(v) ? v->valuestring : v && !cJSON_IsNull(v) ? "" : dflt;
+  if (strcmp(s, want) != 0) {
+    if (v && !cJSON_IsNull(v)) hf_refuse(c, p, name, "%s", what);
+    else hf_refuse(c, p, name, "the %s default is \"%s\": %s", c->fam->type, dflt, what);
+    return;
+  }
+  if (v) hf_use(c, p, name, "checked: %s", what);
+}
+
+/* A property of the family that no field states (Qwen2's q/k/v biases, Qwen3's QK-norm, ...):
+ * an error at model_type naming the family and what it computes. */
+static void hf_implicit(hf_ctx *c, const char *p, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void hf_implicit(hf_ctx *c, const char *p, const char *fmt, ...) {
+  strbuf why = {0};
+  va_list ap;
+  va_start(ap, fmt);
+  strbuf_vprintf(&why, fmt, ap);
+  va_end(ap);
+  c->errors++;
+  hf_path path = hf_mkpath(p, "model_type");
+  char buf[80];
+  diag_error(c->d, hf_loc(c, path.s), "%s = %s is not supported as is: %s (issue 27)", path.s,
+             hf_written(c, path.s, buf), strbuf_cstr(&why));
+  strbuf_free(&why);
+}
+
+/* ---- The model ---- */
+
+/* The model as the spec writes it. */
+typedef struct hf_model {
+  double hidden, heads, kv_heads, vocab, seq, ffn; /* model-level dimensions */
+  double head_dim;          /* written when it is not hidden / heads; 0: not written */
+  const char *act;          /* MLP activation (language name) */
+  bool gated;               /* gated MLP */
+  double window;            /* window of the windowed ('L') layers; 0: none */
+  double experts, top_k, expert_ffn, shared; /* MoE dimensions (experts 0: none) */
+  char *layers;             /* per decoder layer: 'D' dense, 'E' MoE, 'L' windowed dense,
+                               'W' windowed MoE; or, with 'hybrid', the pattern letters */
+  bool hybrid;              /* Nemotron-H: 'layers' is the hybrid pattern (M, *, -) */
+  double m_state, m_heads, m_head_dim, m_groups, m_conv, m_expand, m_chunk; /* Mamba-2 */
+  double vit_layers, vit_hidden, vit_heads, vit_ffn, vit_patch, vit_image; /* LLaVA's ViT */
+} hf_model;
+
+/* The activation of field p+name in the language ("silu", ...), or NULL after refusing it. */
+static const char *hf_act(hf_ctx *c, const cJSON *obj, const char *p, const char *name,
+                          const char *dflt) {
+  static const struct {
+    const char *hf, *octo;
+  } acts[] = {{"silu", "silu"}, {"swish", "silu"}, {"gelu", "gelu"}, {"relu", "relu"},
+              {"relu2", "relu2"}, {"tanh", "tanh"}};
+  const cJSON *v = hf_get(c, obj, p, name);
+  const char *s = v && cJSON_IsString(v) ? v->valuestring : v ? "" : dflt;
+  for (size_t i = 0; i < sizeof acts / sizeof *acts; i++)
+    if (strcmp(s, acts[i].hf) == 0) {
+      if (v) hf_use(c, p, name, "act = %s", acts[i].octo);
+      return acts[i].octo;
+    }
+  const char *what = "OctoPipe's activations are silu, gelu (the erf form only), relu, relu2 and "
+                     "tanh";
+  if (v) hf_refuse(c, p, name, "%s", what);
+  else hf_refuse(c, p, name, "the %s default is \"%s\": %s", c->fam->type, dflt, what);
+  return NULL;
+}
+
+/* RoPE fields: rope_theta (10000 only), rope_scaling (none), partial_rotary_factor (1). */
+static void hf_rope(hf_ctx *c, const cJSON *obj, const char *p) {
+  hf_fixed(c, obj, p, "rope_theta", c->fam->theta, HF_OCTO_THETA,
+           "OctoPipe's rotary embedding uses theta = 10000");
+  hf_none(c, obj, p, "rope_scaling",
+          "OctoPipe's rotary embedding has no scaling (linear, dynamic, yarn, llama3, longrope)");
+  hf_fixed(c, obj, p, "partial_rotary_factor", 1, 1,
+           "OctoPipe rotates the whole head (no partial rotary)");
+}
+
+/* Fields every decoder family shares. Fills the attention and dense-MLP dimensions of *m and
+ * the number of decoder layers *n. */
+static void hf_decoder_common(hf_ctx *c, const cJSON *obj, const char *p, hf_model *m, double *n,
+                              const char *act_field, const char *act_dflt, double ffn_dflt) {
+  m->hidden = hf_count(c, obj, p, "hidden_size", -1, 1, "hidden");
+  *n = hf_count(c, obj, p, "num_hidden_layers", -1, 1, "decoder layers (attention + feed-forward)");
+  m->heads = hf_count(c, obj, p, "num_attention_heads", -1, 1, "heads");
+  m->kv_heads = hf_count(c, obj, p, "num_key_value_heads", m->heads, 1, "kv_heads");
+  double hd = hf_count(c, obj, p, "head_dim", 0, 1, "head_dim (written when not hidden / heads)");
+  if (hd > 0 && m->heads > 0 && hd * m->heads != m->hidden) m->head_dim = hd;
+  if (ffn_dflt != 0) m->ffn = hf_count(c, obj, p, "intermediate_size", ffn_dflt, 1, "ffn");
+  m->vocab = hf_count(c, obj, p, "vocab_size", -1, 1, "vocab (embedding and lm_head)");
+  m->act = hf_act(c, obj, p, act_field, act_dflt);
+  m->gated = true;
+  hf_fixed(c, obj, p, "rms_norm_eps", c->fam->eps, HF_OCTO_EPS,
+           "OctoPipe's RMSNorm uses eps = 1e-5");
+  hf_rope(c, obj, p);
+  hf_flag(c, obj, p, "attention_bias", false, false, "OctoPipe's attention projections have no bias");
+  hf_flag(c, obj, p, "mlp_bias", false, false, "OctoPipe's MLP projections have no bias");
+  hf_fixed(c, obj, p, "attention_dropout", 0, 0, "OctoPipe has no attention dropout");
+  hf_flag(c, obj, p, "tie_word_embeddings", c->fam->tied, false,
+          "OctoPipe's embedding and LM head are separate matrices (no tied embeddings)");
+}
+
+/* Sliding-window fields of Mistral/Mixtral (every layer) or Qwen (use_sliding_window, layers from
+ * max_window_layers on): marks windowed layers 'L' in m->layers. */
+static void hf_windows(hf_ctx *c, const cJSON *obj, const char *p, hf_model *m, double n, bool qwen) {
+  bool on = true;
+  double from = 0;
+  if (qwen) {
+    const cJSON *u = hf_get(c, obj, p, "use_sliding_window");
+    on = cJSON_IsTrue(u);
+    if (u) hf_use(c, p, "use_sliding_window", on ? "windowed layers from max_window_layers on"
+                                                  : "no windowed layer: sliding_window unused");
+    if (!on) {
+      hf_get(c, obj, p, "sliding_window");
+      hf_get(c, obj, p, "max_window_layers");
+      if (hf_find_key(c, hf_mkpath(p, "sliding_window").s))
+        hf_use(c, p, "sliding_window", "unused (use_sliding_window is false)");
+      if (hf_find_key(c, hf_mkpath(p, "max_window_layers").s))
+        hf_use(c, p, "max_window_layers", "unused (use_sliding_window is false)");
+      return;
+    }
+    from = hf_count(c, obj, p, "max_window_layers", 28, 0, "first windowed layer");
+  }
+  double w = hf_count(c, obj, p, "sliding_window", 0, 1, "window of the attention layers");
+  if (!on || w <= 0) return;
+  if (w >= m->seq) {
+    hf_use(c, p, "sliding_window", "not less than seq: full attention");
+    return;
+  }
+  m->window = w;
+  for (double i = from; i < n; i++) m->layers[(size_t)i] = m->layers[(size_t)i] == 'E' ? 'W' : 'L';
+}
+
+/* Mixtral-style routing checks: router_jitter_noise 0, no auxiliary loss in the loss. */
+static void hf_router_common(hf_ctx *c, const cJSON *obj, const char *p) {
+  hf_fixed(c, obj, p, "router_jitter_noise", 0, 0, "OctoPipe's router adds no noise");
+  hf_flag(c, obj, p, "output_router_logits", false, false,
+          "with it the loss adds the router's auxiliary load-balancing loss, which OctoPipe does "
+          "not compute");
+  if (hf_get(c, obj, p, "router_aux_loss_coef"))
+    hf_use(c, p, "router_aux_loss_coef", "unused: output_router_logits is false, no auxiliary loss");
+}
+
+/* MoE layers from decoder_sparse_step and mlp_only_layers (Qwen MoE): 'E' or 'D' per layer. */
+static void hf_sparse_layers(hf_ctx *c, const cJSON *obj, const char *p, hf_model *m, double n) {
+  double step = hf_count(c, obj, p, "decoder_sparse_step", 1, 1, "every step-th layer is MoE");
+  const cJSON *only = hf_get(c, obj, p, "mlp_only_layers");
+  for (double i = 0; i < n; i++)
+    m->layers[(size_t)i] = fmod(i + 1, step) == 0 ? 'E' : 'D';
+  if (only && !cJSON_IsNull(only)) {
+    if (!cJSON_IsArray(only)) {
+      hf_refuse(c, p, "mlp_only_layers", "expected a list of layer indices");
+      return;
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, only) {
+      if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= n ||
+          e->valuedouble != floor(e->valuedouble)) {
+        hf_refuse(c, p, "mlp_only_layers", "every entry must be a layer index below %g", n);
+        return;
+      }
+      m->layers[(size_t)e->valuedouble] = 'D';
+    }
+    hf_use(c, p, "mlp_only_layers", "these layers are dense MLPs");
+  }
+}
+
+/* The decoder families. */
+static void hf_decoder(hf_ctx *c, const cJSON *obj, const char *p, hf_family_id f, hf_model *m,
+                       double *n) {
+  bool gemma = f == HF_FAM_GEMMA2 || f == HF_FAM_GEMMA3_TEXT;
+  bool qwen_moe = f == HF_FAM_QWEN2_MOE || f == HF_FAM_QWEN3_MOE;
+  hf_decoder_common(c, obj, p, m, n, gemma ? "hidden_activation" : "hidden_act",
+                    gemma ? "gelu_pytorch_tanh" : "silu", f == HF_FAM_QWEN3_MOE ? 0 : -1);
+  if (gemma && hf_find_key(c, hf_mkpath(p, "hidden_act").s)) {
+    hf_get(c, obj, p, "hidden_act");
+    hf_use(c, p, "hidden_act", "unused: Gemma reads hidden_activation");
+  }
+  if (f == HF_FAM_QWEN3_MOE) /* intermediate_size is that of the dense layers, if any */
+    m->ffn = hf_count(c, obj, p, "intermediate_size", 6144, 1, "ffn (dense layers)");
+  double seq = hf_count(c, obj, p, "max_position_embeddings", m->seq > 0 ? 2048 : -1, 1,
+                        m->seq > 0 ? "unused: --seq was given" : "seq");
+  if (m->seq <= 0) m->seq = seq;
+  if (*n > 1000000)
+    hf_refuse(c, p, "num_hidden_layers", "a model has at most 1000000 layers");
+  if (*n <= 0 || *n > 1000000) return;
+  m->layers = xcalloc((size_t)*n + 1, 1);
+  memset(m->layers, 'D', (size_t)*n);
+  switch (f) {
+  case HF_FAM_LLAMA: break;
+  case HF_FAM_MISTRAL: hf_windows(c, obj, p, m, *n, false); break;
+  case HF_FAM_MIXTRAL:
+    m->experts = hf_count(c, obj, p, "num_local_experts", 8, 1, "experts");
+    m->top_k = hf_count(c, obj, p, "num_experts_per_tok", 2, 1, "top_k (softmax top-k, renormalised)");
+    m->expert_ffn = m->ffn;
+    memset(m->layers, 'E', (size_t)*n);
+    hf_router_common(c, obj, p);
+    hf_windows(c, obj, p, m, *n, false);
+    break;
+  case HF_FAM_QWEN2:
+  case HF_FAM_QWEN2_MOE:
+    hf_implicit(c, p, "Qwen2's q, k and v projections have biases; OctoPipe's attention has none");
+    if (f == HF_FAM_QWEN2) {
+      hf_windows(c, obj, p, m, *n, true);
+      break;
+    }
+    __attribute__((fallthrough)); /* Qwen2-MoE: the MoE fields below */
+  case HF_FAM_QWEN3_MOE:
+    if (f == HF_FAM_QWEN3_MOE)
+      hf_implicit(c, p, "Qwen3 normalizes queries and keys per head (QK-norm, RMSNorm) before "
+                        "the rotary embedding; OctoPipe's attention has no QK-norm");
+    m->experts = hf_count(c, obj, p, "num_experts", f == HF_FAM_QWEN2_MOE ? 60 : 128, 1, "experts");
+    m->top_k = hf_count(c, obj, p, "num_experts_per_tok", f == HF_FAM_QWEN2_MOE ? 4 : 8, 1, "top_k");
+    m->expert_ffn = hf_count(c, obj, p, "moe_intermediate_size", f == HF_FAM_QWEN2_MOE ? 1408 : 768,
+                             1, "expert_ffn");
+    hf_flag(c, obj, p, "norm_topk_prob", false, true,
+            "OctoPipe's routing renormalises the top-k probabilities (Mixtral's softmax over the "
+            "selected logits)");
+    hf_router_common(c, obj, p);
+    hf_sparse_layers(c, obj, p, m, *n);
+    if (f == HF_FAM_QWEN2_MOE) {
+      double sh = hf_count(c, obj, p, "shared_expert_intermediate_size", 5632, 1,
+                           "shared_experts = this / moe_intermediate_size");
+      if (m->expert_ffn > 0 && fmod(sh, m->expert_ffn) != 0)
+        hf_refuse(c, p, "shared_expert_intermediate_size",
+                  "OctoPipe's shared experts are experts of width expert_ffn = %g, and %g is not a "
+                  "multiple of it", m->expert_ffn, sh);
+      else if (m->expert_ffn > 0)
+        m->shared = sh / m->expert_ffn;
+      hf_implicit(c, p, "Qwen2-MoE scales its shared expert's output by a learned sigmoid gate "
+                        "(shared_expert_gate); OctoPipe's shared experts are added ungated");
+    }
+    if (qwen_moe) hf_windows(c, obj, p, m, *n, true);
+    break;
+  case HF_FAM_QWEN3:
+    hf_implicit(c, p, "Qwen3 normalizes queries and keys per head (QK-norm, RMSNorm) before the "
+                      "rotary embedding; OctoPipe's attention has no QK-norm");
+    hf_windows(c, obj, p, m, *n, true);
+    break;
+  case HF_FAM_GEMMA2:
+  case HF_FAM_GEMMA3_TEXT: {
+    bool g3 = f == HF_FAM_GEMMA3_TEXT;
+    hf_implicit(c, p, "Gemma scales the embedding output by sqrt(hidden_size), normalizes with "
+                      "RMSNorm times (1 + weight), and adds a norm after attention and after the "
+                      "MLP (four norms per layer); OctoPipe computes none of these");
+    if (g3)
+      hf_implicit(c, p, "Gemma 3 normalizes queries and keys per head (QK-norm); OctoPipe's "
+                        "attention has no QK-norm");
+    hf_none(c, obj, p, "final_logit_softcapping", "OctoPipe's LM head has no logit softcapping");
+    hf_none(c, obj, p, "attn_logit_softcapping", "OctoPipe's attention has no score softcapping");
+    if (!g3) { /* Gemma 2's defaults are 30 and 50: absent means softcapped */
+      if (!hf_find_key(c, hf_mkpath(p, "final_logit_softcapping").s))
+        hf_refuse(c, p, "final_logit_softcapping",
+                  "the gemma2 default is 30: OctoPipe's LM head has no logit softcapping");
+      if (!hf_find_key(c, hf_mkpath(p, "attn_logit_softcapping").s))
+        hf_refuse(c, p, "attn_logit_softcapping",
+                  "the gemma2 default is 50: OctoPipe's attention has no score softcapping");
+    }
+    double hd = m->head_dim > 0 ? m->head_dim : m->heads > 0 ? m->hidden / m->heads : 0;
+    double q = hf_count(c, obj, p, "query_pre_attn_scalar", 256, 1, "checked against head_dim");
+    if (q != hd)
+      hf_refuse(c, p, "query_pre_attn_scalar",
+                "scores are scaled by query_pre_attn_scalar^-0.5; OctoPipe scales by "
+                "head_dim^-0.5 = %g^-0.5", hd);
+    if (g3) {
+      hf_fixed(c, obj, p, "rope_local_base_freq", 1e4, HF_OCTO_THETA,
+               "OctoPipe's rotary embedding uses theta = 10000 (local layers)");
+    }
+    double w = hf_count(c, obj, p, "sliding_window", 4096, 1, "window of the local layers");
+    double every = g3 ? hf_count(c, obj, p, "sliding_window_pattern", 6, 1,
+                                 "every pattern-th layer is global")
+                      : 2;
+    if (w < m->seq) m->window = w;
+    for (double i = 0; i < *n; i++) {
+      bool local = g3 ? fmod(i + 1, every) != 0 : fmod(i, 2) == 0;
+      if (local && m->window > 0) m->layers[(size_t)i] = 'L';
+    }
+    break;
+  }
+  case HF_FAM_DEEPSEEK_V2:
+  case HF_FAM_DEEPSEEK_V3: {
+    bool v3 = f == HF_FAM_DEEPSEEK_V3;
+    const cJSON *kv = hf_get(c, obj, p, "kv_lora_rank");
+    hf_get(c, obj, p, "q_lora_rank");
+    hf_get(c, obj, p, "qk_rope_head_dim");
+    hf_get(c, obj, p, "qk_nope_head_dim");
+    hf_get(c, obj, p, "v_head_dim");
+    if (!kv || !cJSON_IsNull(kv))
+      hf_refuse(c, p, "kv_lora_rank",
+                "DeepSeek's multi-head latent attention (low-rank q/kv projections q_lora_rank, "
+                "kv_lora_rank with their norms; rotary on qk_rope_head_dim of each head only; "
+                "v_head_dim) has no OctoPipe layer kind");
+    m->experts = hf_count(c, obj, p, "n_routed_experts", v3 ? 256 : 160, 1, "experts");
+    m->top_k = hf_count(c, obj, p, "num_experts_per_tok", v3 ? 8 : 6, 1, "top_k");
+    m->expert_ffn = hf_count(c, obj, p, "moe_intermediate_size", v3 ? 2048 : 1407, 1, "expert_ffn");
+    m->shared = hf_count(c, obj, p, "n_shared_experts", v3 ? 1 : 2, 0, "shared_experts");
+    double dense = hf_count(c, obj, p, "first_k_dense_replace", v3 ? 3 : 0, 0,
+                            "the first layers are dense MLPs");
+    double freq = hf_count(c, obj, p, "moe_layer_freq", 1, 1, "checked: every layer after them is MoE");
+    if (freq != 1)
+      hf_refuse(c, p, "moe_layer_freq", "OctoPipe's import makes every layer after "
+                                        "first_k_dense_replace MoE (moe_layer_freq = 1)");
+    for (double i = 0; i < *n; i++) m->layers[(size_t)i] = i < dense ? 'D' : 'E';
+    hf_string_is(c, obj, p, "scoring_func", v3 ? "sigmoid" : "softmax", "softmax",
+                 "OctoPipe's router scores with a softmax (no sigmoid scoring)");
+    hf_string_is(c, obj, p, "topk_method", v3 ? "noaux_tc" : "greedy", "greedy",
+                 "OctoPipe's router takes the plain top-k (no group-limited selection, no "
+                 "correction bias)");
+    if (hf_get(c, obj, p, "n_group")) hf_use(c, p, "n_group", "groups of the group-limited top-k");
+    if (hf_get(c, obj, p, "topk_group"))
+      hf_use(c, p, "topk_group", "groups kept by the group-limited top-k");
+    hf_flag(c, obj, p, "norm_topk_prob", !v3 ? false : true, true,
+            "OctoPipe's routing renormalises the top-k probabilities");
+    hf_fixed(c, obj, p, "routed_scaling_factor", v3 ? 2.5 : 1, 1,
+             "OctoPipe does not scale the routed experts' output");
+    if (hf_get(c, obj, p, "aux_loss_alpha"))
+      hf_use(c, p, "aux_loss_alpha", "unused: the transformers model adds no auxiliary loss");
+    if (hf_get(c, obj, p, "seq_aux"))
+      hf_use(c, p, "seq_aux", "unused: the transformers model adds no auxiliary loss");
+    break;
+  }
+  case HF_FAM_NEMOTRON_H:
+  case HF_FAM_LLAVA:
+  case HF_FAM_COUNT: break;
+  }
+}
+
+/* Nemotron-H: the hybrid pattern of Mamba-2 (M), attention (*) and MLP (-) blocks. */
+static void hf_nemotron_h(hf_ctx *c, const cJSON *obj, hf_model *m) {
+  const char *p = "";
+  m->hidden = hf_count(c, obj, p, "hidden_size", -1, 1, "hidden");
+  double n = hf_count(c, obj, p, "num_hidden_layers", -1, 1, "checked: the pattern's length");
+  const cJSON *pat = hf_get(c, obj, p, "hybrid_override_pattern");
+  if (!cJSON_IsString(pat) || strspn(pat->valuestring, "M*-") != strlen(pat->valuestring) ||
+      !pat->valuestring[0]) {
+    hf_refuse(c, p, "hybrid_override_pattern",
+              "OctoPipe imports patterns of M (Mamba-2), * (attention) and - (MLP)");
+  } else {
+    if ((double)strlen(pat->valuestring) != n)
+      hf_refuse(c, p, "hybrid_override_pattern", "its length is not num_hidden_layers = %g", n);
+    m->layers = xstrdup(pat->valuestring);
+    m->hybrid = true;
+    hf_use(c, p, "hybrid_override_pattern", "pattern (M = mamba2, * = attention, - = mlp)");
+  }
+  m->heads = hf_count(c, obj, p, "num_attention_heads", -1, 1, "heads");
+  m->kv_heads = hf_count(c, obj, p, "num_key_value_heads", m->heads, 1, "kv_heads");
+  double hd = hf_count(c, obj, p, "head_dim", 0, 1, "head_dim (written when not hidden / heads)");
+  if (hd == 0) hd = hf_count(c, obj, p, "attention_head_dim", 0, 1, "head_dim");
+  if (hd > 0 && hd * m->heads != m->hidden) m->head_dim = hd;
+  m->ffn = hf_count(c, obj, p, "intermediate_size", -1, 1, "ffn");
+  m->act = hf_act(c, obj, p, "mlp_hidden_act", "relu2");
+  m->gated = false;
+  m->vocab = hf_count(c, obj, p, "vocab_size", -1, 1, "vocab (embedding and lm_head)");
+  double seq = hf_count(c, obj, p, "max_position_embeddings", m->seq > 0 ? 4096 : -1, 1,
+                        m->seq > 0 ? "unused: --seq was given" : "seq");
+  if (m->seq <= 0) m->seq = seq;
+  m->m_heads = hf_count(c, obj, p, "mamba_num_heads", 128, 1, "mamba2 heads");
+  m->m_head_dim = hf_count(c, obj, p, "mamba_head_dim", 64, 1, "mamba2 head_dim");
+  m->m_state = hf_count(c, obj, p, "ssm_state_size", 128, 1, "mamba2 state");
+  m->m_groups = hf_count(c, obj, p, "n_groups", 8, 1, "mamba2 groups");
+  m->m_conv = hf_count(c, obj, p, "conv_kernel", 4, 1, "mamba2 conv");
+  m->m_expand = hf_count(c, obj, p, "expand", 2, 1, "mamba2 expand");
+  m->m_chunk = hf_count(c, obj, p, "chunk_size", 128, 1, "mamba2 chunk");
+  if (m->m_heads * m->m_head_dim != m->m_expand * m->hidden)
+    hf_refuse(c, p, "mamba_num_heads", "OctoPipe's Mamba-2 needs heads x head_dim = expand x "
+              "hidden (%g x %g != %g x %g)", m->m_heads, m->m_head_dim, m->m_expand, m->hidden);
+  hf_string_is(c, obj, p, "mamba_hidden_act", "silu", "silu",
+               "OctoPipe's Mamba-2 applies SiLU after the convolution");
+  hf_flag(c, obj, p, "use_conv_bias", true, true, "OctoPipe's Mamba-2 convolution has a bias");
+  hf_flag(c, obj, p, "use_bias", false, false, "OctoPipe's Mamba-2 projections have no bias");
+  hf_flag(c, obj, p, "mlp_bias", false, false, "OctoPipe's MLP projections have no bias");
+  hf_flag(c, obj, p, "attention_bias", false, false, "OctoPipe's attention projections have no bias");
+  const cJSON *lim = hf_get(c, obj, p, "time_step_limit");
+  if (lim && !(cJSON_IsArray(lim) && cJSON_GetArraySize(lim) == 2 &&
+               cJSON_IsNumber(cJSON_GetArrayItem(lim, 0)) &&
+               cJSON_GetArrayItem(lim, 0)->valuedouble == 0 &&
+               (cJSON_IsNumber(cJSON_GetArrayItem(lim, 1)) &&
+                    isinf(cJSON_GetArrayItem(lim, 1)->valuedouble))))
+    hf_refuse(c, p, "time_step_limit", "OctoPipe's Mamba-2 does not clamp dt (limit [0, inf])");
+  else if (lim)
+    hf_use(c, p, "time_step_limit", "checked: dt is not clamped");
+  hf_fixed(c, obj, p, "layer_norm_epsilon", c->fam->eps, HF_OCTO_EPS,
+           "OctoPipe's RMSNorm uses eps = 1e-5");
+  hf_fixed(c, obj, p, "attention_dropout", 0, 0, "OctoPipe has no attention dropout");
+  hf_fixed(c, obj, p, "hidden_dropout", 0, 0, "OctoPipe has no dropout");
+  hf_flag(c, obj, p, "tie_word_embeddings", c->fam->tied, false,
+          "OctoPipe's embedding and LM head are separate matrices (no tied embeddings)");
+  hf_implicit(c, p, "Nemotron-H's attention layers use no positional embedding; OctoPipe's "
+                    "attention always applies the rotary embedding");
+}
+
+/* LLaVA: CLIP vision tower, projector, and the Llama text model of text_config. */
+static void hf_llava(hf_ctx *c, const cJSON *obj, hf_model *m, double *n) {
+  const cJSON *vc = hf_get(c, obj, "", "vision_config");
+  const cJSON *tc = hf_get(c, obj, "", "text_config");
+  hf_flag(c, obj, "", "tie_word_embeddings", false, false,
+          "OctoPipe's embedding and LM head are separate matrices (no tied embeddings)");
+  if (hf_get(c, obj, "", "vocab_size"))
+    hf_use(c, "", "vocab_size", "unused: the text model's vocab_size is read");
+  if (cJSON_IsObject(vc)) {
+    static const hf_family clip = {"clip_vision_model", 1e-5, 0, false};
+    const hf_family *outer = c->fam;
+    c->fam = &clip; /* the defaults of CLIPVisionConfig */
+    const char *p = "vision_config.";
+    const cJSON *mt = hf_get(c, vc, p, "model_type");
+    if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "clip_vision_model") != 0)
+      hf_refuse(c, p, "model_type", "OctoPipe's import reads CLIP vision towers (clip_vision_model)");
+    else
+      hf_use(c, p, "model_type", "CLIP ViT: vit layers");
+    m->vit_hidden = hf_count(c, vc, p, "hidden_size", 768, 1, "vit hidden");
+    m->vit_layers = hf_count(c, vc, p, "num_hidden_layers", 12, 1, "vit layers");
+    m->vit_heads = hf_count(c, vc, p, "num_attention_heads", 12, 1, "vit heads");
+    m->vit_ffn = hf_count(c, vc, p, "intermediate_size", 3072, 1, "vit ffn");
+    m->vit_patch = hf_count(c, vc, p, "patch_size", 32, 1, "vit patch");
+    m->vit_image = hf_count(c, vc, p, "image_size", 224, 1, "vit image");
+    hf_fixed(c, vc, p, "layer_norm_eps", 1e-5, HF_OCTO_EPS, "OctoPipe's LayerNorm uses eps = 1e-5");
+    hf_string_is(c, vc, p, "hidden_act", "quick_gelu", "gelu",
+                 "OctoPipe's ViT MLP uses GELU (the erf form), not quick_gelu x * sigmoid(1.702 x)");
+    hf_fixed(c, vc, p, "attention_dropout", 0, 0, "OctoPipe has no attention dropout");
+    if (hf_get(c, vc, p, "projection_dim"))
+      hf_use(c, p, "projection_dim", "unused: CLIP's contrastive projection is not in LLaVA");
+    if (hf_get(c, vc, p, "vocab_size")) hf_use(c, p, "vocab_size", "unused by a vision tower");
+    if (hf_get(c, vc, p, "num_channels")) hf_use(c, p, "num_channels", "input channels");
+    hf_implicit(c, p, "CLIP's embeddings (patch convolution, class token, learned position "
+                      "embeddings) and its pre-LayerNorm have no OctoPipe layer kind");
+    c->fam = outer;
+  } else {
+    hf_refuse(c, "", "vision_config", "expected the vision tower's config (an object)");
+  }
+  hf_string_is(c, obj, "", "projector_hidden_act", "gelu", "none",
+               "LLaVA's projector (two linear layers with biases around a GELU) has no OctoPipe "
+               "layer kind");
+  const cJSON *vl = hf_get(c, obj, "", "vision_feature_layer");
+  if (vl) hf_use(c, "", "vision_feature_layer", "the vision layer whose output is projected");
+  const cJSON *vs = hf_get(c, obj, "", "vision_feature_select_strategy");
+  if (vs) hf_use(c, "", "vision_feature_select_strategy", "which image tokens are projected");
+  if (!cJSON_IsObject(tc)) {
+    hf_refuse(c, "", "text_config", "expected the language model's config (an object)");
+    return;
+  }
+  const char *p = "text_config.";
+  const cJSON *mt = hf_get(c, tc, p, "model_type");
+  if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "llama") != 0) {
+    hf_refuse(c, p, "model_type", "OctoPipe's import reads LLaVA with a llama text model");
+    return;
+  }
+  hf_use(c, p, "model_type", "the text model (llama)");
+  const hf_family *outer = c->fam;
+  c->fam = &hf_families[HF_FAM_LLAMA];
+  /* transformers fills an absent text_config field from LlamaConfig's defaults */
+  m->hidden = hf_count(c, tc, p, "hidden_size", 4096, 1, "hidden");
+  *n = hf_count(c, tc, p, "num_hidden_layers", 32, 1, "decoder layers");
+  m->heads = hf_count(c, tc, p, "num_attention_heads", 32, 1, "heads");
+  m->kv_heads = hf_count(c, tc, p, "num_key_value_heads", m->heads, 1, "kv_heads");
+  m->ffn = hf_count(c, tc, p, "intermediate_size", 11008, 1, "ffn");
+  m->vocab = hf_count(c, tc, p, "vocab_size", 32000, 1, "vocab");
+  double seq = hf_count(c, tc, p, "max_position_embeddings", 2048, 1,
+                        m->seq > 0 ? "unused: --seq was given" : "seq");
+  if (m->seq <= 0) m->seq = seq;
+  m->act = hf_act(c, tc, p, "hidden_act", "silu");
+  m->gated = true;
+  hf_fixed(c, tc, p, "rms_norm_eps", c->fam->eps, HF_OCTO_EPS, "OctoPipe's RMSNorm uses eps = 1e-5");
+  hf_rope(c, tc, p);
+  hf_flag(c, tc, p, "attention_bias", false, false, "OctoPipe's attention projections have no bias");
+  hf_flag(c, tc, p, "tie_word_embeddings", false, false,
+          "OctoPipe's embedding and LM head are separate matrices (no tied embeddings)");
+  const cJSON *arch = hf_get(c, tc, p, "architectures");
+  if (arch) hf_use(c, p, "architectures", "the text model's class");
+  c->fam = outer;
+  if (*n > 0 && *n <= 1000000) {
+    m->layers = xcalloc((size_t)*n + 1, 1);
+    memset(m->layers, 'D', (size_t)*n);
+  }
+}
+
+/* ---- Writing the spec ---- */
+
+/* Append "NAME = VALUE" (a whole number) with a leading blank. */
+static void hf_dim(strbuf *s, const char *name, double v) {
+  strbuf_printf(s, "  %s = %.0f", name, v);
+}
+
+/* The items of decoder layer letter 'k' ('D', 'E', 'L', 'W'): attention and feed-forward. */
+static void hf_decoder_items(strbuf *s, const hf_model *m, char k, const char *indent) {
+  if (k == 'L' || k == 'W')
+    strbuf_printf(s, "%slayer attn : attention { window = %.0f }\n", indent, m->window);
+  else
+    strbuf_printf(s, "%slayer attn : attention\n", indent);
+  strbuf_printf(s, "%slayer %s\n", indent, k == 'E' || k == 'W' ? "moe : moe" : "mlp : mlp");
+}
+
+/* Write the spec of m named 'name' to s (header lines already there). */
+static void hf_write_model(strbuf *s, const hf_model *m, const char *name, double n) {
+  static const char letters[] = "DELW";
+  static const char *const blocks[] = {"dense", "moe", "local", "local_moe"};
+  bool used[4] = {false};
+  int kinds = 0;
+  if (!m->hybrid)
+    for (int k = 0; k < 4; k++) {
+      used[k] = strchr(m->layers, letters[k]) != NULL;
+      kinds += used[k];
+    }
+  if (kinds > 1)
+    for (int k = 0; k < 4; k++)
+      if (used[k]) {
+        strbuf_printf(s, "block %s_%s {\n", name, blocks[k]);
+        hf_decoder_items(s, m, letters[k], "  ");
+        strbuf_puts(s, "}\n\n");
+      }
+  strbuf_printf(s, "model %s {\n", name);
+  hf_dim(s, "hidden", m->hidden);
+  hf_dim(s, "heads", m->heads);
+  hf_dim(s, "kv_heads", m->kv_heads);
+  if (m->head_dim > 0) hf_dim(s, "head_dim", m->head_dim);
+  hf_dim(s, "vocab", m->vocab);
+  hf_dim(s, "seq", m->seq);
+  if (m->ffn > 0) hf_dim(s, "ffn", m->ffn);
+  if (strcmp(m->act, "silu") != 0) strbuf_printf(s, "  act = %s", m->act);
+  if (!m->gated) strbuf_puts(s, "  gated = false");
+  strbuf_putc(s, '\n');
+  if (m->experts > 0) {
+    hf_dim(s, "experts", m->experts);
+    hf_dim(s, "top_k", m->top_k);
+    hf_dim(s, "expert_ffn", m->expert_ffn);
+    if (m->shared > 0) hf_dim(s, "shared_experts", m->shared);
+    strbuf_putc(s, '\n');
+  }
+  strbuf_puts(s, "  layer embed : embedding\n");
+  if (m->vit_layers > 0)
+    strbuf_printf(s, "  repeat %.0f {\n    layer vision : vit { hidden = %.0f, heads = %.0f, ffn = "
+                  "%.0f, patch = %.0f, image = %.0f }\n  }\n", m->vit_layers, m->vit_hidden,
+                  m->vit_heads, m->vit_ffn, m->vit_patch, m->vit_image);
+  if (m->hybrid) {
+    strbuf_printf(s, "  pattern \"%s\" {\n", m->layers);
+    strbuf_printf(s, "    M = mamba2 { state = %.0f, heads = %.0f, head_dim = %.0f, groups = %.0f, "
+                  "conv = %.0f, expand = %.0f, chunk = %.0f }\n", m->m_state, m->m_heads,
+                  m->m_head_dim, m->m_groups, m->m_conv, m->m_expand, fmin(m->m_chunk, m->seq));
+    strbuf_puts(s, "    * = attention\n    - = mlp\n  }\n");
+  } else if (kinds == 1) {
+    strbuf_printf(s, "  repeat %.0f {\n", n);
+    hf_decoder_items(s, m, m->layers[0], "    ");
+    strbuf_puts(s, "  }\n");
+  } else {
+    strbuf_printf(s, "  pattern \"%s\" {\n", m->layers);
+    for (int k = 0; k < 4; k++)
+      if (used[k]) strbuf_printf(s, "    %c = %s_%s\n", letters[k], name, blocks[k]);
+    strbuf_puts(s, "  }\n");
+  }
+  strbuf_puts(s, "  layer head : lm_head\n}\n");
+}
+
+/* Keywords of the language, which a model name may not be. */
+static bool hf_keyword(const char *s) {
+  static const char *const kw[] = {"model", "block", "device", "cluster", "train", "import",
+                                   "profile", "layer", "repeat", "use", "pattern", "link",
+                                   "true", "false"};
+  for (size_t i = 0; i < sizeof kw / sizeof *kw; i++)
+    if (strcmp(s, kw[i]) == 0) return true;
+  return false;
+}
+
+/* A model name from the config's path: its folder's name for "DIR/config.json", else the file
+ * name without ".json"; lower case, other characters as '_'. */
+static char *hf_default_name(const char *path) {
+  const char *end = path + strlen(path), *base;
+  const char *slash = strrchr(path, '/');
+  base = slash ? slash + 1 : path;
+  if (strcmp(base, "config.json") == 0 && slash) {
+    end = slash;
+    while (end > path && end[-1] == '/') end--;
+    base = end;
+    while (base > path && base[-1] != '/') base--;
+  } else if (end - base > 5 && strcmp(end - 5, ".json") == 0) {
+    end -= 5;
+  }
+  strbuf sb = {0};
+  if (base == end || isdigit((unsigned char)*base)) strbuf_puts(&sb, "m_");
+  for (const char *q = base; q < end; q++)
+    strbuf_putc(&sb, isalnum((unsigned char)*q) ? (char)tolower((unsigned char)*q) : '_');
+  if (hf_keyword(strbuf_cstr(&sb))) strbuf_puts(&sb, "_model");
+  char *r = xstrdup(strbuf_cstr(&sb));
+  strbuf_free(&sb);
+  return r;
+}
+
+/* Whether s is an identifier of the language that is not a keyword. */
+static bool hf_ident(const char *s) {
+  if (!s[0] || !(isalpha((unsigned char)s[0]) || s[0] == '_')) return false;
+  for (const char *q = s; *q; q++)
+    if (!(isalnum((unsigned char)*q) || *q == '_')) return false;
+  return !hf_keyword(s);
+}
+
+/* List the keys of object 'obj' (under prefix p) that were not read: ignored.def's are listed as
+ * ignored, any other is an error. */
+static void hf_leftovers(hf_ctx *c, const cJSON *obj, const char *p) {
+  const cJSON *it;
+  cJSON_ArrayForEach(it, obj) {
+    hf_key *k = hf_find_key(c, hf_mkpath(p, it->string ? it->string : "").s);
+    if (!k || k->used) continue;
+    k->used = true;
+    const char *why = NULL;
+    for (size_t i = 0; i < sizeof hf_ignored_fields / sizeof *hf_ignored_fields; i++)
+      if (strcmp(it->string, hf_ignored_fields[i].field) == 0) why = hf_ignored_fields[i].why;
+    char buf[80];
+    if (why) {
+      strbuf line = {0};
+      strbuf_printf(&line, "%s = %s", k->path, hf_written(c, k->path, buf));
+      strbuf_printf(&c->ignored, "#   %-40s %s\n", strbuf_cstr(&line), why);
+      strbuf_free(&line);
+    } else {
+      c->errors++;
+      diag_error(c->d, hf_loc_at(c, k->off, k->len),
+                 "unknown field '%s' of a %s config: OctoPipe does not know whether it changes "
+                 "the model (issue 27)", k->path, c->fam->type);
+    }
+  }
+}
+
+/* Check 'architectures' (p: prefix): a causal LM (or LLaVA's conditional generation). */
+static void hf_architectures(hf_ctx *c, const cJSON *obj, bool llava) {
+  const cJSON *a = hf_get(c, obj, "", "architectures");
+  if (!a || cJSON_IsNull(a)) return;
+  const char *want = llava ? "ForConditionalGeneration" : "ForCausalLM";
+  bool ok = cJSON_IsArray(a) && cJSON_GetArraySize(a) == 1;
+  if (ok) {
+    const cJSON *s = cJSON_GetArrayItem(a, 0);
+    size_t n = cJSON_IsString(s) ? strlen(s->valuestring) : 0;
+    ok = n >= strlen(want) && strcmp(s->valuestring + n - strlen(want), want) == 0;
+  }
+  if (!ok)
+    hf_refuse(c, "", "architectures",
+              "OctoPipe trains a language model with its next-token loss (one class named "
+              "...%s)", want);
+  else
+    hf_use(c, "", "architectures", "checked: a language model with its loss (lm_head)");
+}
+
+int hf_import_source(diag_engine *d, uint32_t src, const hf_options *o, strbuf *spec) {
+  const diag_source *s = diag_get_source(d, src);
+  hf_ctx c = {.d = d, .src = src, .text = s->text, .len = s->len};
+  VEC_PUSH(c.lines, c.nlines, c.lines_cap, (size_t)0);
+  for (size_t i = 0; i < c.len; i++)
+    if (c.text[i] == '\n') VEC_PUSH(c.lines, c.nlines, c.lines_cap, i + 1);
+  cJSON *root = NULL;
+  hf_model m = {0};
+  double n = 0;
+  const char *end = NULL;
+  if (memchr(c.text, 0, c.len)) {
+    size_t at = (size_t)((const char *)memchr(c.text, 0, c.len) - c.text);
+    diag_error(d, hf_loc_at(&c, at, 1), "invalid JSON: NUL byte at byte offset %zu", at);
+    c.errors++;
+    goto out;
+  }
+  root = cJSON_ParseWithLengthOpts(c.text, c.len + 1, &end, true); /* with its NUL */
+  if (!root) {
+    size_t at = end && end >= c.text && end <= c.text + c.len ? (size_t)(end - c.text) : 0;
+    if (!end) end = cJSON_GetErrorPtr();
+    if (end && end >= c.text && end <= c.text + c.len) at = (size_t)(end - c.text);
+    diag_error(d, hf_loc_at(&c, at, 1), "invalid JSON at byte offset %zu", at);
+    c.errors++;
+    goto out;
+  }
+  if (!cJSON_IsObject(root)) {
+    diag_error(d, hf_loc_at(&c, hf_ws(&c, 0), 1), "a config.json holds one JSON object");
+    c.errors++;
+    goto out;
+  }
+  hf_scan(&c, 0, "", 0);
+  if (c.errors) goto out;
+  const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+  hf_key *mtk = hf_find_key(&c, "model_type");
+  if (mtk) mtk->used = true;
+  int fam = -1;
+  for (int i = 0; i < HF_FAM_COUNT && cJSON_IsString(mt); i++)
+    if (strcmp(mt->valuestring, hf_families[i].type) == 0) fam = i;
+  if (fam < 0) {
+    char buf[80];
+    strbuf list = {0};
+    for (int i = 0; i < HF_FAM_COUNT; i++) strbuf_printf(&list, "%s%s", i ? ", " : "", hf_families[i].type);
+    diag_error(d, hf_loc(&c, mtk ? "model_type" : NULL), "model_type%s%s is not a family OctoPipe "
+               "imports (%s)", mtk ? " = " : " is missing: it", mtk ? hf_written(&c, "model_type", buf) : "",
+               strbuf_cstr(&list));
+    strbuf_free(&list);
+    c.errors++;
+    goto out;
+  }
+  c.fam = &hf_families[fam];
+  m.seq = o->seq;
+  hf_architectures(&c, root, fam == HF_FAM_LLAVA);
+  if (fam == HF_FAM_NEMOTRON_H) {
+    hf_nemotron_h(&c, root, &m);
+    n = m.layers ? (double)strlen(m.layers) : 0;
+  } else if (fam == HF_FAM_LLAVA) {
+    hf_llava(&c, root, &m, &n);
+  } else {
+    hf_decoder(&c, root, "", (hf_family_id)fam, &m, &n);
+  }
+  hf_leftovers(&c, root, "");
+  const cJSON *sub;
+  if (fam == HF_FAM_LLAVA && cJSON_IsObject(sub = cJSON_GetObjectItemCaseSensitive(root, "text_config")))
+    hf_leftovers(&c, sub, "text_config.");
+  if (fam == HF_FAM_LLAVA && cJSON_IsObject(sub = cJSON_GetObjectItemCaseSensitive(root, "vision_config")))
+    hf_leftovers(&c, sub, "vision_config.");
+  if (o->name && !hf_ident(o->name)) {
+    diag_error(d, diag_mkloc(0, 0, 0, 0), "--name '%s' is not a model name (letters, digits and "
+               "'_', not starting with a digit, not a keyword)", o->name);
+    c.errors++;
+  }
+  if (!c.errors && (!m.layers || !m.act)) { /* each handler refuses what leaves these unset */
+    diag_error(d, hf_loc(&c, NULL), "no layers could be made of this config");
+    c.errors++;
+  }
+  if (c.errors) goto out;
+  char *name = o->name ? xstrdup(o->name) : hf_default_name(s->name);
+  char buf[80];
+  strbuf_printf(spec, "# %s: imported from the Hugging Face config %s by octo-import (OctoPipe %s)\n",
+                name, s->name, OCTO_VERSION);
+  strbuf_printf(spec, "# model_type = \"%s\", architectures = %s\n", c.fam->type,
+                hf_find_key(&c, "architectures") ? hf_written(&c, "architectures", buf) : "(absent)");
+  strbuf_puts(spec, "#\n# Fields read, and how each was used:\n");
+  strbuf_append(spec, c.read.data ? c.read.data : "", c.read.len);
+  if (c.ignored.len) {
+    strbuf_puts(spec, "# Fields ignored (they do not change what is trained):\n");
+    strbuf_append(spec, c.ignored.data, c.ignored.len);
+  }
+  if (o->seq > 0) strbuf_printf(spec, "# seq = %.0f: given with --seq\n", o->seq);
+  strbuf_puts(spec, "# Norms and rotary embeddings are folded into the layers (docs/runtime.md).\n\n");
+  if (o->with_import) {
+    strbuf_puts(spec, "# The devices, clusters and train block:\nimport ");
+    strbuf_json_str(spec, o->with_import);
+    strbuf_puts(spec, "\n\n");
+  }
+  hf_write_model(spec, &m, name, n);
+  free(name);
+out:
+  cJSON_Delete(root);
+  for (int i = 0; i < c.nkeys; i++) free(c.keys[i].path);
+  free(c.keys);
+  free(c.lines);
+  free(m.layers);
+  strbuf_free(&c.read);
+  strbuf_free(&c.ignored);
+  return c.errors ? 1 : 0;
+}
+
+char *hf_config_path(const char *path) {
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+    strbuf sb = {0};
+    size_t n = strlen(path);
+    strbuf_printf(&sb, "%s%sconfig.json", path, n && path[n - 1] == '/' ? "" : "/");
+    char *r = xstrdup(strbuf_cstr(&sb));
+    strbuf_free(&sb);
+    return r;
+  }
+  return xstrdup(path);
+}
+
+int hf_import(diag_engine *d, const char *path, const hf_options *o, strbuf *spec) {
+  char *file = hf_config_path(path);
+  uint32_t src = diag_load_file(d, file, diag_mkloc(0, 0, 0, 0));
+  free(file);
+  return src ? hf_import_source(d, src, o, spec) : 1;
+}
+
+uint32_t hf_load(diag_engine *d, const char *path, const hf_options *o, const char *spec_name) {
+  strbuf spec = {0}, name = {0};
+  char *file = hf_config_path(path);
+  uint32_t src = 0;
+  if (spec_name) strbuf_puts(&name, spec_name);
+  else strbuf_printf(&name, "%s.octo", file);
+  hf_options oo = *o;
+  char *with = NULL;
+  if (o->with) {
+    strbuf why = {0};
+    oo.with_import = with = hf_with_path(o->with, strbuf_cstr(&name), &why);
+    if (!with) diag_error(d, diag_mkloc(0, 0, 0, 0), "%s", strbuf_cstr(&why));
+    strbuf_free(&why);
+  }
+  if ((!o->with || with) && hf_import(d, path, &oo, &spec) == 0) {
+    src = diag_add_source(d, strbuf_cstr(&name), strbuf_cstr(&spec), spec.len, 0);
+    fe_options fo = {false, false};
+    ir_module *m = fe_compile(d, src, &fo);
+    const char *want = strstr(strbuf_cstr(&spec), "\nmodel ") + 7;
+    size_t wn = strcspn(want, " ");
+    if (!m) {
+      src = 0;
+    } else if (strlen(m->name) != wn || strncmp(m->name, want, wn) != 0) {
+      diag_error(d, diag_mkloc(0, 0, 0, 0), "the train block of the --with spec trains model '%s', "
+                 "not the imported model '%.*s': give a spec of devices, clusters and a train "
+                 "block without a model of its own", m->name, (int)wn, want);
+      src = 0;
+    }
+    ir_module_free(m);
+  }
+  free(file);
+  free(with);
+  strbuf_free(&name);
+  strbuf_free(&spec);
+  return src;
+}
+
+/* Directory part of path ("." for a bare name), malloc'ed. */
+static char *hf_dirname(const char *path) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) return xstrdup(".");
+  if (slash == path) return xstrdup("/");
+  return xstrndup(path, (size_t)(slash - path));
+}
+
+char *hf_with_path(const char *with, const char *out, strbuf *why) {
+  char *target = realpath(with, NULL);
+  if (!target) {
+    strbuf_printf(why, "--with '%s': %s", with, strerror(errno));
+    return NULL;
+  }
+  char *odir = hf_dirname(out && strcmp(out, "-") != 0 ? out : "./x");
+  char *from = realpath(odir, NULL);
+  free(odir);
+  if (!from) return target;
+  /* the directories both paths start with, then one ".." per directory of 'from' left */
+  size_t common = 0; /* length of the common prefix that ends at a directory boundary */
+  for (size_t i = 0;; i++) {
+    bool fend = from[i] == 0 || from[i] == '/', tend = target[i] == '/';
+    if (fend && tend) common = i;
+    if (!from[i] || !target[i] || from[i] != target[i]) break;
+  }
+  strbuf sb = {0};
+  for (const char *q = from + common; *q; q++)
+    if (*q == '/' && q[1]) strbuf_puts(&sb, "../");
+  strbuf_puts(&sb, target + common + 1);
+  free(from);
+  free(target);
+  char *r = xstrdup(strbuf_cstr(&sb));
+  strbuf_free(&sb);
+  return r;
+}
