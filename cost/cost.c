@@ -334,7 +334,7 @@ static void kind_mamba2(cost_breakdown *bd, const cost_setup *su, const ir_layer
   bd->out = tok * h * e;
 }
 
-/* LM head: logits GEMM (vocabulary split by tensor parallelism) and, with the loss, softmax
+/* LM head with the final norm: logits GEMM (vocabulary split by tensor parallelism) and, with the loss, softmax
  * cross-entropy over fp32 logits. One all-reduce in B (the input gradient). */
 static void kind_lm_head(cost_breakdown *bd, const cost_setup *su, const ir_layer *l) {
   double h = P(LM_HEAD_HIDDEN), V = P(LM_HEAD_VOCAB), s = P(LM_HEAD_SEQ);
@@ -343,6 +343,8 @@ static void kind_lm_head(cost_breakdown *bd, const cost_setup *su, const ir_laye
   gemm(bd, su, "logits", tok, h, V, 1, true);
   if (loss) elem(bd, su, "cross_entropy", tok * V * (e + 4), tok * V * (4 + e), 0, true, false);
   weights(bd, su, V * h, true);
+  weights(bd, su, h, false); /* the final norm's weight (its element work, under 0.1% of the
+                                logits' GEMM, is not charged) */
   if (su->t > 1) {
     bd->allreduces[COST_B]++;
     bd->allreduce_bytes = tok * h * e;
