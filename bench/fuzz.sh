@@ -1,8 +1,8 @@
 #!/bin/sh
 # fuzz.sh -- runs the libFuzzer harnesses of tests/fuzz (the .octo front end, the IR reader, the
-# .ois reader, the profile reader, plan -> lowering) for a given time each and prints, per
-# fuzzer, the executions, executions per second, coverage (cov: edges, ft: features) and corpus
-# size. It configures and builds the fuzzers first (clang, -DOCTO_FUZZ=ON: libFuzzer, ASan and
+# .ois reader, the profile reader, plan -> lowering, the safetensors reader) for a given time
+# each and prints, per fuzzer, the executions, executions per second, coverage (cov: edges, ft:
+# features) and corpus size. It configures and builds the fuzzers first (clang, -DOCTO_FUZZ=ON: libFuzzer, ASan and
 # UBSan) unless -n is given. Each fuzzer starts from a corpus seeded from the examples and the
 # tests (tests/fuzz/seeds.py, two lowered streams for .ois) with the DSL or IR dictionary
 # (tests/fuzz/*.dict), kept in CORPUS/NAME so that later runs go on from it. A finding (crash,
@@ -16,7 +16,7 @@
 #   -b BUILD_DIR the fuzz build (default build-fuzz; configured with CC=clang when missing)
 #   -c CORPUS    corpus directory (default BUILD_DIR/fuzz-corpus)
 #   -n           build nothing: run the fuzzers of BUILD_DIR as they are (the smoke tests)
-#   FUZZER       octo, ir, ois, profile, plan (default all)
+#   FUZZER       octo, ir, ois, profile, plan, safetensors (default all)
 set -eu
 
 usage() {
@@ -42,7 +42,7 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-[ $# -gt 0 ] || set -- octo ir ois profile plan
+[ $# -gt 0 ] || set -- octo ir ois profile plan safetensors
 CORPUS=${CORPUS:-$BUILD/fuzz-corpus}
 
 if [ "$BUILD_IT" = 1 ]; then
@@ -61,7 +61,7 @@ fi
 mkdir -p "$CORPUS"
 if [ ! -d "$CORPUS/seeds" ]; then
   mkdir -p "$CORPUS/seeds.new/octo" "$CORPUS/seeds.new/ir" "$CORPUS/seeds.new/ois" \
-    "$CORPUS/seeds.new/prof"
+    "$CORPUS/seeds.new/prof" "$CORPUS/seeds.new/st"
   python3 "$SRC/tests/fuzz/seeds.py" "$SRC" "$CORPUS/seeds.new"
   octoc=$BUILD/tools/octoc
   [ -x "$octoc" ] || octoc=$SRC/build/tools/octoc
@@ -87,7 +87,8 @@ for name in "$@"; do
     ir) seeds="ir"; dict=ir.dict ;;
     ois) seeds="ois"; dict= ;;
     profile) seeds="prof"; dict= ;;
-    *) echo "fuzz.sh: unknown fuzzer '$name' (octo, ir, ois, profile, plan)" >&2; exit 2 ;;
+    safetensors) seeds="st"; dict= ;;
+    *) echo "fuzz.sh: unknown fuzzer '$name' (octo, ir, ois, profile, plan, safetensors)" >&2; exit 2 ;;
   esac
   dir=$CORPUS/$name
   found=$CORPUS/$name.findings
