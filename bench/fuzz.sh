@@ -2,9 +2,10 @@
 # fuzz.sh -- runs the libFuzzer harnesses of tests/fuzz (the .octo front end, the IR reader, the
 # .ois reader, the profile reader, plan -> lowering, the safetensors reader) for a given time
 # each and prints, per fuzzer, the executions, executions per second, coverage (cov: edges, ft:
-# features) and corpus size. It configures and builds the fuzzers first (clang, -DOCTO_FUZZ=ON: libFuzzer, ASan and
-# UBSan) unless -n is given. Each fuzzer starts from a corpus seeded from the examples and the
-# tests (tests/fuzz/seeds.py, two lowered streams for .ois) with the DSL or IR dictionary
+# features) and corpus size. It configures and builds the fuzzers first (clang, -DOCTO_FUZZ=ON:
+# libFuzzer, ASan and UBSan) unless -n is given. Each fuzzer starts from a corpus seeded from the
+# examples and the tests (tests/fuzz/seeds.py, two lowered streams for .ois; safetensors files
+# made there) with the DSL or IR dictionary
 # (tests/fuzz/*.dict), kept in CORPUS/NAME so that later runs go on from it. A finding (crash,
 # leak, timeout, out of memory) is kept as CORPUS/NAME.findings/* and makes the exit status 1;
 # an input slower than 10 s (libFuzzer's slow-unit-*) is kept there too and said on stderr.
@@ -88,7 +89,8 @@ for name in "$@"; do
     ois) seeds="ois"; dict= ;;
     profile) seeds="prof"; dict= ;;
     safetensors) seeds="st"; dict= ;;
-    *) echo "fuzz.sh: unknown fuzzer '$name' (octo, ir, ois, profile, plan, safetensors)" >&2; exit 2 ;;
+    *) echo "fuzz.sh: unknown fuzzer '$name' (octo, ir, ois, profile, plan, safetensors)" >&2
+       exit 2 ;;
   esac
   dir=$CORPUS/$name
   found=$CORPUS/$name.findings

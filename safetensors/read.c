@@ -60,8 +60,10 @@ void st_quote(strbuf *sb, const char *s) {
   size_t cut = n > DIAG_MAX_QUOTED ? DIAG_MAX_QUOTED : n;
   for (size_t i = 0; i < cut; i++) {
     unsigned char c = (unsigned char)s[i];
-    if (c < 0x20 || c == 0x7f) strbuf_printf(sb, "\\x%02x", c);
-    else strbuf_putc(sb, (char)c);
+    if (c < 0x20 || c == 0x7f)
+      strbuf_printf(sb, "\\x%02x", c);
+    else
+      strbuf_putc(sb, (char)c);
   }
   if (cut < n) strbuf_puts(sb, "...");
   strbuf_putc(sb, '\'');
@@ -104,10 +106,14 @@ static size_t st_utf8_bad(const unsigned char *s, size_t n) {
     if (c < 0x80) {
       i++;
       continue;
-    } else if (c >= 0xc2 && c <= 0xdf) k = 1, cp = c & 0x1f, min = 0x80;
-    else if (c >= 0xe0 && c <= 0xef) k = 2, cp = c & 0x0f, min = 0x800;
-    else if (c >= 0xf0 && c <= 0xf4) k = 3, cp = c & 0x07, min = 0x10000;
-    else return i;
+    } else if (c >= 0xc2 && c <= 0xdf)
+      k = 1, cp = c & 0x1f, min = 0x80;
+    else if (c >= 0xe0 && c <= 0xef)
+      k = 2, cp = c & 0x0f, min = 0x800;
+    else if (c >= 0xf0 && c <= 0xf4)
+      k = 3, cp = c & 0x07, min = 0x10000;
+    else
+      return i;
     if (n - i <= k) return i;
     for (size_t j = 1; j <= k; j++) {
       if ((s[i + j] & 0xc0) != 0x80) return i;
@@ -146,12 +152,13 @@ static bool st_parse_tensor(st_file *f, const char *name, const cJSON *j, st_ten
   const char *path = f->path;
   if (!cJSON_IsObject(j)) {
     st_err_at(err, path, name);
-    strbuf_puts(err, "its entry is not a JSON object with \"dtype\", \"shape\" and \"data_offsets\"");
+    strbuf_puts(err,
+                "its entry is not a JSON object with \"dtype\", \"shape\" and \"data_offsets\"");
     return false;
   }
   const cJSON *dtype = NULL, *shape = NULL, *offs = NULL;
   for (const cJSON *c = j->child; c; c = c->next) {
-    const cJSON **slot = strcmp(c->string, "dtype") == 0         ? &dtype
+    const cJSON **slot = strcmp(c->string, "dtype") == 0          ? &dtype
                          : strcmp(c->string, "shape") == 0        ? &shape
                          : strcmp(c->string, "data_offsets") == 0 ? &offs
                                                                   : NULL;
@@ -159,7 +166,8 @@ static bool st_parse_tensor(st_file *f, const char *name, const cJSON *j, st_ten
       st_err_at(err, path, name);
       strbuf_puts(err, slot ? "key " : "unknown key ");
       st_quote(err, c->string);
-      strbuf_puts(err, slot ? " given twice" : " (a tensor has \"dtype\", \"shape\" and \"data_offsets\")");
+      strbuf_puts(err, slot ? " given twice"
+                            : " (a tensor has \"dtype\", \"shape\" and \"data_offsets\")");
       return false;
     }
     *slot = c;
@@ -200,20 +208,24 @@ static bool st_parse_tensor(st_file *f, const char *name, const cJSON *j, st_ten
       strbuf_printf(err, "shape dimension %d is not an integer in [0, 2^53)", k);
       return false;
     }
-    if (dims[k] == 0) empty = true;
-    else if (t->numel > (ST_MAX_COUNT - 1) / dims[k]) overflow = true;
-    else if (!overflow) t->numel *= dims[k];
+    if (dims[k] == 0)
+      empty = true;
+    else if (t->numel > (ST_MAX_COUNT - 1) / dims[k])
+      overflow = true;
+    else if (!overflow)
+      t->numel *= dims[k];
   }
   t->shape = dims;
-  if (empty) t->numel = 0;
+  if (empty)
+    t->numel = 0;
   else if (overflow) {
     st_err_at(err, path, name);
     strbuf_puts(err, "the shape has 2^53 elements or more");
     return false;
   }
   int64_t b, e;
-  if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
-      !st_json_count(offs->child, &b) || !st_json_count(offs->child->next, &e) || e < b) {
+  if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 || !st_json_count(offs->child, &b) ||
+      !st_json_count(offs->child->next, &e) || e < b) {
     st_err_at(err, path, name);
     strbuf_puts(err, "\"data_offsets\" is not [begin, end] with integers 0 <= begin <= end < 2^53");
     return false;
@@ -224,9 +236,11 @@ static bool st_parse_tensor(st_file *f, const char *name, const cJSON *j, st_ten
   if (bytes != e - b) { /* numel < 2^53, so bytes < 2^56: no overflow */
     st_err_at(err, path, name);
     strbuf_puts(err, "shape [");
-    for (int i = 0; i < t->rank; i++) strbuf_printf(err, "%s%lld", i ? ", " : "", (long long)dims[i]);
+    for (int i = 0; i < t->rank; i++)
+      strbuf_printf(err, "%s%lld", i ? ", " : "", (long long)dims[i]);
     strbuf_printf(err, "] of %s is %lld bytes but data_offsets [%lld, %lld) hold %lld",
-                  st_dtypes[t->dtype].name, (long long)bytes, (long long)b, (long long)e, (long long)(e - b));
+                  st_dtypes[t->dtype].name, (long long)bytes, (long long)b, (long long)e,
+                  (long long)(e - b));
     return false;
   }
   return true;
@@ -341,17 +355,19 @@ static bool st_layout(st_file *f, strbuf *err) {
     size_t i = 0;
     while (sorted[i].end <= f->data_len) i++;
     st_err_at(err, f->path, sorted[i].name);
-    strbuf_printf(err, "truncated: its data [%lld, %lld) runs past the end of the data, which "
-                  "holds %lld bytes (the file has %lld)", (long long)sorted[i].begin,
-                  (long long)sorted[i].end, (long long)f->data_len,
+    strbuf_printf(err,
+                  "truncated: its data [%lld, %lld) runs past the end of the data, which "
+                  "holds %lld bytes (the file has %lld)",
+                  (long long)sorted[i].begin, (long long)sorted[i].end, (long long)f->data_len,
                   (long long)(f->data_start + f->data_len));
     return false;
   }
   if (at < f->data_len) {
     st_err_at(err, f->path, NULL);
-    strbuf_printf(err, "%lld bytes after the last tensor's data (the tensors end at byte %lld "
-                  "of the data, the file holds %lld)", (long long)(f->data_len - at),
-                  (long long)at, (long long)f->data_len);
+    strbuf_printf(err,
+                  "%lld bytes after the last tensor's data (the tensors end at byte %lld "
+                  "of the data, the file holds %lld)",
+                  (long long)(f->data_len - at), (long long)at, (long long)f->data_len);
     return false;
   }
   return true;
@@ -374,8 +390,10 @@ static bool st_parse_header(st_file *f, const char *h, size_t n, strbuf *err) {
   for (size_t i = 0; i < n; i++)
     if ((unsigned char)h[i] < 0x20 && !strchr("\t\r\n", h[i])) {
       st_err_at(err, f->path, NULL);
-      strbuf_printf(err, "the header has control character 0x%02x at byte %zu (JSON allows "
-                    "none outside escapes)", (unsigned char)h[i], i);
+      strbuf_printf(err,
+                    "the header has control character 0x%02x at byte %zu (JSON allows "
+                    "none outside escapes)",
+                    (unsigned char)h[i], i);
       return false;
     }
   size_t nul = st_find_nul_escape(h, n);
@@ -396,8 +414,10 @@ static bool st_parse_header(st_file *f, const char *h, size_t n, strbuf *err) {
   for (const char *p = end; p < h + n; p++)
     if (!strchr(" \t\r\n", *p)) {
       st_err_at(err, f->path, NULL);
-      strbuf_printf(err, "the header has more than one JSON value (byte %zu of the header "
-                    "follows the object and is not a space)", (size_t)(p - h));
+      strbuf_printf(err,
+                    "the header has more than one JSON value (byte %zu of the header "
+                    "follows the object and is not a space)",
+                    (size_t)(p - h));
       cJSON_Delete(root);
       return false;
     }
@@ -428,7 +448,7 @@ static bool st_parse_header(st_file *f, const char *h, size_t n, strbuf *err) {
 st_file *st_open(const char *path, strbuf *err) {
   st_file *f = xcalloc(1, sizeof *f);
   f->path = xstrdup(path);
-  f->fd = open(path, O_RDONLY | O_CLOEXEC);
+  f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block the open */
   struct stat st;
   if (f->fd < 0 || fstat(f->fd, &st) != 0) {
     st_err_at(err, path, NULL);
@@ -446,8 +466,10 @@ st_file *st_open(const char *path, strbuf *err) {
   unsigned char len8[8];
   if (size < 8) {
     st_err_at(err, path, NULL);
-    strbuf_printf(err, "%lld bytes: too short for a safetensors file (8 bytes of header length, "
-                  "then the header)", (long long)size);
+    strbuf_printf(err,
+                  "%lld bytes: too short for a safetensors file (8 bytes of header length, "
+                  "then the header)",
+                  (long long)size);
     st_close(f);
     return NULL;
   }
@@ -456,8 +478,8 @@ st_file *st_open(const char *path, strbuf *err) {
   for (int i = 7; i >= 0; i--) hlen = hlen << 8 | len8[i];
   if (!e && hlen > (uint64_t)ST_MAX_HEADER_BYTES) {
     st_err_at(err, path, NULL);
-    strbuf_printf(err, "header length %llu is over %lld bytes, the limit",
-                  (unsigned long long)hlen, (long long)ST_MAX_HEADER_BYTES);
+    strbuf_printf(err, "header length %llu is over %lld bytes, the limit", (unsigned long long)hlen,
+                  (long long)ST_MAX_HEADER_BYTES);
     st_close(f);
     return NULL;
   }
@@ -511,8 +533,10 @@ const st_tensor *st_find(const st_file *f, const char *name) {
     size_t mid = lo + (hi - lo) / 2;
     int c = strcmp(f->tensors[f->by_name[mid]].name, name);
     if (c == 0) return &f->tensors[f->by_name[mid]];
-    if (c < 0) lo = mid + 1;
-    else hi = mid;
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return NULL;
 }

@@ -56,8 +56,10 @@ static const st_mapped *st_map_find(const st_mapped *map, size_t n, const char *
     size_t mid = lo + (hi - lo) / 2;
     int c = strcmp(map[mid].name, name);
     if (c == 0) return &map[mid];
-    if (c < 0) lo = mid + 1;
-    else hi = mid;
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return NULL;
 }
@@ -99,7 +101,8 @@ static bool st_set_load_index(st_set *s, const char *path, const char *text, siz
       st_set_err(err, path, NULL);
       strbuf_puts(err, "unexpected key ");
       st_quote(err, c->string);
-      strbuf_puts(err, " (an index has \"weight_map\" and an optional \"metadata\" object, each once)");
+      strbuf_puts(err,
+                  " (an index has \"weight_map\" and an optional \"metadata\" object, each once)");
       goto out;
     }
   }
@@ -258,8 +261,10 @@ const st_tensor *st_set_find(const st_set *s, const char *name, const st_file **
       if (file) *file = s->by_name[mid].f;
       return s->by_name[mid].t;
     }
-    if (c < 0) lo = mid + 1;
-    else hi = mid;
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return NULL;
 }

@@ -13,20 +13,20 @@
 
 /* One tensor to write. */
 typedef struct st_wtensor {
-  char *name;         /* its name */
-  st_dtype dtype;     /* ST_F32 or ST_BF16 */
-  int rank;           /* dimensions */
-  int64_t *shape;     /* rank dimensions (copied) */
-  int64_t numel;      /* their product */
-  const float *data;  /* numel values (borrowed) */
+  char *name;        /* its name */
+  st_dtype dtype;    /* ST_F32 or ST_BF16 */
+  int rank;          /* dimensions */
+  int64_t *shape;    /* rank dimensions (copied) */
+  int64_t numel;     /* their product */
+  const float *data; /* numel values (borrowed) */
 } st_wtensor;
 
 /* The writer. */
 struct st_writer {
-  st_wtensor *t;  /* tensors in the order added */
-  size_t n, cap;  /* their number, allocated */
-  char **meta_k;  /* "__metadata__" keys, sorted */
-  char **meta_v;  /* their values */
+  st_wtensor *t;          /* tensors in the order added */
+  size_t n, cap;          /* their number, allocated */
+  char **meta_k;          /* "__metadata__" keys, sorted */
+  char **meta_v;          /* their values */
   size_t nmeta, meta_cap; /* their number, allocated */
 };
 
@@ -41,16 +41,32 @@ void st_json_str(strbuf *sb, const char *s) {
   strbuf_putc(sb, '"');
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
     switch (*p) {
-    case '"': strbuf_puts(sb, "\\\""); break;
-    case '\\': strbuf_puts(sb, "\\\\"); break;
-    case '\b': strbuf_puts(sb, "\\b"); break;
-    case '\f': strbuf_puts(sb, "\\f"); break;
-    case '\n': strbuf_puts(sb, "\\n"); break;
-    case '\r': strbuf_puts(sb, "\\r"); break;
-    case '\t': strbuf_puts(sb, "\\t"); break;
+    case '"':
+      strbuf_puts(sb, "\\\"");
+      break;
+    case '\\':
+      strbuf_puts(sb, "\\\\");
+      break;
+    case '\b':
+      strbuf_puts(sb, "\\b");
+      break;
+    case '\f':
+      strbuf_puts(sb, "\\f");
+      break;
+    case '\n':
+      strbuf_puts(sb, "\\n");
+      break;
+    case '\r':
+      strbuf_puts(sb, "\\r");
+      break;
+    case '\t':
+      strbuf_puts(sb, "\\t");
+      break;
     default:
-      if (*p < 0x20) strbuf_printf(sb, "\\u%04x", *p);
-      else strbuf_putc(sb, (char)*p);
+      if (*p < 0x20)
+        strbuf_printf(sb, "\\u%04x", *p);
+      else
+        strbuf_putc(sb, (char)*p);
     }
   }
   strbuf_putc(sb, '"');
@@ -74,8 +90,8 @@ void st_writer_free(st_writer *w) {
   free(w);
 }
 
-bool st_writer_add(st_writer *w, const char *name, st_dtype dtype, int rank,
-                   const int64_t *shape, const float *data, strbuf *err) {
+bool st_writer_add(st_writer *w, const char *name, st_dtype dtype, int rank, const int64_t *shape,
+                   const float *data, strbuf *err) {
   strbuf why = {0}; /* the problem, if any */
   if (strcmp(name, "__metadata__") == 0)
     strbuf_puts(&why, "the name \"__metadata__\" is the header's metadata key");
@@ -89,9 +105,12 @@ bool st_writer_add(st_writer *w, const char *name, st_dtype dtype, int rank,
   for (int i = 0; i < rank && !why.len; i++) {
     if (shape[i] < 0 || shape[i] >= ST_MAX_COUNT)
       strbuf_printf(&why, "dimension %d is %lld, not in [0, 2^53)", i, (long long)shape[i]);
-    else if (shape[i] == 0) empty = true;
-    else if (numel > (ST_MAX_COUNT - 1) / shape[i]) strbuf_puts(&why, "2^53 elements or more");
-    else numel *= shape[i];
+    else if (shape[i] == 0)
+      empty = true;
+    else if (numel > (ST_MAX_COUNT - 1) / shape[i])
+      strbuf_puts(&why, "2^53 elements or more");
+    else
+      numel *= shape[i];
   }
   if (empty) numel = 0;
   if (!why.len && numel > 0 && !data) strbuf_puts(&why, "no data");
@@ -205,7 +224,8 @@ bool st_writer_write(const st_writer *w, const char *path, strbuf *err) {
     if (i || w->nmeta) strbuf_putc(&h, ',');
     st_json_str(&h, t->name);
     strbuf_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype_name(t->dtype));
-    for (int d = 0; d < t->rank; d++) strbuf_printf(&h, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+    for (int d = 0; d < t->rank; d++)
+      strbuf_printf(&h, "%s%lld", d ? "," : "", (long long)t->shape[d]);
     strbuf_printf(&h, "],\"data_offsets\":[%lld,%lld]}", (long long)off, (long long)(off + bytes));
     off += bytes;
   }
@@ -231,7 +251,8 @@ bool st_writer_write(const st_writer *w, const char *path, strbuf *err) {
   int fd = -1;
   for (int tries = 0; tries < 100 && fd < 0; tries++) {
     tmp.len = 0;
-    strbuf_printf(&tmp, "%s.tmp%ld.%u", path, (long)getpid(), __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
+    strbuf_printf(&tmp, "%s.tmp%ld.%u", path, (long)getpid(),
+                  __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
     fd = open(tmp.data, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0 && errno != EEXIST) break;
   }

@@ -42,11 +42,12 @@ static bool write_fixed(const char *path, strbuf *err) {
   static const float b[5] = {1.0f, 1.00390625f, 1.01171875f, -2.5f, 1e-3f};
   static const float s = 7.0f;
   st_writer *wr = st_writer_new();
-  bool ok = st_writer_add(wr, "model.layers.0.mlp.weight", ST_F32, 2, (const int64_t[]){2, 3}, w, err) &&
-            st_writer_add(wr, "lm_head.weight", ST_BF16, 1, (const int64_t[]){5}, b, err) &&
-            st_writer_add(wr, "model.norm.weight", ST_BF16, 2, (const int64_t[]){1, 2}, b, err) &&
-            st_writer_add(wr, "a.scalar", ST_F32, 0, NULL, &s, err) &&
-            st_writer_add(wr, "empty", ST_F32, 2, (const int64_t[]){0, 4}, NULL, err);
+  bool ok =
+      st_writer_add(wr, "model.layers.0.mlp.weight", ST_F32, 2, (const int64_t[]){2, 3}, w, err) &&
+      st_writer_add(wr, "lm_head.weight", ST_BF16, 1, (const int64_t[]){5}, b, err) &&
+      st_writer_add(wr, "model.norm.weight", ST_BF16, 2, (const int64_t[]){1, 2}, b, err) &&
+      st_writer_add(wr, "a.scalar", ST_F32, 0, NULL, &s, err) &&
+      st_writer_add(wr, "empty", ST_F32, 2, (const int64_t[]){0, 4}, NULL, err);
   st_writer_meta(wr, "format", "pt");
   ok = ok && st_writer_write(wr, path, err);
   st_writer_free(wr);

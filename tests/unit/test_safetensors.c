@@ -217,9 +217,9 @@ void test_safetensors_convert(void) {
   UNIT_CHECK(isinf(st_bf16_to_f32(0x7f80)));
   /* float32 -> BF16: nearest, ties to even; NaN as PyTorch writes it; overflow to infinity */
   UNIT_CHECK(st_f32_to_bf16(1.0f) == 0x3f80);
-  UNIT_CHECK(st_f32_to_bf16(1.00390625f) == 0x3f80);   /* 1 + 2^-8: tie, even down */
-  UNIT_CHECK(st_f32_to_bf16(1.01171875f) == 0x3f82);   /* 1 + 3 * 2^-8: tie, even up */
-  UNIT_CHECK(st_f32_to_bf16(1.00390637f) == 0x3f81);   /* just above the tie */
+  UNIT_CHECK(st_f32_to_bf16(1.00390625f) == 0x3f80); /* 1 + 2^-8: tie, even down */
+  UNIT_CHECK(st_f32_to_bf16(1.01171875f) == 0x3f82); /* 1 + 3 * 2^-8: tie, even up */
+  UNIT_CHECK(st_f32_to_bf16(1.00390637f) == 0x3f81); /* just above the tie */
   UNIT_CHECK(st_f32_to_bf16(-3.0f) == 0xc040);
   UNIT_CHECK(st_f32_to_bf16(NAN) == 0x7fc0);
   UNIT_CHECK(st_f32_to_bf16(3.4028235e38f) == 0x7f80);
@@ -232,10 +232,10 @@ void test_safetensors_convert(void) {
   snprintf(path, sizeof path, "%s/c.safetensors", dir);
   unsigned char data[] = {0x00, 0x3c, 0x00, 0xc0, 0x01, 0x00,             /* F16 1, -2, 2^-24 */
                           0x80, 0x3f, 0x40, 0xc0,                         /* BF16 1, -3 */
-                          0, 0, 0, 0, 0, 0, 0xf0, 0x3f,                   /* F64 1 */
+                          0,    0,    0,    0,    0,    0,    0xf0, 0x3f, /* F64 1 */
                           0x9a, 0x99, 0x99, 0x99, 0x99, 0x99, 0xb9, 0x3f, /* F64 0.1 */
                           0x9c, 0x75, 0x00, 0x88, 0x3c, 0xe4, 0x37, 0x7e, /* F64 1e300 */
-                          7, 0, 0, 0};                                    /* I32 7 */
+                          7,    0,    0,    0};                           /* I32 7 */
   const char *hdr = "{\"h\":{\"dtype\":\"F16\",\"shape\":[3],\"data_offsets\":[0,6]},"
                     "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[6,10]},"
                     "\"d\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[10,26]},"
@@ -258,8 +258,9 @@ void test_safetensors_convert(void) {
     UNIT_CHECK(st_read_f32(f, st_find(f, "d"), o, 2, &err) && o[0] == 1 && o[1] == 0.1f);
     UNIT_CHECK_STREQ(strbuf_cstr(&err), "");
     UNIT_CHECK(!st_read_f32(f, st_find(f, "big"), o, 1, &err));
-    UNIT_CHECK(strstr(strbuf_cstr(&err), "c.safetensors: tensor 'big': element 0 (1.0000000000000001e+300) "
-                                         "is outside float32's range"));
+    UNIT_CHECK(strstr(strbuf_cstr(&err),
+                      "c.safetensors: tensor 'big': element 0 (1.0000000000000001e+300) "
+                      "is outside float32's range"));
     sf_clear(&err);
     UNIT_CHECK(!st_read_f32(f, st_find(f, "i"), o, 1, &err));
     UNIT_CHECK(strstr(strbuf_cstr(&err), "tensor 'i': dtype I32 is not a float type"));
@@ -314,7 +315,8 @@ static const sf_bad sf_bads[] = {
     {"{\"a\":{\"dtype\":\"F32\",\"shape\":3,\"data_offsets\":[0,8]}}", -1, 8,
      "\"shape\" is not an array"},
     {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4503599627370496,4503599627370496],"
-     "\"data_offsets\":[0,8]}}", -1, 8, "tensor 'a': the shape has 2^53 elements or more"},
+     "\"data_offsets\":[0,8]}}",
+     -1, 8, "tensor 'a': the shape has 2^53 elements or more"},
     {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", -1, 8,
      "\"data_offsets\" is not [begin, end]"},
     {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", -1, 8,
@@ -357,7 +359,8 @@ void test_safetensors_malformed(void) {
       unit_fail_str(__FILE__, __LINE__, "message", msg, b->error);
   }
   /* valid edge cases: an empty header object padded with spaces, and a header with newlines */
-  const char *ok[] = {"{}      ", "{\n\t\"a\" : {\"shape\": [], \"dtype\": \"U8\", \"data_offsets\": [0, 1]}\r\n}"};
+  const char *ok[] = {
+      "{}      ", "{\n\t\"a\" : {\"shape\": [], \"dtype\": \"U8\", \"data_offsets\": [0, 1]}\r\n}"};
   for (int i = 0; i < 2; i++) {
     sf_clear(&err);
     st_file *f = st_open(sf_file(dir, "ok.safetensors", ok[i], -1, (size_t)i), &err);
@@ -365,13 +368,18 @@ void test_safetensors_malformed(void) {
     st_close(f);
   }
   UNIT_CHECK_STREQ(strbuf_cstr(&err), "");
-  /* too short, a directory, a missing file */
+  /* too short, a directory, a FIFO (no writer: the open must not wait for one), a missing file */
   const char *p = sf_file(dir, "short.safetensors", "", 0, 0);
   UNIT_CHECK(truncate(p, 4) == 0);
   UNIT_CHECK(st_open(p, &err) == NULL);
   UNIT_CHECK(strstr(strbuf_cstr(&err), "short.safetensors: 4 bytes: too short"));
   sf_clear(&err);
   UNIT_CHECK(st_open(dir, &err) == NULL && strstr(strbuf_cstr(&err), ": is a directory"));
+  sf_clear(&err);
+  char fifo[512];
+  snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+  UNIT_CHECK(mkfifo(fifo, 0600) == 0);
+  UNIT_CHECK(st_open(fifo, &err) == NULL && strstr(strbuf_cstr(&err), "fifo: not a regular file"));
   sf_clear(&err);
   UNIT_CHECK(st_open("/nonexistent/x.safetensors", &err) == NULL);
   UNIT_CHECK_STREQ(strbuf_cstr(&err), "/nonexistent/x.safetensors: No such file or directory");
@@ -439,7 +447,8 @@ static void sf_shard(const char *dir, const char *name, const char *const *names
   snprintf(path, sizeof path, "%s/%s", dir, name);
   strbuf err = {0};
   st_writer *w = st_writer_new();
-  for (int i = 0; i < n; i++) st_writer_add(w, names[i], ST_F32, 1, (const int64_t[]){1}, &one, &err);
+  for (int i = 0; i < n; i++)
+    st_writer_add(w, names[i], ST_F32, 1, (const int64_t[]){1}, &one, &err);
   st_writer_write(w, path, &err);
   st_writer_free(w);
   strbuf_free(&err);
@@ -460,7 +469,8 @@ void test_safetensors_set(void) {
   strbuf err = {0};
   /* an empty directory, then a single model.safetensors */
   UNIT_CHECK(st_set_open(dir, &err) == NULL);
-  UNIT_CHECK(strstr(strbuf_cstr(&err), "a directory with neither model.safetensors.index.json nor model.safetensors"));
+  UNIT_CHECK(strstr(strbuf_cstr(&err),
+                    "a directory with neither model.safetensors.index.json nor model.safetensors"));
   sf_clear(&err);
   sf_shard(dir, "model.safetensors", (const char *[]){"w"}, 1);
   st_set *s = st_set_open(dir, &err);
@@ -469,9 +479,10 @@ void test_safetensors_set(void) {
   /* two shards and their index: read as one, in shard order */
   sf_shard(dir, "model-00001-of-00002.safetensors", (const char *[]){"b", "a"}, 2);
   sf_shard(dir, "model-00002-of-00002.safetensors", (const char *[]){"c"}, 1);
-  sf_index(dir, "{\"metadata\":{\"total_size\":12},\"weight_map\":{"
-                "\"a\":\"model-00001-of-00002.safetensors\",\"c\":\"model-00002-of-00002.safetensors\","
-                "\"b\":\"model-00001-of-00002.safetensors\"}}");
+  sf_index(dir,
+           "{\"metadata\":{\"total_size\":12},\"weight_map\":{"
+           "\"a\":\"model-00001-of-00002.safetensors\",\"c\":\"model-00002-of-00002.safetensors\","
+           "\"b\":\"model-00001-of-00002.safetensors\"}}");
   s = st_set_open(dir, &err);
   UNIT_CHECK_STREQ(strbuf_cstr(&err), "");
   UNIT_CHECK(s && st_set_count(s) == 3 && st_set_files(s) == 2);
@@ -508,10 +519,13 @@ void test_safetensors_set(void) {
       {"{\"weight_map\":{\"a\":\"../x.safetensors\"}}", "tensor 'a': its shard is not a file name"},
       {"{\"weight_map\":{\"a\":7}}", "tensor 'a': its shard is not a file name"},
       {"{\"weight_map\":{\"a\":\"missing.safetensors\"}}", "missing.safetensors: No such file"},
-      {"{\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\",\"a\":\"model-00001-of-00002.safetensors\"}}",
+      {"{\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\",\"a\":\"model-00001-of-00002."
+       "safetensors\"}}",
        "tensor 'a': given twice in the weight map"},
-      {"{\"weight_map\":{\"a\":\"model-00002-of-00002.safetensors\",\"c\":\"model-00002-of-00002.safetensors\"}}",
-       "tensor 'a': the weight map puts it in 'model-00002-of-00002.safetensors', which does not hold it"},
+      {"{\"weight_map\":{\"a\":\"model-00002-of-00002.safetensors\",\"c\":\"model-00002-of-00002."
+       "safetensors\"}}",
+       "tensor 'a': the weight map puts it in 'model-00002-of-00002.safetensors', which does not "
+       "hold it"},
       {"{\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\"}}",
        "model-00001-of-00002.safetensors: tensor 'b': not in the weight map of"},
   };
@@ -526,12 +540,14 @@ void test_safetensors_set(void) {
   }
   /* a tensor in two shards */
   sf_shard(dir, "model-00002-of-00002.safetensors", (const char *[]){"c", "a"}, 2);
-  sf_index(dir, "{\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\",\"b\":\"model-00001-of-00002.safetensors\","
+  sf_index(dir, "{\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\",\"b\":\"model-00001-"
+                "of-00002.safetensors\","
                 "\"c\":\"model-00002-of-00002.safetensors\"}}");
   sf_clear(&err);
   UNIT_CHECK(st_set_open(dir, &err) == NULL);
-  UNIT_CHECK(strstr(strbuf_cstr(&err), "model-00002-of-00002.safetensors: tensor 'a': also in this shard, "
-                                       "but"));
+  UNIT_CHECK(strstr(strbuf_cstr(&err),
+                    "model-00002-of-00002.safetensors: tensor 'a': also in this shard, "
+                    "but"));
   strbuf_free(&err);
   sf_rmdir(dir);
 }
