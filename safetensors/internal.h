@@ -8,6 +8,9 @@
  * DIAG_MAX_QUOTED bytes and "..." when longer. */
 void st_quote(strbuf *sb, const char *s);
 
+/* Start an error about file 'path': "PATH: " and, when 'tensor' is not NULL, "tensor 'T': ". */
+void st_err_at(strbuf *err, const char *path, const char *tensor);
+
 /* Append s as a JSON string literal exactly as serde_json (the reference writer) does: '"' and
  * '\\' escaped, \b \f \n \r \t, other control characters as \u00xx, everything else (UTF-8
  * included) as is. */

@@ -69,8 +69,7 @@ void st_quote(strbuf *sb, const char *s) {
   strbuf_putc(sb, '\'');
 }
 
-/* Start an error about file 'path': "PATH: " and, when 'tensor' is not NULL, "tensor 'T': ". */
-static void st_err_at(strbuf *err, const char *path, const char *tensor) {
+void st_err_at(strbuf *err, const char *path, const char *tensor) {
   strbuf_printf(err, "%s: ", path);
   if (tensor) {
     strbuf_puts(err, "tensor ");

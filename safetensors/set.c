@@ -39,16 +39,6 @@ static int st_cmp_entry(const void *a, const void *b) {
   return strcmp(((const st_entry *)a)->t->name, ((const st_entry *)b)->t->name);
 }
 
-/* Start an error about file 'path' (and tensor 'tensor' when not NULL). */
-static void st_set_err(strbuf *err, const char *path, const char *tensor) {
-  strbuf_printf(err, "%s: ", path);
-  if (tensor) {
-    strbuf_puts(err, "tensor ");
-    st_quote(err, tensor);
-    strbuf_puts(err, ": ");
-  }
-}
-
 /* The mapped entry of 'name' among map[0 .. n) sorted by name, or NULL. */
 static const st_mapped *st_map_find(const st_mapped *map, size_t n, const char *name) {
   size_t lo = 0, hi = n;
@@ -88,7 +78,7 @@ static bool st_set_load_index(st_set *s, const char *path, const char *text, siz
   bool ok = false;
   const cJSON *wm = NULL, *meta = NULL;
   if (!cJSON_IsObject(root)) {
-    st_set_err(err, path, NULL);
+    st_err_at(err, path, NULL);
     strbuf_puts(err, "not a JSON object (a safetensors index has \"weight_map\")");
     goto out;
   }
@@ -98,7 +88,7 @@ static bool st_set_load_index(st_set *s, const char *path, const char *text, siz
     } else if (strcmp(c->string, "metadata") == 0 && cJSON_IsObject(c) && !meta) {
       meta = c; /* "total_size" and the like: information only */
     } else {
-      st_set_err(err, path, NULL);
+      st_err_at(err, path, NULL);
       strbuf_puts(err, "unexpected key ");
       st_quote(err, c->string);
       strbuf_puts(err,
@@ -107,7 +97,7 @@ static bool st_set_load_index(st_set *s, const char *path, const char *text, siz
     }
   }
   if (!cJSON_IsObject(wm)) {
-    st_set_err(err, path, NULL);
+    st_err_at(err, path, NULL);
     strbuf_puts(err, "no \"weight_map\" object (tensor name -> shard file name)");
     goto out;
   }
@@ -117,7 +107,7 @@ static bool st_set_load_index(st_set *s, const char *path, const char *text, siz
   for (const cJSON *c = wm->child; c; c = c->next) {
     const char *f = cJSON_IsString(c) ? c->valuestring : NULL;
     if (!f || !*f || strchr(f, '/') || strcmp(f, ".") == 0 || strcmp(f, "..") == 0) {
-      st_set_err(err, path, c->string);
+      st_err_at(err, path, c->string);
       strbuf_puts(err, "its shard is not a file name (a string without '/')");
       goto out;
     }
@@ -127,7 +117,7 @@ static bool st_set_load_index(st_set *s, const char *path, const char *text, siz
   qsort(map, nmap, sizeof *map, st_cmp_str);
   for (size_t i = 1; i < nmap; i++)
     if (strcmp(map[i].name, map[i - 1].name) == 0) {
-      st_set_err(err, path, map[i].name);
+      st_err_at(err, path, map[i].name);
       strbuf_puts(err, "given twice in the weight map");
       goto out;
     }
@@ -154,7 +144,7 @@ static bool st_set_load_index(st_set *s, const char *path, const char *text, siz
     const char **sh = bsearch(&map[i].shard, shards, nshards, sizeof *shards, st_cmp_str);
     const st_file *f = s->files[sh - shards];
     if (!st_find(f, map[i].name)) {
-      st_set_err(err, path, map[i].name);
+      st_err_at(err, path, map[i].name);
       strbuf_puts(err, "the weight map puts it in ");
       st_quote(err, map[i].shard);
       strbuf_puts(err, ", which does not hold it");
@@ -167,7 +157,7 @@ static bool st_set_load_index(st_set *s, const char *path, const char *text, siz
       const st_tensor *t = st_at(s->files[i], j);
       const st_mapped *m = st_map_find(map, nmap, t->name);
       if (!m || strcmp(m->shard, shards[i]) != 0) {
-        st_set_err(err, st_path(s->files[i]), t->name);
+        st_err_at(err, st_path(s->files[i]), t->name);
         if (!m) {
           strbuf_puts(err, "not in the weight map of ");
           strbuf_puts(err, path);
