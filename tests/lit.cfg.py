@@ -86,6 +86,20 @@ for py in (torch_pp_named, sys.executable, "/usr/bin/python3"):
     if py and py == torch_pp_named:
         lit_config.note("torch_python/OCTO_TORCH_PYTHON '%s' has no torch.distributed.pipelining "
                         "schedule runtime (torch >= 2.4): not used" % py)
+# %st_python: a Python with the safetensors package and NumPy (the reference implementation of
+# the safetensors format; no torch needed) for tests/safetensors/python.test, which needs the
+# "safetensors-py" feature and is skipped where there is none. The Python is the lit parameter
+# safetensors_python (lit --param safetensors_python=PATH), else $OCTO_SAFETENSORS_PYTHON (e.g. a
+# venv outside the tree: /work/venv-st/bin/python), else lit's own or /usr/bin/python3.
+st_named = lit_config.params.get("safetensors_python") or os.environ.get("OCTO_SAFETENSORS_PYTHON")
+for py in (st_named, sys.executable, "/usr/bin/python3"):
+    if py and os.system(shlex.quote(py) + " -c 'import safetensors, numpy' >/dev/null 2>&1") == 0:
+        config.available_features.add("safetensors-py")
+        config.substitutions.append(("%st_python", shlex.quote(py)))
+        break
+    if py and py == st_named:
+        lit_config.note("safetensors_python/OCTO_SAFETENSORS_PYTHON '%s' has no safetensors and "
+                        "numpy: not used" % py)
 # %chromium: a headless-capable Chromium (Debian's chromium, or chromium-browser) for the test
 # that runs the --emit=html page in a browser; it needs the "chromium" feature and is skipped
 # where none is installed.

@@ -5,14 +5,17 @@
                                 OUT/ir, OUT/prof, OUT/hf (Hugging Face configs), with damaged copies of each, and into
                                 OUT/plan the examples with their imports written in place (the
                                 harnesses read from memory and follow no import), each also
-                                with 'global_batch = 8' (few microbatches: quick to lower)
+                                with 'global_batch = 8' (few microbatches: quick to lower),
+                                and into OUT/st safetensors files and shard indexes made here
     seeds.py --damage DIR       add damaged copies of every file of DIR
 
 A damaged copy is the file cut at a few lengths and with a few bytes changed, deterministically."""
 import glob
+import json
 import os
 import re
 import shutil
+import struct
 import sys
 
 
@@ -31,6 +34,43 @@ def damage(path):
             i = (n * (2 * j + 1) * (k + 3)) // 29 % n
             b[i] = (b[i] + 37 * (k + 1)) % 256
         open("%sx%d" % (base, k), "wb").write(bytes(b))
+
+
+def safetensors_file(tensors, metadata=None):
+    """The bytes of a safetensors file of tensors [(name, dtype, shape, raw bytes)], laid out in
+    the given order, the header padded with spaces to a multiple of 8 bytes."""
+    header, off = {}, 0
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, data in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(data)]}
+        off += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + b"".join(t[3] for t in tensors)
+
+
+def safetensors_seeds(out):
+    """Seeds of fuzz_safetensors in OUT/st: files of every dtype class and an index."""
+    d = os.path.join(out, "st")
+    os.makedirs(d, exist_ok=True)
+    f32 = struct.pack("<4f", 1.5, -2.0, 0.0, 3.25)
+    files = {
+        "f32.safetensors": [("w", "F32", [2, 2], f32)],
+        "mixed.safetensors": [("a", "F64", [2], struct.pack("<2d", 0.1, 1e300)),
+                              ("b", "F32", [], struct.pack("<f", 7.0)),
+                              ("c", "BF16", [3], struct.pack("<3H", 0x3f80, 0xc040, 0x7f80)),
+                              ("d", "F16", [1, 2], struct.pack("<2H", 0x3c00, 0x0001)),
+                              ("e", "I32", [2], struct.pack("<2i", 7, -1)),
+                              ("z", "U8", [0, 3], b"")],
+        "empty.safetensors": [],
+    }
+    for name, tensors in sorted(files.items()):
+        with open(os.path.join(d, name), "wb") as o:
+            o.write(safetensors_file(tensors, {"format": "pt"} if "mixed" in name else None))
+    with open(os.path.join(d, "index.json"), "w") as o:
+        json.dump({"metadata": {"total_size": 16},
+                   "weight_map": {"w": "model.safetensors"}}, o)
 
 
 def inline_imports(path, seen=None):
@@ -80,6 +120,9 @@ def main():
             dst = os.path.join(out, g, "%03d-%s" % (i, os.path.basename(f)))
             shutil.copyfile(f, dst)
             damage(dst)
+    safetensors_seeds(out)
+    for f in sorted(glob.glob(os.path.join(out, "st", "*"))):
+        damage(f)
     return 0
 
 
