@@ -88,6 +88,45 @@ bool be_op_predicted(int op);
 int be_backend_lookup(const char *name);
 const char *be_backend_name(int b);
 
+/* The layer kinds and their parameters: the IR's layer_kinds.def and layer_params.def, included
+ * (not linked) so that the numbers are the IR's. A stream spells a layer's kind and parameters
+ * (be_layer); be_layer_kind and be_layer_param give them as these numbers, so that the runtime
+ * reads a layer by typed index and matches no kind or parameter by its spelling. */
+typedef enum be_kind {
+#define LAYER_KIND(ID, NAME, RC, DOC) BE_KIND_##ID,
+#include "../ir/layer_kinds.def"
+#undef LAYER_KIND
+  BE_KIND_COUNT
+} be_kind;
+
+/* Parameter ID of kind KIND is BE_LP_<KIND>_<ID>, numbered as the IR's IR_LP_<KIND>_<ID>. */
+typedef enum be_lparam {
+#define LAYER_PARAM(KIND, ID, NAME, T, FM, DEF, TP, DOC) BE_LP_##KIND##_##ID,
+#include "../ir/layer_params.def"
+#undef LAYER_PARAM
+  BE_LP_COUNT
+} be_lparam;
+
+typedef struct be_kind_info {
+  const char *name;  /* spelling ("attention") */
+  bool recomputable; /* 'recompute = full' runs its forward again (layer_kinds.def) */
+} be_kind_info;
+extern const be_kind_info be_kinds[BE_KIND_COUNT];
+
+typedef struct be_lparam_info {
+  be_kind kind;     /* kind it belongs to */
+  const char *name; /* spelling ("head_dim") */
+  double def;       /* the IR's constant default (layer_params.def DEFAULT); NAN: derived from
+                       other parameters, from the model, or required */
+  bool act;         /* its value is an activation (type ACT: a value of enums.def's ACT) */
+} be_lparam_info;
+extern const be_lparam_info be_lparams[BE_LP_COUNT];
+
+/* Kind spelled 'name' (NULL is fine), or -1. */
+int be_kind_lookup(const char *name);
+/* Parameter of kind k spelled 'name' (NULL is fine), or -1. */
+int be_lparam_lookup(int k, const char *name);
+
 /* A tensor of a step: kind, stage (as tensors.def names it) and microbatch. */
 typedef struct be_tensor_ref {
   be_tensor_kind kind;
@@ -153,6 +192,12 @@ typedef struct be_layer {
   be_param *params;  /* its parameters that are set */
   int32_t nparams;
 } be_layer;
+
+/* Kind of layer l (be_kind_lookup of its spelling), or -1 when it is none of the table's. */
+int be_layer_kind(const be_layer *l);
+/* Value of parameter p of layer l: the one the layer carries, else be_lparams[p].def (NAN when
+ * the table has none). Pre: l is of p's kind. */
+double be_layer_param(const be_layer *l, be_lparam p);
 
 /* A stage: the layers [first, end) run by one rank, and the sizes of its tensors. */
 typedef struct be_stage {
