@@ -193,7 +193,7 @@ RT_BODY_FN(layernorm_bwd_w) {
   p->dbeta[i] += (float)sb;
 }
 
-/* ---- The feed-forward block's activation (k_ffn.h) ------------------------------------------ */
+/* ---- The feed-forward block's activation (ffn.h) -------------------------------------------- */
 
 /* z[i] = act(a[i]) * u[i] (gated) or act(a[i]). */
 typedef struct rt_b_ffn_act_a {

@@ -1,7 +1,7 @@
 /* ffn.c -- the feed-forward block the mlp and moe kinds share (ffn.h). */
 #include "ffn.h"
 
-/* ---- The shared feed-forward block (k_ffn.h) ------------------------------------------------ */
+/* ---- The shared feed-forward block (ffn.h) -------------------------------------------------- */
 
 void rt_ffn_fwd(const rt_ffn *f, int r, const float *h, const float *w1, const float *w3,
                 const float *w2, float *a, float *u, float *z, float *out, float beta) {

@@ -1,4 +1,4 @@
-/* k_mamba2.c -- the mamba2 kernel: a pre-norm Mamba-2 mixer block (Dao & Gu 2024; mamba_ssm's
+/* mamba2.c -- the mamba2 kernel: a pre-norm Mamba-2 mixer block (Dao & Gu 2024; mamba_ssm's
  * Mamba2 with ngroups, norm_before_gate=False, no projection biases) with its residual:
  *   h = RMSNorm(x)*norm; [z | xBC | dt] = h in_proj; xBC = silu(causal depthwise conv(xBC)+b);
  *   [xs | B | C] = xBC; dt = softplus(dt + dt_bias); A = -exp(A_log); per sequence and SSM head

@@ -1,4 +1,4 @@
-/* k_moe.c -- the "moe" layer kernel: a pre-norm residual mixture-of-experts feed-forward block
+/* moe.c -- the "moe" layer kernel: a pre-norm residual mixture-of-experts feed-forward block
  * with top-k routing (Mixtral style) and optional shared experts.
  *
  * Definition. Dimensions: hidden (= in_w = out_w), experts E, top_k K (1 <= K <= E), ffn (one
