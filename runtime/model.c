@@ -262,6 +262,11 @@ rt_model *rt_model_new(const be_stream *s, const rt_opts *o, strbuf *err) {
     return NULL;
   }
   if (!rt_stream_check(s, err)) return NULL;
+  if (s->dropout) {
+    strbuf_puts(err, "dropout = true (train field dropout) is not supported: the runtime trains "
+                     "without dropout");
+    return NULL;
+  }
   rt_model *m = xcalloc(1, sizeof *m);
   m->nlayers = s->nlayers;
   m->nstages = s->nstages;

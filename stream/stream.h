@@ -136,7 +136,7 @@ typedef struct be_tensor_ref {
 /* ---- Streams -------------------------------------------------------------------------------- */
 
 /* Version of the binary format written by be_write and the only one be_read accepts. */
-#define BE_FORMAT_VERSION 3u
+#define BE_FORMAT_VERSION 4u
 
 /* One instruction: an opcode and its operands (be_ops[op].nops of them; the rest are 0). */
 typedef struct be_inst {
@@ -231,6 +231,8 @@ typedef struct be_stream {
   int32_t seq;        /* tokens per sequence */
   char *dtype;        /* training precision ("bf16") */
   char *optimizer;    /* "adam" or "sgd" */
+  int32_t dropout;    /* 1: the plan trains with dropout (train field dropout), which octo-run
+                         does not implement and refuses; 0: without */
   int32_t scale;      /* octo-run scale the plan's costs were measured at (train field scale);
                          0: analytic costs of the full-size model */
   char *measured_on;  /* octo-run backend that measured them (train field measured_on, enum
@@ -277,7 +279,7 @@ int be_emit(be_program *p, be_opcode op, int nargs, const int32_t *args);
  * coverage (each stage's F, B and W, or BW, of every microbatch exactly once on its rank, LOSS
  * on the last stage, ALLREDUCE of each stage when replicas > 1, STEP at the end), messages
  * that pair up (each send has exactly one receive with the same peer, tag and size), and the
- * prediction (scale >= 0, measured_on a BACKEND name, finite non-negative step and busy times
+ * prediction (dropout 0 or 1, scale >= 0, measured_on a BACKEND name, finite non-negative step and busy times
  * and peak memory, and exactly one predicted time 0 <= t0 <= t1 per FWD, BWD_IN, BWD_W and BWD
  * instruction, in address order; checked after the programs, so a broken program is reported as
  * such).
