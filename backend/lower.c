@@ -492,6 +492,7 @@ static void build_tables(lower *L) {
   s->dtype = xstrdup(ir_enum_name(IR_T_DTYPE, (int)ir_field_value(&m->train, IR_F_TRAIN_dtype)));
   s->optimizer = xstrdup(
       ir_enum_name(IR_T_OPTIMIZER, (int)ir_field_value(&m->train, IR_F_TRAIN_optimizer)));
+  s->dropout = ir_field_value(&m->train, IR_F_TRAIN_dropout) != 0;
   double scale = ir_field_value(&m->train, IR_F_TRAIN_scale);
   s->scale = (int32_t)(scale >= 0 && scale <= INT32_MAX ? scale : 0);
   const char *on =

@@ -71,7 +71,7 @@ typedef enum ir_backend {
 #undef IR_ENUM
 
 typedef enum ir_layer_kind {
-#define LAYER_KIND(ID, NAME, DOC) IR_KIND_##ID,
+#define LAYER_KIND(ID, NAME, RC, DOC) IR_KIND_##ID,
 #include "layer_kinds.def"
 #undef LAYER_KIND
   IR_KIND_COUNT
@@ -226,6 +226,7 @@ extern const int ir_unit_count;
 typedef struct ir_kind_info {
   const char *name;    /* spelling in specs and IR */
   const char *summary; /* one line for docs and --help */
+  bool recomputable;   /* 'recompute = full' runs its forward again (layer_kinds.def) */
 } ir_kind_info;
 extern const ir_kind_info ir_kinds[IR_KIND_COUNT];
 
@@ -447,8 +448,8 @@ ir_cost *ir_layer_add_type_cost(ir_module *m, ir_layer *l, const char *type);
 /* The costs of layer l on device dv of m: l->cost on the first device's type (or when m has no
  * record for dv's type), else the record of dv's type. */
 const ir_cost *ir_layer_cost_on(const ir_module *m, const ir_layer *l, int dv);
-/* Whether recomputation applies to layers of kind k (the transformer-stack kinds: attention,
- * mlp, moe, mamba2, vit; Megatron recomputes neither the embedding nor the LM head). */
+/* Whether recomputation applies to layers of kind k (layer_kinds.def RECOMPUTABLE: the
+ * transformer-stack kinds; Megatron recomputes neither the embedding nor the LM head). */
 bool ir_kind_recomputable(ir_layer_kind k);
 /* The cost record of layer i as stage s (on its device's type, ir_layer_cost_on) charges it:
  * the recorded costs, or, when s->recompute is FULL and the layer's kind is recomputable, b + f

@@ -108,8 +108,7 @@ ir_stage *ir_module_add_stage(ir_module *m, int first, int end) {
 }
 
 bool ir_kind_recomputable(ir_layer_kind k) {
-  return k == IR_KIND_ATTENTION || k == IR_KIND_MLP || k == IR_KIND_MOE ||
-         k == IR_KIND_MAMBA2 || k == IR_KIND_VIT;
+  return (unsigned)k < IR_KIND_COUNT && ir_kinds[k].recomputable;
 }
 
 ir_cost ir_stage_layer_cost(const ir_module *m, const ir_stage *s, int i) {

@@ -43,7 +43,7 @@ static int kind_count(int k) {
 }
 
 const ir_kind_info ir_kinds[IR_KIND_COUNT] = {
-#define LAYER_KIND(ID, NAME, DOC) {NAME, DOC},
+#define LAYER_KIND(ID, NAME, RC, DOC) {NAME, DOC, RC},
 #include "layer_kinds.def"
 #undef LAYER_KIND
 };

@@ -1,4 +1,4 @@
-/* kb_attention.h -- the element-wise bodies of the attention and vit kernels (k_attention.c), see
+/* kb_attention.h -- the element-wise bodies of the attention and vit kernels (kernels/), see
  * kdev.h and bodies.def: rotary embedding, the softmax of a materialized score block and its
  * gradient, and vit's activation gradient. Plain C that also compiles as CUDA C++ (RT_HD). */
 #ifndef OCTO_RT_KB_ATTENTION_H

@@ -15,8 +15,20 @@
 /* Declares body 'name': rt_b_NAME(const rt_b_NAME_a *p, long i). */
 #define RT_BODY_FN(name) RT_HD static inline void rt_b_##name(const rt_b_##name##_a *p, long i)
 
-/* Activation functions (the order of ir/enums.def's ACT type, whose numbers streams carry). */
-typedef enum rt_act { RT_ACT_RELU, RT_ACT_RELU2, RT_ACT_GELU, RT_ACT_SILU, RT_ACT_TANH } rt_act;
+/* Activation functions: RT_ACT_<ID>, the rows of ir/enums.def's ACT type in its order (the
+ * numbers streams carry), included so that the two cannot disagree; only ACT's rows become
+ * members. */
+#define RT_EIN_ACT(ID) RT_ACT_##ID,
+#define RT_EIN_DTYPE(ID)
+#define RT_EIN_OPTIMIZER(ID)
+#define RT_EIN_RECOMPUTE(ID)
+#define RT_EIN_BACKEND(ID)
+typedef enum rt_act {
+#define IR_ENUM(T, ID, S, DOC) RT_EIN_##T(ID)
+#include "../ir/enums.def"
+#undef IR_ENUM
+  RT_ACT_COUNT
+} rt_act;
 
 #define RT_NORM_EPS 1e-5f           /* RMSNorm and LayerNorm epsilon */
 #define RT_SQRT1_2 0.70710678118654752440 /* 1 / sqrt(2) */
@@ -181,7 +193,7 @@ RT_BODY_FN(layernorm_bwd_w) {
   p->dbeta[i] += (float)sb;
 }
 
-/* ---- The feed-forward block's activation (k_ffn.h) ------------------------------------------ */
+/* ---- The feed-forward block's activation (ffn.h) -------------------------------------------- */
 
 /* z[i] = act(a[i]) * u[i] (gated) or act(a[i]). */
 typedef struct rt_b_ffn_act_a {

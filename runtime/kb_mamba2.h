@@ -1,4 +1,4 @@
-/* kb_mamba2.h -- the element-wise bodies of the mamba2 kernel (k_mamba2.c), see kdev.h and
+/* kb_mamba2.h -- the element-wise bodies of the mamba2 kernel (kernels/mamba2.c), see kdev.h and
  * bodies.def.
  *
  * Token t of sequence b is row b * S + t of every [T x n] array. In the scan's bodies, "the

@@ -1,4 +1,4 @@
-/* kb_moe.h -- the element-wise bodies of the moe kernel (k_moe.c), see kdev.h and bodies.def:
+/* kb_moe.h -- the element-wise bodies of the moe kernel (kernels/moe.c), see kdev.h and bodies.def:
  * the router's top-k selection and softmax, the grouping of the (token, slot) pairs per expert,
  * the gather and scatter-add of an expert's rows, and the routing softmax's gradient. Indices
  * (the grouped pairs, the per-expert offsets) are ints in device scratch; selected

@@ -1,4 +1,5 @@
-/* kcommon.c -- the building blocks the layer kernels share (kernels.h): the kernel table, where
+/* kcommon.c -- the building blocks the layer kernels share (kernels.h): the kernel table and the
+ * dimension helpers of the kinds' files (runtime/kernels/), where
  * kernels run (kdev.h: the CPU's loops over the bodies of bodies.def, or the bound device), GEMM
  * through BLAS, RMSNorm and LayerNorm with their split gradients. Norm statistics accumulate in
  * double in a fixed order, so results do not depend on the thread that runs them. */
@@ -11,21 +12,60 @@
 #include "data.h"
 #include "kernels.h"
 
-#define RT_KERNEL(ID, name, ops) extern const rt_kernel ops;
-#include "kernels.def"
-#undef RT_KERNEL
+#define LAYER_KIND(ID, NAME, RC, DOC) extern const rt_kernel rt_kernel_##ID;
+#include "../ir/layer_kinds.def"
+#undef LAYER_KIND
 
-const rt_kernel *const rt_kernels[RT_K_COUNT] = {
-#define RT_KERNEL(ID, name, ops) &ops,
-#include "kernels.def"
-#undef RT_KERNEL
+const rt_kernel *const rt_kernels[BE_KIND_COUNT] = {
+#define LAYER_KIND(ID, NAME, RC, DOC) &rt_kernel_##ID,
+#include "../ir/layer_kinds.def"
+#undef LAYER_KIND
 };
 
 const rt_kernel *rt_kernel_find(const char *kind) {
-  for (int i = 0; kind && i < RT_K_COUNT; i++)
-    if (strcmp(rt_kernels[i]->kind, kind) == 0) return rt_kernels[i];
-  return NULL;
+  int k = be_kind_lookup(kind);
+  return k < 0 ? NULL : rt_kernels[k];
 }
+
+const char *rt_kernel_name(const rt_kernel *k) { return be_kinds[k->id].name; }
+
+bool rt_kernel_recomputable(const rt_kernel *k) { return be_kinds[k->id].recomputable; }
+
+/* ---- Dimensions ---------------------------------------------------------------------------- */
+
+double rt_lp(const rt_dims_in *in, be_lparam p, double dflt) {
+  double v = be_layer_param(in->l, p);
+  return isnan(v) ? dflt : v;
+}
+
+long rt_sdim(double value, int scale, long lo, long mult) {
+  double v = value / scale / mult;
+  if (!(v == v) || v * mult > RT_MAX_DIM) return -1;
+  long r = lround(v) * mult;
+  return r < lo ? lo : r;
+}
+
+void rt_heads_dims(double heads, double units, double hd, int k, int mult, int *heads_s,
+                   int *units_s, int *hd_s) {
+  double q = heads / units, width = heads * hd / k;
+  long lo = hd < 4 ? (long)hd : 4;
+  if (lo < mult) lo = mult;
+  long h1 = rt_sdim(hd, k, lo, mult);
+  double u = width / ((double)h1 * q);
+  long u1 = lround(u < 1 ? 1 : u > units ? units : u);
+  *hd_s = (int)h1;
+  *units_s = (int)u1;
+  *heads_s = (int)(u1 * q);
+}
+
+void rt_dims_tokens(const rt_dims_in *in, be_lparam hidden, be_lparam seq, rt_ldims *d) {
+  d->hidden = (int)rt_sdim(rt_lp(in, hidden, 0), in->scale, 4, 1);
+  d->S = (int)rt_sdim(rt_lp(in, seq, in->s->seq), in->scale, 4, 1);
+  d->in_S = d->S;
+  d->in_w = d->hidden;
+}
+
+double rt_flops_gemm(const rt_ldims *d, double nw) { return 2 * nw * ((double)d->B * d->S); }
 
 size_t rt_ptensor_floats(const rt_ptensor *t) {
   size_t n = 1;
@@ -216,8 +256,14 @@ void rt_layernorm_bwd_w(int rows, int n, const float *x, const float *mean, cons
 /* ---- Activations (the functions are in kb_common.h) ------------------------------------------ */
 
 const char *rt_act_name(rt_act a) {
-  static const char *const names[] = {"relu", "relu2", "gelu", "silu", "tanh"};
-  return (unsigned)a < sizeof names / sizeof *names ? names[a] : "?";
+  static const char *const names[] = {
+#define IR_ENUM(T, ID, S, DOC) RT_EIN_##T(S)
+#undef RT_EIN_ACT
+#define RT_EIN_ACT(S) S,
+#include "../ir/enums.def"
+#undef IR_ENUM
+  };
+  return (unsigned)a < RT_ACT_COUNT ? names[a] : "?";
 }
 
 /* ---- Initialization -------------------------------------------------------------------------- */

@@ -1,7 +1,10 @@
-/* kernels.h -- the layer kernels of the runtime: one entry per layer kind of ir/layer_kinds.def
- * (runtime/kernels.def), each with its real math split the way zero-bubble schedules need it:
- * forward (F), input gradient (B) and weight gradient (W) as separate functions. The CPU model
- * (model.c) and the tests use this table; every kernel is float32, row-major, deterministic
+/* kernels.h -- the layer kernels of the runtime: one rt_kernel per layer kind of ir/layer_kinds.def
+ * (the stream library's be_kind), each defined in its own file runtime/kernels/KIND.c with
+ * everything the runtime knows of the kind: its dimensions read from the stream's layer by
+ * parameter number (be_layer_param; defaults from the IR's layer_params.def), its real math split
+ * the way zero-bubble schedules need it: forward (F), input gradient (B) and weight gradient (W)
+ * as separate functions, its FLOPs, and its parameter tensors' names (those of --dump). The CPU
+ * model (model.c) and the tests use this table; every kernel is float32, row-major, deterministic
  * (same inputs, same bits), and single-threaded apart from BLAS, which runs one thread per rank.
  * Kernels run on the calling thread's device (kdev.h): the CPU, or a GPU bound by rt_dev_bind,
  * and then every pointer they take is that GPU's memory.
@@ -16,6 +19,7 @@
 
 #include "kbodies.h"
 #include "kdev.h"
+#include "stream.h"
 #include "support.h"
 
 /* The dimensions of one layer as it runs (already divided by the scale). Fields a kind does not
@@ -85,11 +89,35 @@ size_t rt_lplan_params(const rt_lplan *p);
 void rt_lplan_add(rt_lplan *p, const char *name, int d0, int d1, int d2, rt_init init,
                   float scale);
 
+/* What a kind's dims function reads (rt_kernel.dims). */
+typedef struct rt_dims_in {
+  const be_stream *s; /* the stream */
+  const be_layer *l;  /* the layer, of the kernel's kind */
+  int scale;          /* the scale its dimensions are divided by (1: as written) */
+  int prev_S, prev_w; /* tokens per sequence and width of what it receives (0 and 0 for the
+                         model's first layer, which receives the stream's input) */
+  bool first;         /* it is the model's first layer */
+} rt_dims_in;
+
+/* What a kind is to the model beyond its math (rt_kernel.role bits). */
+enum {
+  RT_ROLE_IDS = 1,  /* its input is the data's token ids; the first such layer gives the data's
+                       tokens per sequence and vocabulary, and one after other layers splices
+                       their tokens in front of its own (embedding) */
+  RT_ROLE_VOCAB = 2 /* its vocab is the data's when no RT_ROLE_IDS layer gives one (lm_head) */
+};
+
 /* The kernels of one layer kind. Pointers: w the layer's parameters (rt_lplan order), g its
  * gradients, save its saved-state block (save_floats), x its input (B*in_S x in_w), y its output
  * (B*S x out_w), dy the gradient of the loss with respect to y, dx that with respect to x. */
 typedef struct rt_kernel {
-  const char *kind; /* layer kind spelling of ir/layer_kinds.def */
+  be_kind id;     /* its kind (its name and recomputable are be_kinds[id]'s) */
+  unsigned role;  /* RT_ROLE_* bits */
+  /* Fill d's dimensions from in->l at in->scale (rt_sdim), in_S and in_w included. Pre: d holds
+   * B and the values of kinds without the field (act silu, gated). Returns 0, or -1 with the
+   * reason appended to err (a layer the runtime cannot run as written); the caller names the
+   * layer and checks sizes. */
+  int (*dims)(const rt_dims_in *in, rt_ldims *d, strbuf *err);
   /* Check d for this kind and fill p. Returns 0, or -1 with the reason appended to err (e.g.
    * "heads 6 not divisible by kv_heads 4"); the caller names the layer. */
   int (*plan)(const rt_ldims *d, rt_lplan *p, strbuf *err);
@@ -100,22 +128,47 @@ typedef struct rt_kernel {
   void (*bwd_in)(const rt_ldims *d, const float *w, float *save, const float *dy, float *dx);
   /* W: adds this microbatch's weight gradients to g. Pre: bwd_in ran on this save block. */
   void (*bwd_w)(const rt_ldims *d, const float *w, const float *save, float *g);
-  bool recomputable; /* a recomputing stage runs its F again in B from its kept input (the
-                        transformer stack's kinds, as the cost model's ir_kind_recomputable and
-                        Megatron); a layer of another kind keeps its state from F */
+  /* Floating-point operations of one forward on a microbatch of dims d with nw parameters (a
+   * GEMM costs 2 per weight and token, rt_flops_gemm; the step counts 3 x F). */
+  double (*flops)(const rt_ldims *d, double nw);
 } rt_kernel;
 
-/* The table (kernels.def), indexed by rt_kernel_id. */
-typedef enum rt_kernel_id {
-#define RT_KERNEL(ID, name, ops) RT_K_##ID,
-#include "kernels.def"
-#undef RT_KERNEL
-  RT_K_COUNT
-} rt_kernel_id;
-extern const rt_kernel *const rt_kernels[RT_K_COUNT];
+/* The table, indexed by be_kind: entry k is rt_kernel_<ID> of runtime/kernels/KIND.c, one per
+ * row of ir/layer_kinds.def (a row without its file does not link). */
+extern const rt_kernel *const rt_kernels[BE_KIND_COUNT];
 
-/* The kernel of layer kind 'kind', or NULL when the runtime has none. */
+/* The kernel of layer kind 'kind' (its spelling), or NULL when the runtime has none. */
 const rt_kernel *rt_kernel_find(const char *kind);
+/* The spelling of k's kind ("attention"). */
+const char *rt_kernel_name(const rt_kernel *k);
+/* Whether a recomputing stage runs k's F again in B from its kept input (the kinds the cost
+ * model charges again, layer_kinds.def RECOMPUTABLE); a layer of another kind keeps its state
+ * from F. */
+bool rt_kernel_recomputable(const rt_kernel *k);
+
+/* ---- Dimensions, for the kinds' dims functions (kcommon.c) ---------------------------------- */
+
+/* Largest dimension accepted (token ids must be exact as floats). */
+#define RT_MAX_DIM (1 << 24)
+
+/* Parameter p of in->l (be_layer_param: the layer's value, else the IR's constant default), or
+ * dflt when neither is there. Pre: in->l is of p's kind. */
+double rt_lp(const rt_dims_in *in, be_lparam p, double dflt);
+/* value / scale rounded to a multiple of 'mult', at least lo; -1 when not finite or above the
+ * runtime's largest dimension (2^24). */
+long rt_sdim(double value, int scale, long lo, long mult);
+/* Heads of a head-structured width at scale k: 'heads' heads of width hd in 'units' groups
+ * (key/value heads, or Mamba-2's B/C groups; heads / units heads each). The head width is
+ * divided first, down to 4 (a multiple of mult); the rest of the division takes whole groups
+ * away, so the total width heads * hd shrinks by about k and the ratio heads / units stays.
+ * Pre: heads >= 1, units >= 1, units divides heads. */
+void rt_heads_dims(double heads, double units, double hd, int k, int mult, int *heads_s,
+                   int *units_s, int *hd_s);
+/* The width and tokens most kinds share: hidden (at least 4) and seq (default: the stream's),
+ * into d->hidden and d->S, with in_S = S and in_w = hidden. */
+void rt_dims_tokens(const rt_dims_in *in, be_lparam hidden, be_lparam seq, rt_ldims *d);
+/* 2 x nw x the tokens of a microbatch: the forward FLOPs of the layer's GEMMs. */
+double rt_flops_gemm(const rt_ldims *d, double nw);
 
 /* Fill w (rt_lplan_params(p) floats) with the initial values of p's tensors: uniform ones from a
  * generator seeded by (seed, tensor index), so a layer's weights depend only on the seed. */

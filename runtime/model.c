@@ -17,8 +17,6 @@
 #include "kernels.h"
 #include "runtime.h"
 
-/* Largest dimension accepted (token ids must be exact as floats). */
-#define RT_MAX_DIM (1 << 24)
 /* Floating-point work of one step that the automatic scale aims below (a few seconds on a core). */
 #define RT_AUTO_FLOPS 3e9
 /* Largest automatic scale. */
@@ -131,124 +129,30 @@ struct rt_model {
 
 /* ---- Dimensions ---------------------------------------------------------------------------- */
 
-/* Layer l's parameter 'name', or dflt when the stream does not carry it. */
-static double lparam(const be_layer *l, const char *name, double dflt) {
-  for (int k = 0; k < l->nparams; k++)
-    if (l->params[k].name && strcmp(l->params[k].name, name) == 0) return l->params[k].value;
-  return dflt;
-}
-
-/* value / scale rounded to a multiple of 'mult', at least lo; -1 when not finite or too large. */
-static long sdim(double value, int scale, long lo, long mult) {
-  double v = value / scale / mult;
-  if (!(v == v) || v * mult > RT_MAX_DIM) return -1;
-  long r = lround(v) * mult;
-  return r < lo ? lo : r;
-}
-
-/* Heads of a head-structured width at scale k: 'heads' heads of width hd in 'units' groups
- * (key/value heads, or Mamba-2's B/C groups; heads / units heads each). The head width is
- * divided first, down to 4 (a multiple of mult); the rest of the division takes whole groups
- * away, so the total width heads * hd shrinks by about k and the ratio heads / units stays. */
-static void heads_dims(double heads, double units, double hd, int k, int mult, int *heads_s,
-                       int *units_s, int *hd_s) {
-  double q = heads / units, width = heads * hd / k;
-  long lo = hd < 4 ? (long)hd : 4;
-  if (lo < mult) lo = mult;
-  long h1 = sdim(hd, k, lo, mult);
-  double u = width / ((double)h1 * q);
-  long u1 = lround(u < 1 ? 1 : u > units ? units : u);
-  *hd_s = (int)h1;
-  *units_s = (int)u1;
-  *heads_s = (int)(u1 * q);
-}
-
-/* Fill L->d from stream layer l at scale k (tokens B per microbatch, seq the stream's); prev_S
- * and prev_w are what the layer receives. Returns false with the reason in err. */
+/* Fill L->d from stream layer l at scale k with its kind's dims function (L->k set; tokens B
+ * per microbatch, seq the stream's); prev_S and prev_w are what the layer receives. Returns
+ * false with the reason in err. */
 static bool layer_dims(const be_stream *s, const be_layer *l, int k, int prev_S, int prev_w,
-                       mlayer *L, strbuf *err) {
+                       bool first, mlayer *L, strbuf *err) {
   rt_ldims *d = &L->d;
   memset(d, 0, sizeof *d);
   d->B = s->micro_batch;
-  double hidden = lparam(l, "hidden", 0);
-  long h = sdim(hidden, k, 4, 1);
-  long S = sdim(lparam(l, "seq", s->seq), k, 4, 1);
-  const char *kind = l->kind ? l->kind : "";
-  d->hidden = (int)h;
-  d->S = (int)S;
-  d->act = (rt_act)(int)lparam(l, "act", RT_ACT_SILU);
-  d->gated = lparam(l, "gated", 1) != 0;
-  if (strcmp(kind, "embedding") == 0 || strcmp(kind, "lm_head") == 0) {
-    d->vocab = (int)sdim(lparam(l, "vocab", 0), k, 8, 1);
-  } else if (strcmp(kind, "attention") == 0 || strcmp(kind, "vit") == 0) {
-    bool vit = strcmp(kind, "vit") == 0;
-    double heads = lparam(l, "heads", 0);
-    double kv = vit ? heads : lparam(l, "kv_heads", heads);
-    double hd = lparam(l, "head_dim", heads > 0 ? hidden / heads : 0);
-    if (heads < 1 || kv < 1 || fmod(heads, kv) != 0) { /* the kernel's plan says why */
-      d->heads = (int)heads;
-      d->kv_heads = (int)kv;
-      d->head_dim = (int)sdim(hd, k, 2, 2);
-    } else {
-      heads_dims(heads, kv, hd, k, vit ? 1 : 2, &d->heads, &d->kv_heads, &d->head_dim);
-    }
-    d->causal = lparam(l, "causal", 1) != 0;
-    long win = (long)lparam(l, "window", 0);
-    d->window = win > 0 ? (int)sdim((double)win, k, 1, 1) : 0;
-    if (vit) {
-      double patch = lparam(l, "patch", 14), image = lparam(l, "image", 336);
-      double tokens = lparam(l, "tokens", floor(image / patch) * floor(image / patch) + 1);
-      d->S = (int)sdim(tokens, k, 4, 1);
-      d->ffn = (int)sdim(lparam(l, "ffn", 0), k, 1, 1);
-      d->gated = lparam(l, "gated", 0) != 0;
-      d->act = (rt_act)(int)lparam(l, "act", RT_ACT_GELU);
-      d->causal = false;
-    }
-  } else if (strcmp(kind, "mlp") == 0) {
-    d->ffn = (int)sdim(lparam(l, "ffn", 0), k, 1, 1);
-  } else if (strcmp(kind, "moe") == 0) {
-    d->experts = (int)lparam(l, "experts", 0);
-    d->top_k = (int)lparam(l, "top_k", 0);
-    d->shared = (int)lparam(l, "shared_experts", 0);
-    d->ffn = (int)sdim(lparam(l, "expert_ffn", 0), k, 1, 1);
-  } else if (strcmp(kind, "mamba2") == 0) {
-    double hd = lparam(l, "head_dim", 64), expand = lparam(l, "expand", 2);
-    double heads = lparam(l, "heads", hd > 0 ? expand * hidden / hd : 0);
-    double groups = lparam(l, "groups", 8), state = lparam(l, "state", 128);
-    double chunk = lparam(l, "chunk", 256);
-    if (heads < 1 || groups < 1 || fmod(heads, groups) != 0) { /* the kernel's plan says why */
-      d->heads = (int)heads;
-      d->groups = (int)groups;
-      d->head_dim = (int)sdim(hd, k, 1, 1);
-    } else {
-      heads_dims(heads, groups, hd, k, 1, &d->heads, &d->groups, &d->head_dim);
-    }
-    d->inner = d->heads * d->head_dim;
-    d->state = (int)sdim(state, k, state < 4 ? (long)state : 4, 1);
-    d->conv = (int)lparam(l, "conv", 4);
-    d->chunk = (int)sdim(chunk, k, chunk < 8 ? (long)chunk : 8, 1);
-  } else if (strcmp(kind, "custom") == 0) {
-    /* its output tensor's bytes per microbatch, in elements of the training precision */
-    double elem = s->dtype && strcmp(s->dtype, "fp32") == 0 ? 4 : 2;
-    double out = lparam(l, "out", 0) / elem / ((double)s->micro_batch * s->seq);
-    d->out_w = out >= 1 ? (int)sdim(out, k, 1, 1) : prev_w;
-    d->S = prev_S;
-    d->hidden = d->out_w;
-  }
-  if (h < 0 || S < 0 || d->vocab < 0 || d->ffn < 0 || d->head_dim < 0 || d->state < 0 ||
-      d->chunk < 0 || d->window < 0 || d->out_w < 0) {
+  d->act = RT_ACT_SILU; /* what kinds without an activation or a gate report */
+  d->gated = true;
+  rt_dims_in in = {s, l, k, prev_S, prev_w, first};
+  if (L->k->dims(&in, d, err) != 0) return false;
+  if (d->hidden < 0 || d->S < 0 || d->vocab < 0 || d->ffn < 0 || d->head_dim < 0 ||
+      d->state < 0 || d->chunk < 0 || d->window < 0 || d->out_w < 0) {
     strbuf_printf(err, "too large at scale %d", k);
     return false;
   }
-  /* The kernel's input: ids for an embedding, the previous width for a custom layer, else the
-   * layer's own width (an adapter fills it when the previous layer disagrees). */
-  bool emb = strcmp(kind, "embedding") == 0;
-  d->in_S = d->S;
-  d->in_w = emb ? 1 : strcmp(kind, "custom") == 0 ? prev_w : d->hidden;
+  /* The kernel's input is what its kind says (ids, the previous width, or the layer's own
+   * width); an adapter fills it when the previous layer disagrees. */
+  bool ids = L->k->role & RT_ROLE_IDS;
   L->prev_S = prev_S;
   L->prev_w = prev_w;
-  L->splice = emb && prev_w > 0;
-  L->adapt = !emb && prev_w > 0 && (prev_S != d->in_S || prev_w != d->in_w);
+  L->splice = ids && prev_w > 0;
+  L->adapt = !ids && prev_w > 0 && (prev_S != d->in_S || prev_w != d->in_w);
   if (L->splice && (prev_w != d->hidden || prev_S >= d->S)) {
     strbuf_printf(err,
                   "an embedding after other layers splices their %d tokens of width %d in front "
@@ -286,17 +190,12 @@ static bool build_layers(rt_model *m, const be_stream *s, int k, strbuf *err) {
     mlayer *L = &m->layers[i];
     memset(L, 0, sizeof *L);
     L->name = l->name ? l->name : "?";
-    L->k = rt_kernel_find(l->kind);
+    int kind = be_layer_kind(l);
+    L->k = kind < 0 ? NULL : rt_kernels[kind];
     strbuf why = {0};
     bool ok = L->k != NULL;
     if (!ok) strbuf_printf(&why, "the runtime has no kernels for this kind");
-    ok = ok && layer_dims(s, l, k, prev_S, prev_w, L, &why);
-    if (ok && i == 0 && strcmp(l->kind, "embedding") != 0 && strcmp(l->kind, "custom") == 0) {
-      /* a model that starts with a custom layer takes features of its own width */
-      L->d.in_w = L->d.out_w ? L->d.out_w : L->d.hidden;
-      L->d.hidden = L->d.in_w;
-      L->d.out_w = L->d.in_w;
-    }
+    ok = ok && layer_dims(s, l, k, prev_S, prev_w, i == 0, L, &why);
     ok = ok && layer_bounded(&L->d, &why) && L->k->plan(&L->d, &L->p, &why) == 0;
     if (!ok) {
       strbuf_printf(err, "layer %s (%s): %s", L->name, l->kind ? l->kind : "?",
@@ -313,22 +212,12 @@ static bool build_layers(rt_model *m, const be_stream *s, int k, strbuf *err) {
 }
 
 /* Floating-point operations of one training step of the model as built (F + B + W ~ 3 x F;
- * a forward GEMM costs 2 per weight and token; attention adds its score and value products). */
+ * each kind's forward, rt_kernel.flops). */
 static double step_flops(const rt_model *m) {
   double f = 0;
   for (int i = 0; i < m->nlayers; i++) {
     const mlayer *L = &m->layers[i];
-    const rt_ldims *d = &L->d;
-    double T = (double)d->B * d->S, w = (double)L->nw;
-    if (strcmp(L->k->kind, "moe") == 0 && d->experts > 0) /* only top_k of the experts run */
-      w = w * (d->top_k + d->shared) / (d->experts + d->shared);
-    if (strcmp(L->k->kind, "embedding") == 0) w = 0;
-    f += 2 * w * T;
-    if (d->heads && d->head_dim && strcmp(L->k->kind, "mamba2") != 0)
-      f += 4.0 * d->B * d->S * (double)d->S * d->heads * d->head_dim;
-    if (strcmp(L->k->kind, "mamba2") == 0) /* the scan: within chunks and their states */
-      f += 2.0 * T * d->heads * ((double)d->chunk * (d->head_dim + d->state) +
-                                 2.0 * d->head_dim * d->state);
+    f += L->k->flops(&L->d, (double)L->nw);
   }
   return 3 * f * m->nmb * m->replicas;
 }
@@ -373,6 +262,11 @@ rt_model *rt_model_new(const be_stream *s, const rt_opts *o, strbuf *err) {
     return NULL;
   }
   if (!rt_stream_check(s, err)) return NULL;
+  if (s->dropout) {
+    strbuf_puts(err, "dropout = true (train field dropout) is not supported: the runtime trains "
+                     "without dropout");
+    return NULL;
+  }
   rt_model *m = xcalloc(1, sizeof *m);
   m->nlayers = s->nlayers;
   m->nstages = s->nstages;
@@ -394,16 +288,16 @@ rt_model *rt_model_new(const be_stream *s, const rt_opts *o, strbuf *err) {
   m->S = last->d.S;
   m->V = last->p.out_w;
   for (int i = m->nlayers - 1; i >= 0; i--)
-    if (strcmp(m->layers[i].k->kind, "lm_head") == 0) m->V = m->layers[i].d.vocab;
+    if (m->layers[i].k->role & RT_ROLE_VOCAB) m->V = m->layers[i].d.vocab;
   for (int i = m->nlayers - 1; i >= 0; i--)
-    if (strcmp(m->layers[i].k->kind, "embedding") == 0) {
+    if (m->layers[i].k->role & RT_ROLE_IDS) {
       m->S = m->layers[i].d.S;
       m->V = m->layers[i].d.vocab;
       m->prefix = m->layers[i].splice ? m->layers[i].prev_S : 0;
     }
   if (last->d.S != m->S || (long long)m->B * m->S > RT_MAX_DIM) {
     strbuf_printf(err, "layer %s (%s): its output has %d tokens per sequence, the data %d",
-                  last->name, last->k->kind, last->d.S, m->S);
+                  last->name, rt_kernel_name(last->k), last->d.S, m->S);
     rt_model_free(m);
     return NULL;
   }
@@ -428,7 +322,7 @@ rt_model *rt_model_new(const be_stream *s, const rt_opts *o, strbuf *err) {
       mlayer *L = &m->layers[i];
       L->w_off = p;
       p = sat_add(p, L->nw);
-      L->rebuilt = st->recompute && L->k->recomputable;
+      L->rebuilt = st->recompute && rt_kernel_recomputable(L->k);
       if (L->rebuilt) {
         L->in_off = k;
         k = sat_add(k, (size_t)m->B * L->d.in_S * L->d.in_w);
@@ -744,7 +638,7 @@ static void load_ids(rt_model *m, int step, int replica, int mb, float *ids) {
 
 void rt_load(rt_model *m, int step, int replica, int mb, float *in) {
   const mlayer *L0 = &m->layers[0];
-  if (strcmp(L0->k->kind, "embedding") == 0) {
+  if (L0->k->role & RT_ROLE_IDS) {
     load_ids(m, step, replica, mb, in);
     return;
   }
@@ -1026,7 +920,7 @@ int rt_model_dump_index(const rt_model *m, strbuf *err) {
   strbuf index = {0};
   for (int i = 0; i < m->nlayers; i++) {
     const mlayer *L = &m->layers[i];
-    rt_dump_entry(&index, L->name, L->k->kind, &L->d, &L->p, i > 0 && !L->splice);
+    rt_dump_entry(&index, L->name, rt_kernel_name(L->k), &L->d, &L->p, i > 0 && !L->splice);
   }
   int rc = rt_dump_index(m->dump, &index, err);
   strbuf_free(&index);
@@ -1074,7 +968,7 @@ bool rt_stage_finite(const rt_model *m, int st_i, strbuf *why) {
       size_t n = rt_ptensor_floats(&L->p.pt[t]);
       for (size_t k = 0; k < n && finite; k++)
         if (!isfinite(g[k])) {
-          strbuf_printf(why, "layer %s (%s): gradient of %s[%zu] is %s", L->name, L->k->kind,
+          strbuf_printf(why, "layer %s (%s): gradient of %s[%zu] is %s", L->name, rt_kernel_name(L->k),
                         L->p.pt[t].name, k, isnan(g[k]) ? "NaN" : "infinite");
           finite = false;
         }

@@ -64,7 +64,7 @@ static void pr_measure(rt_model *m, int i, rt_layer_cost *c) {
   float *g = rt_dev_malloc(nw * sizeof *g), *save = rt_dev_malloc(L.p.save_floats * sizeof *save);
   rt_kernel_init_params(&L.p, 0x70726f66ULL + (uint64_t)i, w);
   uint64_t st = 0x9e3779b97f4a7c15ULL * (uint64_t)(i + 1);
-  bool ids = strcmp(L.k->kind, "embedding") == 0;
+  bool ids = L.k->role & RT_ROLE_IDS;
   for (size_t k = 0; k < nx; k++) {
     st = st * 6364136223846793005ULL + 1442695040888963407ULL;
     double u = (double)(st >> 11) * 0x1p-53;
@@ -195,7 +195,8 @@ void rt_profile_json(const be_stream *s, int scale, const rt_layer_cost *costs,
     for (int k = 0; k < l->nparams; k++) {
       strbuf_puts(out, ", ");
       strbuf_json_str(out, l->params[k].name);
-      if (strcmp(l->params[k].name, "act") == 0) { /* an activation is named */
+      int p = be_lparam_lookup(be_layer_kind(l), l->params[k].name);
+      if (p >= 0 && be_lparams[p].act) { /* an activation is named */
         strbuf_puts(out, ": ");
         strbuf_json_str(out, rt_act_name((rt_act)(int)l->params[k].value));
       } else {

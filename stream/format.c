@@ -96,6 +96,7 @@ void be_write(const be_stream *s, strbuf *out) {
   put_i32(out, s->seq);
   put_str(out, s->dtype);
   put_str(out, s->optimizer);
+  put_i32(out, s->dropout);
   put_i32(out, s->scale);
   put_str(out, s->measured_on);
   put_f64(out, s->pred_step);
@@ -306,6 +307,7 @@ static void read_body(rd *r, be_stream *s) {
   s->seq = get_i32(r, "the sequence length");
   s->dtype = get_str(r, "the training precision");
   s->optimizer = get_str(r, "the optimizer");
+  s->dropout = get_i32(r, "the dropout flag");
   s->scale = get_i32(r, "the measurement scale");
   s->measured_on = get_str(r, "the measuring backend");
   s->pred_step = get_f64(r, "the predicted step time");

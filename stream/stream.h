@@ -88,6 +88,45 @@ bool be_op_predicted(int op);
 int be_backend_lookup(const char *name);
 const char *be_backend_name(int b);
 
+/* The layer kinds and their parameters: the IR's layer_kinds.def and layer_params.def, included
+ * (not linked) so that the numbers are the IR's. A stream spells a layer's kind and parameters
+ * (be_layer); be_layer_kind and be_layer_param give them as these numbers, so that the runtime
+ * reads a layer by typed index and matches no kind or parameter by its spelling. */
+typedef enum be_kind {
+#define LAYER_KIND(ID, NAME, RC, DOC) BE_KIND_##ID,
+#include "../ir/layer_kinds.def"
+#undef LAYER_KIND
+  BE_KIND_COUNT
+} be_kind;
+
+/* Parameter ID of kind KIND is BE_LP_<KIND>_<ID>, numbered as the IR's IR_LP_<KIND>_<ID>. */
+typedef enum be_lparam {
+#define LAYER_PARAM(KIND, ID, NAME, T, FM, DEF, TP, DOC) BE_LP_##KIND##_##ID,
+#include "../ir/layer_params.def"
+#undef LAYER_PARAM
+  BE_LP_COUNT
+} be_lparam;
+
+typedef struct be_kind_info {
+  const char *name;  /* spelling ("attention") */
+  bool recomputable; /* 'recompute = full' runs its forward again (layer_kinds.def) */
+} be_kind_info;
+extern const be_kind_info be_kinds[BE_KIND_COUNT];
+
+typedef struct be_lparam_info {
+  be_kind kind;     /* kind it belongs to */
+  const char *name; /* spelling ("head_dim") */
+  double def;       /* the IR's constant default (layer_params.def DEFAULT); NAN: derived from
+                       other parameters, from the model, or required */
+  bool act;         /* its value is an activation (type ACT: a value of enums.def's ACT) */
+} be_lparam_info;
+extern const be_lparam_info be_lparams[BE_LP_COUNT];
+
+/* Kind spelled 'name' (NULL is fine), or -1. */
+int be_kind_lookup(const char *name);
+/* Parameter of kind k spelled 'name' (NULL is fine), or -1. */
+int be_lparam_lookup(int k, const char *name);
+
 /* A tensor of a step: kind, stage (as tensors.def names it) and microbatch. */
 typedef struct be_tensor_ref {
   be_tensor_kind kind;
@@ -97,7 +136,7 @@ typedef struct be_tensor_ref {
 /* ---- Streams -------------------------------------------------------------------------------- */
 
 /* Version of the binary format written by be_write and the only one be_read accepts. */
-#define BE_FORMAT_VERSION 3u
+#define BE_FORMAT_VERSION 4u
 
 /* One instruction: an opcode and its operands (be_ops[op].nops of them; the rest are 0). */
 typedef struct be_inst {
@@ -154,6 +193,12 @@ typedef struct be_layer {
   int32_t nparams;
 } be_layer;
 
+/* Kind of layer l (be_kind_lookup of its spelling), or -1 when it is none of the table's. */
+int be_layer_kind(const be_layer *l);
+/* Value of parameter p of layer l: the one the layer carries, else be_lparams[p].def (NAN when
+ * the table has none). Pre: l is of p's kind. */
+double be_layer_param(const be_layer *l, be_lparam p);
+
 /* A stage: the layers [first, end) run by one rank, and the sizes of its tensors. */
 typedef struct be_stage {
   int32_t first, end;    /* layer range */
@@ -186,6 +231,8 @@ typedef struct be_stream {
   int32_t seq;        /* tokens per sequence */
   char *dtype;        /* training precision ("bf16") */
   char *optimizer;    /* "adam" or "sgd" */
+  int32_t dropout;    /* 1: the plan trains with dropout (train field dropout), which octo-run
+                         does not implement and refuses; 0: without */
   int32_t scale;      /* octo-run scale the plan's costs were measured at (train field scale);
                          0: analytic costs of the full-size model */
   char *measured_on;  /* octo-run backend that measured them (train field measured_on, enum
@@ -232,7 +279,7 @@ int be_emit(be_program *p, be_opcode op, int nargs, const int32_t *args);
  * coverage (each stage's F, B and W, or BW, of every microbatch exactly once on its rank, LOSS
  * on the last stage, ALLREDUCE of each stage when replicas > 1, STEP at the end), messages
  * that pair up (each send has exactly one receive with the same peer, tag and size), and the
- * prediction (scale >= 0, measured_on a BACKEND name, finite non-negative step and busy times
+ * prediction (dropout 0 or 1, scale >= 0, measured_on a BACKEND name, finite non-negative step and busy times
  * and peak memory, and exactly one predicted time 0 <= t0 <= t1 per FWD, BWD_IN, BWD_W and BWD
  * instruction, in address order; checked after the programs, so a broken program is reported as
  * such).

@@ -1,6 +1,8 @@
 /* tables.c -- the instruction-set tables generated from isa.def, operands.def and tensors.def,
- * the measuring backends' names (from the IR's enums.def), and the stream container's helpers
+ * the measuring backends' names (from the IR's enums.def), the layer kinds and their parameters
+ * (from the IR's layer_kinds.def and layer_params.def), and the stream container's helpers
  * (emit, free). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +47,60 @@ static const be_ir_enum be_ir_enums[] = {
 #include "../ir/enums.def"
 #undef IR_ENUM
 };
+
+/* The values of enum ACT that the parameter table's defaults name (IR_ACT_SILU), numbered in
+ * table order from 0 as the IR numbers them (only ACT's rows become members). */
+#define BE_EIN_ACT(ID) IR_ACT_##ID,
+#define BE_EIN_DTYPE(ID)
+#define BE_EIN_OPTIMIZER(ID)
+#define BE_EIN_RECOMPUTE(ID)
+#define BE_EIN_BACKEND(ID)
+enum be_ir_act {
+#define IR_ENUM(T, ID, S, DOC) BE_EIN_##T(ID)
+#include "../ir/enums.def"
+#undef IR_ENUM
+};
+
+/* The IR's value types (types.def), to tell the parameters of type ACT. */
+enum be_ir_type {
+#define IR_TYPE(ID, NAME, DIM, DOC) BE_IRT_##ID,
+#include "../ir/types.def"
+#undef IR_TYPE
+};
+
+const be_kind_info be_kinds[BE_KIND_COUNT] = {
+#define LAYER_KIND(ID, NAME, RC, DOC) {NAME, RC},
+#include "../ir/layer_kinds.def"
+#undef LAYER_KIND
+};
+
+const be_lparam_info be_lparams[BE_LP_COUNT] = {
+#define LAYER_PARAM(KIND, ID, NAME, T, FM, DEF, TP, DOC) \
+  {BE_KIND_##KIND, NAME, DEF, BE_IRT_##T == BE_IRT_ACT},
+#include "../ir/layer_params.def"
+#undef LAYER_PARAM
+};
+
+int be_kind_lookup(const char *name) {
+  for (int k = 0; name && k < BE_KIND_COUNT; k++)
+    if (strcmp(be_kinds[k].name, name) == 0) return k;
+  return -1;
+}
+
+int be_lparam_lookup(int k, const char *name) {
+  for (int p = 0; name && p < BE_LP_COUNT; p++)
+    if ((int)be_lparams[p].kind == k && strcmp(be_lparams[p].name, name) == 0) return p;
+  return -1;
+}
+
+int be_layer_kind(const be_layer *l) { return be_kind_lookup(l->kind); }
+
+double be_layer_param(const be_layer *l, be_lparam p) {
+  for (int k = 0; k < l->nparams; k++)
+    if (l->params[k].name && strcmp(l->params[k].name, be_lparams[p].name) == 0)
+      return l->params[k].value;
+  return be_lparams[p].def;
+}
 
 int be_backend_lookup(const char *name) {
   int v = 0;

@@ -145,6 +145,8 @@ static bool bytes_ok(double x) { return isfinite(x) && x >= 0; }
  * and the predicted step time. Returns 0 or -1 after reporting. */
 static int check_prediction_header(vctx *v) {
   const be_stream *s = v->s;
+  if (s->dropout != 0 && s->dropout != 1)
+    return fail(v, "dropout flag %d must be 0 or 1", (int)s->dropout);
   if (s->scale < 0)
     return fail(v, "measurement scale %d must be at least 0 (0: analytic costs)", (int)s->scale);
   if (!s->measured_on || be_backend_lookup(s->measured_on) < 0) {

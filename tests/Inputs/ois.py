@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ois.py -- read, edit and rewrite OctoPipe instruction streams (.ois, docs/isa.md "File
-format", version 3) for tests that need damaged or hand-edited streams: swapped, dropped or
+format", version 4) for tests that need damaged or hand-edited streams: swapped, dropped or
 changed instructions and predicted times (re-checksummed, so that the validator and the deadlock
 checker see them), a different version, truncation, flipped bytes.
 
@@ -52,7 +52,7 @@ class Reader:
 
 
 def parse(data):
-    """The stream as a dict: 'head' (raw bytes from the model name to the optimizer), the
+    """The stream as a dict: 'head' (raw bytes from the model name to the dropout flag), the
     prediction ('scale', 'measured_on' bytes, 'pred_step'), 'tables' (raw bytes of the layer,
     stage and shape tables) and 'ranks' (per rank: raw program header bytes, a list of [opcode,
     operands], 'busy', 'peak' and 'pred', a list of [addr, t0, t1])."""
@@ -65,6 +65,7 @@ def parse(data):
     r.take("iii")
     r.str()
     r.str()
+    r.take("i")  # dropout
     head = data[12:r.p]
     scale = r.take("i")
     measured_on = r.str()

@@ -202,7 +202,7 @@ static int kc_check_fd(void) {
     uint64_t s = 99 + (uint64_t)c;
     double worst = 0;
     const char *where = "x";
-    if (strcmp(r.k->kind, "embedding") != 0) worst = kc_fd(&r, r.x, dx0, r.nx, &s);
+    if (strcmp(rt_kernel_name(r.k), "embedding") != 0) worst = kc_fd(&r, r.x, dx0, r.nx, &s);
     float *w = r.w;
     const float *g = g0;
     for (int i = 0; i < r.p.npt; i++) {
@@ -217,7 +217,7 @@ static int kc_check_fd(void) {
     }
     bool ok = same && finite && worst <= 2e-2;
     printf("%s %s (%s): finite-difference error %.2e (worst: %s)%s%s\n", ok ? "PASS" : "FAIL",
-           kc_cases[c].name, r.k->kind, worst, where, same ? "" : ", not deterministic",
+           kc_cases[c].name, rt_kernel_name(r.k), worst, where, same ? "" : ", not deterministic",
            finite ? "" : ", non-finite output");
     bad += !ok;
     free(y0);
@@ -237,10 +237,10 @@ static int kc_dump(const char *dir) {
     krun r;
     if (!kc_setup(&kc_cases[c], &r)) return 1;
     kc_run(&r, false);
-    bool ids = strcmp(r.k->kind, "embedding") == 0;
+    bool ids = strcmp(rt_kernel_name(r.k), "embedding") == 0;
     rt_dump_tensors t = {r.x, r.y, r.dy, ids ? NULL : r.dx, r.w, r.g};
     rc = rt_dump_layer(dir, kc_cases[c].name, &r.d, &r.p, &t, &err);
-    rt_dump_entry(&index, kc_cases[c].name, r.k->kind, &r.d, &r.p, !ids);
+    rt_dump_entry(&index, kc_cases[c].name, rt_kernel_name(r.k), &r.d, &r.p, !ids);
     kc_free(&r);
   }
   if (rc == 0) rc = rt_dump_index(dir, &index, &err);
@@ -309,7 +309,7 @@ static int kc_check_fixtures(const char *dir) {
     kc_run(&r, false);
     const char *nm = kc_cases[c].name;
     double worst = kc_cmp(dir, nm, "y", r.y, r.ny, 0);
-    if (strcmp(r.k->kind, "embedding") != 0)
+    if (strcmp(rt_kernel_name(r.k), "embedding") != 0)
       worst = fmax(worst, kc_cmp(dir, nm, "dx", r.dx, r.nx, 0));
     double floor = 0;
     for (size_t i = 0; i < r.nw; i++) floor = fmax(floor, 1e-6 * fabs(r.g[i]));
@@ -324,7 +324,7 @@ static int kc_check_fixtures(const char *dir) {
     }
     bool ok = worst <= 1e-4;
     printf("%s %s (%s): largest relative error against PyTorch %.2e\n", ok ? "PASS" : "FAIL", nm,
-           r.k->kind, worst);
+           rt_kernel_name(r.k), worst);
     bad += !ok;
     kc_free(&r);
   }
@@ -389,7 +389,7 @@ static int kc_check_gpu(bool bf16) {
       float *gg = xcalloc(r.nw ? r.nw : 1, sizeof *gg);
       const char *e = kc_gpu_run(dev, &r, gy, gdx, gg);
       double ey = kc_rel(gy, r.y, r.ny, 0), edx = 0, eg = 0;
-      if (strcmp(r.k->kind, "embedding") != 0) edx = kc_rel(gdx, r.dx, r.nx, 0);
+      if (strcmp(rt_kernel_name(r.k), "embedding") != 0) edx = kc_rel(gdx, r.dx, r.nx, 0);
       const float *gc = r.g, *gd = gg;
       for (int i = 0; i < r.p.npt; i++) {
         size_t k = rt_ptensor_floats(&r.p.pt[i]);
@@ -399,7 +399,7 @@ static int kc_check_gpu(bool bf16) {
       }
       bool ok = !e && ey <= tol && edx <= tol && eg <= tol;
       printf("%s %s%s (%s): GPU vs CPU relative error y %.2e, dx %.2e, weight gradients %.2e%s%s\n",
-             ok ? "PASS" : "FAIL", kcs.name, big ? " x8" : "", r.k->kind, ey, edx, eg,
+             ok ? "PASS" : "FAIL", kcs.name, big ? " x8" : "", rt_kernel_name(r.k), ey, edx, eg,
              e ? ": " : "", e ? e : "");
       bad += !ok;
       free(gy);

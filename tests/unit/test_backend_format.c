@@ -270,9 +270,10 @@ static void fb_patch_crc(uint8_t *data, size_t len) {
 }
 
 /* Byte offset of the measurement scale in the encoding of s: after the magic, version, model
- * name, six header integers, dtype and optimizer. */
+ * name, six header integers, dtype, optimizer and dropout flag. */
 static size_t fb_scale_at(const be_stream *s) {
-  return 8 + 4 + 4 + strlen(s->model) + 6 * 4 + 4 + strlen(s->dtype) + 4 + strlen(s->optimizer);
+  return 8 + 4 + 4 + strlen(s->model) + 6 * 4 + 4 + strlen(s->dtype) + 4 + strlen(s->optimizer) +
+         4;
 }
 
 /* Byte offset of the layer count in the encoding of s: after the scale, the measuring backend
@@ -294,7 +295,7 @@ static bool fb_same_f64(double x, double y) { return memcmp(&x, &y, sizeof x) ==
 static bool fb_equal(const be_stream *a, const be_stream *b) {
   if (strcmp(a->model, b->model) || strcmp(a->dtype, b->dtype) ||
       strcmp(a->optimizer, b->optimizer) || strcmp(a->measured_on, b->measured_on) ||
-      a->scale != b->scale || !fb_same_f64(a->pred_step, b->pred_step))
+      a->dropout != b->dropout || a->scale != b->scale || !fb_same_f64(a->pred_step, b->pred_step))
     return false;
   if (a->nranks != b->nranks || a->replicas != b->replicas || a->nstages != b->nstages ||
       a->nmb != b->nmb || a->micro_batch != b->micro_batch || a->seq != b->seq ||
@@ -399,11 +400,11 @@ void test_backend_format_roundtrip(void) {
     strbuf_free(&a);
     strbuf_free(&err);
   }
-  /* The layout: magic, version 3 little-endian. */
+  /* The layout: magic, version 4 little-endian. */
   be_stream *s = fb_build(1, false);
   strbuf a = fb_bytes(s);
   UNIT_CHECK(a.len > 16 && memcmp(a.data, "\x89OIS\r\n\x1a\n", 8) == 0);
-  UNIT_CHECK(a.data[8] == 3 && a.data[9] == 0 && a.data[10] == 0 && a.data[11] == 0);
+  UNIT_CHECK(a.data[8] == 4 && a.data[9] == 0 && a.data[10] == 0 && a.data[11] == 0);
   /* The trailer is the standard CRC-32 of the rest ("123456789" -> 0xCBF43926). */
   UNIT_CHECK(fb_crc32((const uint8_t *)"123456789", 9) == 0xcbf43926u);
   uint8_t *patched = xmalloc(a.len);
@@ -436,6 +437,7 @@ static uint64_t fb_bits(double x) {
  * the largest double, equal bounds) come back with the same bits, in the documented layout. */
 void test_backend_format_prediction_roundtrip(void) {
   be_stream *s = fb_build(2, false);
+  s->dropout = 1;
   s->scale = 123456;
   free(s->measured_on);
   s->measured_on = xstrdup("nccl");
@@ -454,7 +456,7 @@ void test_backend_format_prediction_roundtrip(void) {
   UNIT_CHECK(t != NULL);
   if (t) {
     UNIT_CHECK(fb_equal(s, t));
-    UNIT_CHECK(t->scale == 123456);
+    UNIT_CHECK(t->scale == 123456 && t->dropout == 1);
     UNIT_CHECK_STREQ(t->measured_on, "nccl");
     UNIT_CHECK(fb_bits(t->pred_step) == fb_bits(0.1 + 0.2) && t->pred_step != 0.3);
     UNIT_CHECK(fb_bits(t->ranks[0].pred_busy) == fb_bits(5e-324));
@@ -473,8 +475,9 @@ void test_backend_format_prediction_roundtrip(void) {
     UNIT_CHECK(a.len == b.len && memcmp(a.data, b.data, a.len) == 0);
     strbuf_free(&b);
   }
-  /* The layout: after the optimizer, i32 scale, str measured_on, f64 pred_step ... */
+  /* The layout: after the optimizer, i32 dropout, i32 scale, str measured_on, f64 pred_step ... */
   size_t at = fb_scale_at(s);
+  UNIT_CHECK(fb_le32(a.data, at - 4) == 1);
   UNIT_CHECK(fb_le32(a.data, at) == 123456);
   UNIT_CHECK(fb_le32(a.data, at + 4) == 4 && memcmp(a.data + at + 8, "nccl", 4) == 0);
   UNIT_CHECK(fb_le64(a.data, at + 12) == fb_bits(0.1 + 0.2));
@@ -671,15 +674,19 @@ void test_backend_format_header_errors(void) {
   memcpy(c, a.data, a.len);
   c[8] = 7;
   fb_patch_crc(c, a.len);
-  fb_expect_reject(c, a.len, "format version 7, this build reads version 3");
+  fb_expect_reject(c, a.len, "format version 7, this build reads version 4");
   memcpy(c, a.data, a.len);
   c[8] = 1; /* a file of the format before streams carried the prediction */
   fb_patch_crc(c, a.len);
-  fb_expect_reject(c, a.len, "format version 1, this build reads version 3");
+  fb_expect_reject(c, a.len, "format version 1, this build reads version 4");
   memcpy(c, a.data, a.len);
   c[8] = 2; /* before stages carried their recomputation */
   fb_patch_crc(c, a.len);
-  fb_expect_reject(c, a.len, "format version 2, this build reads version 3");
+  fb_expect_reject(c, a.len, "format version 2, this build reads version 4");
+  memcpy(c, a.data, a.len);
+  c[8] = 3; /* before the header carried dropout */
+  fb_patch_crc(c, a.len);
+  fb_expect_reject(c, a.len, "format version 3, this build reads version 4");
 
   memcpy(c, a.data, a.len);
   c[a.len] = 0;
@@ -894,6 +901,7 @@ static void e_shape_extent(be_stream *s) { s->shapes[0].dim[2] = 0; }
 static void e_out_shape(be_stream *s) { s->stages[1].out_shape = 7; }
 static void e_slot_tensor(be_stream *s) { s->ranks[0].slots[1].tensor = 9; }
 static void e_scale(be_stream *s) { s->scale = -3; }
+static void e_dropout(be_stream *s) { s->dropout = 2; }
 static void e_backend_null(be_stream *s) {
   free(s->measured_on);
   s->measured_on = NULL;
@@ -1048,6 +1056,7 @@ static const fb_case fb_cases[] = {
      false},
     {"slot tensor kind", 1, e_slot_tensor,
      "rank 0: slot %1 holds tensor kind 9, out of range", false},
+    {"dropout flag", 1, e_dropout, "dropout flag 2 must be 0 or 1", false},
     {"measurement scale", 1, e_scale,
      "measurement scale -3 must be at least 0 (0: analytic costs)", false},
     {"no measuring backend", 1, e_backend_null,

@@ -733,18 +733,25 @@ void test_runtime_calibration(void) {
   be_stream_free(s);
 }
 
-/* The runtime's kernel table mirrors the IR's layer kinds (the runtime may not depend on ir/):
- * every kind has its kernels, and a recomputing stage recomputes exactly the kinds the cost
- * model charges again (ir_kind_recomputable), so the run keeps what the plan sizes. */
+/* The runtime's kernel table mirrors the IR's layer kinds (the runtime may not depend on ir/; the
+ * stream library includes the IR's tables): every kind has its kernels at its own index, and a
+ * recomputing stage recomputes exactly the kinds the cost model charges again
+ * (ir_kind_recomputable), so the run keeps what the plan sizes. */
 void test_runtime_kernel_table(void) {
+  UNIT_CHECK((int)BE_KIND_COUNT == (int)IR_KIND_COUNT && (int)BE_LP_COUNT == (int)IR_LP_COUNT);
   for (int k = 0; k < IR_KIND_COUNT; k++) {
     const rt_kernel *rk = rt_kernel_find(ir_kinds[k].name);
-    UNIT_CHECK(rk != NULL);
-    if (rk) UNIT_CHECK(rk->recomputable == ir_kind_recomputable((ir_layer_kind)k));
+    UNIT_CHECK(rk != NULL && rk == rt_kernels[k] && (int)rk->id == k);
+    if (rk) UNIT_CHECK(rt_kernel_recomputable(rk) == ir_kind_recomputable((ir_layer_kind)k));
+    if (rk) UNIT_CHECK(strcmp(rt_kernel_name(rk), ir_kinds[k].name) == 0);
   }
-  for (int k = 0; k < RT_K_COUNT; k++) {
-    bool known = false;
-    for (int j = 0; j < IR_KIND_COUNT; j++) known |= strcmp(ir_kinds[j].name, rt_kernels[k]->kind) == 0;
-    UNIT_CHECK(known);
+  for (int p = 0; p < IR_LP_COUNT; p++) {
+    const ir_param_info *ip = &ir_layer_params[p];
+    UNIT_CHECK((int)be_lparams[p].kind == (int)ip->kind && strcmp(be_lparams[p].name, ip->name) == 0);
+    UNIT_CHECK(be_lparams[p].act == (ip->type == IR_T_ACT));
+    UNIT_CHECK(isnan(ip->def) ? isnan(be_lparams[p].def) : be_lparams[p].def == ip->def);
   }
+  for (int a = 0; a < RT_ACT_COUNT; a++)
+    UNIT_CHECK(strcmp(rt_act_name((rt_act)a), ir_enum_name(IR_T_ACT, a)) == 0);
+  UNIT_CHECK(ir_enum_name(IR_T_ACT, RT_ACT_COUNT) == NULL);
 }

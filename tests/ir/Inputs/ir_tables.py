@@ -77,7 +77,7 @@ def tables(root):
     w("nor (for parameters marked *model*) the model block sets it; — means derived from other")
     w("parameters or required.\n")
     params = rows(os.path.join(d, "layer_params.def"), "LAYER_PARAM")
-    for kid, kname, kdoc in rows(os.path.join(d, "layer_kinds.def"), "LAYER_KIND"):
+    for kid, kname, _recomputable, kdoc in rows(os.path.join(d, "layer_kinds.def"), "LAYER_KIND"):
         w(f"#### `{kname}`: {kdoc}\n")
         w("| parameter | type | default | meaning |")
         w("|---|---|---|---|")

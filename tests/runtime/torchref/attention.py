@@ -1,4 +1,4 @@
-"""PyTorch reference of the attention layer kind (runtime/k_attention.c): pre-norm (RMSNorm)
+"""PyTorch reference of the attention layer kind (runtime/kernels/attention.c): pre-norm (RMSNorm)
 grouped-query self-attention with rotary embedding (rotate-half, theta 10000), causal and
 sliding-window masks, and a residual connection. Written as the textbook formulation."""
 import math

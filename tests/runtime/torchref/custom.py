@@ -1,4 +1,4 @@
-"""PyTorch reference of the "custom" layer kind (runtime/k_basic.c): the dense stand-in
+"""PyTorch reference of the "custom" layer kind (runtime/kernels/custom.c): the dense stand-in
 y = tanh(x w + b), plus x when the input and output widths agree."""
 import torch
 

@@ -1,4 +1,4 @@
-"""PyTorch reference of the "embedding" layer kind (runtime/k_basic.c): a table lookup of the
+"""PyTorch reference of the "embedding" kind (runtime/kernels/embedding.c): a table lookup of the
 token ids (an id outside [0, vocab) reads row 0)."""
 import torch
 

@@ -1,4 +1,4 @@
-"""PyTorch reference of the "lm_head" layer kind (runtime/k_basic.c): final RMSNorm, then the
+"""PyTorch reference of the "lm_head" kind (runtime/kernels/lm_head.c): final RMSNorm, then the
 projection to the vocabulary (logits; the loss is the model's)."""
 from common import rmsnorm
 

@@ -1,4 +1,4 @@
-"""PyTorch reference of the "mamba2" layer kind (runtime/k_mamba2.c): a pre-norm Mamba-2 mixer
+"""PyTorch reference of the "mamba2" layer kind (runtime/kernels/mamba2.c): a pre-norm Mamba-2 mixer
 block with residual (mamba_ssm's Mamba2 with ngroups, norm_before_gate=False, no projection
 biases). Written from the definition, not from the C code; the scan is the plain sequential
 recurrence, token by token, so that it checks the kernel's chunked SSD form independently."""

@@ -1,4 +1,4 @@
-"""PyTorch reference of the "mlp" layer kind (runtime/k_mlp.c): a pre-norm residual feed-forward
+"""PyTorch reference of the "mlp" kind (runtime/kernels/mlp.c): a pre-norm residual feed-forward
 block, y = x + FFN(RMSNorm(x) * norm), FFN(h) = (act(h w1) [* (h w3)]) w2 (gated: SwiGLU for silu,
 GeGLU for gelu). Written from the definition, not from the C code."""
 from common import act, rmsnorm

@@ -1,4 +1,4 @@
-"""PyTorch reference of the "moe" layer kind (runtime/k_moe.c): a pre-norm residual
+"""PyTorch reference of the "moe" layer kind (runtime/kernels/moe.c): a pre-norm residual
 mixture-of-experts block. h = RMSNorm(x) * norm; logits = h router; each token takes the top_k
 experts of largest logit (ties: lower expert index first), weighted by the softmax over the
 selected logits (Mixtral style; the selection is not differentiated, the weights are);

@@ -1,4 +1,4 @@
-"""PyTorch reference of the vit layer kind (runtime/k_attention.c): a pre-norm transformer
+"""PyTorch reference of the vit layer kind (runtime/kernels/vit.c): a pre-norm transformer
 encoder layer (LayerNorm, full multi-head self-attention with biases, residual; LayerNorm, MLP
 with optional gate, residual). Written as the textbook formulation."""
 import math

@@ -1,9 +1,9 @@
-/* k_ffn.h -- the feed-forward block the mlp and moe kernels share (defined in k_mlp.c): over r
+/* ffn.h -- the feed-forward block the mlp and moe kinds share (defined in ffn.c): over r
  * rows of normed input h (r x hidden), a = h W1, u = h W3 (gated only), z = act(a) * u (gated) or
  * act(a) (plain), out = z W2; with the matching split gradients. Weights are [hidden, ffn] for
  * W1 / W3 and [ffn, hidden] for W2, row-major; every projection goes through rt_gemm. */
-#ifndef OCTO_RT_K_FFN_H
-#define OCTO_RT_K_FFN_H
+#ifndef OCTO_RT_FFN_H
+#define OCTO_RT_FFN_H
 
 #include "kernels.h"
 

@@ -1,5 +1,5 @@
-/* k_mlp.c -- the "mlp" layer kernel (pre-norm residual feed-forward block) and the feed-forward
- * block it shares with the moe kernel (k_ffn.h).
+/* mlp.c -- the "mlp" layer kind (kernels.h): a pre-norm residual feed-forward block, on the
+ * feed-forward block it shares with moe and vit (ffn.h).
  *
  * Definition. Dimensions: hidden (= in_w = out_w), ffn, gated, act, B, S; N = B * S tokens, token
  * t of sequence b is row b * S + t. Parameters, in layout order:
@@ -15,46 +15,7 @@
  * Every projection goes through rt_gemm (BLAS); reductions of the norm run in double. */
 #include <math.h>
 
-#include "k_ffn.h"
-
-/* ---- The shared feed-forward block (k_ffn.h) ------------------------------------------------ */
-
-void rt_ffn_fwd(const rt_ffn *f, int r, const float *h, const float *w1, const float *w3,
-                const float *w2, float *a, float *u, float *z, float *out, float beta) {
-  if (r <= 0) return;
-  int H = f->hidden, F = f->ffn;
-  size_t n = (size_t)r * F;
-  rt_gemm(false, false, r, F, H, 1.0f, h, H, w1, F, 0.0f, a, F);
-  if (f->gated) {
-    rt_gemm(false, false, r, F, H, 1.0f, h, H, w3, F, 0.0f, u, F);
-  }
-  RT_FOR(ffn_act, n, .act = f->act, .gated = f->gated, .a = a, .u = u, .z = z);
-  rt_gemm(false, false, r, H, F, 1.0f, z, F, w2, H, beta, out, H);
-}
-
-void rt_ffn_bwd_act(const rt_ffn *f, int r, const float *a, const float *u, const float *dz,
-                    float *da, float *du) {
-  size_t n = r > 0 ? (size_t)r * f->ffn : 0;
-  RT_FOR(ffn_bwd_act, n, .act = f->act, .gated = f->gated, .a = a, .u = u, .dz = dz, .da = da,
-         .du = du);
-}
-
-void rt_ffn_bwd_h(const rt_ffn *f, int r, const float *w1, const float *w3, const float *da,
-                  const float *du, float *dh, float beta) {
-  if (r <= 0) return;
-  int H = f->hidden, F = f->ffn;
-  rt_gemm(false, true, r, H, F, 1.0f, da, F, w1, F, beta, dh, H);
-  if (f->gated) rt_gemm(false, true, r, H, F, 1.0f, du, F, w3, F, 1.0f, dh, H);
-}
-
-void rt_ffn_bwd_w(const rt_ffn *f, int r, const float *h, const float *da, const float *du,
-                  const float *z, const float *dout, float *g1, float *g3, float *g2) {
-  if (r <= 0) return;
-  int H = f->hidden, F = f->ffn;
-  rt_gemm(true, false, H, F, r, 1.0f, h, H, da, F, 1.0f, g1, F);
-  if (f->gated) rt_gemm(true, false, H, F, r, 1.0f, h, H, du, F, 1.0f, g3, F);
-  rt_gemm(true, false, F, H, r, 1.0f, z, F, dout, H, 1.0f, g2, H);
-}
+#include "ffn.h"
 
 /* ---- The mlp kernel --------------------------------------------------------------------------- */
 
@@ -196,4 +157,15 @@ static void mlp_bwd_w(const rt_ldims *d, const float *w, const float *save, floa
                gp.w2);
 }
 
-const rt_kernel rt_k_mlp = {"mlp", mlp_plan, mlp_fwd, mlp_bwd_in, mlp_bwd_w, true};
+/* Dimensions: hidden, seq, ffn, gated, act. */
+static int mlp_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
+  (void)err;
+  rt_dims_tokens(in, BE_LP_MLP_HIDDEN, BE_LP_MLP_SEQ, d);
+  d->ffn = (int)rt_sdim(rt_lp(in, BE_LP_MLP_FFN, 0), in->scale, 1, 1);
+  d->gated = rt_lp(in, BE_LP_MLP_GATED, 1) != 0;
+  d->act = (rt_act)(int)rt_lp(in, BE_LP_MLP_ACT, RT_ACT_SILU);
+  return 0;
+}
+
+const rt_kernel rt_kernel_MLP = {BE_KIND_MLP, 0, mlp_dims, mlp_plan, mlp_fwd, mlp_bwd_in,
+                                 mlp_bwd_w, rt_flops_gemm};

@@ -1,4 +1,4 @@
-/* k_mamba2.c -- the mamba2 kernel: a pre-norm Mamba-2 mixer block (Dao & Gu 2024; mamba_ssm's
+/* mamba2.c -- the mamba2 kernel: a pre-norm Mamba-2 mixer block (Dao & Gu 2024; mamba_ssm's
  * Mamba2 with ngroups, norm_before_gate=False, no projection biases) with its residual:
  *   h = RMSNorm(x)*norm; [z | xBC | dt] = h in_proj; xBC = silu(causal depthwise conv(xBC)+b);
  *   [xs | B | C] = xBC; dt = softplus(dt + dt_bias); A = -exp(A_log); per sequence and SSM head
@@ -462,4 +462,38 @@ static void m2_bwd_w(const rt_ldims *d, const float *w, const float *save, float
   rt_gemm(true, false, I, hd, T, 1.0f, save + so.ygn, I, save + so.dy, hd, 1.0f, g + o.out, hd);
 }
 
-const rt_kernel rt_k_mamba2 = {"mamba2", m2_plan, m2_fwd, m2_bwd_in, m2_bwd_w, true};
+/* Dimensions: hidden, seq, SSM heads and head width (rt_heads_dims over the groups), state,
+ * conv and chunk. */
+static int m2_ldims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
+  (void)err;
+  int k = in->scale;
+  rt_dims_tokens(in, BE_LP_MAMBA2_HIDDEN, BE_LP_MAMBA2_SEQ, d);
+  double hidden = rt_lp(in, BE_LP_MAMBA2_HIDDEN, 0);
+  double hd = rt_lp(in, BE_LP_MAMBA2_HEAD_DIM, 64), expand = rt_lp(in, BE_LP_MAMBA2_EXPAND, 2);
+  double heads = rt_lp(in, BE_LP_MAMBA2_HEADS, hd > 0 ? expand * hidden / hd : 0);
+  double groups = rt_lp(in, BE_LP_MAMBA2_GROUPS, 8), state = rt_lp(in, BE_LP_MAMBA2_STATE, 128);
+  double chunk = rt_lp(in, BE_LP_MAMBA2_CHUNK, 256);
+  if (heads < 1 || groups < 1 || fmod(heads, groups) != 0) { /* the plan says why */
+    d->heads = (int)heads;
+    d->groups = (int)groups;
+    d->head_dim = (int)rt_sdim(hd, k, 1, 1);
+  } else {
+    rt_heads_dims(heads, groups, hd, k, 1, &d->heads, &d->groups, &d->head_dim);
+  }
+  d->inner = d->heads * d->head_dim;
+  d->state = (int)rt_sdim(state, k, state < 4 ? (long)state : 4, 1);
+  d->conv = (int)rt_lp(in, BE_LP_MAMBA2_CONV, 4);
+  d->chunk = (int)rt_sdim(chunk, k, chunk < 8 ? (long)chunk : 8, 1);
+  return 0;
+}
+
+/* The projections' GEMMs and the scan: within chunks and their states. */
+static double m2_flops(const rt_ldims *d, double nw) {
+  double T = (double)d->B * d->S;
+  return rt_flops_gemm(d, nw) +
+         2.0 * T * d->heads * ((double)d->chunk * (d->head_dim + d->state) +
+                               2.0 * d->head_dim * d->state);
+}
+
+const rt_kernel rt_kernel_MAMBA2 = {BE_KIND_MAMBA2, 0, m2_ldims, m2_plan, m2_fwd, m2_bwd_in,
+                                    m2_bwd_w, m2_flops};

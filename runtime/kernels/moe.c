@@ -1,4 +1,4 @@
-/* k_moe.c -- the "moe" layer kernel: a pre-norm residual mixture-of-experts feed-forward block
+/* moe.c -- the "moe" layer kernel: a pre-norm residual mixture-of-experts feed-forward block
  * with top-k routing (Mixtral style) and optional shared experts.
  *
  * Definition. Dimensions: hidden (= in_w = out_w), experts E, top_k K (1 <= K <= E), ffn (one
@@ -34,7 +34,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "k_ffn.h"
+#include "ffn.h"
 
 /* Offsets (in floats) of the parts of a moe save block, and its size. R = N * K routed rows in
  * expert-grouped order; "shared" parts are per shared expert, N rows each. */
@@ -369,4 +369,24 @@ static void moe_bwd_w(const rt_ldims *d, const float *w, const float *save, floa
                  d->gated ? gp.sw3 + s * HF : NULL, gp.sw2 + s * HF);
 }
 
-const rt_kernel rt_k_moe = {"moe", moe_plan, moe_fwd, moe_bwd_in, moe_bwd_w, true};
+/* Dimensions: hidden, seq, experts, top_k, shared experts, one expert's ffn, gated, act. */
+static int moe_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
+  (void)err;
+  rt_dims_tokens(in, BE_LP_MOE_HIDDEN, BE_LP_MOE_SEQ, d);
+  d->experts = (int)rt_lp(in, BE_LP_MOE_EXPERTS, 0);
+  d->top_k = (int)rt_lp(in, BE_LP_MOE_TOP_K, 0);
+  d->shared = (int)rt_lp(in, BE_LP_MOE_SHARED, 0);
+  d->ffn = (int)rt_sdim(rt_lp(in, BE_LP_MOE_EXPERT_FFN, 0), in->scale, 1, 1);
+  d->gated = rt_lp(in, BE_LP_MOE_GATED, 1) != 0;
+  d->act = (rt_act)(int)rt_lp(in, BE_LP_MOE_ACT, RT_ACT_SILU);
+  return 0;
+}
+
+/* The GEMMs of the experts a token runs: top_k routed and the shared ones, of all of them. */
+static double moe_flops(const rt_ldims *d, double nw) {
+  if (d->experts > 0) nw = nw * (d->top_k + d->shared) / (d->experts + d->shared);
+  return rt_flops_gemm(d, nw);
+}
+
+const rt_kernel rt_kernel_MOE = {BE_KIND_MOE, 0, moe_dims, moe_plan, moe_fwd, moe_bwd_in,
+                                 moe_bwd_w, moe_flops};

@@ -1,0 +1,204 @@
+/* attention.c -- the "attention" layer kind (kernels.h). N = B*S tokens, row
+ * b*S + t is token t of sequence b; hd = head_dim; weights are [in, out] (y = x @ W).
+ *
+ *   attention  dims: B, S (= in_S), hidden (= in_w = out_w), heads, kv_heads (divides heads),
+ *              head_dim (even), causal, window (0: none).
+ *              params, in order: "norm" [hidden] (const 1), "wq" [hidden, heads*hd],
+ *              "wk" [hidden, kv_heads*hd], "wv" [hidden, kv_heads*hd], "wo" [heads*hd, hidden];
+ *              wq, wk, wv uniform in +-sqrt(3 / hidden), wo in +-0.5 sqrt(3 / (heads*hd)).
+ *              h = RMSNorm(x) * norm (eps RT_NORM_EPS); q = h wq, k = h wk, v = h wv;
+ *              rotary embedding on q and k per head at position t (0..S-1 within the sequence),
+ *              theta 10000, rotate-half: for i < hd/2, pair (i, i + hd/2) with angle
+ *              t * theta^(-2i/hd): out_i = x_i cos - x_{i+hd/2} sin,
+ *              out_{i+hd/2} = x_{i+hd/2} cos + x_i sin;
+ *              query head qh reads kv head qh / (heads / kv_heads);
+ *              scores = q k^T / sqrt(hd); key j visible from query t iff (causal: j <= t) and
+ *              (window > 0: t - window < j, and when not causal also |t - j| < window);
+ *              P = softmax over visible keys; o = P v; heads concatenated; y = x + o wo.
+ * The attention core runs per (sequence, head) with two products (rt_gemm) and a materialized
+ * S x S score block in scratch, whose softmax is a body per query row. F keeps each softmax
+ * row's maximum and 1 / sum, and B recomputes the probabilities from q and k with the same
+ * arithmetic (bit-identical to F's). B leaves the gradients of every projection's output in
+ * save, so W needs nothing else. vit's bk has an identically zero gradient (softmax ignores a
+ * constant per query row); W adds exactly 0.
+ * The kernels run on the calling thread's device (kdev.h): they touch tensors only through
+ * rt_gemm, rt_copy, rt_zero, rt_scratch, the norms and the bodies of kb_attention.h and
+ * kb_common.h (RT_FOR). */
+#include "attn.h"
+
+/* ---- attention ------------------------------------------------------------------------------- */
+
+/* Offsets of the attention layer's parameters and saved state (floats). */
+typedef struct ka_att {
+  size_t norm, wq, wk, wv, wo; /* parameters, in layout order */
+  size_t x;                    /* F: input [N, hidden] */
+  size_t rstd;                 /* F: RMSNorm 1/rms [N] */
+  size_t h;                    /* F: normalized input [N, hidden] */
+  size_t q, k, v;              /* F: rotated q [N, heads*hd], rotated k and v [N, kv*hd] */
+  size_t o;                    /* F: attention output, heads concatenated [N, heads*hd] */
+  size_t stat;                 /* F: softmax row (max, 1/sum) [B*heads*S*2] */
+  size_t dy;                   /* B: output gradient [N, hidden] */
+  size_t dh;                   /* B: gradient of h [N, hidden] */
+  size_t dq, dk, dv;           /* B: gradients of h wq, h wk, h wv (before rotary) */
+  size_t save;                 /* floats of the save block */
+} ka_att;
+
+/* Fill p (when not NULL) and the offsets of an attention layer of valid dims d. */
+static ka_att ka_att_layout(const rt_ldims *d, rt_lplan *p) {
+  rt_lplan tmp;
+  if (!p) p = &tmp;
+  p->npt = 0;
+  ka_att L;
+  size_t off = 0, N = (size_t)d->B * d->S, hid = (size_t)d->hidden;
+  int aq = d->heads * d->head_dim, ak = d->kv_heads * d->head_dim;
+  L.norm = ka_pt(p, &off, "norm", d->hidden, 0, RT_INIT_CONST, 1.0f);
+  L.wq = ka_pt(p, &off, "wq", d->hidden, aq, RT_INIT_UNIFORM, ka_bound(d->hidden));
+  L.wk = ka_pt(p, &off, "wk", d->hidden, ak, RT_INIT_UNIFORM, ka_bound(d->hidden));
+  L.wv = ka_pt(p, &off, "wv", d->hidden, ak, RT_INIT_UNIFORM, ka_bound(d->hidden));
+  L.wo = ka_pt(p, &off, "wo", aq, d->hidden, RT_INIT_UNIFORM, 0.5f * ka_bound(aq));
+  size_t s = 0;
+  L.x = s, s += N * hid;
+  L.rstd = s, s += N;
+  L.h = s, s += N * hid;
+  L.q = s, s += N * aq;
+  L.k = s, s += N * ak;
+  L.v = s, s += N * ak;
+  L.o = s, s += N * aq;
+  L.stat = s, s += N * d->heads * 2;
+  L.dy = s, s += N * hid;
+  L.dh = s, s += N * hid;
+  L.dq = s, s += N * aq;
+  L.dk = s, s += N * ak;
+  L.dv = s, s += N * ak;
+  L.save = s;
+  p->save_floats = s;
+  p->out_w = d->hidden;
+  return L;
+}
+
+/* The core shape of an attention layer. */
+static ka_shape ka_att_shape(const rt_ldims *d) {
+  ka_shape sh = {d->B, d->S, d->heads, d->kv_heads, d->head_dim, d->causal, d->window};
+  return sh;
+}
+
+/* Check d for an attention layer and fill p; -1 with the reason in err when d is invalid. */
+static int ka_att_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
+  if (ka_check("attention", d, err)) return -1;
+  if (d->kv_heads < 1) {
+    strbuf_printf(err, "attention needs kv_heads of at least 1, not %d", d->kv_heads);
+    return -1;
+  }
+  if (d->heads % d->kv_heads) {
+    strbuf_printf(err, "heads %d is not a multiple of kv_heads %d", d->heads, d->kv_heads);
+    return -1;
+  }
+  if (d->head_dim % 2) {
+    strbuf_printf(err, "head_dim %d is odd; rotary embedding needs an even head_dim",
+                  d->head_dim);
+    return -1;
+  }
+  if (d->window < 0) {
+    strbuf_printf(err, "window %d is negative", d->window);
+    return -1;
+  }
+  ka_att_layout(d, p);
+  return 0;
+}
+
+/* F: y = x + attention(RMSNorm(x)) wo. Post: save holds x, rstd, h, rotated q and k, v, o and
+ * the softmax statistics. */
+static void ka_att_fwd(const rt_ldims *d, const float *w, const float *x, float *y,
+                       float *save) {
+  ka_att L = ka_att_layout(d, NULL);
+  ka_shape sh = ka_att_shape(d);
+  int N = d->B * d->S, hid = d->hidden, aq = d->heads * d->head_dim;
+  int ak = d->kv_heads * d->head_dim;
+  rt_copy(save + L.x, x, (size_t)N * hid);
+  rt_rmsnorm_fwd(N, hid, x, w + L.norm, save + L.h, save + L.rstd);
+  ka_proj(N, hid, aq, save + L.h, w + L.wq, NULL, save + L.q);
+  ka_proj(N, hid, ak, save + L.h, w + L.wk, NULL, save + L.k);
+  ka_proj(N, hid, ak, save + L.h, w + L.wv, NULL, save + L.v);
+  float *sn, *cs = ka_rope_tables(d->S, d->head_dim, &sn);
+  ka_rope(N, d->S, d->heads, d->head_dim, save + L.q, cs, sn, false);
+  ka_rope(N, d->S, d->kv_heads, d->head_dim, save + L.k, cs, sn, false);
+  rt_scratch_free(cs);
+  float *P = rt_scratch((size_t)d->S * d->S);
+  ka_core_fwd(&sh, save + L.q, save + L.k, save + L.v, save + L.o, save + L.stat, P);
+  rt_scratch_free(P);
+  rt_copy(y, x, (size_t)N * hid);
+  rt_gemm(false, false, N, hid, aq, 1.0f, save + L.o, aq, w + L.wo, hid, 1.0f, y, hid);
+}
+
+/* B: dx (when not NULL) from dy. Pre: ka_att_fwd ran on save. Post: save also holds dy, dh and
+ * the gradients of h wq, h wk, h wv (before rotary), all W needs. */
+static void ka_att_bwd_in(const rt_ldims *d, const float *w, float *save, const float *dy,
+                          float *dx) {
+  ka_att L = ka_att_layout(d, NULL);
+  ka_shape sh = ka_att_shape(d);
+  int N = d->B * d->S, hid = d->hidden, aq = d->heads * d->head_dim;
+  int ak = d->kv_heads * d->head_dim;
+  rt_copy(save + L.dy, dy, (size_t)N * hid);
+  float *dO = rt_scratch((size_t)N * aq);
+  rt_gemm(false, true, N, aq, hid, 1.0f, dy, hid, w + L.wo, hid, 0.0f, dO, aq);
+  float *P = rt_scratch(2 * (size_t)d->S * d->S);
+  ka_core_bwd(&sh, save + L.q, save + L.k, save + L.v, save + L.stat, dO, save + L.dq,
+              save + L.dk, save + L.dv, P, P + (size_t)d->S * d->S);
+  rt_scratch_free(P);
+  rt_scratch_free(dO);
+  float *sn, *cs = ka_rope_tables(d->S, d->head_dim, &sn);
+  ka_rope(N, d->S, d->heads, d->head_dim, save + L.dq, cs, sn, true);
+  ka_rope(N, d->S, d->kv_heads, d->head_dim, save + L.dk, cs, sn, true);
+  rt_scratch_free(cs);
+  float *dh = save + L.dh;
+  rt_gemm(false, true, N, hid, aq, 1.0f, save + L.dq, aq, w + L.wq, aq, 0.0f, dh, hid);
+  rt_gemm(false, true, N, hid, ak, 1.0f, save + L.dk, ak, w + L.wk, ak, 1.0f, dh, hid);
+  rt_gemm(false, true, N, hid, ak, 1.0f, save + L.dv, ak, w + L.wv, ak, 1.0f, dh, hid);
+  if (!dx) return;
+  rt_copy(dx, dy, (size_t)N * hid);
+  rt_rmsnorm_bwd_in(N, hid, save + L.x, w + L.norm, save + L.rstd, dh, dx, true);
+}
+
+/* W: g += the weight gradients, from save alone. Pre: ka_att_bwd_in ran on save. */
+static void ka_att_bwd_w(const rt_ldims *d, const float *w, const float *save, float *g) {
+  (void)w;
+  ka_att L = ka_att_layout(d, NULL);
+  int N = d->B * d->S, hid = d->hidden, aq = d->heads * d->head_dim;
+  int ak = d->kv_heads * d->head_dim;
+  rt_rmsnorm_bwd_w(N, hid, save + L.x, save + L.rstd, save + L.dh, g + L.norm);
+  rt_gemm(true, false, hid, aq, N, 1.0f, save + L.h, hid, save + L.dq, aq, 1.0f, g + L.wq, aq);
+  rt_gemm(true, false, hid, ak, N, 1.0f, save + L.h, hid, save + L.dk, ak, 1.0f, g + L.wk, ak);
+  rt_gemm(true, false, hid, ak, N, 1.0f, save + L.h, hid, save + L.dv, ak, 1.0f, g + L.wv, ak);
+  rt_gemm(true, false, aq, hid, N, 1.0f, save + L.o, aq, save + L.dy, hid, 1.0f, g + L.wo, hid);
+}
+
+/* Dimensions: hidden, seq, heads, kv_heads and head_dim (rt_heads_dims, head width even),
+ * causal, window. At scale 1 the layer runs as written: an odd head width, which the rotary
+ * embedding cannot split in halves, is refused rather than rounded. */
+static int ka_att_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
+  int k = in->scale;
+  rt_dims_tokens(in, BE_LP_ATTENTION_HIDDEN, BE_LP_ATTENTION_SEQ, d);
+  double hidden = rt_lp(in, BE_LP_ATTENTION_HIDDEN, 0);
+  double heads = rt_lp(in, BE_LP_ATTENTION_HEADS, 0);
+  double kv = rt_lp(in, BE_LP_ATTENTION_KV_HEADS, heads);
+  double hd = rt_lp(in, BE_LP_ATTENTION_HEAD_DIM, heads > 0 ? hidden / heads : 0);
+  if (k == 1 && hd >= 1 && fmod(hd, 2) != 0) {
+    strbuf_printf(err, "head_dim %g is odd: the rotary embedding rotates a head's two halves, "
+                  "so the runtime cannot run it as written (at scale 1)", hd);
+    return -1;
+  }
+  if (heads < 1 || kv < 1 || fmod(heads, kv) != 0) { /* the plan says why */
+    d->heads = (int)heads;
+    d->kv_heads = (int)kv;
+    d->head_dim = (int)rt_sdim(hd, k, 2, 2);
+  } else {
+    rt_heads_dims(heads, kv, hd, k, 2, &d->heads, &d->kv_heads, &d->head_dim);
+  }
+  d->causal = rt_lp(in, BE_LP_ATTENTION_CAUSAL, 1) != 0;
+  long win = (long)rt_lp(in, BE_LP_ATTENTION_WINDOW, 0);
+  d->window = win > 0 ? (int)rt_sdim((double)win, k, 1, 1) : 0;
+  return 0;
+}
+
+const rt_kernel rt_kernel_ATTENTION = {BE_KIND_ATTENTION, 0, ka_att_dims, ka_att_plan,
+                                       ka_att_fwd, ka_att_bwd_in, ka_att_bwd_w, ka_flops};

@@ -1,0 +1,65 @@
+/* lm_head.c -- the "lm_head" layer kind (kernels.h): final RMSNorm then the projection to the
+ * vocabulary: y = RMSNorm(x)*norm @ w (logits; the loss is the model's, model.c). */
+#include <math.h>
+
+#include "kernels.h"
+
+/* ---- lm_head: save = x (T x h) | hn (T x h) | rstd (T) | dhn (T x h) | dy (T x V) ----------- */
+
+static int kb_head_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
+  if (d->vocab < 1 || d->hidden < 1 || d->in_w != d->hidden) {
+    strbuf_printf(err, "lm_head needs vocab >= 1 and an input of width hidden (%d), not %d",
+                  d->hidden, d->in_w);
+    return -1;
+  }
+  size_t T = (size_t)d->B * d->S, h = (size_t)d->hidden;
+  rt_lplan_add(p, "norm", d->hidden, 0, 0, RT_INIT_CONST, 1.0f);
+  rt_lplan_add(p, "w", d->hidden, d->vocab, 0, RT_INIT_UNIFORM, sqrtf(3.0f / (float)d->hidden));
+  p->save_floats = 3 * T * h + T + T * (size_t)d->vocab;
+  p->out_w = d->vocab;
+  return 0;
+}
+
+static void kb_head_fwd(const rt_ldims *d, const float *w, const float *x, float *y, float *save) {
+  int T = d->B * d->S, h = d->hidden, V = d->vocab;
+  float *xs = save, *hn = xs + (size_t)T * h, *rstd = hn + (size_t)T * h;
+  rt_copy(xs, x, (size_t)T * h);
+  rt_rmsnorm_fwd(T, h, x, w, hn, rstd);
+  rt_gemm(false, false, T, V, h, 1.0f, hn, h, w + h, V, 0.0f, y, V);
+}
+
+static void kb_head_bwd_in(const rt_ldims *d, const float *w, float *save, const float *dy,
+                           float *dx) {
+  int T = d->B * d->S, h = d->hidden, V = d->vocab;
+  float *xs = save, *hn = xs + (size_t)T * h, *rstd = hn + (size_t)T * h;
+  float *dhn = rstd + T, *dys = dhn + (size_t)T * h;
+  rt_copy(dys, dy, (size_t)T * V);
+  rt_gemm(false, true, T, h, V, 1.0f, dy, V, w + h, V, 0.0f, dhn, h);
+  if (dx) rt_rmsnorm_bwd_in(T, h, xs, w, rstd, dhn, dx, false);
+}
+
+static void kb_head_bwd_w(const rt_ldims *d, const float *w, const float *save, float *g) {
+  (void)w;
+  int T = d->B * d->S, h = d->hidden, V = d->vocab;
+  const float *xs = save, *hn = xs + (size_t)T * h, *rstd = hn + (size_t)T * h;
+  const float *dhn = rstd + T, *dys = dhn + (size_t)T * h;
+  rt_rmsnorm_bwd_w(T, h, xs, rstd, dhn, g);
+  rt_gemm(true, false, h, V, T, 1.0f, hn, h, dys, V, 1.0f, g + h, V);
+}
+
+/* Dimensions: hidden, seq and vocab (at least 8). A head without the loss (loss = false) is
+ * refused: the runtime's model always ends in softmax cross-entropy. */
+static int kb_head_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
+  if (rt_lp(in, BE_LP_LM_HEAD_LOSS, 1) == 0) {
+    strbuf_puts(err, "loss = false is not supported: the runtime's lm_head always includes the "
+                     "softmax cross-entropy loss");
+    return -1;
+  }
+  rt_dims_tokens(in, BE_LP_LM_HEAD_HIDDEN, BE_LP_LM_HEAD_SEQ, d);
+  d->vocab = (int)rt_sdim(rt_lp(in, BE_LP_LM_HEAD_VOCAB, 0), in->scale, 8, 1);
+  return 0;
+}
+
+const rt_kernel rt_kernel_LM_HEAD = {BE_KIND_LM_HEAD, RT_ROLE_VOCAB, kb_head_dims, kb_head_plan,
+                                     kb_head_fwd, kb_head_bwd_in, kb_head_bwd_w, rt_flops_gemm};
+
