@@ -131,6 +131,7 @@ static int write_profile(const be_stream *s, const rt_opts *mo, bool cuda, bool 
 }
 
 int main(int argc, char **argv) {
+  cli_init();
 #ifdef __GLIBC__
   /* Kernels allocate their temporaries per call: keep freed memory in the heap instead of
    * giving it back to the system and faulting it in again at the next call. */

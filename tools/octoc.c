@@ -182,6 +182,7 @@ static int compile_one(diag_engine *d, uint32_t src, const octoc_opts *o, strbuf
 }
 
 int main(int argc, char **argv) {
+  cli_init();
   be_register_passes();
   octoc_opts o = {.emit = REPORT_TEXT,
                   .budget = pass_tune_defaults.budget,
@@ -333,6 +334,7 @@ int main(int argc, char **argv) {
   strbuf_free(&why);
   if (!ok) return 1;
   diag_engine *d = diag_new(stderr);
+  diag_set_program(d, "octoc");
   diag_set_error_limit(d, o.error_limit);
   diag_set_verify(d, o.verify_diags);
   int rc = 0, produced = 0;
