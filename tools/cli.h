@@ -1,6 +1,6 @@
-/* cli.h -- what the command-line tools share: the process set-up (signals), error lines that name the tool, a table of flags
- * parsed with its misspellings answered ("did you mean"), "--name=value" prefixes, and writing
- * an output to a file (atomically) or to stdout. Only the tools' mains use it; nothing here
+/* cli.h -- what the command-line tools share: the process set-up (signals), error lines that
+ * name the tool, a table of flags parsed with its misspellings answered ("did you mean"),
+ * "--name=value" prefixes, and writing an output to a file (atomically) or to stdout. Only the tools' mains use it; nothing here
  * decides an exit code. */
 #ifndef OCTO_TOOLS_CLI_H
 #define OCTO_TOOLS_CLI_H

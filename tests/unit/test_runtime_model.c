@@ -521,10 +521,11 @@ void test_runtime_model_dump(void) {
   rt_model_set_step(m, 0, 0);
   rm_pipelined_step(m, s, 0, 0);
   /* Every layer's files of microbatch 0; no dx for the embedding (token ids). */
-  static const char *const files[] = {"index.json", "000-l0.x.npy", "000-l0.y.npy", "000-l0.dy.npy",
-                                      "000-l0.w.table.npy", "000-l0.g.table.npy", "001-l1.dx.npy",
-                                      "003-l3.g.experts.w2.npy", "004-l4.g.w.npy",
-                                      "targets.npy", NULL};
+  static const char *const files[] = {"index.json",         "000-l0.x.npy",
+                                      "000-l0.y.npy",       "000-l0.dy.npy",
+                                      "000-l0.w.table.npy", "000-l0.g.table.npy",
+                                      "001-l1.dx.npy",      "003-l3.g.experts.w2.npy",
+                                      "004-l4.g.w.npy",     "targets.npy", NULL};
   for (int i = 0; files[i]; i++) {
     char path[128];
     snprintf(path, sizeof path, "%s/%s", dir, files[i]);
