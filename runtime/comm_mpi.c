@@ -372,7 +372,8 @@ static void mp_inject_setup(const be_stream *s, const rt_run_opts *o, const char
 }
 
 int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *mine,
-                  const char *path, const char *backend, const char *trace_path) {
+                  const char *path, const char *backend, const char *trace_path,
+                  const rt_opts *mo) {
   int me, world, rc = RT_EXIT_OK;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -432,6 +433,7 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
       int wrc = rt_calibration_write(s, o, stats, world, mine->scale, "mpi");
       if (wrc != RT_EXIT_OK) rc = wrc;
     }
+    if (rc == RT_EXIT_OK) rc = rt_dump_finish(s, mo); /* last: every file it names is there */
     for (int w = 0; w < world; w++) {
       stats[w].ev = NULL; /* owned by evs */
       rt_rank_stats_free(&stats[w]);
@@ -638,7 +640,7 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
   mp_term.prog = NULL;
   char what[64];
   snprintf(what, sizeof what, "mpi (%d processes)", (int)(s->nranks * s->replicas));
-  rc = rt_mpi_report(s, o, &st, path, what, trace_path);
+  rc = rt_mpi_report(s, o, &st, path, what, trace_path, mo);
   rt_rank_stats_free(&st);
   MPI_Comm_free(&mc.pipe);
   MPI_Comm_free(&mc.replicas);

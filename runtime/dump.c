@@ -1,15 +1,22 @@
 /* dump.c -- NumPy (.npy, format 1.0) files of a layer's tensors and the JSON index beside them
- * (kernels.h, "Dumps"): what octo-run --dump writes and what tests/runtime/torch_ref.py reads. */
+ * (kernels.h, "Dumps"): what octo-run --dump writes and what tests/runtime/torch_ref.py reads.
+ * Every file is written to a temporary and renamed (support_write_file), so that a file either
+ * is complete or is not there; file names come from rt_dump_stem, never from a layer's name as
+ * it is. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
 
-int rt_npy_write(const char *path, const float *a, int ndim, const int64_t *dim, strbuf *err) {
+/* Write the ndim-dimensional array a of elements of 'elem' bytes, NumPy type descr ("<f4",
+ * "<i4"), as a .npy file at path (atomically). Returns 0, or -1 with "PATH: reason" in err. */
+static int npy_write(const char *path, const char *descr, const void *a, size_t elem, int ndim,
+                     const int64_t *dim, strbuf *err) {
   strbuf h = {0};
   size_t n = 1;
-  strbuf_puts(&h, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+  strbuf_printf(&h, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
   for (int i = 0; i < ndim; i++) {
     strbuf_printf(&h, "%lld,%s", (long long)dim[i], i + 1 < ndim ? " " : "");
     n *= (size_t)dim[i];
@@ -20,22 +27,55 @@ int rt_npy_write(const char *path, const float *a, int ndim, const int64_t *dim,
   strbuf_puts(&h, "\n");
   unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(h.len & 0xff),
                            (unsigned char)(h.len >> 8)};
-  FILE *f = fopen(path, "wb");
-  int rc = 0;
-  if (!f || fwrite(pre, 1, sizeof pre, f) != sizeof pre || fwrite(h.data, 1, h.len, f) != h.len ||
-      (n && fwrite(a, sizeof *a, n, f) != n))
-    rc = -1;
-  if (f && fclose(f) != 0) rc = -1;
-  if (rc) strbuf_printf(err, "%s: %s", path, strerror(errno ? errno : EIO));
+  size_t len = sizeof pre + h.len + n * elem;
+  unsigned char *file = xmalloc(len);
+  memcpy(file, pre, sizeof pre);
+  memcpy(file + sizeof pre, h.data, h.len);
+  if (n) memcpy(file + sizeof pre + h.len, a, n * elem);
+  strbuf why = {0};
+  int rc = support_write_file(path, file, len, &why) ? 0 : -1;
+  if (rc) strbuf_printf(err, "cannot write '%s': %s", path, strbuf_cstr(&why));
+  strbuf_free(&why);
+  free(file);
   strbuf_free(&h);
   return rc;
 }
 
-/* Write tensor a (rows x cols, or the rt_ptensor's shape when t is set) as DIR/NAME.WHAT.npy. */
-static int dump_one(const char *dir, const char *name, const char *what, const float *a,
+int rt_npy_write(const char *path, const float *a, int ndim, const int64_t *dim, strbuf *err) {
+  return npy_write(path, "<f4", a, sizeof *a, ndim, dim, err);
+}
+
+int rt_npy_write_i32(const char *path, const int32_t *a, int ndim, const int64_t *dim,
+                     strbuf *err) {
+  return npy_write(path, "<i4", a, sizeof *a, ndim, dim, err);
+}
+
+/* Whether byte c may stand in a dump's file name as it is. */
+static bool stem_byte(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
+}
+
+void rt_dump_stem(strbuf *out, int layer, const char *name) {
+  strbuf_printf(out, "%03d-", layer);
+  size_t n = 0;
+  for (const unsigned char *p = (const unsigned char *)name; *p && n < RT_DUMP_NAME_MAX; p++, n++)
+    strbuf_putc(out, stem_byte(*p) && !(n == 0 && *p == '.') ? (char)*p : '_');
+  if (n == 0) strbuf_puts(out, "layer");
+}
+
+bool rt_dump_stem_safe(const char *stem) {
+  if (!stem[0] || stem[0] == '.' || strlen(stem) > RT_DUMP_NAME_MAX + 16) return false;
+  for (const unsigned char *p = (const unsigned char *)stem; *p; p++)
+    if (!stem_byte(*p)) return false;
+  return true;
+}
+
+/* Write tensor a (rows x cols, or the rt_ptensor's shape when t is set) as DIR/STEM.WHAT.npy. */
+static int dump_one(const char *dir, const char *stem, const char *what, const float *a,
                     int64_t rows, int64_t cols, const rt_ptensor *t, strbuf *err) {
   strbuf path = {0};
-  strbuf_printf(&path, "%s/%s.%s.npy", dir, name, what);
+  strbuf_printf(&path, "%s/%s.%s.npy", dir, stem, what);
   int64_t dim[3] = {rows, cols, 0};
   int nd = 2;
   if (t) {
@@ -47,22 +87,30 @@ static int dump_one(const char *dir, const char *name, const char *what, const f
   return rc;
 }
 
-int rt_dump_layer(const char *dir, const char *name, const rt_ldims *d, const rt_lplan *p,
+int rt_dump_layer(const char *dir, const char *stem, const rt_ldims *d, const rt_lplan *p,
                   const rt_dump_tensors *t, strbuf *err) {
-  int64_t T = (int64_t)d->B * d->S, Tin = (int64_t)d->B * d->in_S;
-  int rc = dump_one(dir, name, "x", t->x, Tin, d->in_w, NULL, err);
-  if (!rc) rc = dump_one(dir, name, "y", t->y, T, p->out_w, NULL, err);
-  if (!rc) rc = dump_one(dir, name, "dy", t->dy, T, p->out_w, NULL, err);
-  if (!rc && t->dx) rc = dump_one(dir, name, "dx", t->dx, Tin, d->in_w, NULL, err);
+  if (!rt_dump_stem_safe(stem)) {
+    strbuf_puts(err, "a dump's file names take letters, digits, '.', '_' and '-' (not first a "
+                "'.'): got ");
+    strbuf_json_str(err, stem);
+    return -1;
+  }
+  int64_t T = (int64_t)d->B * d->S, Tin = (int64_t)d->B * d->in_S, Ts = (int64_t)d->B * t->xs_S;
+  int rc = dump_one(dir, stem, "x", t->x, Tin, d->in_w, NULL, err);
+  if (!rc) rc = dump_one(dir, stem, "y", t->y, T, p->out_w, NULL, err);
+  if (!rc) rc = dump_one(dir, stem, "dy", t->dy, T, p->out_w, NULL, err);
+  if (!rc && t->dx) rc = dump_one(dir, stem, "dx", t->dx, Tin, d->in_w, NULL, err);
+  if (!rc && t->xs) rc = dump_one(dir, stem, "xs", t->xs, Ts, t->xs_w, NULL, err);
+  if (!rc && t->dxs) rc = dump_one(dir, stem, "dxs", t->dxs, Ts, t->xs_w, NULL, err);
   const float *w = t->w, *g = t->g;
   for (int i = 0; i < p->npt && rc == 0; i++) {
     const rt_ptensor *pt = &p->pt[i];
     strbuf what = {0};
     strbuf_printf(&what, "w.%s", pt->name);
-    rc = dump_one(dir, name, strbuf_cstr(&what), w, 0, 0, pt, err);
+    rc = dump_one(dir, stem, strbuf_cstr(&what), w, 0, 0, pt, err);
     strbuf_free(&what);
     strbuf_printf(&what, "g.%s", pt->name);
-    if (!rc) rc = dump_one(dir, name, strbuf_cstr(&what), g, 0, 0, pt, err);
+    if (!rc) rc = dump_one(dir, stem, strbuf_cstr(&what), g, 0, 0, pt, err);
     strbuf_free(&what);
     w += rt_ptensor_floats(pt);
     g += rt_ptensor_floats(pt);
@@ -70,23 +118,24 @@ int rt_dump_layer(const char *dir, const char *name, const rt_ldims *d, const rt
   return rc;
 }
 
-void rt_dump_entry(strbuf *index, const char *name, const char *kind, const rt_ldims *d,
-                   const rt_lplan *p, bool has_dx) {
+void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
+                   const rt_ldims *d, const rt_lplan *p, bool has_dx, int splice_tokens) {
   if (index->len) strbuf_puts(index, ",\n");
-  strbuf_puts(index, "  {\"name\": ");
+  strbuf_printf(index, "  {\"index\": %d, \"name\": ", layer);
   strbuf_json_str(index, name);
   strbuf_puts(index, ", \"kind\": ");
   strbuf_json_str(index, kind);
   strbuf_puts(index, ", \"dims\": {");
   strbuf_printf(index,
                 "\"B\": %d, \"S\": %d, \"in_S\": %d, \"in_w\": %d, \"hidden\": %d, \"heads\": %d, "
-                "\"kv_heads\": %d, \"head_dim\": %d, \"ffn\": %d, \"gated\": %d, \"act\": %d, "
+                "\"kv_heads\": %d, \"head_dim\": %d, \"ffn\": %d, \"gated\": %d, \"act\": \"%s\", "
                 "\"causal\": %d, \"window\": %d, \"experts\": %d, \"top_k\": %d, \"shared\": %d, "
                 "\"state\": %d, \"groups\": %d, \"conv\": %d, \"inner\": %d, \"chunk\": %d, "
                 "\"vocab\": %d, \"out_w\": %d},\n",
                 d->B, d->S, d->in_S, d->in_w, d->hidden, d->heads, d->kv_heads, d->head_dim,
-                d->ffn, d->gated, (int)d->act, d->causal, d->window, d->experts, d->top_k,
-                d->shared, d->state, d->groups, d->conv, d->inner, d->chunk, d->vocab, p->out_w);
+                d->ffn, d->gated, rt_act_name(d->act), d->causal, d->window, d->experts,
+                d->top_k, d->shared, d->state, d->groups, d->conv, d->inner, d->chunk, d->vocab,
+                p->out_w);
   strbuf_puts(index, "   \"params\": [");
   for (int i = 0; i < p->npt; i++) {
     const rt_ptensor *pt = &p->pt[i];
@@ -95,23 +144,30 @@ void rt_dump_entry(strbuf *index, const char *name, const char *kind, const rt_l
     strbuf_puts(index, "]}");
   }
   strbuf_puts(index, "],\n   \"prefix\": ");
-  strbuf json_prefix = {0};
-  strbuf_printf(&json_prefix, "%s.", name);
-  strbuf_json_str(index, strbuf_cstr(&json_prefix));
-  strbuf_free(&json_prefix);
-  strbuf_printf(index, ", \"has_dx\": %s}", has_dx ? "true" : "false");
+  strbuf stem = {0};
+  rt_dump_stem(&stem, layer, name);
+  strbuf_putc(&stem, '.');
+  strbuf_json_str(index, strbuf_cstr(&stem));
+  strbuf_free(&stem);
+  strbuf_printf(index, ", \"has_dx\": %s, \"splice_tokens\": %d}", has_dx ? "true" : "false",
+                splice_tokens);
 }
 
-int rt_dump_index(const char *dir, const strbuf *index, strbuf *err) {
-  strbuf path = {0};
+int rt_dump_index(const char *dir, const rt_dump_run *run, const strbuf *index, strbuf *err) {
+  strbuf path = {0}, text = {0}, why = {0};
   strbuf_printf(&path, "%s/index.json", dir);
-  FILE *f = fopen(strbuf_cstr(&path), "w");
-  int rc = 0;
-  if (!f || fprintf(f, "{\"format\": \"octopipe-dump\", \"version\": 1, \"layers\": [\n%s\n]}\n",
-                    index->len ? index->data : "") < 0)
-    rc = -1;
-  if (f && fclose(f) != 0) rc = -1;
-  if (rc) strbuf_printf(err, "%s: %s", strbuf_cstr(&path), strerror(errno ? errno : EIO));
+  strbuf_printf(&text,
+                "{\"format\": \"octopipe-dump\", \"version\": %d, \"step\": 1, \"microbatch\": 0, "
+                "\"replica\": 0,\n \"microbatches\": %d, \"replicas\": %d, \"micro_batch\": %d, "
+                "\"seq\": %d, \"classes\": %d, \"loss_prefix\": %d, \"loss_scale\": %.17g,\n"
+                " \"targets\": %s, \"layers\": [\n%s\n]}\n",
+                RT_DUMP_VERSION, run->microbatches, run->replicas, run->micro_batch, run->seq,
+                run->classes, run->loss_prefix, run->loss_scale,
+                run->targets ? "\"targets.npy\"" : "null", index->len ? index->data : "");
+  int rc = support_write_file(strbuf_cstr(&path), text.data, text.len, &why) ? 0 : -1;
+  if (rc) strbuf_printf(err, "cannot write '%s': %s", strbuf_cstr(&path), strbuf_cstr(&why));
+  strbuf_free(&why);
+  strbuf_free(&text);
   strbuf_free(&path);
   return rc;
 }

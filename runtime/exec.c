@@ -19,6 +19,20 @@ static void failed_at(rt_rank_stats *st, const be_stream *s, int r, int pc, cons
   st->status = RT_FAILED;
 }
 
+/* Whether a --dump write of m failed (at the instruction pc of rank r, which wrote it): then st
+ * fails with RT_OUTPUT ("rank 0 at 0029 (BWD_W): --dump: cannot write ..."), which ends the run
+ * with RT_EXIT_INPUT. */
+static bool dump_failed(const rt_model *m, rt_rank_stats *st, const be_stream *s, int r, int pc) {
+  const char *why = rt_model_dump_error(m);
+  if (!why) return false;
+  strbuf what = {0};
+  strbuf_printf(&what, "--dump: %s", why);
+  failed_at(st, s, r, pc, strbuf_cstr(&what));
+  st->status = RT_OUTPUT;
+  strbuf_free(&what);
+  return true;
+}
+
 /* The names of the places a fault strikes (RT_FAULT_PLACES) and their opcodes. */
 static const struct {
   const char *name;
@@ -271,10 +285,6 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
   ref_o.no_recompute = true; /* and keeps every activation: --check compares with it */
   if (m) ref_o.scale = rt_model_scale(m);
   rt_model *ref = o->check && m ? rt_model_new(s, &ref_o, &err) : NULL;
-  if (m && rank == 0 && replica == 0 && rt_model_dump_index(m, &err) != 0) {
-    rt_model_free(m);
-    m = NULL;
-  }
   if (!m || (o->check && !ref)) {
     snprintf(st->err, sizeof st->err, "rank %d: %s", rank, strbuf_cstr(&err));
     st->status = RT_FAILED;
@@ -327,7 +337,7 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
       case BE_OP_LOSS: {
         double l = rt_loss(m, step, replica, a[1], buf[a[2]], buf[a[3]]);
         st->loss[step] += l;
-        if (!isfinite(l)) {
+        if (!dump_failed(m, st, s, rank, pc) && !isfinite(l)) { /* a dump: its targets */
           char what[96];
           snprintf(what, sizeof what, "step %d: the loss of microbatch %d is %s", step + 1,
                    (int)a[1], isnan(l) ? "NaN" : "infinite");
@@ -337,10 +347,12 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
         break;
       }
       case BE_OP_BWD_IN: rt_backward_input(m, a[0], a[1], buf[a[2]], a[5] >= 0 ? buf[a[5]] : NULL); break;
-      case BE_OP_BWD_W: rt_backward_weight(m, a[0], a[1]); break;
+      case BE_OP_BWD_W:
       case BE_OP_BWD:
-        rt_backward_input(m, a[0], a[1], buf[a[2]], a[5] >= 0 ? buf[a[5]] : NULL);
+        if (in->op == BE_OP_BWD)
+          rt_backward_input(m, a[0], a[1], buf[a[2]], a[5] >= 0 ? buf[a[5]] : NULL);
         rt_backward_weight(m, a[0], a[1]);
+        dump_failed(m, st, s, rank, pc); /* W writes the layers' dump */
         break;
       case BE_OP_SEND:
       case BE_OP_RECV: {
@@ -444,8 +456,10 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
     rt_model_peak(ref, &r);
     st->ref_bytes = r.total;
   }
-  if (st->status == RT_FAILED || st->status == RT_NONFINITE)
-    c->fail(c->ctx, st->err, st->status == RT_NONFINITE ? RT_EXIT_NUMERIC : RT_EXIT_RUNTIME);
+  if (st->status == RT_FAILED || st->status == RT_NONFINITE || st->status == RT_OUTPUT)
+    c->fail(c->ctx, st->err, st->status == RT_NONFINITE ? RT_EXIT_NUMERIC
+                             : st->status == RT_OUTPUT  ? RT_EXIT_INPUT
+                                                        : RT_EXIT_RUNTIME);
   c->leave(c->ctx);
   free(arena);
   free(off);
@@ -532,13 +546,20 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
   for (int pass = 0; pass < 2; pass++)
     for (int i = 0; i < n; i++) {
       const rt_rank_stats *x = &stats[i];
-      bool culprit = x->status == RT_FAILED || x->status == RT_DIED || x->status == RT_NONFINITE;
+      bool culprit = x->status == RT_FAILED || x->status == RT_DIED ||
+                     x->status == RT_NONFINITE || x->status == RT_OUTPUT;
       if (pass == 0 ? !culprit : x->status != RT_ABORTED) continue;
       strbuf_puts(errs, pass == 0 ? "error: " : "note: ");
       if (s->replicas > 1) strbuf_printf(errs, "replica %d: ", x->replica);
       strbuf_printf(errs, "%s\n", x->err);
-      if (rc != RT_EXIT_NUMERIC)
-        rc = x->status == RT_NONFINITE ? RT_EXIT_NUMERIC : RT_EXIT_RUNTIME;
+      /* the worst: a NaN, then a rank that failed, then a --dump file that cannot be written
+       * (the ranks it stopped do not make it a failed rank) */
+      if (x->status == RT_NONFINITE)
+        rc = RT_EXIT_NUMERIC;
+      else if (x->status == RT_OUTPUT || pass == 1)
+        rc = rc == RT_EXIT_OK ? (pass == 0 ? RT_EXIT_INPUT : RT_EXIT_RUNTIME) : rc;
+      else if (rc != RT_EXIT_NUMERIC)
+        rc = RT_EXIT_RUNTIME;
     }
   if (rc != RT_EXIT_OK) return rc;
   bool pred = rt_prediction_comparable(s, o, stats[0].scale, NULL);

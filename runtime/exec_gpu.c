@@ -898,7 +898,7 @@ int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
   }
   char what[64];
   snprintf(what, sizeof what, "nccl (%d GPUs)", world);
-  rc = rt_mpi_report(s, o, &st, path, what, trace_path);
+  rc = rt_mpi_report(s, o, &st, path, what, trace_path, NULL); /* no --dump on GPUs */
   cudaDeviceSynchronize();
   /* Nonblocking communicators: finalize (settled), then destroy. */
   double until = support_seconds() + o->timeout;

@@ -176,27 +176,65 @@ void rt_kernel_init_params(const rt_lplan *p, uint64_t seed, float *w);
 
 /* ---- Dumps (dump.c): NumPy files of a layer's tensors, for users and the PyTorch check ------ */
 
-/* Write the float32 array a of ndim (1..4) extents dim as a NumPy .npy file at path. Returns 0,
- * or -1 with "PATH: reason" appended to err. */
-int rt_npy_write(const char *path, const float *a, int ndim, const int64_t *dim, strbuf *err);
+/* The version of the dump format (docs/runtime.md, "Dumps"): 2 names files by rt_dump_stem and
+ * writes the activation by name, the run's counts, loss scale and targets. */
+#define RT_DUMP_VERSION 2
+/* The most bytes of a layer's name that a dump's file name keeps (rt_dump_stem). */
+#define RT_DUMP_NAME_MAX 64
 
-/* The tensors of one layer run on one microbatch; dx and g may be NULL (not computed). */
+/* Write the float32 array a of ndim (1..4) extents dim as a NumPy .npy file at path, through a
+ * temporary renamed over it (support_write_file: complete or absent). Returns 0, or -1 with
+ * "cannot write 'PATH': reason" appended to err. */
+int rt_npy_write(const char *path, const float *a, int ndim, const int64_t *dim, strbuf *err);
+/* The same for an int32 array. */
+int rt_npy_write_i32(const char *path, const int32_t *a, int ndim, const int64_t *dim,
+                     strbuf *err);
+
+/* Append the file-name stem of layer 'layer' named 'name' to out: the index as three digits or
+ * more, '-', then the name with every byte outside [A-Za-z0-9._-] (and a leading '.') as '_',
+ * cut to RT_DUMP_NAME_MAX bytes ("layer" when empty): "007-attn.3". Unique per layer, and no
+ * name ("../../x", "/etc/passwd", control bytes) reaches a path outside the dump's directory. */
+void rt_dump_stem(strbuf *out, int layer, const char *name);
+/* Whether stem is one a dump's files may be named by: only [A-Za-z0-9._-], not starting with
+ * '.', at most RT_DUMP_NAME_MAX + 16 bytes. */
+bool rt_dump_stem_safe(const char *stem);
+
+/* The tensors of one layer run on one microbatch; dx, g, xs and dxs may be NULL (not
+ * computed). */
 typedef struct rt_dump_tensors {
   const float *x, *y, *dy, *dx; /* input, output, output gradient, input gradient */
   const float *w, *g;           /* parameters and their gradients (rt_lplan order) */
+  const float *xs, *dxs;        /* a splicing embedding: the tokens it splices in front of its
+                                   own (B x xs_S rows of xs_w) and their gradient */
+  int xs_S, xs_w;               /* their tokens per sequence and width */
 } rt_dump_tensors;
 
-/* Write the tensors of layer 'name' to directory dir as NAME.x.npy, NAME.y.npy, NAME.dy.npy,
- * NAME.dx.npy (when t->dx is set), NAME.w.PARAM.npy and NAME.g.PARAM.npy. Pre: t->w and t->g
- * set. Returns 0, or -1 with the reason in err. */
-int rt_dump_layer(const char *dir, const char *name, const rt_ldims *d, const rt_lplan *p,
+/* Write the tensors of a layer to directory dir as STEM.x.npy, STEM.y.npy, STEM.dy.npy,
+ * STEM.dx.npy (when t->dx is set), STEM.xs.npy and STEM.dxs.npy (when set), STEM.w.PARAM.npy
+ * and STEM.g.PARAM.npy, each complete or absent. Pre: t->w and t->g set. Returns 0, or -1 with
+ * the reason in err (a stem that is not rt_dump_stem_safe, a write that failed). */
+int rt_dump_layer(const char *dir, const char *stem, const rt_ldims *d, const rt_lplan *p,
                   const rt_dump_tensors *t, strbuf *err);
-/* Append the layer's JSON object for index.json (name, kind, dims, parameter names and shapes,
- * the file prefix, whether NAME.dx.npy exists) to index, after a comma when index is not empty. */
-void rt_dump_entry(strbuf *index, const char *name, const char *kind, const rt_ldims *d,
-                   const rt_lplan *p, bool has_dx);
-/* Write dir/index.json: {"format": "octopipe-dump", "version": 1, "layers": [INDEX]}. */
-int rt_dump_index(const char *dir, const strbuf *index, strbuf *err);
+/* Append layer 'layer''s JSON object for index.json (its index, name, kind, dims with the
+ * activation by name, parameter names and shapes, its files' prefix rt_dump_stem + ".",
+ * whether PREFIX.dx.npy exists, the tokens it splices in front of its own: 0 unless it is a
+ * splicing embedding) to index, after a comma when index is not empty. */
+void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
+                   const rt_ldims *d, const rt_lplan *p, bool has_dx, int splice_tokens);
+/* What index.json says of the run beside its layers. */
+typedef struct rt_dump_run {
+  int microbatches, replicas; /* per step, of the stream */
+  int micro_batch, seq;       /* sequences per microbatch, tokens per sequence of the data */
+  int classes;                /* the loss's classes (the last layer's output width) */
+  int loss_prefix;            /* leading positions of each sequence without a loss */
+  double loss_scale;          /* the loss's gradient factor, 1 / (counted positions of a
+                                 microbatch x microbatches x replicas) */
+  bool targets;               /* targets.npy is written */
+} rt_dump_run;
+/* Write dir/index.json (through a temporary renamed over it): {"format": "octopipe-dump",
+ * "version": RT_DUMP_VERSION, the run's figures, "layers": [INDEX]}. Returns 0, or -1 with the
+ * reason in err. */
+int rt_dump_index(const char *dir, const rt_dump_run *run, const strbuf *index, strbuf *err);
 
 /* ---- The model's layers, for the profiler --------------------------------------------------- */
 

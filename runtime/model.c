@@ -91,7 +91,9 @@ typedef struct mstage {
 
 /* Copies of one layer's tensors for --dump, kept from F to W of the dumped microbatch. */
 typedef struct mdump {
-  float *x, *y, *dy, *dx; /* kernel input, output, output gradient, input gradient (or NULL) */
+  float *x, *y, *dy, *dx; /* kernel input, output (a splicing embedding's: after the splice),
+                             output gradient, input gradient (or NULL) */
+  float *xs, *dxs;        /* a splicing embedding: the tokens spliced in and their gradient */
 } mdump;
 
 struct rt_model {
@@ -109,6 +111,7 @@ struct rt_model {
   int step, replica;    /* what the data of rt_forward comes from (rt_model_set_step) */
   const char *dump;     /* --dump directory, or NULL */
   mdump *dumps;         /* per layer, while dumping */
+  strbuf dump_err;      /* the first --dump write that failed (then nothing more is dumped) */
   mlayer *layers;       /* nlayers layers */
   mstage *stages;       /* nstages stages */
   unsigned char *data;  /* data file bytes, or NULL for synthetic data */
@@ -351,6 +354,8 @@ static void dump_free(rt_model *m, int i) {
   free(D->y);
   free(D->dy);
   free(D->dx);
+  free(D->xs);
+  free(D->dxs);
   memset(D, 0, sizeof *D);
 }
 
@@ -375,6 +380,7 @@ void rt_model_free(rt_model *m) {
   }
   for (int i = 0; m->dumps && i < m->nlayers; i++) dump_free(m, i);
   free(m->dumps);
+  strbuf_free(&m->dump_err);
   free(m->stages);
   for (int i = 0; m->layers && i < m->nlayers; i++)
     for (int ph = 0; ph < RT_PHASES; ph++) free(m->layers[i].timed[ph].v);
@@ -681,7 +687,7 @@ static float *dup_floats(const float *a, size_t n) {
 
 /* Whether microbatch mb of the current step is the one --dump writes. */
 static bool dumping(const rt_model *m, int mb) {
-  return m->dump && m->step == 0 && m->replica == 0 && mb == 0;
+  return m->dump && m->step == 0 && m->replica == 0 && mb == 0 && !m->dump_err.len;
 }
 
 /* Where a recorded call starts (rt_model_time): the clock after the device's queue drained; 0
@@ -741,15 +747,16 @@ static void stage_forward(rt_model *m, mstage *st, int mb, const float *in, floa
     float *y = i == st->end - 1 && out ? out : other_scr(m, cur, x);
     if (L->rebuilt) rt_copy(kept + L->in_off, x, (size_t)m->B * L->d.in_S * L->d.in_w);
     L->k->fwd(&L->d, st->w + L->w_off, x, y, state_of(st, L, state, kept));
-    if (dumping(m, mb)) {
-      dump_free(m, i);
-      m->dumps[i].x = dup_floats(x, (size_t)m->B * L->d.in_S * L->d.in_w);
-      m->dumps[i].y = dup_floats(y, (size_t)m->B * L->d.S * L->p.out_w);
-    }
     if (L->splice) { /* the previous layers' tokens come first in each sequence */
       long n = (long)L->prev_S * L->prev_w;
       RT_FOR(model_splice_fwd, (size_t)m->B * n, .n = n, .stride = (long)L->d.S * L->d.hidden,
              .a = (float *)cur, .b = y);
+    }
+    if (dumping(m, mb)) { /* the layer's output as the next layer sees it: after the splice */
+      dump_free(m, i);
+      m->dumps[i].x = dup_floats(x, (size_t)m->B * L->d.in_S * L->d.in_w);
+      m->dumps[i].y = dup_floats(y, (size_t)m->B * L->d.S * L->p.out_w);
+      if (L->splice) m->dumps[i].xs = dup_floats(cur, (size_t)m->B * L->prev_S * L->prev_w);
     }
     time_end(m, &L->timed[RT_PH_F], t0);
     cur = y;
@@ -796,11 +803,32 @@ static void rebuild_state(rt_model *m, mstage *st, int mb) {
   }
 }
 
+/* The factor of the loss's gradient: 1 / (positions with a loss in a microbatch x microbatches x
+ * replicas), so that the step's gradient is that of the mean loss over all of them. */
+static double loss_scale(const rt_model *m) {
+  return 1.0 / ((double)m->B * (m->S - m->prefix) * m->nmb * m->replicas);
+}
+
+/* --dump: write the targets of the dumped microbatch (host ids tok of T positions, C classes) as
+ * DIR/targets.npy, -1 where a position has no loss; a failure goes to m->dump_err. */
+static void dump_targets(rt_model *m, const int *tok, int T, int C) {
+  int32_t *t = xmalloc((size_t)T * sizeof *t);
+  for (int r = 0; r < T; r++) t[r] = r % m->S < m->prefix ? -1 : tok[r] % C;
+  strbuf path = {0};
+  strbuf_printf(&path, "%s/targets.npy", m->dump);
+  int64_t dim[1] = {T};
+  rt_npy_write_i32(strbuf_cstr(&path), t, 1, dim, &m->dump_err);
+  strbuf_free(&path);
+  free(t);
+}
+
 double rt_loss(rt_model *m, int step, int replica, int mb, const float *out, float *grad) {
   double t0 = time_begin(m);
   int S = m->S, C = m->layers[m->nlayers - 1].p.out_w, T = m->B * S;
   tokens_from(m, mb_pos(m, step, replica, mb) + 1, T, m->tok);
   for (int r = 0; r < T; r++) m->hbuf[r] = (float)(m->tok[r] % C);
+  if (m->dump && step == 0 && replica == 0 && mb == 0 && !m->dump_err.len)
+    dump_targets(m, m->tok, T, C);
   int counted = m->B * (S - m->prefix);
   /* the targets and the rows' losses on the device */
   float *target = rt_scratch((size_t)T);
@@ -809,7 +837,7 @@ double rt_loss(rt_model *m, int step, int replica, int mb, const float *out, flo
   rt_put(target, m->hbuf, (size_t)T * sizeof *target);
   rt_model_count(m, RT_MEM_WORKSPACE, loss_bytes(m));
   RT_FOR(model_loss, T, .S = S, .C = C, .prefix = m->prefix, .out = out, .target = target,
-         .grad = grad, .loss = row_loss, .scale = 1.0 / ((double)counted * m->nmb * m->replicas));
+         .grad = grad, .loss = row_loss, .scale = loss_scale(m));
   rt_to_host(loss, row_loss, (size_t)T * sizeof *loss);
   rt_scratch_free(target);
   rt_scratch_free(row_loss);
@@ -847,8 +875,10 @@ void rt_backward_input(rt_model *m, int st_i, int mb, const float *grad, float *
       }
       dprev = first && dx ? dx : other_scr(m, gc, NULL);
       long n = (long)L->prev_S * L->prev_w;
+      if (dumping(m, mb)) m->dumps[i].dy = dup_floats(gc, (size_t)m->B * L->d.S * L->p.out_w);
       RT_FOR(model_splice_bwd, (size_t)m->B * n, .n = n, .stride = (long)L->d.S * L->d.hidden,
              .a = dprev, .b = gc);
+      if (dumping(m, mb)) m->dumps[i].dxs = dup_floats(dprev, (size_t)m->B * n);
       cur = gc;
       L->k->bwd_in(&L->d, st->w + L->w_off, state_of(st, L, sv->buf, sv->kept), cur, NULL);
     } else {
@@ -860,9 +890,11 @@ void rt_backward_input(rt_model *m, int st_i, int mb, const float *grad, float *
       } else {
         dprev = dk;
       }
-      if (dumping(m, mb)) m->dumps[i].dx = dk ? dup_floats(dk, (size_t)m->B * L->d.in_S * L->d.in_w) : NULL;
+      if (dumping(m, mb)) {
+        m->dumps[i].dx = dk ? dup_floats(dk, (size_t)m->B * L->d.in_S * L->d.in_w) : NULL;
+        m->dumps[i].dy = dup_floats(cur, (size_t)m->B * L->d.S * L->p.out_w);
+      }
     }
-    if (dumping(m, mb)) m->dumps[i].dy = dup_floats(cur, (size_t)m->B * L->d.S * L->p.out_w);
     time_end(m, &L->timed[RT_PH_B], t0);
     cur = dprev;
     cur_scr = dprev != dx ? dprev : NULL;
@@ -873,17 +905,19 @@ void rt_backward_input(rt_model *m, int st_i, int mb, const float *grad, float *
 }
 
 /* Write layer i's dump (its copies, the stage's weights and this microbatch's gradient g, both on
- * the current device). */
+ * the current device); a write that fails is kept in m->dump_err (rt_model_dump_error). */
 static void dump_layer(rt_model *m, int i, const float *w, const float *g) {
   mlayer *L = &m->layers[i];
   mdump *D = &m->dumps[i];
   if (!D->x || !D->y || !D->dy) return;
   float *hw = dup_floats(w, L->nw), *hg = dup_floats(g, L->nw);
-  rt_dump_tensors t = {D->x, D->y, D->dy, D->dx, hw, hg};
-  strbuf err = {0};
-  if (rt_dump_layer(m->dump, L->name, &L->d, &L->p, &t, &err) != 0)
-    fprintf(stderr, "octo-run: --dump: %s\n", strbuf_cstr(&err));
-  strbuf_free(&err);
+  rt_dump_tensors t = {D->x, D->y, D->dy, D->dx, hw, hg, D->xs, D->dxs, L->prev_S, L->prev_w};
+  strbuf stem = {0};
+  rt_dump_stem(&stem, i, L->name);
+  if (rt_dump_layer(m->dump, strbuf_cstr(&stem), &L->d, &L->p, &t, &m->dump_err) != 0 &&
+      !m->dump_err.len)
+    strbuf_puts(&m->dump_err, "a write failed");
+  strbuf_free(&stem);
   free(hw);
   free(hg);
   dump_free(m, i);
@@ -915,15 +949,33 @@ void rt_backward_weight(rt_model *m, int st_i, int mb) {
   sv->f_done = false;
 }
 
+const char *rt_model_dump_error(const rt_model *m) {
+  return m->dump_err.len ? strbuf_cstr(&m->dump_err) : NULL;
+}
+
 int rt_model_dump_index(const rt_model *m, strbuf *err) {
   if (!m->dump) return 0;
   strbuf index = {0};
   for (int i = 0; i < m->nlayers; i++) {
     const mlayer *L = &m->layers[i];
-    rt_dump_entry(&index, L->name, rt_kernel_name(L->k), &L->d, &L->p, i > 0 && !L->splice);
+    rt_dump_entry(&index, i, L->name, rt_kernel_name(L->k), &L->d, &L->p, i > 0 && !L->splice,
+                  L->splice ? L->prev_S : 0);
   }
-  int rc = rt_dump_index(m->dump, &index, err);
+  rt_dump_run run = {m->nmb, m->replicas, m->B, m->S, m->layers[m->nlayers - 1].p.out_w,
+                     m->prefix, loss_scale(m), true};
+  int rc = rt_dump_index(m->dump, &run, &index, err);
   strbuf_free(&index);
+  return rc;
+}
+
+int rt_dump_finish(const be_stream *s, const rt_opts *mo) {
+  if (!mo || !mo->dump) return RT_EXIT_OK;
+  strbuf err = {0};
+  rt_model *m = rt_model_new(s, mo, &err); /* the run built the same: it cannot fail */
+  int rc = m && rt_model_dump_index(m, &err) == 0 ? RT_EXIT_OK : RT_EXIT_INPUT;
+  if (rc != RT_EXIT_OK) fprintf(stderr, "octo-run: error: --dump: %s\n", strbuf_cstr(&err));
+  rt_model_free(m);
+  strbuf_free(&err);
   return rc;
 }
 

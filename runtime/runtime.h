@@ -173,9 +173,19 @@ double rt_grad_diff(const rt_model *a, const rt_model *b, int st);
  * copied from a GPU) against CPU model ref's: INFINITY when n is not the stage's size. */
 double rt_grad_diff_host(const float *g, size_t n, const rt_model *ref, int st);
 
-/* With a dump directory: write its index.json (every layer's kind, dimensions and parameters;
- * each rank writes the .npy files of its own layers). Returns 0, or -1 with the reason in err. */
+/* With a dump directory: write its index.json (the run's counts and loss scale, every layer's
+ * index, name, kind, dimensions, parameters and file prefix; docs/runtime.md, "Dumps"). Each
+ * rank writes the .npy files of its own layers as it runs; the launcher writes the index once
+ * every rank succeeded, so that an index names only files that are complete. Returns 0, or -1
+ * with the reason in err. */
 int rt_model_dump_index(const rt_model *m, strbuf *err);
+/* The first --dump write of m that failed ("cannot write 'DIR/007-mlp.y.npy': No space left on
+ * device"), or NULL; after one, m dumps nothing more. */
+const char *rt_model_dump_error(const rt_model *m);
+/* With mo->dump: write the index of stream s's dump (rt_model_dump_index of a model built
+ * from s and mo), after a run whose every rank succeeded. Returns RT_EXIT_OK, or RT_EXIT_INPUT
+ * after printing "octo-run: error: --dump: ..." on stderr. */
+int rt_dump_finish(const be_stream *s, const rt_opts *mo);
 
 /* ---- Transports ------------------------------------------------------------------------------ */
 
@@ -328,7 +338,8 @@ typedef struct rt_rank_stats {
   int status;          /* RT_OK, RT_FAILED (it failed: err says why), RT_ABORTED (another rank
                           failed; err says where it stopped), RT_DIED (an injected fault struck
                           it), RT_NONFINITE (a loss or
-                          gradient was NaN or infinite: err names the step, layer and tensor) */
+                          gradient was NaN or infinite: err names the step, layer and tensor),
+                          RT_OUTPUT (a --dump file could not be written: err says which, why) */
   char err[512];       /* its error message */
   double *step_s;      /* per step: wall time from its start to its STEP */
   double *loss;        /* per step: sum of its microbatches' losses (last stage only, else 0) */
@@ -351,7 +362,7 @@ typedef struct rt_rank_stats {
                           gradients and optimizer state of its stages) */
 } rt_rank_stats;
 
-enum { RT_OK = 0, RT_FAILED = 1, RT_ABORTED = 2, RT_DIED = 3, RT_NONFINITE = 4 };
+enum { RT_OK = 0, RT_FAILED = 1, RT_ABORTED = 2, RT_DIED = 3, RT_NONFINITE = 4, RT_OUTPUT = 5 };
 
 /* Run rank 'rank' of replica 'replica': build its model (stages it runs), allocate its buffers,
  * interpret its program o->steps times on transport c; fills *st (allocating its arrays; free
@@ -437,9 +448,11 @@ void rt_mpi_watch(const be_stream *s, double timeout, const char *what);
 
 /* For the MPI launchers (mpi and nccl backends): gather every process's figures (mine) on world
  * rank 0, which prints the run line ("PATH: ... backend BACKEND, N steps"), the report and writes
- * the trace; every process returns the exit status. Defined when built with MPI. */
+ * the trace and, with mo->dump and every rank successful, the dump's index (rt_dump_finish; mo
+ * NULL: no dump); every process returns the exit status. Defined when built with MPI. */
 int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *mine,
-                  const char *path, const char *backend, const char *trace_path);
+                  const char *path, const char *backend, const char *trace_path,
+                  const rt_opts *mo);
 
 /* ---- Profiler (profile.c) ----------------------------------------------------------------- */
 

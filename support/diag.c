@@ -33,6 +33,8 @@ struct diag_engine {
   bool verify;           /* collect instead of print */
   diag_record *records;  /* collected in verify mode */
   int nrecords, records_cap;
+  const char *program;   /* tool name before a diagnostic without a source ("octoc: error:
+                            ..."), or NULL */
 };
 
 static const char *const sev_names[] = {"error", "warning", "note", "remark"};
@@ -228,7 +230,8 @@ void diag_vreport(diag_engine *d, diag_severity sev, diag_loc loc, const char *f
   }
   if (sev == DIAG_ERROR && d->limit && d->errors > d->limit) {
     if (!d->limit_noted) {
-      fprintf(d->out, "error: too many errors emitted, stopping now\n");
+      fprintf(d->out, "%s%serror: too many errors emitted, stopping now\n",
+              d->program ? d->program : "", d->program ? ": " : "");
       d->limit_noted = true;
     }
     strbuf_free(&msg);
@@ -245,7 +248,8 @@ void diag_vreport(diag_engine *d, diag_severity sev, diag_loc loc, const char *f
   else if (s)
     fprintf(d->out, "%s: %s: %s\n", s->name, sev_names[sev], strbuf_cstr(&msg));
   else
-    fprintf(d->out, "%s: %s\n", sev_names[sev], strbuf_cstr(&msg));
+    fprintf(d->out, "%s%s%s: %s\n", d->program ? d->program : "", d->program ? ": " : "",
+            sev_names[sev], strbuf_cstr(&msg));
   if (s && loc.line && sev != DIAG_REMARK) print_snippet(d, loc);
   strbuf_free(&msg);
 }
@@ -265,6 +269,7 @@ bool diag_limit_reached(const diag_engine *d) {
   return !d->verify && d->limit && d->errors > d->limit;
 }
 void diag_set_verify(diag_engine *d, bool on) { d->verify = on; }
+void diag_set_program(diag_engine *d, const char *program) { d->program = program; }
 
 /* ---- Verification of expected diagnostics ---- */
 

@@ -329,7 +329,8 @@ bool support_write_file(const char *path, const void *data, size_t len, strbuf *
   int fd = -1;
   for (int tries = 0; tries < 100 && fd < 0; tries++) {
     tmp.len = 0;
-    strbuf_printf(&tmp, "%s.tmp%ld.%u", path, (long)getpid(), counter++);
+    strbuf_printf(&tmp, "%s.tmp%ld.%u", path, (long)getpid(),
+                  __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED)); /* rank threads write too */
     fd = open(tmp.data, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0 && errno != EEXIST) break;
   }

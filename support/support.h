@@ -218,6 +218,10 @@ void diag_set_error_limit(diag_engine *d, int limit);
 bool diag_limit_reached(const diag_engine *d);
 /* Collect diagnostics for diag_verify_finish instead of printing them. */
 void diag_set_verify(diag_engine *d, bool on);
+/* Name the tool that prints: a diagnostic without a source (a file that cannot be read, "too
+ * many errors") then reads "PROGRAM: error: ...", like the tool's own errors. Pre: program
+ * outlives d (a string literal); NULL: no name. */
+void diag_set_program(diag_engine *d, const char *program);
 /* Compare collected diagnostics with the "expected-error[@+N|@-N|@N] {{text}}" comments of
  * every source (also expected-warning, -note, -remark): each expectation must be met by a
  * diagnostic of that severity on that line whose message contains the text, and every

@@ -1,10 +1,13 @@
 /* cli.c -- the command-line helpers the tools share (cli.h). */
 #include "cli.h"
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+void cli_init(void) { signal(SIGXFSZ, SIG_IGN); }
 
 void cli_error(const char *prog, const char *fmt, ...) {
   va_list ap;

@@ -1,6 +1,6 @@
-/* cli.h -- what the command-line tools share: error lines that name the tool, a table of flags
- * parsed with its misspellings answered ("did you mean"), "--name=value" prefixes, and writing
- * an output to a file (atomically) or to stdout. Only the tools' mains use it; nothing here
+/* cli.h -- what the command-line tools share: the process set-up (signals), error lines that
+ * name the tool, a table of flags parsed with its misspellings answered ("did you mean"),
+ * "--name=value" prefixes, and writing an output to a file (atomically) or to stdout. Only the tools' mains use it; nothing here
  * decides an exit code. */
 #ifndef OCTO_TOOLS_CLI_H
 #define OCTO_TOOLS_CLI_H
@@ -18,6 +18,12 @@ typedef struct cli_flag {
   const char *help; /* meaning */
   bool optional;    /* the value may be left out (only as "--name=VALUE" then) */
 } cli_flag;
+
+/* The set-up every tool's main does first: SIGXFSZ is ignored, so that a write past the
+ * file-size limit (ulimit -f) fails with EFBIG, which the tool reports ("File too large") and
+ * after which the atomic writer removes its temporary, instead of the signal killing the process
+ * silently with the temporary left behind. */
+void cli_init(void);
 
 /* Print "PROG: error: " and the formatted message as one line on stderr. */
 void cli_error(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

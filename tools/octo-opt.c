@@ -192,6 +192,7 @@ static bool is_spec_name(const char *path) {
 }
 
 int main(int argc, char **argv) {
+  cli_init();
   be_register_passes();
   cmdline cl;
   memset(&cl, 0, sizeof cl);
@@ -225,6 +226,7 @@ int main(int argc, char **argv) {
   }
 
   diag_engine *d = diag_new(stderr);
+  diag_set_program(d, "octo-opt");
   if (cl.error_limit >= 0) diag_set_error_limit(d, cl.error_limit);
   strbuf out = {0};
   pass_opt_result r = pass_opt_process(&cl.cfg, d, &out);

@@ -5,14 +5,15 @@
  * gradient difference), per rank the busy and waiting time; --trace writes the timeline, --dump
  * every layer's tensors; --die and --stop inject faults, --mem-limit bounds the memory the run
  * may use. Exit codes (docs/runtime.md): 0 success, 1 bad input or command line (a run that
- * does not fit in memory too), 3 a rank failed (timeout, transport error, a rank that died or
- * stopped), 4 --check found a difference above 1e-5, 5 a loss or gradient was NaN or
- * infinite. */
+ * does not fit in memory too, an output or --dump file that cannot be written), 3 a rank
+ * failed (timeout, transport error, a rank that died or stopped), 4 --check found a difference
+ * above 1e-5, 5 a loss or gradient was NaN or infinite. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -55,7 +56,9 @@ static void usage(FILE *out) {
           "                     default) picks the smallest power of two whose step is a few\n"
           "                     seconds of CPU work (GPU backends: 64)\n"
           "  --dump=DIR         write every layer's input, output, weights and gradients of\n"
-          "                     step 1, microbatch 0 as .npy files and DIR/index.json\n"
+          "                     step 1, microbatch 0, and its targets, as .npy files, then\n"
+          "                     DIR/index.json (docs/runtime.md); a write that fails ends\n"
+          "                     the run (exit 1)\n"
           "  --seed=S           initialization and synthetic data (default 1)\n"
           "  --lr=X             learning rate (default 0.01)\n"
           "  --data=FILE        use FILE's bytes as the token stream instead of synthetic data\n"
@@ -79,7 +82,8 @@ static void usage(FILE *out) {
           "                     (SIGSTOP under MPI); the others fail when --timeout passes\n"
           "  --help, --version\n\n"
           "exit status: 0 success, 1 bad input or command line (or no GPU for a GPU backend,\n"
-          "or more memory than the machine offers), 3 a rank failed (timeout, transport or\n"
+          "more memory than the machine offers, an output or --dump file that cannot be\n"
+          "written), 3 a rank failed (timeout, transport or\n"
           "NCCL error, a rank that died or stopped; under mpirun too, whichever rank), 4\n"
           "--check found a difference, 5 a loss or gradient was NaN or infinite.\n");
 }
@@ -97,6 +101,29 @@ static bool number(const char *text, double lo, double hi, double *out) {
 static int bad_value(const char *flag, const char *value, const char *want) {
   fprintf(stderr, PROG ": error: %s expects %s, got '%s'\n", flag, want, value);
   return RT_EXIT_INPUT;
+}
+
+/* --dump=DIR, before any step runs: make DIR (its parent must exist), or check that the one
+ * there is a directory this process can write, and remove an index.json left there, so that an
+ * index is only ever that of a run which wrote every file it names (rt_dump_finish). Returns 0,
+ * or -1 after saying why. */
+static int dump_prepare(const char *dir) {
+  struct stat st;
+  const char *why = NULL;
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    why = strerror(errno);
+  else if (stat(dir, &st) != 0)
+    why = strerror(errno);
+  else if (!S_ISDIR(st.st_mode))
+    why = "exists and is not a directory";
+  else if (access(dir, W_OK | X_OK) != 0)
+    why = strerror(errno);
+  strbuf index = {0};
+  strbuf_printf(&index, "%s/index.json", dir);
+  if (!why && unlink(strbuf_cstr(&index)) != 0 && errno != ENOENT) why = strerror(errno);
+  strbuf_free(&index);
+  if (why) fprintf(stderr, PROG ": error: --dump=%s: %s\n", dir, why);
+  return why ? -1 : 0;
 }
 
 /* --profile: measure s's layers at mo's scale (the cpu backend: with the rank threads and the
@@ -132,6 +159,7 @@ static int write_profile(const be_stream *s, const rt_opts *mo, bool cuda, bool 
 }
 
 int main(int argc, char **argv) {
+  cli_init();
 #ifdef __GLIBC__
   /* Kernels allocate their temporaries per call: keep freed memory in the heap instead of
    * giving it back to the system and faulting it in again at the next call. */
@@ -167,6 +195,9 @@ int main(int argc, char **argv) {
         return bad_value("--scale", v, "a whole number >= 1 or auto");
       else
         mo.scale = (int)x;
+    } else if (strcmp(a, "--dump") == 0) {
+      fputs(PROG ": error: --dump needs a directory: --dump=DIR\n", stderr);
+      return RT_EXIT_INPUT;
     } else if (cli_starts(a, "--dump=", &v)) {
       if (!*v) return bad_value("--dump", v, "a directory");
       mo.dump = v;
@@ -250,10 +281,7 @@ int main(int argc, char **argv) {
     fputs(PROG ": error: --dump needs the cpu or mpi backend\n", stderr);
     return RT_EXIT_INPUT;
   }
-  if (mo.dump && mkdir(mo.dump, 0777) != 0 && errno != EEXIST) {
-    fprintf(stderr, PROG ": error: --dump=%s: %s\n", mo.dump, strerror(errno));
-    return RT_EXIT_INPUT;
-  }
+  if (mo.dump && dump_prepare(mo.dump) != 0) return RT_EXIT_INPUT;
 #ifndef OCTO_HAVE_CUDA
   if (gpu) {
     fputs(PROG ": error: this octo-run was built without CUDA (the GPU backends and --profile "
@@ -355,6 +383,7 @@ int main(int argc, char **argv) {
       strbuf_free(&tr);
     }
     if (o.calibrate && rc == RT_EXIT_OK) rc = rt_calibration_write(s, &o, stats, world, mo.scale, "cpu");
+    if (rc == RT_EXIT_OK) rc = rt_dump_finish(s, &mo); /* last: every file it names is there */
     strbuf_free(&out);
     strbuf_free(&errs);
   }

@@ -172,6 +172,13 @@ static int compile_one(diag_engine *d, uint32_t src, const octoc_opts *o, strbuf
     bool tuned = false;
     pass_status st = o->passes ? run_passes(m, o->passes, &res, d)
                                : default_plan(m, o, &ts, &tuned, &res, d);
+    if (st == PASS_OK && m->ndevices == 0 && report_kinds[o->emit].needs != REPORT_NEEDS_NOTHING) {
+      /* nothing to plan for: say what is missing rather than that the plan is */
+      diag_error(d, where, "cannot write --emit=%s: the spec has no cluster, so there is no plan "
+                 "to write (add a device, a cluster and a train block that names it: "
+                 "docs/language.md, sections 4.4 to 4.6)", report_kinds[o->emit].name);
+      st = PASS_FAILED;
+    }
     if (st != PASS_OK) {
       rc = st == PASS_INTERNAL ? 2 : 1;
     } else {
@@ -192,6 +199,7 @@ static int compile_one(diag_engine *d, uint32_t src, const octoc_opts *o, strbuf
 }
 
 int main(int argc, char **argv) {
+  cli_init();
   be_register_passes();
   octoc_opts o = {.emit = REPORT_TEXT,
                   .budget = pass_tune_defaults.budget,
@@ -356,6 +364,7 @@ int main(int argc, char **argv) {
   strbuf_free(&why);
   if (!ok) return 1;
   diag_engine *d = diag_new(stderr);
+  diag_set_program(d, "octoc");
   diag_set_error_limit(d, o.error_limit);
   diag_set_verify(d, o.verify_diags);
   int rc = 0, produced = 0;

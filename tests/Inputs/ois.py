@@ -20,6 +20,8 @@ usage: ois.py IN OUT EDIT...
                     (I equal to the count appends one)
   droppred:R:I      delete rank R's predicted time I
   version:N         write format version N
+  layername:I:NAME  rename layer I to NAME (the rest of the edit; backslash escapes such as
+                    \x00 or \n stand for their bytes): hostile names for the tools to meet
   truncate:N        keep the first N bytes (applied last, after the checksum)
   flip:OFF          flip the low bit of byte OFF (applied last, after the checksum)
   print             print the header's prediction, each rank's busy time and peak memory and
@@ -118,6 +120,22 @@ def serialize(s):
     return bytes(out)
 
 
+def rename_layer(tables, i, name):
+    """The layer, stage and shape tables with layer i's name replaced by the bytes name."""
+    r = Reader(tables)
+    n = r.take("I")
+    assert 0 <= i < n, "the stream has layers 0 to %d" % (n - 1)
+    for k in range(n):
+        start = r.p
+        r.str()
+        if k == i:
+            return (tables[:start] + struct.pack("<I", len(name)) + name + tables[r.p:])
+        r.str()
+        for _ in range(r.take("I")):
+            r.str()
+            r.take("d")
+
+
 def move_pred(rk, old_to_new):
     """Re-address rank rk's predicted times: old_to_new maps an address to its new one, or to
     None for a deleted instruction (its entry goes too); entries stay in address order."""
@@ -194,6 +212,9 @@ def main(argv):
             show(s)
         elif f[0] == "version":
             s["version"] = int(f[1])
+        elif f[0] == "layername":
+            name = e.split(":", 2)[2].encode("latin1").decode("unicode_escape").encode("latin1")
+            s["tables"] = rename_layer(s["tables"], int(f[1]), name)
         elif f[0] in ("truncate", "flip"):
             late.append(f)
         else:

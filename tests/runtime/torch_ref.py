@@ -3,24 +3,33 @@
 
     torch_ref.py DIR [--write-fixtures OUT] [--tol 1e-4]
 
-DIR is what `octo-run --dump=DIR` or `octo_kernel_cases dump DIR` wrote: index.json and, per
-layer, NAME.x.npy (input), NAME.y.npy (output), NAME.dy.npy (output gradient), NAME.dx.npy
-(input gradient, when the input is not token ids), NAME.w.P.npy and NAME.g.P.npy (each
-parameter and its gradient from this microbatch). For every layer this rebuilds the kind in
-PyTorch (torchref/KIND.py: forward(dims, x, params) written from the kind's definition) in
-float64, runs it with autograd on the dumped input and weights, and compares the output, the
-input gradient and every weight gradient: relative error max|c - ref| / max|ref| at most --tol.
-With --write-fixtures, writes PyTorch's y, dx and g.P as float32 .npy files to OUT (the fixtures
-that the C tests compare with when torch is missing). Exit status 0 when every layer agrees."""
+DIR is what `octo-run --dump=DIR` or `octo_kernel_cases dump DIR` wrote (docs/runtime.md,
+"Dumps"): index.json and, per layer, with the file prefix P the index gives it, P.x.npy (input),
+P.y.npy (output), P.dy.npy (output gradient), P.dx.npy (input gradient, when the input is not
+token ids), P.xs.npy and P.dxs.npy (a splicing embedding: the tokens spliced in front of its
+own, and their gradient), P.w.NAME.npy and P.g.NAME.npy (each parameter and its gradient from
+this microbatch); octo-run's also targets.npy. For every layer this rebuilds the kind in PyTorch
+(torchref/KIND.py: forward(dims, x, params) written from the kind's definition) in float64,
+splices the dumped tokens in front of a splicing embedding's, runs it with autograd on the
+dumped input and weights, and compares the output, the input gradient and every weight
+gradient: relative error max|c - ref| / max|ref| at most --tol. The last layer's output
+gradient is not taken from the dump but made from targets.npy: the softmax cross-entropy summed
+over the positions with a target (-1: none) times the index's loss_scale, differentiated, and
+compared with the dumped one. With --write-fixtures, writes PyTorch's y, dx and g.P as float32
+.npy files to OUT named by the layer's name (the fixtures that the C tests compare with when
+torch is missing). Exit status 0 when every layer agrees."""
 import argparse
 import importlib.util
 import json
 import os
+import re
 import sys
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$")  # a name that is a file name as it is
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "torchref"))  # their shared helpers (common.py)
 
@@ -53,10 +62,13 @@ def main():
     a = ap.parse_args()
     with open(os.path.join(a.dir, "index.json")) as f:
         index = json.load(f)
-    if index.get("format") != "octopipe-dump" or index.get("version") != 1:
-        sys.exit("%s/index.json: not an octopipe-dump of version 1" % a.dir)
+    if index.get("format") != "octopipe-dump" or index.get("version") != 2:
+        sys.exit("%s/index.json: not an octopipe-dump of version 2" % a.dir)
+    targets = None
+    if index.get("targets"):
+        targets = torch.tensor(np.load(os.path.join(a.dir, index["targets"])), dtype=torch.long)
     kinds, bad, checked = {}, 0, 0
-    for L in index["layers"]:
+    for li, L in enumerate(index["layers"]):
         pre = os.path.join(a.dir, L["prefix"])
         if not os.path.exists(pre + "x.npy"):
             continue  # a layer of a stage that no rank dumped
@@ -71,14 +83,31 @@ def main():
             params[P["name"]] = torch.tensor(np.load(pre + "w." + P["name"] + ".npy"),
                                              dtype=torch.float64, requires_grad=True)
         y = kinds[kind].forward(dims, x, params)
+        splice = L.get("splice_tokens", 0)
+        if splice:  # the previous layers' tokens first in each sequence
+            xs = torch.tensor(np.load(pre + "xs.npy"), dtype=torch.float64, requires_grad=True)
+            B, S = dims["B"], dims["S"]
+            y3 = y.view(B, S, -1)
+            y = torch.cat([xs.view(B, splice, -1), y3[:, splice:]], dim=1).reshape(B * S, -1)
         dy = torch.tensor(np.load(pre + "dy.npy"), dtype=torch.float64)
+        errs = {}
+        if targets is not None and li == len(index["layers"]) - 1:
+            # the loss, as the runtime defines it: its gradient is what the dump's dy must be
+            yl = y.detach().requires_grad_(True)
+            loss = index["loss_scale"] * F.cross_entropy(yl, targets, ignore_index=-1,
+                                                         reduction="sum")
+            loss.backward()
+            errs["dy"] = rel(dy.numpy(), yl.grad.numpy(), 0.0)
+            dy = yl.grad
         (y * dy).sum().backward()
         grads = {n: (t.grad if t.grad is not None else torch.zeros_like(t)).numpy()
                  for n, t in params.items()}
         floor = 1e-6 * max([0.0] + [float(np.max(np.abs(g))) for g in grads.values() if g.size])
-        errs = {"y": rel(np.load(pre + "y.npy"), y.detach().numpy(), 0.0)}
+        errs["y"] = rel(np.load(pre + "y.npy"), y.detach().numpy(), 0.0)
         if L["has_dx"]:
             errs["dx"] = rel(np.load(pre + "dx.npy"), x.grad.numpy(), 0.0)
+        if splice:
+            errs["dxs"] = rel(np.load(pre + "dxs.npy"), xs.grad.numpy(), 0.0)
         for name, g in grads.items():
             errs["g." + name] = rel(np.load(pre + "g." + name + ".npy"), g, floor)
         worst = max(errs, key=lambda k: errs[k])
@@ -88,8 +117,11 @@ def main():
         print("%s %s (%s): largest relative error %.2e (%s)" %
               ("PASS" if ok else "FAIL", L["name"], kind, errs[worst], worst))
         if a.write_fixtures:
+            if not SAFE_NAME.match(L["name"]):
+                sys.exit("%r: a fixture's name takes letters, digits, '.', '_' and '-'"
+                         % L["name"])
             os.makedirs(a.write_fixtures, exist_ok=True)
-            out = os.path.join(a.write_fixtures, L["prefix"])
+            out = os.path.join(a.write_fixtures, L["name"] + ".")
             np.save(out + "y.npy", y.detach().numpy().astype(np.float32))
             if L["has_dx"]:
                 np.save(out + "dx.npy", x.grad.numpy().astype(np.float32))

@@ -238,12 +238,16 @@ static int kc_dump(const char *dir) {
     if (!kc_setup(&kc_cases[c], &r)) return 1;
     kc_run(&r, false);
     bool ids = strcmp(rt_kernel_name(r.k), "embedding") == 0;
-    rt_dump_tensors t = {r.x, r.y, r.dy, ids ? NULL : r.dx, r.w, r.g};
-    rc = rt_dump_layer(dir, kc_cases[c].name, &r.d, &r.p, &t, &err);
-    rt_dump_entry(&index, kc_cases[c].name, rt_kernel_name(r.k), &r.d, &r.p, !ids);
+    rt_dump_tensors t = {r.x, r.y, r.dy, ids ? NULL : r.dx, r.w, r.g, NULL, NULL, 0, 0};
+    strbuf stem = {0};
+    rt_dump_stem(&stem, c, kc_cases[c].name);
+    rc = rt_dump_layer(dir, strbuf_cstr(&stem), &r.d, &r.p, &t, &err);
+    strbuf_free(&stem);
+    rt_dump_entry(&index, c, kc_cases[c].name, rt_kernel_name(r.k), &r.d, &r.p, !ids, 0);
     kc_free(&r);
   }
-  if (rc == 0) rc = rt_dump_index(dir, &index, &err);
+  rt_dump_run run = {0}; /* kernels alone: no run, no targets */
+  if (rc == 0) rc = rt_dump_index(dir, &run, &index, &err);
   if (rc) fprintf(stderr, "octo_kernel_cases: %s\n", strbuf_cstr(&err));
   strbuf_free(&index);
   strbuf_free(&err);

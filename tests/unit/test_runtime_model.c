@@ -521,9 +521,11 @@ void test_runtime_model_dump(void) {
   rt_model_set_step(m, 0, 0);
   rm_pipelined_step(m, s, 0, 0);
   /* Every layer's files of microbatch 0; no dx for the embedding (token ids). */
-  static const char *const files[] = {"index.json", "l0.x.npy", "l0.y.npy", "l0.dy.npy",
-                                      "l0.w.table.npy", "l0.g.table.npy", "l1.dx.npy",
-                                      "l3.g.experts.w2.npy", "l4.g.w.npy", NULL};
+  static const char *const files[] = {"index.json",         "000-l0.x.npy",
+                                      "000-l0.y.npy",       "000-l0.dy.npy",
+                                      "000-l0.w.table.npy", "000-l0.g.table.npy",
+                                      "001-l1.dx.npy",      "003-l3.g.experts.w2.npy",
+                                      "004-l4.g.w.npy",     "targets.npy", NULL};
   for (int i = 0; files[i]; i++) {
     char path[128];
     snprintf(path, sizeof path, "%s/%s", dir, files[i]);
@@ -532,7 +534,7 @@ void test_runtime_model_dump(void) {
     unlink(path);
   }
   char path[128];
-  snprintf(path, sizeof path, "%s/l0.dx.npy", dir);
+  snprintf(path, sizeof path, "%s/000-l0.dx.npy", dir);
   UNIT_CHECK(access(path, R_OK) != 0);
   char rm[160];
   snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
@@ -540,6 +542,47 @@ void test_runtime_model_dump(void) {
   strbuf_free(&err);
   rt_model_free(m);
   be_stream_free(s);
+}
+
+/* rt_dump_stem: a dump's file names from any layer name stay in the dump's directory, are
+ * unique per layer and bounded; rt_dump_stem_safe accepts exactly such stems. */
+void test_runtime_dump_stem(void) {
+  static const struct {
+    int layer;
+    const char *name, *stem;
+  } cases[] = {
+      {3, "mlp.0", "003-mlp.0"},
+      {1, "../../../PWNED", "001-_._.._.._PWNED"},
+      {2, "/etc/passwd", "002-_etc_passwd"},
+      {12, ".hidden", "012-_hidden"},
+      {7, "a b\x01\n\"c\\", "007-a_b___c_"},
+      {1234, "", "1234-layer"},
+      {0, "\xc3\xa9t\xc3\xa9", "000-__t__"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    strbuf st = {0};
+    rt_dump_stem(&st, cases[i].layer, cases[i].name);
+    UNIT_CHECK_STREQ(strbuf_cstr(&st), cases[i].stem);
+    UNIT_CHECK(rt_dump_stem_safe(strbuf_cstr(&st)));
+    strbuf_free(&st);
+  }
+  char name[300];
+  memset(name, 'n', sizeof name - 1);
+  name[sizeof name - 1] = 0;
+  strbuf st = {0};
+  rt_dump_stem(&st, 5, name);
+  UNIT_CHECK(st.len == 4 + RT_DUMP_NAME_MAX && rt_dump_stem_safe(strbuf_cstr(&st)));
+  strbuf_free(&st);
+  static const char *const unsafe[] = {"", ".", "..", "../x", "a/b", ".x", "a\nb", "a b"};
+  for (size_t i = 0; i < sizeof unsafe / sizeof *unsafe; i++)
+    UNIT_CHECK(!rt_dump_stem_safe(unsafe[i]));
+  strbuf err = {0};
+  rt_dump_tensors t = {0};
+  rt_ldims d = {0};
+  rt_lplan p = {0};
+  UNIT_CHECK(rt_dump_layer("/tmp", "../x", &d, &p, &t, &err) != 0);
+  UNIT_CHECK(strstr(strbuf_cstr(&err), "got \"../x\"") != NULL);
+  strbuf_free(&err);
 }
 
 /* rt_fault_parse and rt_fault_resolve: the spellings of --die and --stop, and the checks against

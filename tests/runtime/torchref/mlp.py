@@ -7,7 +7,7 @@ from common import act, rmsnorm
 def forward(dims, x, p):
     """y [B*S, hidden] from x [B*S, hidden] and parameters p ("norm", "w1", ["w3",] "w2")."""
     h = rmsnorm(x, p["norm"])
-    z = act(int(dims["act"]), h @ p["w1"])
+    z = act(dims["act"], h @ p["w1"])
     if dims["gated"]:
         z = z * (h @ p["w3"])
     return x + z @ p["w2"]

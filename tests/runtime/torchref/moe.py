@@ -11,7 +11,7 @@ from common import act, rmsnorm
 
 
 def _ffn(dims, h, w1, w3, w2):
-    z = act(int(dims["act"]), h @ w1)
+    z = act(dims["act"], h @ w1)
     if dims["gated"]:
         z = z * (h @ w3)
     return z @ w2

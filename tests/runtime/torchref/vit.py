@@ -12,7 +12,7 @@ from common import ACTS as _ACTS
 def forward(dims, x, p):
     B, S, hidden = dims["B"], dims["S"], dims["hidden"]
     H, hd = dims["heads"], dims["head_dim"]
-    act = _ACTS[int(dims["act"])]
+    act = _ACTS[dims["act"]]
 
     h = F.layer_norm(x, (hidden,), p["ln1.w"], p["ln1.b"], eps=1e-5)
 
