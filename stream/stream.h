@@ -3,8 +3,9 @@
  * kinds operands.def, tensor kinds tensors.def; docs/isa.md describes them), the static validator
  * and the deadlock checker that every stream passes before it is written or run, the versioned
  * binary stream format (.ois) with its validating reader, the per-rank buffer figures, and the
- * disassembler. It depends on support/ only (the names of enum BACKEND come from the IR's
- * enums.def by inclusion, not by linking), so the runtime and octo-dis link nothing above it. */
+ * disassembler. It depends on support/ only (the names of enum BACKEND, the layer kinds and
+ * their parameters come from the IR's enums.def, layer_kinds.def and layer_params.def by
+ * inclusion, not by linking), so the runtime and octo-dis link nothing above it. */
 #ifndef OCTO_STREAM_H
 #define OCTO_STREAM_H
 
