@@ -88,6 +88,7 @@ static bool parse_args(int argc, char **argv, cmdline *cl) {
 }
 
 int main(int argc, char **argv) {
+  cli_init();
   cmdline cl;
   memset(&cl, 0, sizeof cl);
   if (!parse_args(argc, argv, &cl)) return EXIT_USER;
