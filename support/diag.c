@@ -247,9 +247,11 @@ void diag_vreport(diag_engine *d, diag_severity sev, diag_loc loc, const char *f
             sev_names[sev], strbuf_cstr(&msg));
   else if (s)
     fprintf(d->out, "%s: %s: %s\n", s->name, sev_names[sev], strbuf_cstr(&msg));
-  else
-    fprintf(d->out, "%s%s%s: %s\n", d->program ? d->program : "", d->program ? ": " : "",
-            sev_names[sev], strbuf_cstr(&msg));
+  else { /* the tool's name, but not before a note: it continues the diagnostic before it */
+    const char *prog = sev == DIAG_NOTE ? NULL : d->program;
+    fprintf(d->out, "%s%s%s: %s\n", prog ? prog : "", prog ? ": " : "", sev_names[sev],
+            strbuf_cstr(&msg));
+  }
   if (s && loc.line && sev != DIAG_REMARK) print_snippet(d, loc);
   strbuf_free(&msg);
 }
