@@ -106,8 +106,10 @@ static diag_loc hf_loc(hf_ctx *c, const char *path) {
   return k ? hf_loc_at(c, k->off, k->len) : diag_mkloc(c->src, 0, 0, 0);
 }
 
+/* Offset of the first byte at or after i that is not whitespace as cJSON reads it: every byte
+ * from 1 to 32 (so control bytes between tokens, which cJSON accepts, are skipped here too). */
 static size_t hf_ws(const hf_ctx *c, size_t i) {
-  while (i < c->len && strchr(" \t\r\n", c->text[i]) && c->text[i]) i++;
+  while (i < c->len && c->text[i] && (unsigned char)c->text[i] <= ' ') i++;
   return i;
 }
 
@@ -129,6 +131,7 @@ static size_t hf_scan(hf_ctx *c, size_t i, const char *prefix, int depth) {
   if (ch == '{' || ch == '[') {
     i = hf_ws(c, i + 1);
     while (i < c->len && c->text[i] != (ch == '{' ? '}' : ']')) {
+      size_t start = i; /* each member moves i on; a byte the scan cannot read ends it */
       if (ch == '{') {
         size_t k0 = i, k1 = hf_string_end(c, i);
         i = hf_ws(c, k1);
@@ -157,10 +160,11 @@ static size_t hf_scan(hf_ctx *c, size_t i, const char *prefix, int depth) {
       }
       i = hf_ws(c, i);
       if (i < c->len && c->text[i] == ',') i = hf_ws(c, i + 1);
+      if (i <= start) return c->len;
     }
     return i < c->len ? i + 1 : i;
   }
-  while (i < c->len && !strchr(",]} \t\r\n", c->text[i]) && c->text[i]) i++;
+  while (i < c->len && c->text[i] && (unsigned char)c->text[i] > ' ' && !strchr(",]}", c->text[i])) i++;
   return i;
 }
 
