@@ -106,10 +106,15 @@ static diag_loc hf_loc(hf_ctx *c, const char *path) {
   return k ? hf_loc_at(c, k->off, k->len) : diag_mkloc(c->src, 0, 0, 0);
 }
 
-/* Offset of the first byte at or after i that is not whitespace as cJSON reads it: every byte
- * from 1 to 32 (so control bytes between tokens, which cJSON accepts, are skipped here too). */
+/* Whether ch is whitespace as cJSON reads it: every byte from 1 to 32 (control bytes between
+ * tokens, which cJSON accepts, included). */
+static bool hf_blank(char ch) {
+  return ch && (unsigned char)ch <= ' ';
+}
+
+/* Offset of the first byte at or after i that is not hf_blank. */
 static size_t hf_ws(const hf_ctx *c, size_t i) {
-  while (i < c->len && c->text[i] && (unsigned char)c->text[i] <= ' ') i++;
+  while (i < c->len && hf_blank(c->text[i])) i++;
   return i;
 }
 
@@ -164,7 +169,7 @@ static size_t hf_scan(hf_ctx *c, size_t i, const char *prefix, int depth) {
     }
     return i < c->len ? i + 1 : i;
   }
-  while (i < c->len && c->text[i] && (unsigned char)c->text[i] > ' ' && !strchr(",]}", c->text[i])) i++;
+  while (i < c->len && c->text[i] && !hf_blank(c->text[i]) && !strchr(",]}", c->text[i])) i++;
   return i;
 }
 
