@@ -52,11 +52,16 @@ config.environment["MPIRUN"] = mpirun
 for var in ("HOME", "OMPI_MCA_plm_rsh_agent"):
     if var in os.environ:
         config.environment[var] = os.environ[var]
+# py_has(py, stmt): whether Python py runs stmt, probed from "/" so that a folder of the test
+# tree (tests/safetensors) never passes for a package of the same name.
+def py_has(py, stmt):
+    return bool(py) and os.system("cd / && " + shlex.quote(py) + " -c " + shlex.quote(stmt) +
+                                  " >/dev/null 2>&1") == 0
 # %torch_python: a Python with PyTorch and NumPy (Debian's python3-torch) for the checks against
 # PyTorch (tests/runtime/torch_ref.py); those tests need the "torch" feature and are skipped
 # where none is installed.
 for py in (sys.executable, "/usr/bin/python3"):
-    if py and os.system(py + " -c 'import torch, numpy' >/dev/null 2>&1") == 0:
+    if py_has(py, "import torch, numpy"):
         config.available_features.add("torch")
         config.substitutions.append(("%torch_python", py))
         break
@@ -66,7 +71,7 @@ for py in (sys.executable, "/usr/bin/python3"):
 # transformers_python, else $OCTO_TRANSFORMERS_PYTHON (e.g. a venv), else lit's own.
 for py in (lit_config.params.get("transformers_python"),
            os.environ.get("OCTO_TRANSFORMERS_PYTHON"), sys.executable, "/usr/bin/python3"):
-    if py and os.system(shlex.quote(py) + " -c 'import transformers, torch' >/dev/null 2>&1") == 0:
+    if py_has(py, "import transformers, torch"):
         config.available_features.add("transformers")
         config.substitutions.append(("%transformers_python", shlex.quote(py)))
         break
@@ -78,8 +83,7 @@ for py in (lit_config.params.get("transformers_python"),
 # named but without that runtime is reported and skipped.
 torch_pp_named = lit_config.params.get("torch_python") or os.environ.get("OCTO_TORCH_PYTHON")
 for py in (torch_pp_named, sys.executable, "/usr/bin/python3"):
-    if py and os.system(shlex.quote(py) + " -c 'from torch.distributed.pipelining.schedules "
-                        "import _PipelineScheduleRuntime' >/dev/null 2>&1") == 0:
+    if py_has(py, "from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime"):
         config.available_features.add("torch-pipelining")
         config.substitutions.append(("%torch_pp_python", shlex.quote(py)))
         break
@@ -93,7 +97,7 @@ for py in (torch_pp_named, sys.executable, "/usr/bin/python3"):
 # venv outside the tree: /work/venv-st/bin/python), else lit's own or /usr/bin/python3.
 st_named = lit_config.params.get("safetensors_python") or os.environ.get("OCTO_SAFETENSORS_PYTHON")
 for py in (st_named, sys.executable, "/usr/bin/python3"):
-    if py and os.system(shlex.quote(py) + " -c 'import safetensors, numpy' >/dev/null 2>&1") == 0:
+    if py_has(py, "import safetensors.numpy, numpy"):
         config.available_features.add("safetensors-py")
         config.substitutions.append(("%st_python", shlex.quote(py)))
         break
