@@ -49,6 +49,8 @@ static ir_module *make_plan(const bench_size *b, diag_engine *d) {
     };
     for (size_t i = 0; i < sizeof cost / sizeof cost[0]; i++)
       ir_field_set(&l->cost, cost[i].field, cost[i].value);
+    l->p[IR_LP_CUSTOM_F] = cost[0].value; /* a custom layer's own times, which the IR requires */
+    l->p[IR_LP_CUSTOM_B] = cost[1].value;
   }
   char text[200];
   snprintf(text, sizeof text,

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ir/layer_rules.h"
 #include "stream.h"
 
 /* Longest string the binary format stores (format.c reads no longer ones). */
@@ -162,6 +163,58 @@ static int check_prediction_header(vctx *v) {
   return 0;
 }
 
+/* The first problem lr_layer_check reports (it goes on; the validator stops at the first). */
+static void first_problem(void *ctx, const char *message) {
+  strbuf *first = ctx;
+  if (!first->len) strbuf_puts(first, message);
+}
+
+/* Layer i (its strings checked): a kind of layer_kinds.def, each parameter one of that kind's,
+ * given once, and the whole set obeying the IR's rules (layer_rules.h: required ones present,
+ * every value in its domain, the relations), so that the runtime never sees a layer the IR
+ * verifier would refuse. Returns 0 or -1 after reporting. */
+_Static_assert((int)LR_P_N == (int)BE_LP_COUNT && (int)LR_KIND_N == (int)BE_KIND_COUNT,
+               "layer_rules.h numbers the layer tables as stream.h does");
+
+static int check_layer_params(vctx *v, int i) {
+  const be_layer *l = &v->s->layers[i];
+  int k = be_layer_kind(l);
+  if (k < 0) {
+    fail(v, "layer %d ", i);
+    put_quoted(v, l->name);
+    strbuf_puts(v->err, ": kind ");
+    put_quoted(v, l->kind);
+    strbuf_puts(v->err, " is not a layer kind");
+    return -1;
+  }
+  double p[LR_P_N]; /* what the runtime reads (be_layer_param): the value given, else the default */
+  for (int q = 0; q < LR_P_N; q++) p[q] = NAN;
+  for (int j = 0; j < l->nparams; j++) {
+    int q = be_lparam_lookup(k, l->params[j].name);
+    if (q < 0 || !isnan(p[q])) {
+      fail(v, "layer %d ", i);
+      put_quoted(v, l->name);
+      strbuf_printf(v->err, " (%s): parameter ", be_kinds[k].name);
+      put_quoted(v, l->params[j].name);
+      strbuf_puts(v->err, q < 0 ? " is not one of its kind's" : " is given twice");
+      return -1;
+    }
+    /* NAN is no value of any parameter; as "not set" it would pass for a derived one. */
+    p[q] = isnan(l->params[j].value) ? INFINITY : l->params[j].value;
+  }
+  for (int q = 0; q < LR_P_N; q++)
+    if (isnan(p[q])) p[q] = be_lparams[q].def;
+  strbuf first = {0};
+  lr_report r = {first_problem, &first, 0};
+  if (lr_layer_check(k, p, &r) > 0) {
+    fail(v, "layer %d ", i);
+    put_quoted(v, l->name);
+    strbuf_printf(v->err, " (%s): %s", be_kinds[k].name, strbuf_cstr(&first));
+  }
+  strbuf_free(&first);
+  return r.count > 0 ? -1 : 0;
+}
+
 /* Header checks: ranges of the counts, strings, layers, stages (contiguous, each on a rank, each
  * rank with a stage), shapes, and each rank's slot table. Returns 0 or -1 after reporting. */
 static int check_header(vctx *v) {
@@ -192,6 +245,7 @@ static int check_header(vctx *v) {
     for (int j = 0; j < l->nparams; j++)
       if (!str_ok(l->params[j].name))
         return fail(v, "layer %d: parameter %d's name is longer than %d bytes", i, j, V_MAX_STRING);
+    if (check_layer_params(v, i) != 0) return -1;
   }
   int32_t next = 0;
   for (int i = 0; i < s->nstages; i++) {

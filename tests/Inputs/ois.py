@@ -22,6 +22,9 @@ usage: ois.py IN OUT EDIT...
   version:N         write format version N
   layername:I:NAME  rename layer I to NAME (the rest of the edit; backslash escapes such as
                     \x00 or \n stand for their bytes): hostile names for the tools to meet
+  kind:I:KIND       write layer I's kind KIND
+  param:I:NAME:X    set layer I's parameter NAME to X (nan, inf, -5 are fine; appended when the
+                    layer has none so named; X '-' deletes it)
   truncate:N        keep the first N bytes (applied last, after the checksum)
   flip:OFF          flip the low bit of byte OFF (applied last, after the checksum)
   print             print the header's prediction, each rank's busy time and peak memory and
@@ -120,20 +123,50 @@ def serialize(s):
     return bytes(out)
 
 
-def rename_layer(tables, i, name):
-    """The layer, stage and shape tables with layer i's name replaced by the bytes name."""
+def split_layers(tables):
+    """The layer table as a list of [name, kind, [[param name, value], ...]] (names as bytes)
+    and the raw bytes after it (stage and shape tables)."""
     r = Reader(tables)
-    n = r.take("I")
-    assert 0 <= i < n, "the stream has layers 0 to %d" % (n - 1)
-    for k in range(n):
-        start = r.p
-        r.str()
-        if k == i:
-            return (tables[:start] + struct.pack("<I", len(name)) + name + tables[r.p:])
-        r.str()
-        for _ in range(r.take("I")):
-            r.str()
-            r.take("d")
+    layers = []
+    for _ in range(r.take("I")):
+        name, kind = r.str(), r.str()
+        layers.append([name, kind, [[r.str(), r.take("d")] for _ in range(r.take("I"))]])
+    return layers, tables[r.p:]
+
+
+def join_layers(layers, rest):
+    """split_layers' inverse."""
+    out = bytearray(struct.pack("<I", len(layers)))
+    for name, kind, params in layers:
+        for text in (name, kind):
+            out += struct.pack("<I", len(text)) + text
+        out += struct.pack("<I", len(params))
+        for pname, value in params:
+            out += struct.pack("<I", len(pname)) + pname + struct.pack("<d", value)
+    return bytes(out) + rest
+
+
+def edit_layer(tables, i, edit):
+    """The tables with layer i changed by edit(layer) (a [name, kind, params] list)."""
+    layers, rest = split_layers(tables)
+    assert 0 <= i < len(layers), "the stream has layers 0 to %d" % (len(layers) - 1)
+    edit(layers[i])
+    return join_layers(layers, rest)
+
+
+def set_param(layer, name, value):
+    """Layer's parameter name set to value (appended when the layer has none of that name;
+    value None deletes it)."""
+    params = layer[2]
+    for k, (pname, _) in enumerate(params):
+        if pname == name:
+            if value is None:
+                del params[k]
+            else:
+                params[k][1] = value
+            return
+    if value is not None:
+        params.append([name, value])
 
 
 def move_pred(rk, old_to_new):
@@ -214,7 +247,14 @@ def main(argv):
             s["version"] = int(f[1])
         elif f[0] == "layername":
             name = e.split(":", 2)[2].encode("latin1").decode("unicode_escape").encode("latin1")
-            s["tables"] = rename_layer(s["tables"], int(f[1]), name)
+            s["tables"] = edit_layer(s["tables"], int(f[1]), lambda l: l.__setitem__(0, name))
+        elif f[0] == "kind":
+            s["tables"] = edit_layer(s["tables"], int(f[1]),
+                                     lambda l: l.__setitem__(1, f[2].encode()))
+        elif f[0] == "param":
+            value = None if f[3] == "-" else float(f[3])
+            s["tables"] = edit_layer(s["tables"], int(f[1]),
+                                     lambda l: set_param(l, f[2].encode(), value))
         elif f[0] in ("truncate", "flip"):
             late.append(f)
         else:

@@ -40,6 +40,8 @@ static ir_module *tb_model(uint64_t *seed, int n, int p, int mb, int data) {
     double out = unit_rng(seed) % 4 == 0 ? 0 : 2 * 64 * 256 * 2;
     double v[] = {f, f * 1.1, f * 0.9, act, act_w, out, 1e8, 1e6};
     for (int k = 0; k < 8; k++) ir_field_set(&l->cost, fields[k], v[k]);
+    l->p[IR_LP_CUSTOM_F] = f; /* a custom layer's own times, which the IR requires */
+    l->p[IR_LP_CUSTOM_B] = f * 1.1;
   }
   return m;
 }
@@ -307,7 +309,13 @@ void test_backend_random_recompute(void) {
     int p = 1 + (int)(unit_rng(&seed) % 4), mb = 1 + (int)(unit_rng(&seed) % 6);
     int n = 2 + (int)(unit_rng(&seed) % 10);
     ir_module *m = tb_model(&seed, n, p, mb, 1);
-    for (int i = 1; i < n; i += 2) m->layers[i].kind = IR_KIND_MLP;
+    for (int i = 1; i < n; i += 2) {
+      ir_layer *l = &m->layers[i];
+      l->kind = IR_KIND_MLP;
+      l->p[IR_LP_MLP_HIDDEN] = 256;
+      l->p[IR_LP_MLP_FFN] = 1024;
+      l->p[IR_LP_MLP_SEQ] = 64;
+    }
     tb_random_plan(m, &seed);
     for (int s = 0; s < m->nstages; s++)
       if (unit_rng(&seed) % 2) m->stages[s].recompute = IR_RECOMPUTE_FULL;

@@ -194,15 +194,17 @@ static be_stream *fb_build(int replicas, bool fused) {
   s->pred_step = 0.0421;
   s->nlayers = 4;
   s->layers = xcalloc(4, sizeof *s->layers);
-  static const char *const emb_n[] = {"vocab", "hidden", NULL};
-  static const double emb_v[] = {32000, 64};
-  static const char *const blk_n[] = {"hidden", "ffn", "heads", "dropout", NULL};
-  static const double blk_v[] = {64, 256, 4, 0.1};
-  static const char *const none[] = {NULL};
-  fb_layer(&s->layers[0], "embed", "embedding", emb_n, emb_v);
-  fb_layer(&s->layers[1], "block0", "transformer", blk_n, blk_v);
-  fb_layer(&s->layers[2], "block1", "transformer", blk_n, blk_v);
-  fb_layer(&s->layers[3], "head", "lm_head", none, NULL);
+  /* Layers the IR verifier would accept (be_validate checks them by its rules). */
+  static const char *const tok_n[] = {"vocab", "hidden", "seq", NULL};
+  static const double tok_v[] = {32000, 64, 128};
+  static const char *const att_n[] = {"hidden", "heads", "kv_heads", "head_dim", "seq", NULL};
+  static const double att_v[] = {64, 4, 2, 16, 128};
+  static const char *const mlp_n[] = {"hidden", "ffn", "seq", "act", NULL};
+  static const double mlp_v[] = {64, 256, 128, 2};
+  fb_layer(&s->layers[0], "embed", "embedding", tok_n, tok_v);
+  fb_layer(&s->layers[1], "block0", "attention", att_n, att_v);
+  fb_layer(&s->layers[2], "block1", "mlp", mlp_n, mlp_v);
+  fb_layer(&s->layers[3], "head", "lm_head", tok_n, tok_v);
   s->stages = xcalloc(2, sizeof *s->stages);
   /* Stage 0 sends a [1, 128, 64] bf16 activation (shape 0); stage 1's output is opaque. */
   s->stages[0] = (be_stage){0, 2, 0, 16384, 0, 65536, 32768, 0};
