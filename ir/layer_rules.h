@@ -129,7 +129,8 @@ static inline int lr_layer_check(int kind, const double *p, lr_report *r) {
       if (!lr_derived(i)) lr_problem(r, "missing '%s' (%s)", pi->name, pi->doc);
       continue;
     }
-    bool integral = pi->type == LR_T_COUNT || pi->type == LR_T_BOOL || lr_enum_count(pi->type);
+    int values = lr_enum_count(pi->type); /* 0 unless an enumeration */
+    bool integral = pi->type == LR_T_COUNT || pi->type == LR_T_BOOL || values;
     if (!isfinite(v) || v < 0)
       lr_problem(r, "'%s' must be a finite non-negative %s", pi->name, lr_type_names[pi->type]);
     else if (integral && v != floor(v))
@@ -138,7 +139,7 @@ static inline int lr_layer_check(int kind, const double *p, lr_report *r) {
       lr_problem(r, "'%s' must be at least 1", pi->name);
     else if (pi->type == LR_T_BOOL && v > 1)
       lr_problem(r, "'%s' must be true or false", pi->name);
-    else if (lr_enum_count(pi->type) && v >= lr_enum_count(pi->type))
+    else if (values && v >= values)
       lr_problem(r, "'%s' has no %s numbered %g", pi->name, lr_type_names[pi->type], v);
   }
   switch (kind) {

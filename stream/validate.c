@@ -169,19 +169,25 @@ static void first_problem(void *ctx, const char *message) {
   if (!first->len) strbuf_puts(first, message);
 }
 
+/* Begin the message of a problem of layer i: 'layer I "NAME"', then ' (KIND)' when k >= 0. */
+static void fail_layer(vctx *v, int i, int k) {
+  fail(v, "layer %d ", i);
+  put_quoted(v, v->s->layers[i].name);
+  if (k >= 0) strbuf_printf(v->err, " (%s)", be_kinds[k].name);
+}
+
+_Static_assert((int)LR_P_N == (int)BE_LP_COUNT && (int)LR_KIND_N == (int)BE_KIND_COUNT,
+               "layer_rules.h numbers the layer tables as stream.h does");
+
 /* Layer i (its strings checked): a kind of layer_kinds.def, each parameter one of that kind's,
  * given once, and the whole set obeying the IR's rules (layer_rules.h: required ones present,
  * every value in its domain, the relations), so that the runtime never sees a layer the IR
  * verifier would refuse. Returns 0 or -1 after reporting. */
-_Static_assert((int)LR_P_N == (int)BE_LP_COUNT && (int)LR_KIND_N == (int)BE_KIND_COUNT,
-               "layer_rules.h numbers the layer tables as stream.h does");
-
 static int check_layer_params(vctx *v, int i) {
   const be_layer *l = &v->s->layers[i];
   int k = be_layer_kind(l);
   if (k < 0) {
-    fail(v, "layer %d ", i);
-    put_quoted(v, l->name);
+    fail_layer(v, i, k);
     strbuf_puts(v->err, ": kind ");
     put_quoted(v, l->kind);
     strbuf_puts(v->err, " is not a layer kind");
@@ -192,9 +198,8 @@ static int check_layer_params(vctx *v, int i) {
   for (int j = 0; j < l->nparams; j++) {
     int q = be_lparam_lookup(k, l->params[j].name);
     if (q < 0 || !isnan(p[q])) {
-      fail(v, "layer %d ", i);
-      put_quoted(v, l->name);
-      strbuf_printf(v->err, " (%s): parameter ", be_kinds[k].name);
+      fail_layer(v, i, k);
+      strbuf_puts(v->err, ": parameter ");
       put_quoted(v, l->params[j].name);
       strbuf_puts(v->err, q < 0 ? " is not one of its kind's" : " is given twice");
       return -1;
@@ -207,9 +212,8 @@ static int check_layer_params(vctx *v, int i) {
   strbuf first = {0};
   lr_report r = {first_problem, &first, 0};
   if (lr_layer_check(k, p, &r) > 0) {
-    fail(v, "layer %d ", i);
-    put_quoted(v, l->name);
-    strbuf_printf(v->err, " (%s): %s", be_kinds[k].name, strbuf_cstr(&first));
+    fail_layer(v, i, k);
+    strbuf_printf(v->err, ": %s", strbuf_cstr(&first));
   }
   strbuf_free(&first);
   return r.count > 0 ? -1 : 0;

@@ -25,6 +25,7 @@ usage: ois.py IN OUT EDIT...
   kind:I:KIND       write layer I's kind KIND
   param:I:NAME:X    set layer I's parameter NAME to X (nan, inf, -5 are fine; appended when the
                     layer has none so named; X '-' deletes it)
+  addparam:I:NAME:X append parameter NAME = X to layer I even when it has one so named
   truncate:N        keep the first N bytes (applied last, after the checksum)
   flip:OFF          flip the low bit of byte OFF (applied last, after the checksum)
   print             print the header's prediction, each rank's busy time and peak memory and
@@ -255,6 +256,9 @@ def main(argv):
             value = None if f[3] == "-" else float(f[3])
             s["tables"] = edit_layer(s["tables"], int(f[1]),
                                      lambda l: set_param(l, f[2].encode(), value))
+        elif f[0] == "addparam":
+            s["tables"] = edit_layer(s["tables"], int(f[1]),
+                                     lambda l: l[2].append([f[2].encode(), float(f[3])]))
         elif f[0] in ("truncate", "flip"):
             late.append(f)
         else:
