@@ -35,11 +35,14 @@ typedef struct mpi_comm {
 /* What the SIGTERM handler reports: set up by rt_mpi_start and rt_main_mpi, read only in the
  * handler. */
 static struct {
+  int named;                      /* rank and replica are known (the stream was read) */
   int rank, replica, replicas;    /* this process's pipeline rank and replica; the replicas */
   const be_program *prog;         /* its program while the interpreter runs it, else NULL */
   const volatile sig_atomic_t *at; /* the interpreter's address (rt_comm.at), or NULL */
+  const char *phase;              /* " in the MPI shut-down (...)" once there, else NULL */
   volatile sig_atomic_t quiet;    /* this process already said why it ends: exit silently */
-} mp_term = {0, 0, 1, NULL, NULL, 0};
+  double timeout;                 /* the run's --timeout: the deadline of MPI_Finalize */
+} mp_term = {0, 0, 0, 1, NULL, NULL, NULL, 0, 0};
 
 /* Append decimal v (>= 0), at least 'width' digits, to out at *n (async-signal-safe). */
 static void put_num(char *out, size_t *n, size_t cap, long v, int width) {
@@ -80,6 +83,7 @@ static void mp_on_term(int sig) {
       put_str(msg, &n, sizeof msg, be_ops[mp_term.prog->code[at].op].name);
       put_str(msg, &n, sizeof msg, ")");
     }
+    if (mp_term.phase) put_str(msg, &n, sizeof msg, mp_term.phase);
     put_str(msg, &n, sizeof msg, ": stopped because another process failed and mpirun ended "
             "the job\n");
     ssize_t w = write(STDERR_FILENO, msg, n);
@@ -155,9 +159,35 @@ static int mp_decided(int rc) {
   return rc;
 }
 
+/* Defined with the watchdog below. */
+static void mp_arm(double timeout);
+/* The watchdog's message, formatted before it is armed (the SIGALRM handler only writes it). */
+static struct {
+  char msg[320];
+  size_t len;
+} mp_watch;
+
 void rt_mpi_end(void) {
-  mp_term.quiet = 1;
+  if (mp_term.timeout > 0) {
+    int me = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    char who[64];
+    if (!mp_term.named)
+      snprintf(who, sizeof who, "process %d", me);
+    else if (mp_term.replicas > 1)
+      snprintf(who, sizeof who, "replica %d: rank %d", mp_term.replica, mp_term.rank);
+    else
+      snprintf(who, sizeof who, "rank %d", mp_term.rank);
+    snprintf(mp_watch.msg, sizeof mp_watch.msg, "octo-run: error: %s: the MPI shut-down "
+             "(MPI_Finalize) did not complete within %g s (another process stopped or ended)\n",
+             who, mp_term.timeout);
+    mp_watch.len = strlen(mp_watch.msg);
+    mp_arm(mp_term.timeout);
+  }
+  mp_term.phase = " in the MPI shut-down (MPI_Finalize)";
   MPI_Finalize();
+  mp_arm(0);
+  mp_term.quiet = 1;
 }
 
 int rt_mpi_barrier(double timeout) {
@@ -305,11 +335,6 @@ static void collective_wait(MPI_Request *q, const be_stream *s, double timeout,
   mp_fail(&c, strbuf_cstr(&why), RT_EXIT_RUNTIME);
 }
 
-/* The watchdog's message, formatted before it is armed (the SIGALRM handler only writes it). */
-static struct {
-  char msg[320];
-  size_t len;
-} mp_watch;
 
 /* SIGALRM: a blocking MPI call under the watchdog outlived the deadline. Print the message and
  * exit with RT_EXIT_RUNTIME: mpirun then ends the others, as after a process that died. */
@@ -351,19 +376,21 @@ void rt_mpi_watch(const be_stream *s, double timeout, const char *what) {
   mp_arm(timeout);
 }
 
-/* Inject o's fault when it is at RT_PLACE_SETUP and strikes this process: it dies or stops (and
- * never returns then) with "rank R stopped at setup (before WHERE) as asked (--stop)". */
-static void mp_inject_setup(const be_stream *s, const rt_run_opts *o, const char *where) {
+/* Inject o's fault when it is at 'place' (RT_PLACE_SETUP or RT_PLACE_END, named 'name') and
+ * strikes this process: it dies or stops (and never returns then) with "rank R stopped at
+ * NAME (before WHERE) as asked (--stop)". */
+static void mp_inject_at(const be_stream *s, const rt_run_opts *o, int place, const char *name,
+                         const char *where) {
   const rt_fault *f = &o->fault;
   int me;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
-  if (f->kind == RT_FAULT_NONE || f->place != RT_PLACE_SETUP || me % s->nranks != f->rank ||
+  if (f->kind == RT_FAULT_NONE || f->place != place || me % s->nranks != f->rank ||
       me / s->nranks != f->replica)
     return;
   mpi_comm c = {MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, me / s->nranks, s->replicas};
   char why[200];
-  snprintf(why, sizeof why, "rank %d %s at setup (before %s) as asked (--%s)", f->rank,
-           f->kind == RT_FAULT_DIE ? "died" : "stopped", where,
+  snprintf(why, sizeof why, "rank %d %s at %s (before %s) as asked (--%s)", f->rank,
+           f->kind == RT_FAULT_DIE ? "died" : "stopped", name, where,
            f->kind == RT_FAULT_DIE ? "die" : "stop");
   if (f->kind == RT_FAULT_DIE)
     mp_die(&c, why);
@@ -470,6 +497,7 @@ static long mp_env_rank(void) {
  * where it stopped (mp_on_term). */
 static void mp_on_term_setup(const be_stream *s, long me) {
   long n = s->nranks > 0 ? s->nranks : 1;
+  mp_term.named = 1;
   mp_term.replicas = s->replicas;
   mp_term.rank = (int)(me % n);
   mp_term.replica = (int)(me / n);
@@ -515,6 +543,7 @@ int rt_mpi_start(int *argc, char ***argv, const char *path, const rt_opts *mo,
   strbuf err = {0};
   be_stream *s = be_read_file(path, &err); /* first: the start-up names the rank */
   long proc = mp_env_rank();
+  mp_term.timeout = o ? o->timeout : 0;
   if (s && proc >= 0) mp_on_term_setup(s, proc); /* also while MPI starts */
   mp_init(argc, argv, s, o);
   int me, world;
@@ -622,7 +651,7 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
   MPI_Request q;
   MPI_Comm_idup(MPI_COMM_WORLD, &mc.pipe, &q);
   collective_wait(&q, s, o->timeout, "duplicating the world for the messages");
-  mp_inject_setup(s, o, "MPI_Comm_split");
+  mp_inject_at(s, o, RT_PLACE_SETUP, "setup", "MPI_Comm_split");
   rt_mpi_watch(s, o->timeout, "making the replicas' communicator (MPI_Comm_split)");
   MPI_Comm_split(MPI_COMM_WORLD, rank, replica, &mc.replicas);
   rt_mpi_watch(s, 0, NULL);
@@ -641,6 +670,7 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
   char what[64];
   snprintf(what, sizeof what, "mpi (%d processes)", (int)(s->nranks * s->replicas));
   rc = rt_mpi_report(s, o, &st, path, what, trace_path, mo);
+  if (rc == RT_EXIT_OK) mp_inject_at(s, o, RT_PLACE_END, "end", "MPI_Finalize");
   rt_rank_stats_free(&st);
   MPI_Comm_free(&mc.pipe);
   MPI_Comm_free(&mc.replicas);
@@ -674,7 +704,7 @@ int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts
     mp_decided(RT_EXIT_INPUT);
     MPI_Abort(MPI_COMM_WORLD, RT_EXIT_INPUT);
   }
-  mp_inject_setup(s, &o1, "the profile's reduction");
+  mp_inject_at(s, &o1, RT_PLACE_SETUP, "setup", "the profile's reduction");
   /* Each configuration was measured by one process: the sum is its figures. */
   MPI_Request q;
   MPI_Iallreduce(mine, all, n * PROF_PER, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &q);

@@ -95,7 +95,9 @@ int rt_fault_resolve(const be_stream *s, rt_fault *f, strbuf *err) {
     return -1;
   }
   const be_program *p = &s->ranks[f->rank];
-  if (f->place >= 0 && fault_places[f->place].op == BE_OP_COUNT) {
+  if (f->place == RT_PLACE_END) {
+    f->addr = -1; /* after the run: the mpi backend strikes it before MPI_Finalize */
+  } else if (f->place >= 0 && fault_places[f->place].op == BE_OP_COUNT) {
     f->addr = 0; /* before any collective: on threads, before the first instruction */
     if (p->ncode == 0) {
       strbuf_printf(err, "--%s: rank %d has no instructions", opt, f->rank);

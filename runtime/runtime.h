@@ -248,7 +248,9 @@ typedef struct rt_comm {
   X(OPTIMIZER, "optimizer", BE_OP_STEP)      /* its optimizer step, after the all-reduce */ \
   X(SETUP, "setup", BE_OP_COUNT)             /* before the first collective (see above) */ \
   X(INIT, "init", BE_OP_COUNT) /* MPI: before MPI_Init (the others' start-up watchdog ends them); \
-                                  threads: as setup */
+                                  threads: as setup */                                      \
+  X(END, "end", BE_OP_COUNT) /* MPI only: after the run's report, before MPI_Finalize (the     \
+                                others are in the shut-down) */
 
 enum {
   RT_FAULT_NONE,
@@ -268,7 +270,8 @@ enum {
 typedef struct rt_fault {
   int kind;          /* RT_FAULT_NONE (no fault), RT_FAULT_DIE or RT_FAULT_STOP */
   int rank, replica; /* the rank it strikes */
-  int addr;          /* the address (>= 0); -1 before rt_fault_resolve when place names it */
+  int addr;          /* the address (>= 0); -1 before rt_fault_resolve when place names it, and
+                        after it at RT_PLACE_END (no instruction: it strikes after the run) */
   int place;         /* an RT_PLACE_* index, or -1 when addr was given */
 } rt_fault;
 
@@ -426,10 +429,12 @@ int rt_mpi_start(int *argc, char ***argv, const char *path, const rt_opts *mo,
  * processes slowly). */
 #define RT_MPI_INIT_MIN_TIMEOUT 10.0
 
-/* For the MPI launchers: MPI_Finalize, the end of every process that returns its exit status.
- * When another process exits first with a status that is not 0, mpirun ends this one with
- * SIGTERM: it then exits without a message (the first status is the job's). Defined when built
- * with MPI. */
+/* For the MPI launchers: MPI_Finalize, the end of every process that returns its exit status,
+ * under the watchdog with the --timeout deadline (a stopped process would hold the others in
+ * it for ever). When another process fails or is killed meanwhile, mpirun ends this one with
+ * SIGTERM: a process whose status is not 0 has said why and exits without a message (the
+ * first status is the job's); any other says it was ended in the shut-down.
+ * Defined when built with MPI. */
 void rt_mpi_end(void);
 
 /* For the MPI launchers: MPI_Ibarrier on the world, polled until it completes or 'timeout'

@@ -75,7 +75,8 @@ static void usage(FILE *out) {
           "                     its first step: an address, allreduce (its first ALLREDUCE),\n"
           "                     optimizer (its STEP) or setup (mpi: before the communicators\n"
           "                     are made, or --profile's reduction; cpu: address 0) or init\n"
-          "                     (mpi: before MPI_Init; cpu: as setup); the others stop with\n"
+          "                     (mpi: before MPI_Init; cpu: as setup) or end (mpi only:\n"
+          "                     after the report, before MPI_Finalize); the others stop with\n"
           "                     its name\n"
           "  --stop=RANK[/REPLICA]:WHERE\n"
           "                     testing: the same, but the rank stops responding without dying\n"
@@ -273,6 +274,12 @@ int main(int argc, char **argv) {
   if (o.fault.kind != RT_FAULT_NONE && (gpu || (profile && !profile_setup))) {
     fputs(PROG ": error: --die and --stop run with --backend=cpu or mpi, without --profile "
           "(with it only on mpi at 'setup')\n", stderr);
+    return RT_EXIT_INPUT;
+  }
+  if (o.fault.kind != RT_FAULT_NONE && o.fault.place == RT_PLACE_END &&
+      strcmp(backend, "mpi") != 0) {
+    fputs(PROG ": error: --die and --stop at 'end' (before MPI_Finalize) run with "
+          "--backend=mpi\n", stderr);
     return RT_EXIT_INPUT;
   }
   /* nccl reads the stream in each process: the real size unless --scale says */
