@@ -50,8 +50,8 @@ static const hf_ignored hf_ignored_fields[] = {
 #undef HF_IGNORED
 };
 
-/* What OctoPipe computes (docs/runtime.md; the runtime's constants, which import/ may not
- * include: RT_NORM_EPS and RT_ATTN_ROPE_THETA). */
+/* What OctoPipe computes (docs/runtime.md; the runtime's constant, which import/ may not
+ * include: RT_NORM_EPS), and the language's default rope_theta (ir/layer_params.def). */
 #define HF_OCTO_EPS 1e-5
 #define HF_OCTO_THETA 1e4
 
@@ -264,6 +264,27 @@ static bool hf_count_of(hf_ctx *c, const cJSON *v, const char *p, const char *na
   return true;
 }
 
+/* Positive number field p+name: its value, or 'dflt' when absent or null. Returns 0 after an
+ * error. 'how' says how it is used (header). */
+static double hf_positive(hf_ctx *c, const cJSON *obj, const char *p, const char *name,
+                          double dflt, const char *how) {
+  const cJSON *v = hf_get(c, obj, p, name);
+  if (!v || cJSON_IsNull(v)) {
+    if (v) hf_use(c, p, name, "null: %g, the %s default; %s", dflt, c->fam->type, how);
+    return dflt;
+  }
+  if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble)) {
+    char buf[80];
+    hf_path path = hf_mkpath(p, name);
+    c->errors++;
+    diag_error(c->d, hf_loc(c, path.s), "%s = %s: expected a positive number", path.s,
+               hf_written(c, path.s, buf));
+    return 0;
+  }
+  hf_use(c, p, name, "%s", how);
+  return v->valuedouble;
+}
+
 /* Whole-number field p+name (at least min): its value, or 'dflt' when absent or null (dflt < 0:
  * required, an error). Returns 0 after an error. 'how' says how it is used (header). */
 static double hf_count(hf_ctx *c, const cJSON *obj, const char *p, const char *name, double dflt,
@@ -377,6 +398,8 @@ typedef struct hf_model {
   const char *act;          /* MLP activation (language name) */
   bool gated;               /* gated MLP */
   double window;            /* window of the windowed ('L') layers; 0: none */
+  double theta;             /* RoPE base of every attention layer (rope_theta) */
+  double local_theta;       /* that of the windowed layers when it differs; 0: theta */
   double experts, top_k, expert_ffn, shared; /* MoE dimensions (experts 0: none) */
   char *layers;             /* per decoder layer: 'D' dense, 'E' MoE, 'L' windowed dense,
                                'W' windowed MoE; or, with 'hybrid', the pattern letters */
@@ -406,10 +429,10 @@ static const char *hf_act(hf_ctx *c, const cJSON *obj, const char *p, const char
   return NULL;
 }
 
-/* RoPE fields: rope_theta (10000 only), rope_scaling (none), partial_rotary_factor (1). */
-static void hf_rope(hf_ctx *c, const cJSON *obj, const char *p) {
-  hf_fixed(c, obj, p, "rope_theta", c->fam->theta, HF_OCTO_THETA,
-           "OctoPipe's rotary embedding uses theta = 10000");
+/* RoPE fields: rope_theta (any positive base: m->theta), rope_scaling (none),
+ * partial_rotary_factor (1). */
+static void hf_rope(hf_ctx *c, const cJSON *obj, const char *p, hf_model *m) {
+  m->theta = hf_positive(c, obj, p, "rope_theta", c->fam->theta, "rope_theta");
   hf_none(c, obj, p, "rope_scaling",
           "OctoPipe's rotary embedding has no scaling (linear, dynamic, yarn, llama3, longrope)");
   hf_fixed(c, obj, p, "partial_rotary_factor", 1, 1,
@@ -432,7 +455,7 @@ static void hf_decoder_common(hf_ctx *c, const cJSON *obj, const char *p, hf_mod
   m->gated = true;
   hf_fixed(c, obj, p, "rms_norm_eps", c->fam->eps, HF_OCTO_EPS,
            "OctoPipe's RMSNorm uses eps = 1e-5");
-  hf_rope(c, obj, p);
+  hf_rope(c, obj, p, m);
   hf_flag(c, obj, p, "attention_bias", false, false, "OctoPipe's attention projections have no bias");
   hf_flag(c, obj, p, "mlp_bias", false, false, "OctoPipe's MLP projections have no bias");
   hf_fixed(c, obj, p, "attention_dropout", 0, 0, "OctoPipe has no attention dropout");
@@ -603,8 +626,8 @@ static void hf_decoder(hf_ctx *c, const cJSON *obj, const char *p, hf_family_id 
                 "scores are scaled by query_pre_attn_scalar^-0.5; OctoPipe scales by "
                 "head_dim^-0.5 = %g^-0.5", hd);
     if (g3) {
-      hf_fixed(c, obj, p, "rope_local_base_freq", 1e4, HF_OCTO_THETA,
-               "OctoPipe's rotary embedding uses theta = 10000 (local layers)");
+      m->local_theta = hf_positive(c, obj, p, "rope_local_base_freq", 1e4,
+                                   "rope_theta of the local layers");
     }
     double w = hf_count(c, obj, p, "sliding_window", 4096, 1, "window of the local layers");
     double every = g3 ? hf_count(c, obj, p, "sliding_window_pattern", 6, 1,
@@ -800,7 +823,7 @@ static void hf_llava(hf_ctx *c, const cJSON *obj, hf_model *m, double *n) {
   m->act = hf_act(c, tc, p, "hidden_act", "silu");
   m->gated = true;
   hf_fixed(c, tc, p, "rms_norm_eps", c->fam->eps, HF_OCTO_EPS, "OctoPipe's RMSNorm uses eps = 1e-5");
-  hf_rope(c, tc, p);
+  hf_rope(c, tc, p, m);
   hf_flag(c, tc, p, "attention_bias", false, false, "OctoPipe's attention projections have no bias");
   hf_flag(c, tc, p, "tie_word_embeddings", false, false,
           "OctoPipe's embedding and LM head are separate matrices (no tied embeddings)");
@@ -822,7 +845,10 @@ static void hf_dim(strbuf *s, const char *name, double v) {
 
 /* The items of decoder layer letter 'k' ('D', 'E', 'L', 'W'): attention and feed-forward. */
 static void hf_decoder_items(strbuf *s, const hf_model *m, char k, const char *indent) {
-  if (k == 'L' || k == 'W')
+  if ((k == 'L' || k == 'W') && m->local_theta > 0 && m->local_theta != m->theta)
+    strbuf_printf(s, "%slayer attn : attention { window = %.0f, rope_theta = %.17g }\n", indent,
+                  m->window, m->local_theta);
+  else if (k == 'L' || k == 'W')
     strbuf_printf(s, "%slayer attn : attention { window = %.0f }\n", indent, m->window);
   else
     strbuf_printf(s, "%slayer attn : attention\n", indent);
@@ -857,6 +883,7 @@ static void hf_write_model(strbuf *s, const hf_model *m, const char *name, doubl
   if (m->ffn > 0) hf_dim(s, "ffn", m->ffn);
   if (strcmp(m->act, "silu") != 0) strbuf_printf(s, "  act = %s", m->act);
   if (!m->gated) strbuf_puts(s, "  gated = false");
+  if (m->theta > 0 && m->theta != HF_OCTO_THETA) strbuf_printf(s, "  rope_theta = %.17g", m->theta);
   strbuf_putc(s, '\n');
   if (m->experts > 0) {
     hf_dim(s, "experts", m->experts);

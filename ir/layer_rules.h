@@ -153,6 +153,7 @@ static inline int lr_layer_check(int kind, const double *p, lr_report *r) {
     double seq = p[LR_P_ATTENTION_SEQ], win = p[LR_P_ATTENTION_WINDOW];
     if (LR_KNOWN2(seq, win) && win > seq)
       lr_problem(r, "window = %g is longer than seq = %g", win, seq);
+    if (p[LR_P_ATTENTION_ROPE_THETA] == 0) lr_problem(r, "'rope_theta' must be positive");
     break;
   }
   case LR_KIND_MOE: {

@@ -168,16 +168,36 @@ static struct {
 } mp_watch;
 
 void rt_mpi_end(void) {
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  char who[64];
+  if (!mp_term.named)
+    snprintf(who, sizeof who, "process %d", me);
+  else if (mp_term.replicas > 1)
+    snprintf(who, sizeof who, "replica %d: rank %d", mp_term.replica, mp_term.rank);
+  else
+    snprintf(who, sizeof who, "rank %d", mp_term.rank);
+  double timeout = mp_term.timeout > 0 ? mp_term.timeout : HUGE_VAL;
+  if (!mp_term.quiet) {
+    /* This process's run succeeded: wait until every other's did before the shut-down. Once a
+     * process has died, MPI_Finalize may return as if nothing happened (its fence fails), and
+     * this process would end with status 0 without a word; in the barrier it is ended by
+     * mpirun and says so. */
+    mp_term.phase = " in the closing barrier (after its run)";
+    MPI_Request q;
+    int rc = MPI_Ibarrier(MPI_COMM_WORLD, &q) == MPI_SUCCESS ? mp_poll(&q, timeout, NULL) : -1;
+    if (rc != 0) {
+      mp_term.quiet = 1;
+      if (rc == 1)
+        fprintf(stderr, "octo-run: error: %s: the closing barrier (after its run) did not "
+                "complete within %g s (another process stopped)\n", who, timeout);
+      else
+        fprintf(stderr, "octo-run: error: %s: the closing barrier (after its run) failed\n", who);
+      fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, RT_EXIT_RUNTIME);
+    }
+  }
   if (mp_term.timeout > 0) {
-    int me = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    char who[64];
-    if (!mp_term.named)
-      snprintf(who, sizeof who, "process %d", me);
-    else if (mp_term.replicas > 1)
-      snprintf(who, sizeof who, "replica %d: rank %d", mp_term.replica, mp_term.rank);
-    else
-      snprintf(who, sizeof who, "rank %d", mp_term.rank);
     snprintf(mp_watch.msg, sizeof mp_watch.msg, "octo-run: error: %s: the MPI shut-down "
              "(MPI_Finalize) did not complete within %g s (another process stopped or ended)\n",
              who, mp_term.timeout);
@@ -670,7 +690,7 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
   char what[64];
   snprintf(what, sizeof what, "mpi (%d processes)", (int)(s->nranks * s->replicas));
   rc = rt_mpi_report(s, o, &st, path, what, trace_path, mo);
-  if (rc == RT_EXIT_OK) mp_inject_at(s, o, RT_PLACE_END, "end", "MPI_Finalize");
+  if (rc == RT_EXIT_OK) mp_inject_at(s, o, RT_PLACE_END, "end", "the closing barrier");
   rt_rank_stats_free(&st);
   MPI_Comm_free(&mc.pipe);
   MPI_Comm_free(&mc.replicas);

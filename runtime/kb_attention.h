@@ -6,9 +6,6 @@
 
 #include "kb_common.h"
 
-/* Rotary base. */
-#define RT_ATTN_ROPE_THETA 10000.0
-
 /* Visible keys of query t in a sequence of S tokens: [*lo, *hi] (key j visible iff (causal:
  * j <= t) and (window > 0: t - window < j, and when not causal also j - t < window); non-empty
  * for every valid shape, since window >= 1 keeps j = t). */
@@ -33,11 +30,12 @@ RT_HD static inline void rt_attn_prob_row(int S, int lo, int hi, float m, float 
  * sin (t < S, k < hd/2). */
 typedef struct rt_b_attn_rope_table_a {
   int hd;         /* head width (even) */
+  double theta;   /* base frequency (> 0) */
   float *cs, *sn; /* [S, hd/2] each */
 } rt_b_attn_rope_table_a;
 RT_BODY_FN(attn_rope_table) {
   int half = p->hd / 2, t = (int)(i / half), k = (int)(i % half);
-  double f = pow(RT_ATTN_ROPE_THETA, -2.0 * k / p->hd);
+  double f = pow(p->theta, -2.0 * k / p->hd);
   p->cs[i] = (float)cos(t * f);
   p->sn[i] = (float)sin(t * f);
 }

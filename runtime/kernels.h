@@ -38,6 +38,7 @@ typedef struct rt_ldims {
   rt_act act;        /* mlp / moe / vit: activation */
   bool causal;       /* attention: causal mask */
   int window;        /* attention: sliding window in tokens (0: none) */
+  double rope_theta; /* attention: rotary base frequency (> 0) */
   int experts;       /* moe: routed experts */
   int top_k;         /* moe: experts per token */
   int shared;        /* moe: shared experts (always active, each of width ffn) */

@@ -249,8 +249,8 @@ typedef struct rt_comm {
   X(SETUP, "setup", BE_OP_COUNT)             /* before the first collective (see above) */ \
   X(INIT, "init", BE_OP_COUNT) /* MPI: before MPI_Init (the others' start-up watchdog ends them); \
                                   threads: as setup */                                      \
-  X(END, "end", BE_OP_COUNT) /* MPI only: after the run's report, before MPI_Finalize (the     \
-                                others are in the shut-down) */
+  X(END, "end", BE_OP_COUNT) /* MPI only: after the run's report, before the closing barrier  \
+                                and MPI_Finalize (the others wait in the barrier) */
 
 enum {
   RT_FAULT_NONE,
@@ -429,11 +429,12 @@ int rt_mpi_start(int *argc, char ***argv, const char *path, const rt_opts *mo,
  * processes slowly). */
 #define RT_MPI_INIT_MIN_TIMEOUT 10.0
 
-/* For the MPI launchers: MPI_Finalize, the end of every process that returns its exit status,
- * under the watchdog with the --timeout deadline (a stopped process would hold the others in
- * it for ever). When another process fails or is killed meanwhile, mpirun ends this one with
- * SIGTERM: a process whose status is not 0 has said why and exits without a message (the
- * first status is the job's); any other says it was ended in the shut-down.
+/* For the MPI launchers: the end of every process that returns its exit status. A process
+ * that has not failed first waits in a barrier (polled, --timeout deadline) until every other
+ * has finished too; then MPI_Finalize, under the watchdog with the same deadline (a stopped
+ * process would hold the others in it for ever). When another process fails or is killed
+ * meanwhile, mpirun ends this one with SIGTERM: a process whose status is not 0 has said why and
+ * exits without a message (the first status is the job's); any other says where it was ended.
  * Defined when built with MPI. */
 void rt_mpi_end(void);
 

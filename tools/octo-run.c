@@ -76,8 +76,8 @@ static void usage(FILE *out) {
           "                     optimizer (its STEP) or setup (mpi: before the communicators\n"
           "                     are made, or --profile's reduction; cpu: address 0) or init\n"
           "                     (mpi: before MPI_Init; cpu: as setup) or end (mpi only:\n"
-          "                     after the report, before MPI_Finalize); the others stop with\n"
-          "                     its name\n"
+          "                     after the report, before the closing barrier); the others\n"
+          "                     stop with its name\n"
           "  --stop=RANK[/REPLICA]:WHERE\n"
           "                     testing: the same, but the rank stops responding without dying\n"
           "                     (SIGSTOP under MPI); the others fail when --timeout passes\n"
@@ -278,7 +278,7 @@ int main(int argc, char **argv) {
   }
   if (o.fault.kind != RT_FAULT_NONE && o.fault.place == RT_PLACE_END &&
       strcmp(backend, "mpi") != 0) {
-    fputs(PROG ": error: --die and --stop at 'end' (before MPI_Finalize) run with "
+    fputs(PROG ": error: --die and --stop at 'end' (after the report) run with "
           "--backend=mpi\n", stderr);
     return RT_EXIT_INPUT;
   }

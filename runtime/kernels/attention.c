@@ -2,13 +2,13 @@
  * b*S + t is token t of sequence b; hd = head_dim; weights are [in, out] (y = x @ W).
  *
  *   attention  dims: B, S (= in_S), hidden (= in_w = out_w), heads, kv_heads (divides heads),
- *              head_dim (even), causal, window (0: none).
+ *              head_dim (even), causal, window (0: none), rope_theta.
  *              params, in order: "norm" [hidden] (const 1), "wq" [hidden, heads*hd],
  *              "wk" [hidden, kv_heads*hd], "wv" [hidden, kv_heads*hd], "wo" [heads*hd, hidden];
  *              wq, wk, wv uniform in +-sqrt(3 / hidden), wo in +-0.5 sqrt(3 / (heads*hd)).
  *              h = RMSNorm(x) * norm (eps RT_NORM_EPS); q = h wq, k = h wk, v = h wv;
  *              rotary embedding on q and k per head at position t (0..S-1 within the sequence),
- *              theta 10000, rotate-half: for i < hd/2, pair (i, i + hd/2) with angle
+ *              theta = rope_theta, rotate-half: for i < hd/2, pair (i, i + hd/2) with angle
  *              t * theta^(-2i/hd): out_i = x_i cos - x_{i+hd/2} sin,
  *              out_{i+hd/2} = x_{i+hd/2} cos + x_i sin;
  *              query head qh reads kv head qh / (heads / kv_heads);
@@ -119,7 +119,7 @@ static void ka_att_fwd(const rt_ldims *d, const float *w, const float *x, float 
   ka_proj(N, hid, aq, save + L.h, w + L.wq, NULL, save + L.q);
   ka_proj(N, hid, ak, save + L.h, w + L.wk, NULL, save + L.k);
   ka_proj(N, hid, ak, save + L.h, w + L.wv, NULL, save + L.v);
-  float *sn, *cs = ka_rope_tables(d->S, d->head_dim, &sn);
+  float *sn, *cs = ka_rope_tables(d->S, d->head_dim, d->rope_theta, &sn);
   ka_rope(N, d->S, d->heads, d->head_dim, save + L.q, cs, sn, false);
   ka_rope(N, d->S, d->kv_heads, d->head_dim, save + L.k, cs, sn, false);
   rt_scratch_free(cs);
@@ -146,7 +146,7 @@ static void ka_att_bwd_in(const rt_ldims *d, const float *w, float *save, const 
               save + L.dk, save + L.dv, P, P + (size_t)d->S * d->S);
   rt_scratch_free(P);
   rt_scratch_free(dO);
-  float *sn, *cs = ka_rope_tables(d->S, d->head_dim, &sn);
+  float *sn, *cs = ka_rope_tables(d->S, d->head_dim, d->rope_theta, &sn);
   ka_rope(N, d->S, d->heads, d->head_dim, save + L.dq, cs, sn, true);
   ka_rope(N, d->S, d->kv_heads, d->head_dim, save + L.dk, cs, sn, true);
   rt_scratch_free(cs);
@@ -173,7 +173,7 @@ static void ka_att_bwd_w(const rt_ldims *d, const float *w, const float *save, f
 }
 
 /* Dimensions: hidden, seq, heads, kv_heads and head_dim (rt_heads_dims, head width even),
- * causal, window. At scale 1 the layer runs as written: an odd head width, which the rotary
+ * causal, window, rope_theta. At scale 1 the layer runs as written: an odd head width, which the rotary
  * embedding cannot split in halves, is refused rather than rounded. */
 static int ka_att_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   int k = in->scale;
@@ -197,6 +197,7 @@ static int ka_att_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   d->causal = rt_lp(in, BE_LP_ATTENTION_CAUSAL, 1) != 0;
   long win = (long)rt_lp(in, BE_LP_ATTENTION_WINDOW, 0);
   d->window = win > 0 ? (int)rt_sdim((double)win, k, 1, 1) : 0;
+  d->rope_theta = rt_lp(in, BE_LP_ATTENTION_ROPE_THETA, 1e4); /* positions are not scaled */
   return 0;
 }
 

@@ -90,11 +90,11 @@ static inline void ka_core_bwd(const ka_shape *sh, const float *q, const float *
 
 /* Rotary tables in scratch (body attn_rope_table): cs[t*hd/2 + i] = cos(t * theta^(-2i/hd)),
  * sn likewise sin, t < S; free with rt_scratch_free(cs) (one block, *sn inside it). */
-static inline float *ka_rope_tables(int S, int hd, float **sn) {
+static inline float *ka_rope_tables(int S, int hd, double theta, float **sn) {
   size_t n = (size_t)S * (hd / 2);
   float *cs = rt_scratch(2 * n);
   *sn = cs + n;
-  RT_FOR(attn_rope_table, n, .hd = hd, .cs = cs, .sn = *sn);
+  RT_FOR(attn_rope_table, n, .hd = hd, .theta = theta, .cs = cs, .sn = *sn);
   return cs;
 }
 

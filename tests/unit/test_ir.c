@@ -125,6 +125,7 @@ static ir_module *build_full_module(void) {
   set_param(l, "seq", 4096);
   set_param(l, "causal", 1);
   set_param(l, "window", 0);
+  set_param(l, "rope_theta", 500000);
   set_field(&l->cost, IR_REC_COST, "f", 1.2e-3);
   set_field(&l->cost, IR_REC_COST, "b", 2.4e-3);
   set_field(&l->cost, IR_REC_COST, "w", 1.2e-3);

@@ -1,5 +1,5 @@
 """PyTorch reference of the attention layer kind (runtime/kernels/attention.c): pre-norm (RMSNorm)
-grouped-query self-attention with rotary embedding (rotate-half, theta 10000), causal and
+grouped-query self-attention with rotary embedding (rotate-half, base rope_theta), causal and
 sliding-window masks, and a residual connection. Written as the textbook formulation."""
 import math
 
@@ -13,7 +13,7 @@ def _rotate_half(t):
     return torch.cat([-t[..., half:], t[..., :half]], dim=-1)
 
 
-def _rotary(t, theta=10000.0):
+def _rotary(t, theta):
     """t: [B, heads, S, hd]; rotate each pair (i, i + hd/2) by angle pos * theta^(-2i/hd)."""
     S, hd = t.shape[-2], t.shape[-1]
     inv_freq = theta ** (-torch.arange(0, hd, 2, dtype=t.dtype) / hd)
@@ -38,12 +38,13 @@ def forward(dims, x, p):
     B, S, hidden = dims["B"], dims["S"], dims["hidden"]
     H, KV, hd = dims["heads"], dims["kv_heads"], dims["head_dim"]
     causal, window = bool(dims["causal"]), int(dims["window"])
+    theta = float(dims.get("rope_theta", 10000.0))
 
     h = rmsnorm(x, p["norm"])
     q = (h @ p["wq"]).view(B, S, H, hd).transpose(1, 2)
     k = (h @ p["wk"]).view(B, S, KV, hd).transpose(1, 2)
     v = (h @ p["wv"]).view(B, S, KV, hd).transpose(1, 2)
-    q, k = _rotary(q), _rotary(k)
+    q, k = _rotary(q, theta), _rotary(k, theta)
     k = k.repeat_interleave(H // KV, dim=1)
     v = v.repeat_interleave(H // KV, dim=1)
 
