@@ -50,8 +50,8 @@ static const hf_ignored hf_ignored_fields[] = {
 #undef HF_IGNORED
 };
 
-/* What OctoPipe computes (docs/runtime.md; the runtime's constant, which import/ may not
- * include: RT_NORM_EPS), and the language's default rope_theta (ir/layer_params.def). */
+/* The language's defaults of norm_eps and rope_theta (ir/layer_params.def): a value that differs
+ * is written in the spec. */
 #define HF_OCTO_EPS 1e-5
 #define HF_OCTO_THETA 1e4
 
@@ -400,6 +400,9 @@ typedef struct hf_model {
   double window;            /* window of the windowed ('L') layers; 0: none */
   double theta;             /* RoPE base of every attention layer (rope_theta) */
   double local_theta;       /* that of the windowed layers when it differs; 0: theta */
+  double eps;               /* RMSNorm epsilon of the decoder layers and the head (norm_eps) */
+  bool qkv_bias;            /* the attention's q, k and v projections have biases (Qwen2) */
+  double vit_eps;           /* LayerNorm epsilon of the ViT layers */
   double experts, top_k, expert_ffn, shared; /* MoE dimensions (experts 0: none) */
   char *layers;             /* per decoder layer: 'D' dense, 'E' MoE, 'L' windowed dense,
                                'W' windowed MoE; or, with 'hybrid', the pattern letters */
@@ -453,8 +456,7 @@ static void hf_decoder_common(hf_ctx *c, const cJSON *obj, const char *p, hf_mod
   m->vocab = hf_count(c, obj, p, "vocab_size", -1, 1, "vocab (embedding and lm_head)");
   m->act = hf_act(c, obj, p, act_field, act_dflt);
   m->gated = true;
-  hf_fixed(c, obj, p, "rms_norm_eps", c->fam->eps, HF_OCTO_EPS,
-           "OctoPipe's RMSNorm uses eps = 1e-5");
+  m->eps = hf_positive(c, obj, p, "rms_norm_eps", c->fam->eps, "norm_eps");
   hf_rope(c, obj, p, m);
   hf_flag(c, obj, p, "attention_bias", false, false, "OctoPipe's attention projections have no bias");
   hf_flag(c, obj, p, "mlp_bias", false, false, "OctoPipe's MLP projections have no bias");
@@ -562,7 +564,7 @@ static void hf_decoder(hf_ctx *c, const cJSON *obj, const char *p, hf_family_id 
     break;
   case HF_FAM_QWEN2:
   case HF_FAM_QWEN2_MOE:
-    hf_implicit(c, p, "Qwen2's q, k and v projections have biases; OctoPipe's attention has none");
+    m->qkv_bias = true; /* Qwen2's q, k and v projections have biases; no field says so */
     if (f == HF_FAM_QWEN2) {
       hf_windows(c, obj, p, m, *n, true);
       break;
@@ -742,8 +744,7 @@ static void hf_nemotron_h(hf_ctx *c, const cJSON *obj, hf_model *m) {
     hf_refuse(c, p, "time_step_limit", "OctoPipe's Mamba-2 does not clamp dt (limit [0, inf])");
   else if (lim)
     hf_use(c, p, "time_step_limit", "checked: dt is not clamped");
-  hf_fixed(c, obj, p, "layer_norm_epsilon", c->fam->eps, HF_OCTO_EPS,
-           "OctoPipe's RMSNorm uses eps = 1e-5");
+  m->eps = hf_positive(c, obj, p, "layer_norm_epsilon", c->fam->eps, "norm_eps (RMSNorm)");
   hf_fixed(c, obj, p, "attention_dropout", 0, 0, "OctoPipe has no attention dropout");
   hf_fixed(c, obj, p, "hidden_dropout", 0, 0, "OctoPipe has no dropout");
   hf_flag(c, obj, p, "tie_word_embeddings", c->fam->tied, false,
@@ -776,7 +777,7 @@ static void hf_llava(hf_ctx *c, const cJSON *obj, hf_model *m, double *n) {
     m->vit_ffn = hf_count(c, vc, p, "intermediate_size", 3072, 1, "vit ffn");
     m->vit_patch = hf_count(c, vc, p, "patch_size", 32, 1, "vit patch");
     m->vit_image = hf_count(c, vc, p, "image_size", 224, 1, "vit image");
-    hf_fixed(c, vc, p, "layer_norm_eps", 1e-5, HF_OCTO_EPS, "OctoPipe's LayerNorm uses eps = 1e-5");
+    m->vit_eps = hf_positive(c, vc, p, "layer_norm_eps", 1e-5, "vit norm_eps (LayerNorm)");
     hf_string_is(c, vc, p, "hidden_act", "quick_gelu", "gelu",
                  "OctoPipe's ViT MLP uses GELU (the erf form), not quick_gelu x * sigmoid(1.702 x)");
     hf_fixed(c, vc, p, "attention_dropout", 0, 0, "OctoPipe has no attention dropout");
@@ -822,7 +823,7 @@ static void hf_llava(hf_ctx *c, const cJSON *obj, hf_model *m, double *n) {
   if (m->seq <= 0) m->seq = seq;
   m->act = hf_act(c, tc, p, "hidden_act", "silu");
   m->gated = true;
-  hf_fixed(c, tc, p, "rms_norm_eps", c->fam->eps, HF_OCTO_EPS, "OctoPipe's RMSNorm uses eps = 1e-5");
+  m->eps = hf_positive(c, tc, p, "rms_norm_eps", c->fam->eps, "norm_eps");
   hf_rope(c, tc, p, m);
   hf_flag(c, tc, p, "attention_bias", false, false, "OctoPipe's attention projections have no bias");
   hf_flag(c, tc, p, "tie_word_embeddings", false, false,
@@ -843,13 +844,22 @@ static void hf_dim(strbuf *s, const char *name, double v) {
   strbuf_printf(s, "  %s = %.0f", name, v);
 }
 
+/* Append "SEP NAME = VALUE" for a real v that is not the language's default 'dflt' (v > 0), in
+ * the shortest text that reads back exactly. */
+static void hf_real(strbuf *s, const char *sep, const char *name, double v, double dflt) {
+  char buf[40];
+  if (v <= 0 || v == dflt) return;
+  fmt_shortest_scaled(buf, v, 1.0);
+  strbuf_printf(s, "%s%s = %s", sep, name, buf);
+}
+
 /* The items of decoder layer letter 'k' ('D', 'E', 'L', 'W'): attention and feed-forward. */
 static void hf_decoder_items(strbuf *s, const hf_model *m, char k, const char *indent) {
-  if ((k == 'L' || k == 'W') && m->local_theta > 0 && m->local_theta != m->theta)
-    strbuf_printf(s, "%slayer attn : attention { window = %.0f, rope_theta = %.17g }\n", indent,
-                  m->window, m->local_theta);
-  else if (k == 'L' || k == 'W')
-    strbuf_printf(s, "%slayer attn : attention { window = %.0f }\n", indent, m->window);
+  if (k == 'L' || k == 'W') {
+    strbuf_printf(s, "%slayer attn : attention { window = %.0f", indent, m->window);
+    if (m->local_theta != m->theta) hf_real(s, ", ", "rope_theta", m->local_theta, 0);
+    strbuf_puts(s, " }\n");
+  }
   else
     strbuf_printf(s, "%slayer attn : attention\n", indent);
   strbuf_printf(s, "%slayer %s\n", indent, k == 'E' || k == 'W' ? "moe : moe" : "mlp : mlp");
@@ -883,7 +893,9 @@ static void hf_write_model(strbuf *s, const hf_model *m, const char *name, doubl
   if (m->ffn > 0) hf_dim(s, "ffn", m->ffn);
   if (strcmp(m->act, "silu") != 0) strbuf_printf(s, "  act = %s", m->act);
   if (!m->gated) strbuf_puts(s, "  gated = false");
-  if (m->theta > 0 && m->theta != HF_OCTO_THETA) strbuf_printf(s, "  rope_theta = %.17g", m->theta);
+  hf_real(s, "  ", "rope_theta", m->theta, HF_OCTO_THETA);
+  hf_real(s, "  ", "norm_eps", m->eps, HF_OCTO_EPS);
+  if (m->qkv_bias) strbuf_puts(s, "  qkv_bias = true");
   strbuf_putc(s, '\n');
   if (m->experts > 0) {
     hf_dim(s, "experts", m->experts);
@@ -893,10 +905,13 @@ static void hf_write_model(strbuf *s, const hf_model *m, const char *name, doubl
     strbuf_putc(s, '\n');
   }
   strbuf_puts(s, "  layer embed : embedding\n");
-  if (m->vit_layers > 0)
+  if (m->vit_layers > 0) {
     strbuf_printf(s, "  repeat %.0f {\n    layer vision : vit { hidden = %.0f, heads = %.0f, ffn = "
-                  "%.0f, patch = %.0f, image = %.0f }\n  }\n", m->vit_layers, m->vit_hidden,
+                  "%.0f, patch = %.0f, image = %.0f", m->vit_layers, m->vit_hidden,
                   m->vit_heads, m->vit_ffn, m->vit_patch, m->vit_image);
+    hf_real(s, ", ", "norm_eps", m->vit_eps, HF_OCTO_EPS);
+    strbuf_puts(s, " }\n  }\n");
+  }
   if (m->hybrid) {
     strbuf_printf(s, "  pattern \"%s\" {\n", m->layers);
     strbuf_printf(s, "    M = mamba2 { state = %.0f, heads = %.0f, head_dim = %.0f, groups = %.0f, "

@@ -116,7 +116,8 @@ static inline void lr_problem(lr_report *r, const char *fmt, ...) {
 
 /* Check a layer of kind 'kind' (in range) whose parameters are p[0..LR_P_N) (NAN: not set;
  * only the kind's own are read): each non-derived one present, each value finite, non-negative,
- * whole when its type is, at least 1 for a count whose default is not 0, 0 or 1 for a boolean, a
+ * whole when its type is, at least 1 for a count whose default is not 0, positive for a number
+ * (rope_theta, norm_eps), 0 or 1 for a boolean, a
  * value of its enumerated type; then the kind's relations. Each problem goes to r. Returns the
  * number found. */
 static inline int lr_layer_check(int kind, const double *p, lr_report *r) {
@@ -137,6 +138,8 @@ static inline int lr_layer_check(int kind, const double *p, lr_report *r) {
       lr_problem(r, "'%s' must be a whole number", pi->name);
     else if (pi->type == LR_T_COUNT && v == 0 && pi->def != 0)
       lr_problem(r, "'%s' must be at least 1", pi->name);
+    else if (pi->type == LR_T_REAL && v == 0) /* a base or an epsilon: 0 divides by zero */
+      lr_problem(r, "'%s' must be positive", pi->name);
     else if (pi->type == LR_T_BOOL && v > 1)
       lr_problem(r, "'%s' must be true or false", pi->name);
     else if (values && v >= values)
@@ -153,7 +156,6 @@ static inline int lr_layer_check(int kind, const double *p, lr_report *r) {
     double seq = p[LR_P_ATTENTION_SEQ], win = p[LR_P_ATTENTION_WINDOW];
     if (LR_KNOWN2(seq, win) && win > seq)
       lr_problem(r, "window = %g is longer than seq = %g", win, seq);
-    if (p[LR_P_ATTENTION_ROPE_THETA] == 0) lr_problem(r, "'rope_theta' must be positive");
     break;
   }
   case LR_KIND_MOE: {

@@ -30,7 +30,6 @@ typedef enum rt_act {
   RT_ACT_COUNT
 } rt_act;
 
-#define RT_NORM_EPS 1e-5f           /* RMSNorm and LayerNorm epsilon */
 #define RT_SQRT1_2 0.70710678118654752440 /* 1 / sqrt(2) */
 #define RT_PI 3.14159265358979323846
 
@@ -81,6 +80,7 @@ RT_HD static inline float rt_act_grad(int a, float z) {
 /* Row i: y and rstd[i] = 1 / rms. */
 typedef struct rt_b_rmsnorm_fwd_a {
   int n;                    /* row width */
+  double eps;               /* epsilon (> 0) */
   const float *x, *gamma;   /* rows x n, [n] */
   float *y, *rstd;          /* rows x n, [rows] */
 } rt_b_rmsnorm_fwd_a;
@@ -89,7 +89,7 @@ RT_BODY_FN(rmsnorm_fwd) {
   const float *xr = p->x + (size_t)i * n;
   double ss = 0;
   for (int k = 0; k < n; k++) ss += (double)xr[k] * xr[k];
-  float rs = (float)(1.0 / sqrt(ss / n + RT_NORM_EPS));
+  float rs = (float)(1.0 / sqrt(ss / n + p->eps));
   p->rstd[i] = rs;
   float *yr = p->y + (size_t)i * n;
   for (int k = 0; k < n; k++) yr[k] = xr[k] * rs * p->gamma[k];
@@ -133,6 +133,7 @@ RT_BODY_FN(rmsnorm_bwd_w) {
 
 typedef struct rt_b_layernorm_fwd_a {
   int n;                          /* row width */
+  double eps;                     /* epsilon (> 0) */
   const float *x, *gamma, *beta;  /* rows x n, [n], [n] */
   float *y, *mean, *rstd;         /* rows x n, [rows], [rows] */
 } rt_b_layernorm_fwd_a;
@@ -144,7 +145,7 @@ RT_BODY_FN(layernorm_fwd) {
   mu /= n;
   for (int k = 0; k < n; k++) var += ((double)xr[k] - mu) * ((double)xr[k] - mu);
   var /= n;
-  double rs = 1.0 / sqrt(var + RT_NORM_EPS);
+  double rs = 1.0 / sqrt(var + p->eps);
   p->mean[i] = (float)mu;
   p->rstd[i] = (float)rs;
   float *yr = p->y + (size_t)i * n;

@@ -135,6 +135,7 @@ RT_BODY_FN(m2_silu_bwd) { p->d[i] = p->g[i] * rt_silu_grad(p->a[i]); }
  * 1 / sqrt(mean(yg^2) + eps), ygn = yg * rstd * gamma[group's n channels]. */
 typedef struct rt_b_m2_gnorm_fwd_a {
   int n, G;                /* channels per group, groups */
+  double eps;              /* epsilon (> 0) */
   const float *yg, *gamma; /* T x G*n, [G*n] */
   float *ygn, *rstd;       /* T x G*n, [T x G] */
 } rt_b_m2_gnorm_fwd_a;
@@ -144,7 +145,7 @@ RT_BODY_FN(m2_gnorm_fwd) {
   const float *gm = p->gamma + (size_t)(i % p->G) * n;
   double ss = 0;
   for (int k = 0; k < n; k++) ss += (double)v[k] * v[k];
-  float rs = (float)(1.0 / sqrt(ss / n + RT_NORM_EPS));
+  float rs = (float)(1.0 / sqrt(ss / n + p->eps));
   p->rstd[i] = rs;
   for (int k = 0; k < n; k++) p->ygn[(size_t)i * n + k] = v[k] * rs * gm[k];
 }

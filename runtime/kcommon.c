@@ -219,8 +219,9 @@ void rt_sync(void) {
 
 /* ---- Norms (bodies in kb_common.h) ----------------------------------------------------------- */
 
-void rt_rmsnorm_fwd(int rows, int n, const float *x, const float *gamma, float *y, float *rstd) {
-  RT_FOR(rmsnorm_fwd, rows, .n = n, .x = x, .gamma = gamma, .y = y, .rstd = rstd);
+void rt_rmsnorm_fwd(int rows, int n, double eps, const float *x, const float *gamma, float *y,
+                    float *rstd) {
+  RT_FOR(rmsnorm_fwd, rows, .n = n, .eps = eps, .x = x, .gamma = gamma, .y = y, .rstd = rstd);
 }
 
 void rt_rmsnorm_bwd_in(int rows, int n, const float *x, const float *gamma, const float *rstd,
@@ -235,9 +236,9 @@ void rt_rmsnorm_bwd_w(int rows, int n, const float *x, const float *rstd, const 
          .dgamma = dgamma);
 }
 
-void rt_layernorm_fwd(int rows, int n, const float *x, const float *gamma, const float *beta,
-                      float *y, float *mean, float *rstd) {
-  RT_FOR(layernorm_fwd, rows, .n = n, .x = x, .gamma = gamma, .beta = beta, .y = y,
+void rt_layernorm_fwd(int rows, int n, double eps, const float *x, const float *gamma,
+                      const float *beta, float *y, float *mean, float *rstd) {
+  RT_FOR(layernorm_fwd, rows, .n = n, .eps = eps, .x = x, .gamma = gamma, .beta = beta, .y = y,
          .mean = mean, .rstd = rstd);
 }
 

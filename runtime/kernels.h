@@ -39,6 +39,8 @@ typedef struct rt_ldims {
   bool causal;       /* attention: causal mask */
   int window;        /* attention: sliding window in tokens (0: none) */
   double rope_theta; /* attention: rotary base frequency (> 0) */
+  bool qkv_bias;     /* attention: the q, k and v projections have biases */
+  double norm_eps;   /* every kind with a norm (not embedding, custom): its epsilon (> 0) */
   int experts;       /* moe: routed experts */
   int top_k;         /* moe: experts per token */
   int shared;        /* moe: shared experts (always active, each of width ffn) */
@@ -271,11 +273,12 @@ double rt_median(double *v, int n);
  * share). */
 double rt_blas_seconds(void);
 
-/* The norms (their bodies are in kb_common.h; eps RT_NORM_EPS), over 'rows' rows of width n on
- * the current device (kdev.h).
+/* The norms (their bodies are in kb_common.h), over 'rows' rows of width n on the current
+ * device (kdev.h), with epsilon eps (> 0, the layer's norm_eps).
  * RMSNorm: y = x / rms(x) * gamma, rms = sqrt(mean(x^2) + eps); rstd (one per row) receives
  * 1 / rms. */
-void rt_rmsnorm_fwd(int rows, int n, const float *x, const float *gamma, float *y, float *rstd);
+void rt_rmsnorm_fwd(int rows, int n, double eps, const float *x, const float *gamma, float *y,
+                    float *rstd);
 /* Input gradient of rt_rmsnorm_fwd: dx (+)= d/dx given dy; accumulate into dx when acc. */
 void rt_rmsnorm_bwd_in(int rows, int n, const float *x, const float *gamma, const float *rstd,
                        const float *dy, float *dx, bool acc);
@@ -285,8 +288,8 @@ void rt_rmsnorm_bwd_w(int rows, int n, const float *x, const float *rstd, const 
 
 /* LayerNorm with weight gamma and bias beta (vit): y = (x - mean) * rstd * gamma + beta; mean
  * and rstd (one per row) saved. */
-void rt_layernorm_fwd(int rows, int n, const float *x, const float *gamma, const float *beta,
-                      float *y, float *mean, float *rstd);
+void rt_layernorm_fwd(int rows, int n, double eps, const float *x, const float *gamma,
+                      const float *beta, float *y, float *mean, float *rstd);
 void rt_layernorm_bwd_in(int rows, int n, const float *x, const float *gamma, const float *mean,
                          const float *rstd, const float *dy, float *dx, bool acc);
 /* dgamma += sum dy * xhat, dbeta += sum dy. */

@@ -199,8 +199,10 @@ void rt_profile_json(const be_stream *s, int scale, const rt_layer_cost *costs,
       if (p >= 0 && be_lparams[p].act) { /* an activation is named */
         strbuf_puts(out, ": ");
         strbuf_json_str(out, rt_act_name((rt_act)(int)l->params[k].value));
-      } else {
-        strbuf_printf(out, ": %.17g", l->params[k].value);
+      } else { /* the shortest text that reads back exactly (1e-05, not 1.0000000000000001e-05) */
+        char num[40];
+        fmt_shortest_scaled(num, l->params[k].value, 1.0);
+        strbuf_printf(out, ": %s", num);
       }
     }
     strbuf_puts(out, "}}");

@@ -2,11 +2,13 @@
  * b*S + t is token t of sequence b; hd = head_dim; weights are [in, out] (y = x @ W).
  *
  *   attention  dims: B, S (= in_S), hidden (= in_w = out_w), heads, kv_heads (divides heads),
- *              head_dim (even), causal, window (0: none), rope_theta.
+ *              head_dim (even), causal, window (0: none), rope_theta, qkv_bias, norm_eps.
  *              params, in order: "norm" [hidden] (const 1), "wq" [hidden, heads*hd],
  *              "wk" [hidden, kv_heads*hd], "wv" [hidden, kv_heads*hd], "wo" [heads*hd, hidden];
- *              wq, wk, wv uniform in +-sqrt(3 / hidden), wo in +-0.5 sqrt(3 / (heads*hd)).
- *              h = RMSNorm(x) * norm (eps RT_NORM_EPS); q = h wq, k = h wk, v = h wv;
+ *              wq, wk, wv uniform in +-sqrt(3 / hidden), wo in +-0.5 sqrt(3 / (heads*hd));
+ *              with qkv_bias then "bq" [heads*hd], "bk", "bv" [kv_heads*hd] (const 0).
+ *              h = RMSNorm(x) * norm (eps norm_eps); q = h wq (+ bq), k = h wk (+ bk),
+ *              v = h wv (+ bv);
  *              rotary embedding on q and k per head at position t (0..S-1 within the sequence),
  *              theta = rope_theta, rotate-half: for i < hd/2, pair (i, i + hd/2) with angle
  *              t * theta^(-2i/hd): out_i = x_i cos - x_{i+hd/2} sin,
@@ -31,6 +33,7 @@
 /* Offsets of the attention layer's parameters and saved state (floats). */
 typedef struct ka_att {
   size_t norm, wq, wk, wv, wo; /* parameters, in layout order */
+  size_t bq, bk, bv;           /* with qkv_bias: the biases, after wo (else 0, unused) */
   size_t x;                    /* F: input [N, hidden] */
   size_t rstd;                 /* F: RMSNorm 1/rms [N] */
   size_t h;                    /* F: normalized input [N, hidden] */
@@ -56,6 +59,12 @@ static ka_att ka_att_layout(const rt_ldims *d, rt_lplan *p) {
   L.wk = ka_pt(p, &off, "wk", d->hidden, ak, RT_INIT_UNIFORM, ka_bound(d->hidden));
   L.wv = ka_pt(p, &off, "wv", d->hidden, ak, RT_INIT_UNIFORM, ka_bound(d->hidden));
   L.wo = ka_pt(p, &off, "wo", aq, d->hidden, RT_INIT_UNIFORM, 0.5f * ka_bound(aq));
+  L.bq = L.bk = L.bv = 0;
+  if (d->qkv_bias) {
+    L.bq = ka_pt(p, &off, "bq", aq, 0, RT_INIT_CONST, 0.0f);
+    L.bk = ka_pt(p, &off, "bk", ak, 0, RT_INIT_CONST, 0.0f);
+    L.bv = ka_pt(p, &off, "bv", ak, 0, RT_INIT_CONST, 0.0f);
+  }
   size_t s = 0;
   L.x = s, s += N * hid;
   L.rstd = s, s += N;
@@ -115,10 +124,11 @@ static void ka_att_fwd(const rt_ldims *d, const float *w, const float *x, float 
   int N = d->B * d->S, hid = d->hidden, aq = d->heads * d->head_dim;
   int ak = d->kv_heads * d->head_dim;
   rt_copy(save + L.x, x, (size_t)N * hid);
-  rt_rmsnorm_fwd(N, hid, x, w + L.norm, save + L.h, save + L.rstd);
-  ka_proj(N, hid, aq, save + L.h, w + L.wq, NULL, save + L.q);
-  ka_proj(N, hid, ak, save + L.h, w + L.wk, NULL, save + L.k);
-  ka_proj(N, hid, ak, save + L.h, w + L.wv, NULL, save + L.v);
+  rt_rmsnorm_fwd(N, hid, d->norm_eps, x, w + L.norm, save + L.h, save + L.rstd);
+  bool b = d->qkv_bias;
+  ka_proj(N, hid, aq, save + L.h, w + L.wq, b ? w + L.bq : NULL, save + L.q);
+  ka_proj(N, hid, ak, save + L.h, w + L.wk, b ? w + L.bk : NULL, save + L.k);
+  ka_proj(N, hid, ak, save + L.h, w + L.wv, b ? w + L.bv : NULL, save + L.v);
   float *sn, *cs = ka_rope_tables(d->S, d->head_dim, d->rope_theta, &sn);
   ka_rope(N, d->S, d->heads, d->head_dim, save + L.q, cs, sn, false);
   ka_rope(N, d->S, d->kv_heads, d->head_dim, save + L.k, cs, sn, false);
@@ -170,10 +180,15 @@ static void ka_att_bwd_w(const rt_ldims *d, const float *w, const float *save, f
   rt_gemm(true, false, hid, ak, N, 1.0f, save + L.h, hid, save + L.dk, ak, 1.0f, g + L.wk, ak);
   rt_gemm(true, false, hid, ak, N, 1.0f, save + L.h, hid, save + L.dv, ak, 1.0f, g + L.wv, ak);
   rt_gemm(true, false, aq, hid, N, 1.0f, save + L.o, aq, save + L.dy, hid, 1.0f, g + L.wo, hid);
+  if (d->qkv_bias) {
+    ka_colsum_acc(N, aq, save + L.dq, g + L.bq);
+    ka_colsum_acc(N, ak, save + L.dk, g + L.bk);
+    ka_colsum_acc(N, ak, save + L.dv, g + L.bv);
+  }
 }
 
 /* Dimensions: hidden, seq, heads, kv_heads and head_dim (rt_heads_dims, head width even),
- * causal, window, rope_theta. At scale 1 the layer runs as written: an odd head width, which the rotary
+ * causal, window, rope_theta, qkv_bias, norm_eps. At scale 1 the layer runs as written: an odd head width, which the rotary
  * embedding cannot split in halves, is refused rather than rounded. */
 static int ka_att_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   int k = in->scale;
@@ -198,6 +213,8 @@ static int ka_att_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   long win = (long)rt_lp(in, BE_LP_ATTENTION_WINDOW, 0);
   d->window = win > 0 ? (int)rt_sdim((double)win, k, 1, 1) : 0;
   d->rope_theta = rt_lp(in, BE_LP_ATTENTION_ROPE_THETA, 1e4); /* positions are not scaled */
+  d->qkv_bias = rt_lp(in, BE_LP_ATTENTION_QKV_BIAS, 0) != 0;
+  d->norm_eps = rt_lp(in, BE_LP_ATTENTION_NORM_EPS, 1e-5);
   return 0;
 }
 

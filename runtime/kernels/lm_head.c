@@ -24,7 +24,7 @@ static void kb_head_fwd(const rt_ldims *d, const float *w, const float *x, float
   int T = d->B * d->S, h = d->hidden, V = d->vocab;
   float *xs = save, *hn = xs + (size_t)T * h, *rstd = hn + (size_t)T * h;
   rt_copy(xs, x, (size_t)T * h);
-  rt_rmsnorm_fwd(T, h, x, w, hn, rstd);
+  rt_rmsnorm_fwd(T, h, d->norm_eps, x, w, hn, rstd);
   rt_gemm(false, false, T, V, h, 1.0f, hn, h, w + h, V, 0.0f, y, V);
 }
 
@@ -47,7 +47,7 @@ static void kb_head_bwd_w(const rt_ldims *d, const float *w, const float *save, 
   rt_gemm(true, false, h, V, T, 1.0f, hn, h, dys, V, 1.0f, g + h, V);
 }
 
-/* Dimensions: hidden, seq and vocab (at least 8). A head without the loss (loss = false) is
+/* Dimensions: hidden, seq, vocab (at least 8) and norm_eps. A head without the loss (loss = false) is
  * refused: the runtime's model always ends in softmax cross-entropy. */
 static int kb_head_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   if (rt_lp(in, BE_LP_LM_HEAD_LOSS, 1) == 0) {
@@ -57,6 +57,7 @@ static int kb_head_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   }
   rt_dims_tokens(in, BE_LP_LM_HEAD_HIDDEN, BE_LP_LM_HEAD_SEQ, d);
   d->vocab = (int)rt_sdim(rt_lp(in, BE_LP_LM_HEAD_VOCAB, 0), in->scale, 8, 1);
+  d->norm_eps = rt_lp(in, BE_LP_LM_HEAD_NORM_EPS, 1e-5);
   return 0;
 }
 

@@ -385,7 +385,7 @@ static void m2_fwd(const rt_ldims *d, const float *w, const float *x, float *y, 
   float *dt = save + so.dt, *ys = save + so.ys, *yg = save + so.yg, *ygn = save + so.ygn;
   float *xbc = save + so.xbc;
   rt_copy(xs, x, (size_t)T * hd);
-  rt_rmsnorm_fwd(T, hd, xs, w + o.norm, hn, rstd1);
+  rt_rmsnorm_fwd(T, hd, d->norm_eps, xs, w + o.norm, hn, rstd1);
   rt_gemm(false, false, T, W, hd, 1.0f, hn, hd, w + o.in_proj, W, 0.0f, zx, W);
   /* causal depthwise convolution of the xBC columns, then silu */
   RT_FOR(m2_conv_fwd, (long)T * CD, .S = m.S, .K = m.K, .CD = CD, .W = W, .in = zx + I,
@@ -393,7 +393,7 @@ static void m2_fwd(const rt_ldims *d, const float *w, const float *x, float *y, 
   RT_FOR(m2_dt_fwd, (long)T * H, .H = H, .W = W, .zdt = zx + I + CD, .dtb = w + o.dtb, .dt = dt);
   m2_ssd_fwd(&m, w + o.alog, w + o.D, xbc, dt, ys, save + so.st);
   RT_FOR(m2_gate_fwd, (long)T * I, .inner = I, .W = W, .ys = ys, .z = zx, .yg = yg);
-  RT_FOR(m2_gnorm_fwd, (long)T * m.G, .n = m.gw, .G = m.G, .yg = yg, .gamma = w + o.gnorm,
+  RT_FOR(m2_gnorm_fwd, (long)T * m.G, .n = m.gw, .G = m.G, .eps = d->norm_eps, .yg = yg, .gamma = w + o.gnorm,
          .ygn = ygn, .rstd = save + so.rstd2);
   rt_copy(y, xs, (size_t)T * hd);
   rt_gemm(false, false, T, hd, I, 1.0f, ygn, I, w + o.out, hd, 1.0f, y, hd);
@@ -463,7 +463,7 @@ static void m2_bwd_w(const rt_ldims *d, const float *w, const float *save, float
 }
 
 /* Dimensions: hidden, seq, SSM heads and head width (rt_heads_dims over the groups), state,
- * conv and chunk. */
+ * conv, chunk and norm_eps. */
 static int m2_ldims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   (void)err;
   int k = in->scale;
@@ -484,6 +484,7 @@ static int m2_ldims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   d->state = (int)rt_sdim(state, k, state < 4 ? (long)state : 4, 1);
   d->conv = (int)rt_lp(in, BE_LP_MAMBA2_CONV, 4);
   d->chunk = (int)rt_sdim(chunk, k, chunk < 8 ? (long)chunk : 8, 1);
+  d->norm_eps = rt_lp(in, BE_LP_MAMBA2_NORM_EPS, 1e-5); /* the input norm's and the gated one's */
   return 0;
 }
 

@@ -7,7 +7,7 @@
  *   "w1"   [hidden, ffn]  uniform in +-sqrt(3 / hidden)
  *   "w3"   [hidden, ffn]  (gated only) uniform in +-sqrt(3 / hidden)
  *   "w2"   [ffn, hidden]  uniform in +-0.5 * sqrt(3 / ffn)
- * Forward: h = RMSNorm(x) * norm (rt_rmsnorm_fwd, eps RT_NORM_EPS); a = h w1;
+ * Forward: h = RMSNorm(x) * norm (rt_rmsnorm_fwd, eps norm_eps); a = h w1;
  *   gated: z = act(a) * (h w3)  (SwiGLU for silu, GeGLU for gelu);  plain: z = act(a);
  *   y = x + z w2.
  * Split backward: bwd_in computes dh and dx and leaves dy, dh, da (and du = dL/d(h w3)) in the
@@ -118,7 +118,7 @@ static void mlp_fwd(const rt_ldims *d, const float *w, const float *x, float *y,
   int N = d->B * d->S;
   size_t nh = (size_t)N * d->hidden;
   rt_copy(save + l.x, x, nh);
-  rt_rmsnorm_fwd(N, d->hidden, save + l.x, m.norm, save + l.h, save + l.rstd);
+  rt_rmsnorm_fwd(N, d->hidden, d->norm_eps, save + l.x, m.norm, save + l.h, save + l.rstd);
   rt_copy(y, save + l.x, nh);
   rt_ffn_fwd(&f, N, save + l.h, m.w1, m.w3, m.w2, save + l.a, save + l.u, save + l.z, y, 1.0f);
 }
@@ -157,13 +157,14 @@ static void mlp_bwd_w(const rt_ldims *d, const float *w, const float *save, floa
                gp.w2);
 }
 
-/* Dimensions: hidden, seq, ffn, gated, act. */
+/* Dimensions: hidden, seq, ffn, gated, act, norm_eps. */
 static int mlp_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   (void)err;
   rt_dims_tokens(in, BE_LP_MLP_HIDDEN, BE_LP_MLP_SEQ, d);
   d->ffn = (int)rt_sdim(rt_lp(in, BE_LP_MLP_FFN, 0), in->scale, 1, 1);
   d->gated = rt_lp(in, BE_LP_MLP_GATED, 1) != 0;
   d->act = (rt_act)(int)rt_lp(in, BE_LP_MLP_ACT, RT_ACT_SILU);
+  d->norm_eps = rt_lp(in, BE_LP_MLP_NORM_EPS, 1e-5);
   return 0;
 }
 

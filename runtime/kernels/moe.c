@@ -242,7 +242,7 @@ static void moe_fwd(const rt_ldims *d, const float *w, const float *x, float *y,
   int N = d->B * d->S, H = d->hidden, F = d->ffn, E = d->experts;
   size_t nh = (size_t)N * H, HF = (size_t)H * F, NF = (size_t)N * F;
   rt_copy(save + l.x, x, nh);
-  rt_rmsnorm_fwd(N, H, save + l.x, m.norm, save + l.h, save + l.rstd);
+  rt_rmsnorm_fwd(N, H, d->norm_eps, save + l.x, m.norm, save + l.h, save + l.rstd);
   float *logits = rt_scratch((size_t)N * E);
   rt_gemm(false, false, N, E, H, 1.0f, save + l.h, H, m.router, E, 0.0f, logits, E);
   /* each token's top K experts (ties: lower index first) and their softmax weights */
@@ -369,7 +369,8 @@ static void moe_bwd_w(const rt_ldims *d, const float *w, const float *save, floa
                  d->gated ? gp.sw3 + s * HF : NULL, gp.sw2 + s * HF);
 }
 
-/* Dimensions: hidden, seq, experts, top_k, shared experts, one expert's ffn, gated, act. */
+/* Dimensions: hidden, seq, experts, top_k, shared experts, one expert's ffn, gated, act,
+ * norm_eps. */
 static int moe_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   (void)err;
   rt_dims_tokens(in, BE_LP_MOE_HIDDEN, BE_LP_MOE_SEQ, d);
@@ -379,6 +380,7 @@ static int moe_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   d->ffn = (int)rt_sdim(rt_lp(in, BE_LP_MOE_EXPERT_FFN, 0), in->scale, 1, 1);
   d->gated = rt_lp(in, BE_LP_MOE_GATED, 1) != 0;
   d->act = (rt_act)(int)rt_lp(in, BE_LP_MOE_ACT, RT_ACT_SILU);
+  d->norm_eps = rt_lp(in, BE_LP_MOE_NORM_EPS, 1e-5);
   return 0;
 }
 

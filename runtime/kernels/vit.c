@@ -11,7 +11,7 @@
  *              a projection of fan-in n is uniform in +-sqrt(3 / n), halved for wo and w2.
  *              h = LN1(x); q, k, v = h wq + bq, ...; full softmax attention per head;
  *              x1 = x + o wo + bo; h2 = LN2(x1); a = h2 w1 + b1; z = act(a) (gated:
- *              z = act(a) * (h2 w3 + b3)); y = x1 + z w2 + b2. LayerNorm eps RT_NORM_EPS;
+ *              z = act(a) * (h2 w3 + b3)); y = x1 + z w2 + b2. LayerNorm eps norm_eps;
  *              act is rt_act_fwd (gelu: the exact erf form). */
 #include "attn.h"
 
@@ -137,7 +137,8 @@ static void ka_vit_fwd(const rt_ldims *d, const float *w, const float *x, float 
   size_t nh = (size_t)N * hid, nf = (size_t)N * F;
   float *s = save;
   rt_copy(s + L.x, x, nh);
-  rt_layernorm_fwd(N, hid, x, w + L.ln1w, w + L.ln1b, s + L.h, s + L.mean1, s + L.rstd1);
+  rt_layernorm_fwd(N, hid, d->norm_eps, x, w + L.ln1w, w + L.ln1b, s + L.h, s + L.mean1,
+                   s + L.rstd1);
   ka_proj(N, hid, A, s + L.h, w + L.wq, w + L.bq, s + L.q);
   ka_proj(N, hid, A, s + L.h, w + L.wk, w + L.bk, s + L.k);
   ka_proj(N, hid, A, s + L.h, w + L.wv, w + L.bv, s + L.v);
@@ -147,7 +148,8 @@ static void ka_vit_fwd(const rt_ldims *d, const float *w, const float *x, float 
   float *x1 = s + L.x1;
   ka_proj(N, A, hid, s + L.o, w + L.wo, w + L.bo, x1);
   RT_FOR(add, nh, .x = x, .y = x1);
-  rt_layernorm_fwd(N, hid, x1, w + L.ln2w, w + L.ln2b, s + L.h2, s + L.mean2, s + L.rstd2);
+  rt_layernorm_fwd(N, hid, d->norm_eps, x1, w + L.ln2w, w + L.ln2b, s + L.h2, s + L.mean2,
+                   s + L.rstd2);
   ka_proj(N, hid, F, s + L.h2, w + L.w1, w + L.b1, s + L.a);
   if (d->gated) ka_proj(N, hid, F, s + L.h2, w + L.w3, w + L.b3, s + L.u);
   /* z = act(a) (gated: times u); act(a) * 1.0f, the ungated product, is act(a) exactly */
@@ -224,7 +226,7 @@ static void ka_vit_bwd_w(const rt_ldims *d, const float *w, const float *save, f
 }
 
 /* Dimensions: hidden, heads and head_dim (rt_heads_dims, kv_heads = heads), its tokens
- * ((image / patch)^2 + 1 by default), ffn, gated, act; never causal. */
+ * ((image / patch)^2 + 1 by default), ffn, gated, act, norm_eps; never causal. */
 static int ka_vit_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   (void)err;
   int k = in->scale;
@@ -244,6 +246,7 @@ static int ka_vit_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   d->ffn = (int)rt_sdim(rt_lp(in, BE_LP_VIT_FFN, 0), k, 1, 1);
   d->gated = rt_lp(in, BE_LP_VIT_GATED, 0) != 0;
   d->act = (rt_act)(int)rt_lp(in, BE_LP_VIT_ACT, RT_ACT_GELU);
+  d->norm_eps = rt_lp(in, BE_LP_VIT_NORM_EPS, 1e-5);
   d->causal = false;
   d->in_S = d->S;
   d->in_w = d->hidden;

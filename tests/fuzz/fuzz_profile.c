@@ -17,11 +17,11 @@ static const char fz_module[] =
     "  link intra { bw = 10GB/s, lat = 1us }\n"
     "  device $d0 cpu { peak = 1TFLOPS, mem = 8GiB, hbm = 100GB/s, efficiency = 0.5 }\n"
     "  layer %0 \"embed\" embedding { hidden = 64, vocab = 128, seq = 64 }\n"
-    "  layer %1 \"attn\" attention { hidden = 64, heads = 4, kv_heads = 2, head_dim = 16, seq = 64 }\n"
-    "  layer %2 \"mlp\" mlp { hidden = 64, ffn = 128, seq = 64 }\n"
-    "  layer %3 \"moe\" moe { hidden = 64, experts = 4, top_k = 2, expert_ffn = 32, seq = 64 }\n"
-    "  layer %4 \"ssm\" mamba2 { hidden = 64, heads = 2, head_dim = 32, seq = 64 }\n"
-    "  layer %5 \"head\" lm_head { hidden = 64, vocab = 128, seq = 64 }\n"
+    "  layer %1 \"attn\" attention { hidden = 64, heads = 4, kv_heads = 2, head_dim = 16, seq = 64, norm_eps = 1e-05 }\n"
+    "  layer %2 \"mlp\" mlp { hidden = 64, ffn = 128, seq = 64, norm_eps = 1e-05 }\n"
+    "  layer %3 \"moe\" moe { hidden = 64, experts = 4, top_k = 2, expert_ffn = 32, seq = 64, norm_eps = 1e-05 }\n"
+    "  layer %4 \"ssm\" mamba2 { hidden = 64, heads = 2, head_dim = 32, seq = 64, norm_eps = 1e-05 }\n"
+    "  layer %5 \"head\" lm_head { hidden = 64, vocab = 128, seq = 64, norm_eps = 1e-05 }\n"
     "}\n";
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -43,6 +43,9 @@ static const kcase kc_cases[] = {
       .rope_theta = 1e4}},
     {"attn_full", "attention",
      {.B = 2, .S = 5, .hidden = 16, .heads = 2, .kv_heads = 2, .head_dim = 8, .rope_theta = 1e4}},
+    {"attn_bias", "attention", /* Qwen2's q, k and v biases */
+     {.B = 2, .S = 6, .hidden = 16, .heads = 4, .kv_heads = 2, .head_dim = 4, .causal = true,
+      .rope_theta = 1e6, .qkv_bias = true}},
     {"attn_theta", "attention", /* Llama 3's base: long wavelengths, S past the short ones */
      {.B = 2, .S = 12, .hidden = 16, .heads = 4, .kv_heads = 1, .head_dim = 4, .causal = true,
       .rope_theta = 5e5}},
@@ -50,6 +53,8 @@ static const kcase kc_cases[] = {
     {"mlp_geglu", "mlp", {.B = 2, .S = 6, .hidden = 16, .ffn = 24, .gated = true, .act = RT_ACT_GELU}},
     {"mlp_relu2", "mlp", {.B = 2, .S = 6, .hidden = 16, .ffn = 24, .act = RT_ACT_RELU2}},
     {"mlp_gelu", "mlp", {.B = 2, .S = 6, .hidden = 16, .ffn = 24, .act = RT_ACT_GELU}},
+    {"mlp_eps", "mlp", /* an epsilon large enough to show in every output */
+     {.B = 2, .S = 6, .hidden = 16, .ffn = 24, .gated = true, .act = RT_ACT_SILU, .norm_eps = 0.25}},
     {"moe_shared", "moe",
      {.B = 2, .S = 6, .hidden = 16, .experts = 4, .top_k = 2, .ffn = 8, .shared = 1, .gated = true,
       .act = RT_ACT_SILU}},
@@ -64,6 +69,9 @@ static const kcase kc_cases[] = {
     {"vit_gelu", "vit",
      {.B = 2, .S = 5, .hidden = 16, .heads = 2, .kv_heads = 2, .head_dim = 8, .ffn = 24,
       .act = RT_ACT_GELU}},
+    {"vit_eps", "vit",
+     {.B = 2, .S = 5, .hidden = 16, .heads = 2, .kv_heads = 2, .head_dim = 8, .ffn = 24,
+      .act = RT_ACT_GELU, .norm_eps = 0.25}},
     {"vit_gated", "vit",
      {.B = 2, .S = 5, .hidden = 16, .heads = 2, .kv_heads = 2, .head_dim = 8, .ffn = 24,
       .gated = true, .act = RT_ACT_SILU}},
@@ -101,6 +109,7 @@ static bool kc_setup(const kcase *c, krun *r) {
   r->d = c->d;
   if (!r->d.in_S) r->d.in_S = r->d.S;
   if (!r->d.in_w) r->d.in_w = r->d.hidden;
+  if (!r->d.norm_eps) r->d.norm_eps = 1e-5; /* the language's default (layer_params.def) */
   r->k = rt_kernel_find(c->kind);
   strbuf err = {0};
   if (!r->k || r->k->plan(&r->d, &r->p, &err) != 0) {

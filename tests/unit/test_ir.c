@@ -126,6 +126,8 @@ static ir_module *build_full_module(void) {
   set_param(l, "causal", 1);
   set_param(l, "window", 0);
   set_param(l, "rope_theta", 500000);
+  set_param(l, "qkv_bias", 1);
+  set_param(l, "norm_eps", 1e-6);
   set_field(&l->cost, IR_REC_COST, "f", 1.2e-3);
   set_field(&l->cost, IR_REC_COST, "b", 2.4e-3);
   set_field(&l->cost, IR_REC_COST, "w", 1.2e-3);
@@ -139,6 +141,7 @@ static ir_module *build_full_module(void) {
   set_param(l, "gated", 1);
   set_param(l, "act", IR_ACT_SILU);
   set_param(l, "seq", 4096);
+  set_param(l, "norm_eps", 1e-6);
   l = ir_module_add_layer(m, "moe", IR_KIND_MOE);
   set_param(l, "hidden", 1024);
   set_param(l, "experts", 64);
@@ -148,6 +151,7 @@ static ir_module *build_full_module(void) {
   set_param(l, "gated", 1);
   set_param(l, "act", IR_ACT_GELU);
   set_param(l, "seq", 4096);
+  set_param(l, "norm_eps", 1e-5);
   l = ir_module_add_layer(m, "mamba", IR_KIND_MAMBA2);
   set_param(l, "hidden", 1024);
   set_param(l, "state", 128);
@@ -158,6 +162,7 @@ static ir_module *build_full_module(void) {
   set_param(l, "expand", 2);
   set_param(l, "chunk", 256);
   set_param(l, "seq", 4096);
+  set_param(l, "norm_eps", 1e-5);
   l = ir_module_add_layer(m, "vit", IR_KIND_VIT);
   set_param(l, "hidden", 1024);
   set_param(l, "heads", 16);
@@ -168,6 +173,7 @@ static ir_module *build_full_module(void) {
   set_param(l, "patch", 14);
   set_param(l, "image", 336);
   set_param(l, "tokens", 577);
+  set_param(l, "norm_eps", 1e-12);
   l = ir_module_add_layer(m, "custom", IR_KIND_CUSTOM);
   set_param(l, "f", 1.0 / 3.0);
   set_param(l, "b", 1e-4);
@@ -180,6 +186,7 @@ static ir_module *build_full_module(void) {
   set_param(l, "vocab", 32000);
   set_param(l, "seq", 4096);
   set_param(l, "loss", 1);
+  set_param(l, "norm_eps", 1e-6);
 
   ir_module_add_stage(m, 0, 4)->device = 0;
   ir_module_add_stage(m, 4, 8)->device = 1;

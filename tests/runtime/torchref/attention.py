@@ -1,11 +1,11 @@
 """PyTorch reference of the attention layer kind (runtime/kernels/attention.c): pre-norm (RMSNorm)
-grouped-query self-attention with rotary embedding (rotate-half, base rope_theta), causal and
-sliding-window masks, and a residual connection. Written as the textbook formulation."""
+grouped-query self-attention (q, k, v biases with qkv_bias) with rotary embedding (rotate-half,
+base rope_theta), causal and sliding-window masks, and a residual connection. Written as the textbook formulation."""
 import math
 
 import torch
 
-from common import rmsnorm
+from common import eps, rmsnorm
 
 
 def _rotate_half(t):
@@ -40,10 +40,13 @@ def forward(dims, x, p):
     causal, window = bool(dims["causal"]), int(dims["window"])
     theta = float(dims.get("rope_theta", 10000.0))
 
-    h = rmsnorm(x, p["norm"])
-    q = (h @ p["wq"]).view(B, S, H, hd).transpose(1, 2)
-    k = (h @ p["wk"]).view(B, S, KV, hd).transpose(1, 2)
-    v = (h @ p["wv"]).view(B, S, KV, hd).transpose(1, 2)
+    h = rmsnorm(x, p["norm"], eps(dims))
+    q, k, v = h @ p["wq"], h @ p["wk"], h @ p["wv"]
+    if dims.get("qkv_bias"):
+        q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]
+    q = q.view(B, S, H, hd).transpose(1, 2)
+    k = k.view(B, S, KV, hd).transpose(1, 2)
+    v = v.view(B, S, KV, hd).transpose(1, 2)
     q, k = _rotary(q, theta), _rotary(k, theta)
     k = k.repeat_interleave(H // KV, dim=1)
     v = v.repeat_interleave(H // KV, dim=1)

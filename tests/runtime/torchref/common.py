@@ -1,9 +1,7 @@
-"""What the PyTorch references share: the norms' epsilon, RMSNorm and the activations by the
-name a dump's index.json gives (the spelling of ir/enums.def's ACT type)."""
+"""What the PyTorch references share: RMSNorm and the activations by the name a dump's
+index.json gives (the spelling of ir/enums.def's ACT type)."""
 import torch
 import torch.nn.functional as F
-
-EPS = 1e-5  # RT_NORM_EPS
 
 ACTS = {
     "relu": F.relu,
@@ -21,6 +19,11 @@ def act(name, z):
     return ACTS[name](z)
 
 
-def rmsnorm(x, w):
-    """RMSNorm over the last axis times weight w."""
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * w
+def eps(dims):
+    """The layer's norm epsilon (dims "norm_eps"; a dump without it: the default 1e-5)."""
+    return float(dims.get("norm_eps", 1e-5))
+
+
+def rmsnorm(x, w, eps):
+    """RMSNorm over the last axis with epsilon eps, times weight w."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w

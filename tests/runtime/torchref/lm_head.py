@@ -1,9 +1,9 @@
 """PyTorch reference of the "lm_head" kind (runtime/kernels/lm_head.c): final RMSNorm, then the
 projection to the vocabulary (logits; the loss is the model's)."""
-from common import rmsnorm
+from common import eps, rmsnorm
 
 
 def forward(dims, x, p):
     """logits [B*S, vocab] from x [B*S, hidden], p["norm"] [hidden], p["w"] [hidden, vocab]."""
-    h = rmsnorm(x, p["norm"])
+    h = rmsnorm(x, p["norm"], eps(dims))
     return h @ p["w"]

@@ -6,7 +6,7 @@ recurrence, token by token, so that it checks the kernel's chunked SSD form inde
 import torch
 import torch.nn.functional as F
 
-from common import rmsnorm
+from common import eps, rmsnorm
 
 
 def forward(dims, x, p):
@@ -19,7 +19,7 @@ def forward(dims, x, p):
     CD = inner + 2 * GN
     assert H % G == 0, "groups must divide heads"
 
-    h = rmsnorm(x, p["norm"])
+    h = rmsnorm(x, p["norm"], eps(dims))
     zxbcdt = h @ p["in_proj"]
     z, xBC, dt = torch.split(zxbcdt, [inner, CD, H], dim=-1)
 
@@ -45,5 +45,5 @@ def forward(dims, x, p):
     y = torch.stack(ys, dim=1).reshape(B * S, inner)
 
     yg = (y * F.silu(z)).reshape(B * S, G, inner // G)
-    yg = rmsnorm(yg, p["gate_norm"].reshape(G, inner // G)).reshape(B * S, inner)
+    yg = rmsnorm(yg, p["gate_norm"].reshape(G, inner // G), eps(dims)).reshape(B * S, inner)
     return x + yg @ p["out_proj"]

@@ -7,7 +7,7 @@ Dropless, no capacity limit, no auxiliary loss. Written from the definition, not
 code: a masked loop over experts instead of a grouping permutation."""
 import torch
 
-from common import act, rmsnorm
+from common import act, eps, rmsnorm
 
 
 def _ffn(dims, h, w1, w3, w2):
@@ -21,7 +21,7 @@ def forward(dims, x, p):
     """y [B*S, hidden] from x [B*S, hidden] and parameters p ("norm", "router", "experts.w1",
     ["experts.w3",] "experts.w2", and with shared experts "shared.w1", ["shared.w3",] "shared.w2")."""
     E, K, gated = int(dims["experts"]), int(dims["top_k"]), bool(dims["gated"])
-    h = rmsnorm(x, p["norm"])
+    h = rmsnorm(x, p["norm"], eps(dims))
     logits = h @ p["router"]
     # torch.topk does not promise an order among equal values; a stable descending sort does
     # (lower index first), and its first K columns are the top K in descending order.

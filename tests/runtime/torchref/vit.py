@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from common import ACTS as _ACTS
+from common import eps
 
 
 def forward(dims, x, p):
@@ -14,7 +15,7 @@ def forward(dims, x, p):
     H, hd = dims["heads"], dims["head_dim"]
     act = _ACTS[dims["act"]]
 
-    h = F.layer_norm(x, (hidden,), p["ln1.w"], p["ln1.b"], eps=1e-5)
+    h = F.layer_norm(x, (hidden,), p["ln1.w"], p["ln1.b"], eps=eps(dims))
 
     def heads(t):
         return t.view(B, S, H, hd).transpose(1, 2)
@@ -26,7 +27,7 @@ def forward(dims, x, p):
     o = (probs @ v).transpose(1, 2).reshape(B * S, H * hd)
     x1 = x + o @ p["wo"] + p["bo"]
 
-    h2 = F.layer_norm(x1, (hidden,), p["ln2.w"], p["ln2.b"], eps=1e-5)
+    h2 = F.layer_norm(x1, (hidden,), p["ln2.w"], p["ln2.b"], eps=eps(dims))
     z = act(h2 @ p["w1"] + p["b1"])
     if dims["gated"]:
         z = z * (h2 @ p["w3"] + p["b3"])
