@@ -126,17 +126,20 @@ void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
   strbuf_puts(index, ", \"kind\": ");
   strbuf_json_str(index, kind);
   strbuf_puts(index, ", \"dims\": {");
+  char theta[40], eps[40]; /* the shortest texts that read back exactly */
+  fmt_shortest_scaled(theta, d->rope_theta, 1.0);
+  fmt_shortest_scaled(eps, d->norm_eps, 1.0);
   strbuf_printf(index,
                 "\"B\": %d, \"S\": %d, \"in_S\": %d, \"in_w\": %d, \"hidden\": %d, \"heads\": %d, "
                 "\"kv_heads\": %d, \"head_dim\": %d, \"ffn\": %d, \"gated\": %d, \"act\": \"%s\", "
-                "\"causal\": %d, \"window\": %d, \"rope_theta\": %.17g, \"qkv_bias\": %d, \"norm_eps\": %.17g, "
-                "\"experts\": %d, "
-                "\"top_k\": %d, \"shared\": %d, \"state\": %d, \"groups\": %d, \"conv\": %d, "
-                "\"inner\": %d, \"chunk\": %d, \"vocab\": %d, \"out_w\": %d},\n",
+                "\"causal\": %d, \"window\": %d, \"rope_theta\": %s, \"qkv_bias\": %d, "
+                "\"norm_eps\": %s, \"experts\": %d, \"top_k\": %d, \"shared\": %d, "
+                "\"state\": %d, \"groups\": %d, \"conv\": %d, \"inner\": %d, \"chunk\": %d, "
+                "\"vocab\": %d, \"out_w\": %d},\n",
                 d->B, d->S, d->in_S, d->in_w, d->hidden, d->heads, d->kv_heads, d->head_dim,
-                d->ffn, d->gated, rt_act_name(d->act), d->causal, d->window, d->rope_theta,
-                d->qkv_bias, d->norm_eps, d->experts, d->top_k, d->shared, d->state, d->groups, d->conv, d->inner, d->chunk, d->vocab,
-                p->out_w);
+                d->ffn, d->gated, rt_act_name(d->act), d->causal, d->window, theta, d->qkv_bias,
+                eps, d->experts, d->top_k, d->shared, d->state, d->groups, d->conv, d->inner,
+                d->chunk, d->vocab, p->out_w);
   strbuf_puts(index, "   \"params\": [");
   for (int i = 0; i < p->npt; i++) {
     const rt_ptensor *pt = &p->pt[i];
