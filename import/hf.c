@@ -417,7 +417,8 @@ static const char *hf_act(hf_ctx *c, const cJSON *obj, const char *p, const char
   static const struct {
     const char *hf, *octo;
   } acts[] = {{"silu", "silu"}, {"swish", "silu"}, {"gelu", "gelu"}, {"relu", "relu"},
-              {"relu2", "relu2"}, {"tanh", "tanh"}};
+              {"relu2", "relu2"}, {"tanh", "tanh"}, {"gelu_pytorch_tanh", "gelu_tanh"},
+              {"gelu_new", "gelu_tanh"}};
   const cJSON *v = hf_get(c, obj, p, name);
   const char *s = v && cJSON_IsString(v) ? v->valuestring : v ? "" : dflt;
   for (size_t i = 0; i < sizeof acts / sizeof *acts; i++)
@@ -425,8 +426,8 @@ static const char *hf_act(hf_ctx *c, const cJSON *obj, const char *p, const char
       if (v) hf_use(c, p, name, "act = %s", acts[i].octo);
       return acts[i].octo;
     }
-  const char *what = "OctoPipe's activations are silu, gelu (the erf form only), relu, relu2 and "
-                     "tanh";
+  const char *what = "OctoPipe's activations are silu, gelu (the erf form), gelu_tanh "
+                     "(gelu_pytorch_tanh, gelu_new), relu, relu2 and tanh";
   if (v) hf_refuse(c, p, name, "%s", what);
   else hf_refuse(c, p, name, "the %s default is \"%s\": %s", c->fam->type, dflt, what);
   return NULL;

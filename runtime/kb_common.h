@@ -45,7 +45,11 @@ RT_HD static inline float rt_silu_grad(float z) {
   return s * (1.0f + z * (1.0f - s));
 }
 
-/* Activation a of z (gelu: the exact erf form, as torch's default). */
+#define RT_SQRT2_PI 0.79788456080286535588 /* sqrt(2 / pi) */
+#define RT_GELU_C 0.044715                 /* the tanh approximation's cubic term */
+
+/* Activation a of z (gelu: the exact erf form, as torch's default; gelu_tanh: 0.5 z (1 +
+ * tanh(sqrt(2/pi) (z + 0.044715 z^3))), torch's approximate="tanh"). */
 RT_HD static inline float rt_act_fwd(int a, float z) {
   switch (a) {
   case RT_ACT_RELU: return z > 0 ? z : 0;
@@ -53,6 +57,8 @@ RT_HD static inline float rt_act_fwd(int a, float z) {
   case RT_ACT_GELU: return (float)(0.5 * z * (1.0 + erf(z * RT_SQRT1_2)));
   case RT_ACT_SILU: return rt_silu(z);
   case RT_ACT_TANH: return tanhf(z);
+  case RT_ACT_GELU_TANH:
+    return (float)(0.5 * z * (1.0 + tanh(RT_SQRT2_PI * (z + RT_GELU_C * (double)z * z * z))));
   }
   return z;
 }
@@ -70,6 +76,11 @@ RT_HD static inline float rt_act_grad(int a, float z) {
   case RT_ACT_TANH: {
     float t = tanhf(z);
     return 1.0f - t * t;
+  }
+  case RT_ACT_GELU_TANH: {
+    double zd = z, t = tanh(RT_SQRT2_PI * (zd + RT_GELU_C * zd * zd * zd));
+    return (float)(0.5 * (1.0 + t) +
+                   0.5 * zd * (1.0 - t * t) * RT_SQRT2_PI * (1.0 + 3.0 * RT_GELU_C * zd * zd));
   }
   }
   return 1.0f;

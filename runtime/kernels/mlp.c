@@ -73,7 +73,7 @@ static int mlp_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
     strbuf_printf(err, "mlp input tokens %d differ from its tokens %d", d->in_S, d->S);
     return -1;
   }
-  if ((int)d->act < RT_ACT_RELU || (int)d->act > RT_ACT_TANH) {
+  if ((int)d->act < 0 || (int)d->act >= RT_ACT_COUNT) {
     strbuf_printf(err, "mlp activation %d unknown", (int)d->act);
     return -1;
   }

@@ -121,7 +121,7 @@ static int moe_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
     strbuf_printf(err, "moe input tokens %d differ from its tokens %d", d->in_S, d->S);
     return -1;
   }
-  if ((int)d->act < RT_ACT_RELU || (int)d->act > RT_ACT_TANH) {
+  if ((int)d->act < 0 || (int)d->act >= RT_ACT_COUNT) {
     strbuf_printf(err, "moe activation %d unknown", (int)d->act);
     return -1;
   }

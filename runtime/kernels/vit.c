@@ -114,7 +114,7 @@ static int ka_vit_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
     strbuf_printf(err, "vit has kv_heads = heads %d, not %d", d->heads, d->kv_heads);
     return -1;
   }
-  if ((unsigned)d->act > RT_ACT_TANH) {
+  if ((unsigned)d->act >= RT_ACT_COUNT) {
     strbuf_printf(err, "vit has an unknown activation %d", (int)d->act);
     return -1;
   }

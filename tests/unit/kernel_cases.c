@@ -53,6 +53,8 @@ static const kcase kc_cases[] = {
     {"mlp_geglu", "mlp", {.B = 2, .S = 6, .hidden = 16, .ffn = 24, .gated = true, .act = RT_ACT_GELU}},
     {"mlp_relu2", "mlp", {.B = 2, .S = 6, .hidden = 16, .ffn = 24, .act = RT_ACT_RELU2}},
     {"mlp_gelu", "mlp", {.B = 2, .S = 6, .hidden = 16, .ffn = 24, .act = RT_ACT_GELU}},
+    {"mlp_geglu_tanh", "mlp", /* Gemma's GeGLU with the tanh approximation */
+     {.B = 2, .S = 6, .hidden = 16, .ffn = 24, .gated = true, .act = RT_ACT_GELU_TANH}},
     {"mlp_eps", "mlp", /* an epsilon large enough to show in every output */
      {.B = 2, .S = 6, .hidden = 16, .ffn = 24, .gated = true, .act = RT_ACT_SILU, .norm_eps = 0.25}},
     {"moe_shared", "moe",

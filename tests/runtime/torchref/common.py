@@ -9,11 +9,12 @@ ACTS = {
     "gelu": F.gelu,  # the exact erf form
     "silu": F.silu,
     "tanh": torch.tanh,
+    "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
 }
 
 
 def act(name, z):
-    """Activation 'name' (relu, relu2, gelu, silu, tanh) of z."""
+    """Activation 'name' (relu, relu2, gelu, silu, tanh, gelu_tanh) of z."""
     if name not in ACTS:
         raise ValueError("unknown activation %r" % (name,))
     return ACTS[name](z)
