@@ -39,9 +39,9 @@ static struct {
   int rank, replica, replicas;    /* this process's pipeline rank and replica; the replicas */
   const be_program *prog;         /* its program while the interpreter runs it, else NULL */
   const volatile sig_atomic_t *at; /* the interpreter's address (rt_comm.at), or NULL */
-  const char *phase;              /* " in the MPI shut-down (...)" once there, else NULL */
+  const char *phase;              /* where rt_mpi_end is (" in the closing barrier ..."), or NULL */
   volatile sig_atomic_t quiet;    /* this process already said why it ends: exit silently */
-  double timeout;                 /* the run's --timeout: the deadline of MPI_Finalize */
+  double timeout;                 /* --timeout: the closing barrier's and MPI_Finalize's */
 } mp_term = {0, 0, 0, 1, NULL, NULL, NULL, 0, 0};
 
 /* Append decimal v (>= 0), at least 'width' digits, to out at *n (async-signal-safe). */
@@ -354,7 +354,6 @@ static void collective_wait(MPI_Request *q, const be_stream *s, double timeout,
     strbuf_printf(&why, "failed: %s", strbuf_cstr(&err));
   mp_fail(&c, strbuf_cstr(&why), RT_EXIT_RUNTIME);
 }
-
 
 /* SIGALRM: a blocking MPI call under the watchdog outlived the deadline. Print the message and
  * exit with RT_EXIT_RUNTIME: mpirun then ends the others, as after a process that died. */

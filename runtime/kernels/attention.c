@@ -188,8 +188,9 @@ static void ka_att_bwd_w(const rt_ldims *d, const float *w, const float *save, f
 }
 
 /* Dimensions: hidden, seq, heads, kv_heads and head_dim (rt_heads_dims, head width even),
- * causal, window, rope_theta, qkv_bias, norm_eps. At scale 1 the layer runs as written: an odd head width, which the rotary
- * embedding cannot split in halves, is refused rather than rounded. */
+ * causal, window, rope_theta, qkv_bias, norm_eps. At scale 1 the layer runs as written: an odd
+ * head width, which the rotary embedding cannot split in halves, is refused rather than
+ * rounded. */
 static int ka_att_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   int k = in->scale;
   rt_dims_tokens(in, BE_LP_ATTENTION_HIDDEN, BE_LP_ATTENTION_SEQ, d);

@@ -47,8 +47,8 @@ static void kb_head_bwd_w(const rt_ldims *d, const float *w, const float *save, 
   rt_gemm(true, false, h, V, T, 1.0f, hn, h, dys, V, 1.0f, g + h, V);
 }
 
-/* Dimensions: hidden, seq, vocab (at least 8) and norm_eps. A head without the loss (loss = false) is
- * refused: the runtime's model always ends in softmax cross-entropy. */
+/* Dimensions: hidden, seq, vocab (at least 8) and norm_eps. A head without the loss (loss =
+ * false) is refused: the runtime's model always ends in softmax cross-entropy. */
 static int kb_head_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   if (rt_lp(in, BE_LP_LM_HEAD_LOSS, 1) == 0) {
     strbuf_puts(err, "loss = false is not supported: the runtime's lm_head always includes the "

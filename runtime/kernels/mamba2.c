@@ -393,8 +393,8 @@ static void m2_fwd(const rt_ldims *d, const float *w, const float *x, float *y, 
   RT_FOR(m2_dt_fwd, (long)T * H, .H = H, .W = W, .zdt = zx + I + CD, .dtb = w + o.dtb, .dt = dt);
   m2_ssd_fwd(&m, w + o.alog, w + o.D, xbc, dt, ys, save + so.st);
   RT_FOR(m2_gate_fwd, (long)T * I, .inner = I, .W = W, .ys = ys, .z = zx, .yg = yg);
-  RT_FOR(m2_gnorm_fwd, (long)T * m.G, .n = m.gw, .G = m.G, .eps = d->norm_eps, .yg = yg, .gamma = w + o.gnorm,
-         .ygn = ygn, .rstd = save + so.rstd2);
+  RT_FOR(m2_gnorm_fwd, (long)T * m.G, .n = m.gw, .G = m.G, .eps = d->norm_eps, .yg = yg,
+         .gamma = w + o.gnorm, .ygn = ygn, .rstd = save + so.rstd2);
   rt_copy(y, xs, (size_t)T * hd);
   rt_gemm(false, false, T, hd, I, 1.0f, ygn, I, w + o.out, hd, 1.0f, y, hd);
 }
