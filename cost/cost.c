@@ -181,7 +181,7 @@ static double attn_pairs(double s, bool causal, double window) {
  * width d, hidden h. Parts attn_norm, qkv, core_qk, [softmax], core_pv, out_proj. */
 static void attention_block(cost_breakdown *bd, const cost_setup *su, double h, double a,
                             double k, double d, double s, bool causal, double window,
-                            bool qkv_bias) {
+                            bool qkv_bias, bool qk_norm) {
   double tok = su->b * s, e = su->e, sq = su->b * a * s * s; /* score-matrix elements */
   double c = 2 * su->b * attn_pairs(s, causal, window) * a * d; /* FLOPs of QK^T, and of PV */
   elem(bd, su, "attn_norm", 2 * tok * h * e, 3 * tok * h * e, 0, false, false);
@@ -191,8 +191,12 @@ static void attention_block(cost_breakdown *bd, const cost_setup *su, double h, 
   core(bd, su, "core_pv", c, tok * (k + a) * d * e + (su->flash ? 0 : sq * e), true);
   gemm(bd, su, "out_proj", tok, a * d, h, 1, true);
   weights(bd, su, h * (a + 2 * k) * d + a * d * h + (qkv_bias ? (a + 2 * k) * d : 0), true);
-  weights(bd, su, h, false);
+  weights(bd, su, h + (qk_norm ? 2 * d : 0), false); /* the RMSNorms: input, q and k heads */
   allreduce_fb(bd, su, tok, h);
+  if (qk_norm) {
+    elem(bd, su, "qk_norm", 2 * tok * (a + k) * d * e, 3 * tok * (a + k) * d * e, 0, true, false);
+    act(bd, su, "qk_norm_in", tok * (a + k) * d * e, COST_ACT_SPLIT);
+  }
 
   act(bd, su, "attn_norm_in", tok * h * e, COST_ACT_INPUT);
   act(bd, su, "qkv_in", tok * h * e, COST_ACT_W);
@@ -269,7 +273,7 @@ static void mlp_block(cost_breakdown *bd, const cost_setup *su, double h, double
 static void kind_attention(cost_breakdown *bd, const cost_setup *su, const ir_layer *l) {
   attention_block(bd, su, P(ATTENTION_HIDDEN), P(ATTENTION_HEADS), P(ATTENTION_KV_HEADS),
                   P(ATTENTION_HEAD_DIM), P(ATTENTION_SEQ), P(ATTENTION_CAUSAL) != 0,
-                  P(ATTENTION_WINDOW), P(ATTENTION_QKV_BIAS) != 0);
+                  P(ATTENTION_WINDOW), P(ATTENTION_QKV_BIAS) != 0, P(ATTENTION_QK_NORM) != 0);
   bd->out = su->b * P(ATTENTION_SEQ) * P(ATTENTION_HIDDEN) * su->e;
 }
 
@@ -373,7 +377,7 @@ static void kind_embedding(cost_breakdown *bd, const cost_setup *su, const ir_la
 /* ViT encoder layer: non-causal multi-head attention and an MLP over the tokens of b images. */
 static void kind_vit(cost_breakdown *bd, const cost_setup *su, const ir_layer *l) {
   double h = P(VIT_HIDDEN), a = P(VIT_HEADS), s = P(VIT_TOKENS);
-  attention_block(bd, su, h, a, a, P(VIT_HEAD_DIM), s, false, 0, false);
+  attention_block(bd, su, h, a, a, P(VIT_HEAD_DIM), s, false, 0, false, false);
   mlp_block(bd, su, h, P(VIT_FFN), P(VIT_GATED) != 0, s, 0);
   bd->out = su->b * s * h * su->e;
 }

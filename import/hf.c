@@ -371,7 +371,7 @@ static void hf_string_is(hf_ctx *c, const cJSON *obj, const char *p, const char 
   if (v) hf_use(c, p, name, "checked: %s", what);
 }
 
-/* A property of the family that no field states (Qwen2's q/k/v biases, Qwen3's QK-norm, ...):
+/* A property of the family that no field states and OctoPipe does not compute (Gemma's norms):
  * an error at model_type naming the family and what it computes. */
 static void hf_implicit(hf_ctx *c, const char *p, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -402,6 +402,7 @@ typedef struct hf_model {
   double local_theta;       /* that of the windowed layers when it differs; 0: theta */
   double eps;               /* RMSNorm epsilon of the decoder layers and the head (norm_eps) */
   bool qkv_bias;            /* the attention's q, k and v projections have biases (Qwen2) */
+  bool qk_norm;             /* the attention normalizes each q and k head (Qwen3) */
   double vit_eps;           /* LayerNorm epsilon of the ViT layers */
   double experts, top_k, expert_ffn, shared; /* MoE dimensions (experts 0: none) */
   char *layers;             /* per decoder layer: 'D' dense, 'E' MoE, 'L' windowed dense,
@@ -572,9 +573,7 @@ static void hf_decoder(hf_ctx *c, const cJSON *obj, const char *p, hf_family_id 
     }
     __attribute__((fallthrough)); /* Qwen2-MoE: the MoE fields below */
   case HF_FAM_QWEN3_MOE:
-    if (f == HF_FAM_QWEN3_MOE)
-      hf_implicit(c, p, "Qwen3 normalizes queries and keys per head (QK-norm, RMSNorm) before "
-                        "the rotary embedding; OctoPipe's attention has no QK-norm");
+    if (f == HF_FAM_QWEN3_MOE) m->qk_norm = true; /* Qwen3's QK-norm; no field says so */
     m->experts = hf_count(c, obj, p, "num_experts", f == HF_FAM_QWEN2_MOE ? 60 : 128, 1, "experts");
     m->top_k = hf_count(c, obj, p, "num_experts_per_tok", f == HF_FAM_QWEN2_MOE ? 4 : 8, 1, "top_k");
     m->expert_ffn = hf_count(c, obj, p, "moe_intermediate_size", f == HF_FAM_QWEN2_MOE ? 1408 : 768,
@@ -599,8 +598,7 @@ static void hf_decoder(hf_ctx *c, const cJSON *obj, const char *p, hf_family_id 
     if (qwen_moe) hf_windows(c, obj, p, m, *n, true);
     break;
   case HF_FAM_QWEN3:
-    hf_implicit(c, p, "Qwen3 normalizes queries and keys per head (QK-norm, RMSNorm) before the "
-                      "rotary embedding; OctoPipe's attention has no QK-norm");
+    m->qk_norm = true; /* Qwen3 normalizes each query and key head (QK-norm); no field says so */
     hf_windows(c, obj, p, m, *n, true);
     break;
   case HF_FAM_GEMMA2:
@@ -897,6 +895,7 @@ static void hf_write_model(strbuf *s, const hf_model *m, const char *name, doubl
   hf_real(s, "  ", "rope_theta", m->theta, HF_OCTO_THETA);
   hf_real(s, "  ", "norm_eps", m->eps, HF_OCTO_EPS);
   if (m->qkv_bias) strbuf_puts(s, "  qkv_bias = true");
+  if (m->qk_norm) strbuf_puts(s, "  qk_norm = true");
   strbuf_putc(s, '\n');
   if (m->experts > 0) {
     hf_dim(s, "experts", m->experts);

@@ -133,12 +133,12 @@ void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
                 "\"B\": %d, \"S\": %d, \"in_S\": %d, \"in_w\": %d, \"hidden\": %d, \"heads\": %d, "
                 "\"kv_heads\": %d, \"head_dim\": %d, \"ffn\": %d, \"gated\": %d, \"act\": \"%s\", "
                 "\"causal\": %d, \"window\": %d, \"rope_theta\": %s, \"qkv_bias\": %d, "
-                "\"norm_eps\": %s, \"experts\": %d, \"top_k\": %d, \"shared\": %d, "
+                "\"qk_norm\": %d, \"norm_eps\": %s, \"experts\": %d, \"top_k\": %d, \"shared\": %d, "
                 "\"state\": %d, \"groups\": %d, \"conv\": %d, \"inner\": %d, \"chunk\": %d, "
                 "\"vocab\": %d, \"out_w\": %d},\n",
                 d->B, d->S, d->in_S, d->in_w, d->hidden, d->heads, d->kv_heads, d->head_dim,
                 d->ffn, d->gated, rt_act_name(d->act), d->causal, d->window, theta, d->qkv_bias,
-                eps, d->experts, d->top_k, d->shared, d->state, d->groups, d->conv, d->inner,
+                d->qk_norm, eps, d->experts, d->top_k, d->shared, d->state, d->groups, d->conv, d->inner,
                 d->chunk, d->vocab, p->out_w);
   strbuf_puts(index, "   \"params\": [");
   for (int i = 0; i < p->npt; i++) {

@@ -40,6 +40,7 @@ typedef struct rt_ldims {
   int window;        /* attention: sliding window in tokens (0: none) */
   double rope_theta; /* attention: rotary base frequency (> 0) */
   bool qkv_bias;     /* attention: the q, k and v projections have biases */
+  bool qk_norm;      /* attention: RMSNorm (eps norm_eps) of each q and k head before rotary */
   double norm_eps;   /* every kind with a norm (not embedding, custom): its epsilon (> 0) */
   int experts;       /* moe: routed experts */
   int top_k;         /* moe: experts per token */

@@ -2,13 +2,16 @@
  * b*S + t is token t of sequence b; hd = head_dim; weights are [in, out] (y = x @ W).
  *
  *   attention  dims: B, S (= in_S), hidden (= in_w = out_w), heads, kv_heads (divides heads),
- *              head_dim (even), causal, window (0: none), rope_theta, qkv_bias, norm_eps.
+ *              head_dim (even), causal, window (0: none), rope_theta, qkv_bias, qk_norm,
+ *              norm_eps.
  *              params, in order: "norm" [hidden] (const 1), "wq" [hidden, heads*hd],
  *              "wk" [hidden, kv_heads*hd], "wv" [hidden, kv_heads*hd], "wo" [heads*hd, hidden];
  *              wq, wk, wv uniform in +-sqrt(3 / hidden), wo in +-0.5 sqrt(3 / (heads*hd));
- *              with qkv_bias then "bq" [heads*hd], "bk", "bv" [kv_heads*hd] (const 0).
+ *              with qkv_bias then "bq" [heads*hd], "bk", "bv" [kv_heads*hd] (const 0); with
+ *              qk_norm then "q_norm", "k_norm" [hd] (const 1).
  *              h = RMSNorm(x) * norm (eps norm_eps); q = h wq (+ bq), k = h wk (+ bk),
- *              v = h wv (+ bv);
+ *              v = h wv (+ bv); with qk_norm each head of q and k is RMS-normalized over its hd
+ *              values (eps norm_eps) times q_norm / k_norm (Qwen3);
  *              rotary embedding on q and k per head at position t (0..S-1 within the sequence),
  *              theta = rope_theta, rotate-half: for i < hd/2, pair (i, i + hd/2) with angle
  *              t * theta^(-2i/hd): out_i = x_i cos - x_{i+hd/2} sin,
@@ -34,15 +37,18 @@
 typedef struct ka_att {
   size_t norm, wq, wk, wv, wo; /* parameters, in layout order */
   size_t bq, bk, bv;           /* with qkv_bias: the biases, after wo (else 0, unused) */
+  size_t qn, kn;               /* with qk_norm: the head norms' weights, last (else 0) */
   size_t x;                    /* F: input [N, hidden] */
   size_t rstd;                 /* F: RMSNorm 1/rms [N] */
   size_t h;                    /* F: normalized input [N, hidden] */
   size_t q, k, v;              /* F: rotated q [N, heads*hd], rotated k and v [N, kv*hd] */
+  size_t qp, kp, rq, rk;       /* F, qk_norm: q and k before the head norm, 1/rms per head */
   size_t o;                    /* F: attention output, heads concatenated [N, heads*hd] */
   size_t stat;                 /* F: softmax row (max, 1/sum) [B*heads*S*2] */
   size_t dy;                   /* B: output gradient [N, hidden] */
   size_t dh;                   /* B: gradient of h [N, hidden] */
   size_t dq, dk, dv;           /* B: gradients of h wq, h wk, h wv (before rotary) */
+  size_t dqn, dkn;             /* B, qk_norm: gradients of the head norms' outputs */
   size_t save;                 /* floats of the save block */
 } ka_att;
 
@@ -65,7 +71,12 @@ static ka_att ka_att_layout(const rt_ldims *d, rt_lplan *p) {
     L.bk = ka_pt(p, &off, "bk", ak, 0, RT_INIT_CONST, 0.0f);
     L.bv = ka_pt(p, &off, "bv", ak, 0, RT_INIT_CONST, 0.0f);
   }
-  size_t s = 0;
+  L.qn = L.kn = 0;
+  if (d->qk_norm) {
+    L.qn = ka_pt(p, &off, "q_norm", d->head_dim, 0, RT_INIT_CONST, 1.0f);
+    L.kn = ka_pt(p, &off, "k_norm", d->head_dim, 0, RT_INIT_CONST, 1.0f);
+  }
+  size_t s = 0, qk = d->qk_norm ? 1 : 0; /* the head norms' state only with qk_norm */
   L.x = s, s += N * hid;
   L.rstd = s, s += N;
   L.h = s, s += N * hid;
@@ -79,6 +90,12 @@ static ka_att ka_att_layout(const rt_ldims *d, rt_lplan *p) {
   L.dq = s, s += N * aq;
   L.dk = s, s += N * ak;
   L.dv = s, s += N * ak;
+  L.qp = s, s += qk * N * aq;
+  L.kp = s, s += qk * N * ak;
+  L.rq = s, s += qk * N * d->heads;
+  L.rk = s, s += qk * N * d->kv_heads;
+  L.dqn = s, s += qk * N * aq;
+  L.dkn = s, s += qk * N * ak;
   L.save = s;
   p->save_floats = s;
   p->out_w = d->hidden;
@@ -125,10 +142,16 @@ static void ka_att_fwd(const rt_ldims *d, const float *w, const float *x, float 
   int ak = d->kv_heads * d->head_dim;
   rt_copy(save + L.x, x, (size_t)N * hid);
   rt_rmsnorm_fwd(N, hid, d->norm_eps, x, w + L.norm, save + L.h, save + L.rstd);
-  bool b = d->qkv_bias;
-  ka_proj(N, hid, aq, save + L.h, w + L.wq, b ? w + L.bq : NULL, save + L.q);
-  ka_proj(N, hid, ak, save + L.h, w + L.wk, b ? w + L.bk : NULL, save + L.k);
+  bool b = d->qkv_bias, qk = d->qk_norm;
+  ka_proj(N, hid, aq, save + L.h, w + L.wq, b ? w + L.bq : NULL, save + (qk ? L.qp : L.q));
+  ka_proj(N, hid, ak, save + L.h, w + L.wk, b ? w + L.bk : NULL, save + (qk ? L.kp : L.k));
   ka_proj(N, hid, ak, save + L.h, w + L.wv, b ? w + L.bv : NULL, save + L.v);
+  if (qk) { /* each head a row of hd values */
+    rt_rmsnorm_fwd(N * d->heads, d->head_dim, d->norm_eps, save + L.qp, w + L.qn, save + L.q,
+                   save + L.rq);
+    rt_rmsnorm_fwd(N * d->kv_heads, d->head_dim, d->norm_eps, save + L.kp, w + L.kn,
+                   save + L.k, save + L.rk);
+  }
   float *sn, *cs = ka_rope_tables(d->S, d->head_dim, d->rope_theta, &sn);
   ka_rope(N, d->S, d->heads, d->head_dim, save + L.q, cs, sn, false);
   ka_rope(N, d->S, d->kv_heads, d->head_dim, save + L.k, cs, sn, false);
@@ -160,6 +183,15 @@ static void ka_att_bwd_in(const rt_ldims *d, const float *w, float *save, const 
   ka_rope(N, d->S, d->heads, d->head_dim, save + L.dq, cs, sn, true);
   ka_rope(N, d->S, d->kv_heads, d->head_dim, save + L.dk, cs, sn, true);
   rt_scratch_free(cs);
+  if (d->qk_norm) { /* dq, dk: from the head norms' outputs to the projections' */
+    int hd = d->head_dim;
+    rt_copy(save + L.dqn, save + L.dq, (size_t)N * aq);
+    rt_copy(save + L.dkn, save + L.dk, (size_t)N * ak);
+    rt_rmsnorm_bwd_in(N * d->heads, hd, save + L.qp, w + L.qn, save + L.rq, save + L.dqn,
+                      save + L.dq, false);
+    rt_rmsnorm_bwd_in(N * d->kv_heads, hd, save + L.kp, w + L.kn, save + L.rk, save + L.dkn,
+                      save + L.dk, false);
+  }
   float *dh = save + L.dh;
   rt_gemm(false, true, N, hid, aq, 1.0f, save + L.dq, aq, w + L.wq, aq, 0.0f, dh, hid);
   rt_gemm(false, true, N, hid, ak, 1.0f, save + L.dk, ak, w + L.wk, ak, 1.0f, dh, hid);
@@ -185,10 +217,15 @@ static void ka_att_bwd_w(const rt_ldims *d, const float *w, const float *save, f
     ka_colsum_acc(N, ak, save + L.dk, g + L.bk);
     ka_colsum_acc(N, ak, save + L.dv, g + L.bv);
   }
+  if (d->qk_norm) {
+    rt_rmsnorm_bwd_w(N * d->heads, d->head_dim, save + L.qp, save + L.rq, save + L.dqn, g + L.qn);
+    rt_rmsnorm_bwd_w(N * d->kv_heads, d->head_dim, save + L.kp, save + L.rk, save + L.dkn,
+                     g + L.kn);
+  }
 }
 
 /* Dimensions: hidden, seq, heads, kv_heads and head_dim (rt_heads_dims, head width even),
- * causal, window, rope_theta, qkv_bias, norm_eps. At scale 1 the layer runs as written: an odd
+ * causal, window, rope_theta, qkv_bias, qk_norm, norm_eps. At scale 1 the layer runs as written: an odd
  * head width, which the rotary embedding cannot split in halves, is refused rather than
  * rounded. */
 static int ka_att_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
@@ -215,6 +252,7 @@ static int ka_att_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   d->window = win > 0 ? (int)rt_sdim((double)win, k, 1, 1) : 0;
   d->rope_theta = rt_lp(in, BE_LP_ATTENTION_ROPE_THETA, 1e4); /* positions are not scaled */
   d->qkv_bias = rt_lp(in, BE_LP_ATTENTION_QKV_BIAS, 0) != 0;
+  d->qk_norm = rt_lp(in, BE_LP_ATTENTION_QK_NORM, 0) != 0;
   d->norm_eps = rt_lp(in, BE_LP_ATTENTION_NORM_EPS, 1e-5);
   return 0;
 }

@@ -46,6 +46,9 @@ static const kcase kc_cases[] = {
     {"attn_bias", "attention", /* Qwen2's q, k and v biases */
      {.B = 2, .S = 6, .hidden = 16, .heads = 4, .kv_heads = 2, .head_dim = 4, .causal = true,
       .rope_theta = 1e6, .qkv_bias = true}},
+    {"attn_qknorm", "attention", /* Qwen3's RMSNorm of each query and key head */
+     {.B = 2, .S = 6, .hidden = 16, .heads = 4, .kv_heads = 2, .head_dim = 4, .causal = true,
+      .rope_theta = 1e6, .qk_norm = true, .norm_eps = 1e-6}},
     {"attn_theta", "attention", /* Llama 3's base: long wavelengths, S past the short ones */
      {.B = 2, .S = 12, .hidden = 16, .heads = 4, .kv_heads = 1, .head_dim = 4, .causal = true,
       .rope_theta = 5e5}},

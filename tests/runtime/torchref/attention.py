@@ -1,6 +1,7 @@
 """PyTorch reference of the attention layer kind (runtime/kernels/attention.c): pre-norm (RMSNorm)
-grouped-query self-attention (q, k, v biases with qkv_bias) with rotary embedding (rotate-half,
-base rope_theta), causal and sliding-window masks, and a residual connection. Written as the textbook formulation."""
+grouped-query self-attention (q, k, v biases with qkv_bias; per-head RMSNorm of q and k with
+qk_norm) with rotary embedding (rotate-half, base rope_theta), causal and sliding-window masks,
+and a residual connection. Written as the textbook formulation."""
 import math
 
 import torch
@@ -44,8 +45,10 @@ def forward(dims, x, p):
     q, k, v = h @ p["wq"], h @ p["wk"], h @ p["wv"]
     if dims.get("qkv_bias"):
         q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]
-    q = q.view(B, S, H, hd).transpose(1, 2)
-    k = k.view(B, S, KV, hd).transpose(1, 2)
+    q, k = q.view(B, S, H, hd), k.view(B, S, KV, hd)
+    if dims.get("qk_norm"):
+        q, k = rmsnorm(q, p["q_norm"], eps(dims)), rmsnorm(k, p["k_norm"], eps(dims))
+    q, k = q.transpose(1, 2), k.transpose(1, 2)
     v = v.view(B, S, KV, hd).transpose(1, 2)
     q, k = _rotary(q, theta), _rotary(k, theta)
     k = k.repeat_interleave(H // KV, dim=1)
