@@ -400,6 +400,8 @@ typedef struct hf_model {
   double window;            /* window of the windowed ('L') layers; 0: none */
   double theta;             /* RoPE base of every attention layer (rope_theta) */
   double local_theta;       /* that of the windowed layers when it differs; 0: theta */
+  double rope_factor, rope_low, rope_high, rope_orig; /* Llama 3.1's rope scaling (factor 0:
+                                                          none) */
   double eps;               /* RMSNorm epsilon of the decoder layers and the head (norm_eps) */
   bool qkv_bias;            /* the attention's q, k and v projections have biases (Qwen2) */
   bool qk_norm;             /* the attention normalizes each q and k head (Qwen3) */
@@ -434,12 +436,38 @@ static const char *hf_act(hf_ctx *c, const cJSON *obj, const char *p, const char
   return NULL;
 }
 
-/* RoPE fields: rope_theta (any positive base: m->theta), rope_scaling (none),
- * partial_rotary_factor (1). */
+static void hf_leftovers(hf_ctx *c, const cJSON *obj, const char *p);
+
+/* RoPE fields: rope_theta (any positive base: m->theta), rope_scaling (none, or Llama 3.1's
+ * "llama3": m->rope_*), partial_rotary_factor (1). */
 static void hf_rope(hf_ctx *c, const cJSON *obj, const char *p, hf_model *m) {
   m->theta = hf_positive(c, obj, p, "rope_theta", c->fam->theta, "rope_theta");
-  hf_none(c, obj, p, "rope_scaling",
-          "OctoPipe's rotary embedding has no scaling (linear, dynamic, yarn, llama3, longrope)");
+  const cJSON *rs = hf_get(c, obj, p, "rope_scaling");
+  if (rs && !cJSON_IsNull(rs)) {
+    hf_path q = hf_mkpath(p, "rope_scaling.");
+    const char *tn = cJSON_GetObjectItemCaseSensitive(rs, "rope_type") ? "rope_type" : "type";
+    const cJSON *ty = hf_get(c, rs, q.s, tn);
+    if (!cJSON_IsObject(rs) || !cJSON_IsString(ty) || strcmp(ty->valuestring, "llama3") != 0) {
+      hf_refuse(c, p, "rope_scaling", "OctoPipe's rope scaling is Llama 3.1's (rope_type "
+                "\"llama3\"), not linear, dynamic, yarn or longrope");
+      return;
+    }
+    hf_use(c, q.s, tn, "Llama 3.1's rope scaling");
+    m->rope_factor = hf_positive(c, rs, q.s, "factor", 0, "rope_factor");
+    m->rope_low = hf_positive(c, rs, q.s, "low_freq_factor", 0, "rope_low_freq_factor");
+    m->rope_high = hf_positive(c, rs, q.s, "high_freq_factor", 0, "rope_high_freq_factor");
+    m->rope_orig = hf_count(c, rs, q.s, "original_max_position_embeddings", -1, 1,
+                            "rope_original_seq");
+    if (m->rope_factor == 0 || m->rope_low == 0 || m->rope_high == 0)
+      hf_refuse(c, p, "rope_scaling", "rope_type llama3 needs factor, low_freq_factor and "
+                "high_freq_factor");
+    else if (m->rope_factor != 1 && !(m->rope_high > m->rope_low))
+      hf_refuse(c, q.s, "high_freq_factor", "it must exceed low_freq_factor = %g",
+                m->rope_low);
+    hf_leftovers(c, rs, q.s);
+  } else if (rs) {
+    hf_use(c, p, "rope_scaling", "checked: no scaling");
+  }
   hf_fixed(c, obj, p, "partial_rotary_factor", 1, 1,
            "OctoPipe rotates the whole head (no partial rotary)");
 }
@@ -893,6 +921,12 @@ static void hf_write_model(strbuf *s, const hf_model *m, const char *name, doubl
   if (strcmp(m->act, "silu") != 0) strbuf_printf(s, "  act = %s", m->act);
   if (!m->gated) strbuf_puts(s, "  gated = false");
   hf_real(s, "  ", "rope_theta", m->theta, HF_OCTO_THETA);
+  if (m->rope_factor > 0 && m->rope_factor != 1) {
+    hf_real(s, "\n  ", "rope_factor", m->rope_factor, 0);
+    hf_real(s, "  ", "rope_low_freq_factor", m->rope_low, 0);
+    hf_real(s, "  ", "rope_high_freq_factor", m->rope_high, 0);
+    hf_dim(s, "rope_original_seq", m->rope_orig);
+  }
   hf_real(s, "  ", "norm_eps", m->eps, HF_OCTO_EPS);
   if (m->qkv_bias) strbuf_puts(s, "  qkv_bias = true");
   if (m->qk_norm) strbuf_puts(s, "  qk_norm = true");

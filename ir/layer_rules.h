@@ -156,6 +156,10 @@ static inline int lr_layer_check(int kind, const double *p, lr_report *r) {
     double seq = p[LR_P_ATTENTION_SEQ], win = p[LR_P_ATTENTION_WINDOW];
     if (LR_KNOWN2(seq, win) && win > seq)
       lr_problem(r, "window = %g is longer than seq = %g", win, seq);
+    double lo = p[LR_P_ATTENTION_ROPE_LOW], hi = p[LR_P_ATTENTION_ROPE_HIGH];
+    if (p[LR_P_ATTENTION_ROPE_FACTOR] != 1 && LR_KNOWN2(lo, hi) && !(hi > lo))
+      lr_problem(r, "rope_high_freq_factor = %g must exceed rope_low_freq_factor = %g when "
+                 "rope_factor is not 1", hi, lo);
     break;
   }
   case LR_KIND_MOE: {

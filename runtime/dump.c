@@ -126,18 +126,24 @@ void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
   strbuf_puts(index, ", \"kind\": ");
   strbuf_json_str(index, kind);
   strbuf_puts(index, ", \"dims\": {");
-  char theta[40], eps[40]; /* the shortest texts that read back exactly */
+  char theta[40], eps[40], factor[40], low[40], high[40]; /* shortest exact texts */
   fmt_shortest_scaled(theta, d->rope_theta, 1.0);
+  fmt_shortest_scaled(factor, d->rope_factor, 1.0);
+  fmt_shortest_scaled(low, d->rope_low, 1.0);
+  fmt_shortest_scaled(high, d->rope_high, 1.0);
   fmt_shortest_scaled(eps, d->norm_eps, 1.0);
   strbuf_printf(index,
                 "\"B\": %d, \"S\": %d, \"in_S\": %d, \"in_w\": %d, \"hidden\": %d, \"heads\": %d, "
                 "\"kv_heads\": %d, \"head_dim\": %d, \"ffn\": %d, \"gated\": %d, \"act\": \"%s\", "
-                "\"causal\": %d, \"window\": %d, \"rope_theta\": %s, \"qkv_bias\": %d, "
+                "\"causal\": %d, \"window\": %d, \"rope_theta\": %s, \"rope_factor\": %s, "
+                "\"rope_low_freq_factor\": %s, \"rope_high_freq_factor\": %s, "
+                "\"rope_original_seq\": %.0f, \"qkv_bias\": %d, "
                 "\"qk_norm\": %d, \"norm_eps\": %s, \"experts\": %d, \"top_k\": %d, \"shared\": %d, "
                 "\"state\": %d, \"groups\": %d, \"conv\": %d, \"inner\": %d, \"chunk\": %d, "
                 "\"vocab\": %d, \"out_w\": %d},\n",
                 d->B, d->S, d->in_S, d->in_w, d->hidden, d->heads, d->kv_heads, d->head_dim,
-                d->ffn, d->gated, rt_act_name(d->act), d->causal, d->window, theta, d->qkv_bias,
+                d->ffn, d->gated, rt_act_name(d->act), d->causal, d->window, theta, factor, low,
+                high, d->rope_orig, d->qkv_bias,
                 d->qk_norm, eps, d->experts, d->top_k, d->shared, d->state, d->groups, d->conv, d->inner,
                 d->chunk, d->vocab, p->out_w);
   strbuf_puts(index, "   \"params\": [");

@@ -31,11 +31,21 @@ RT_HD static inline void rt_attn_prob_row(int S, int lo, int hi, float m, float 
 typedef struct rt_b_attn_rope_table_a {
   int hd;         /* head width (even) */
   double theta;   /* base frequency (> 0) */
+  double factor, low, high, orig; /* Llama 3.1 scaling (factor 1: none; else high > low) */
   float *cs, *sn; /* [S, hd/2] each */
 } rt_b_attn_rope_table_a;
 RT_BODY_FN(attn_rope_table) {
   int half = p->hd / 2, t = (int)(i / half), k = (int)(i % half);
   double f = pow(p->theta, -2.0 * k / p->hd);
+  if (p->factor != 1) { /* Llama 3.1: slow the long wavelengths, blend the middle ones */
+    double wl = 2 * RT_PI / f;
+    if (wl > p->orig / p->low) {
+      f /= p->factor;
+    } else if (wl >= p->orig / p->high) {
+      double s = (p->orig / wl - p->low) / (p->high - p->low);
+      f = (1 - s) * f / p->factor + s * f;
+    }
+  }
   p->cs[i] = (float)cos(t * f);
   p->sn[i] = (float)sin(t * f);
 }

@@ -39,6 +39,8 @@ typedef struct rt_ldims {
   bool causal;       /* attention: causal mask */
   int window;        /* attention: sliding window in tokens (0: none) */
   double rope_theta; /* attention: rotary base frequency (> 0) */
+  double rope_factor, rope_low, rope_high, rope_orig; /* attention: Llama 3.1 rope scaling
+                                                          (factor 1: none) */
   bool qkv_bias;     /* attention: the q, k and v projections have biases */
   bool qk_norm;      /* attention: RMSNorm (eps norm_eps) of each q and k head before rotary */
   double norm_eps;   /* every kind with a norm (not embedding, custom): its epsilon (> 0) */

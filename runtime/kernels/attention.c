@@ -14,7 +14,8 @@
  *              values (eps norm_eps) times q_norm / k_norm (Qwen3);
  *              rotary embedding on q and k per head at position t (0..S-1 within the sequence),
  *              theta = rope_theta, rotate-half: for i < hd/2, pair (i, i + hd/2) with angle
- *              t * theta^(-2i/hd): out_i = x_i cos - x_{i+hd/2} sin,
+ *              t * theta^(-2i/hd) (with rope_factor != 1 scaled as Llama 3.1's "llama3" rope
+ *              scaling, kb_attention.h attn_rope_table): out_i = x_i cos - x_{i+hd/2} sin,
  *              out_{i+hd/2} = x_{i+hd/2} cos + x_i sin;
  *              query head qh reads kv head qh / (heads / kv_heads);
  *              scores = q k^T / sqrt(hd); key j visible from query t iff (causal: j <= t) and
@@ -152,7 +153,7 @@ static void ka_att_fwd(const rt_ldims *d, const float *w, const float *x, float 
     rt_rmsnorm_fwd(N * d->kv_heads, d->head_dim, d->norm_eps, save + L.kp, w + L.kn,
                    save + L.k, save + L.rk);
   }
-  float *sn, *cs = ka_rope_tables(d->S, d->head_dim, d->rope_theta, &sn);
+  float *sn, *cs = ka_rope_tables(d, &sn);
   ka_rope(N, d->S, d->heads, d->head_dim, save + L.q, cs, sn, false);
   ka_rope(N, d->S, d->kv_heads, d->head_dim, save + L.k, cs, sn, false);
   rt_scratch_free(cs);
@@ -179,7 +180,7 @@ static void ka_att_bwd_in(const rt_ldims *d, const float *w, float *save, const 
               save + L.dk, save + L.dv, P, P + (size_t)d->S * d->S);
   rt_scratch_free(P);
   rt_scratch_free(dO);
-  float *sn, *cs = ka_rope_tables(d->S, d->head_dim, d->rope_theta, &sn);
+  float *sn, *cs = ka_rope_tables(d, &sn);
   ka_rope(N, d->S, d->heads, d->head_dim, save + L.dq, cs, sn, true);
   ka_rope(N, d->S, d->kv_heads, d->head_dim, save + L.dk, cs, sn, true);
   rt_scratch_free(cs);
@@ -251,6 +252,10 @@ static int ka_att_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   long win = (long)rt_lp(in, BE_LP_ATTENTION_WINDOW, 0);
   d->window = win > 0 ? (int)rt_sdim((double)win, k, 1, 1) : 0;
   d->rope_theta = rt_lp(in, BE_LP_ATTENTION_ROPE_THETA, 1e4); /* positions are not scaled */
+  d->rope_factor = rt_lp(in, BE_LP_ATTENTION_ROPE_FACTOR, 1);
+  d->rope_low = rt_lp(in, BE_LP_ATTENTION_ROPE_LOW, 1);
+  d->rope_high = rt_lp(in, BE_LP_ATTENTION_ROPE_HIGH, 4);
+  d->rope_orig = rt_lp(in, BE_LP_ATTENTION_ROPE_ORIG, 8192);
   d->qkv_bias = rt_lp(in, BE_LP_ATTENTION_QKV_BIAS, 0) != 0;
   d->qk_norm = rt_lp(in, BE_LP_ATTENTION_QK_NORM, 0) != 0;
   d->norm_eps = rt_lp(in, BE_LP_ATTENTION_NORM_EPS, 1e-5);

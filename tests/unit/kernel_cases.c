@@ -49,6 +49,9 @@ static const kcase kc_cases[] = {
     {"attn_qknorm", "attention", /* Qwen3's RMSNorm of each query and key head */
      {.B = 2, .S = 6, .hidden = 16, .heads = 4, .kv_heads = 2, .head_dim = 4, .causal = true,
       .rope_theta = 1e6, .qk_norm = true, .norm_eps = 1e-6}},
+    {"attn_llama31", "attention", /* Llama 3.1's rope scaling: every band of wavelengths */
+     {.B = 2, .S = 12, .hidden = 32, .heads = 2, .kv_heads = 1, .head_dim = 16, .causal = true,
+      .rope_theta = 5e5, .rope_factor = 8, .rope_low = 1, .rope_high = 4, .rope_orig = 64}},
     {"attn_theta", "attention", /* Llama 3's base: long wavelengths, S past the short ones */
      {.B = 2, .S = 12, .hidden = 16, .heads = 4, .kv_heads = 1, .head_dim = 4, .causal = true,
       .rope_theta = 5e5}},
@@ -115,6 +118,11 @@ static bool kc_setup(const kcase *c, krun *r) {
   if (!r->d.in_S) r->d.in_S = r->d.S;
   if (!r->d.in_w) r->d.in_w = r->d.hidden;
   if (!r->d.norm_eps) r->d.norm_eps = 1e-5; /* the language's default (layer_params.def) */
+  if (!r->d.rope_factor) { /* no rope scaling, as the language's defaults */
+    r->d.rope_factor = r->d.rope_low = 1;
+    r->d.rope_high = 4;
+    r->d.rope_orig = 8192;
+  }
   r->k = rt_kernel_find(c->kind);
   strbuf err = {0};
   if (!r->k || r->k->plan(&r->d, &r->p, &err) != 0) {

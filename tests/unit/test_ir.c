@@ -126,6 +126,10 @@ static ir_module *build_full_module(void) {
   set_param(l, "causal", 1);
   set_param(l, "window", 0);
   set_param(l, "rope_theta", 500000);
+  set_param(l, "rope_factor", 8);
+  set_param(l, "rope_low_freq_factor", 1);
+  set_param(l, "rope_high_freq_factor", 4);
+  set_param(l, "rope_original_seq", 8192);
   set_param(l, "qkv_bias", 1);
   set_param(l, "qk_norm", 1);
   set_param(l, "norm_eps", 1e-6);

@@ -14,10 +14,28 @@ def _rotate_half(t):
     return torch.cat([-t[..., half:], t[..., :half]], dim=-1)
 
 
-def _rotary(t, theta):
-    """t: [B, heads, S, hd]; rotate each pair (i, i + hd/2) by angle pos * theta^(-2i/hd)."""
+def _llama3_scaling(inv_freq, dims):
+    """Llama 3.1's rope scaling (transformers' _compute_llama3_parameters): wavelengths longer
+    than original / low_freq_factor slowed by factor, those between original / high_freq_factor
+    and that blended, the shorter ones kept."""
+    factor = float(dims.get("rope_factor", 1.0))
+    if factor == 1.0:
+        return inv_freq
+    low, high = float(dims["rope_low_freq_factor"]), float(dims["rope_high_freq_factor"])
+    orig = float(dims["rope_original_seq"])
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > orig / low, inv_freq / factor, inv_freq)
+    smooth = (orig / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < orig / high) & ~(wavelen > orig / low)
+    return torch.where(medium, smoothed, scaled)
+
+
+def _rotary(t, theta, dims):
+    """t: [B, heads, S, hd]; rotate each pair (i, i + hd/2) by angle pos * theta^(-2i/hd)
+    (rope-scaled as Llama 3.1 when dims say so)."""
     S, hd = t.shape[-2], t.shape[-1]
-    inv_freq = theta ** (-torch.arange(0, hd, 2, dtype=t.dtype) / hd)
+    inv_freq = _llama3_scaling(theta ** (-torch.arange(0, hd, 2, dtype=t.dtype) / hd), dims)
     angles = torch.outer(torch.arange(S, dtype=t.dtype), inv_freq)  # [S, hd/2]
     angles = torch.cat([angles, angles], dim=-1)  # [S, hd]
     return t * angles.cos() + _rotate_half(t) * angles.sin()
@@ -50,7 +68,7 @@ def forward(dims, x, p):
         q, k = rmsnorm(q, p["q_norm"], eps(dims)), rmsnorm(k, p["k_norm"], eps(dims))
     q, k = q.transpose(1, 2), k.transpose(1, 2)
     v = v.view(B, S, KV, hd).transpose(1, 2)
-    q, k = _rotary(q, theta), _rotary(k, theta)
+    q, k = _rotary(q, theta, dims), _rotary(k, theta, dims)
     k = k.repeat_interleave(H // KV, dim=1)
     v = v.repeat_interleave(H // KV, dim=1)
 
