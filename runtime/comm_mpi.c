@@ -227,6 +227,17 @@ static int mp_wait(void *ctx, rt_req *r, double timeout, strbuf *err) {
   return 0;
 }
 
+/* The barrier of every process (MPI_Ibarrier on the world, polled). */
+static int mp_barrier(void *ctx, double timeout, strbuf *err) {
+  (void)ctx;
+  MPI_Request q;
+  if (MPI_Ibarrier(MPI_COMM_WORLD, &q) != MPI_SUCCESS) {
+    strbuf_puts(err, "MPI_Ibarrier failed");
+    return -1;
+  }
+  return mp_poll(&q, timeout, err);
+}
+
 static int mp_allreduce(void *ctx, float *buf, size_t n, double timeout, strbuf *err) {
   mpi_comm *c = ctx;
   MPI_Request q;
@@ -277,7 +288,7 @@ static rt_layer_cost cost_unpack(const double *d) {
 }
 
 /* Doubles before the per-step figures in a packed rank. */
-#define PACK_HEAD (10 + RT_MEM_KINDS)
+#define PACK_HEAD (13 + RT_MEM_KINDS)
 
 /* Doubles of a packed rank of a run of 'steps' steps of s, with calibrate. */
 static int pack_size(const be_stream *s, int steps, bool calibrate) {
@@ -286,7 +297,7 @@ static int pack_size(const be_stream *s, int steps, bool calibrate) {
 
 /* The figures of one rank as doubles, for MPI_Gather: status, busy, wait, nev, BLAS time, peak
  * bytes, the reference's, whether the arena was the stream's, the optimizer's calibration time
- * and bytes, the peak bytes by kind, then per step the time, loss, reference loss and gradient
+ * and bytes, the checkpoints saved (count, last step, seconds), the peak bytes by kind, then per step the time, loss, reference loss and gradient
  * difference, then with calibrate (nlayers > 0) the timed cost of every layer (cost_pack). */
 static void pack(const rt_rank_stats *st, int steps, int nlayers, double *d) {
   d[0] = st->status;
@@ -299,7 +310,10 @@ static void pack(const rt_rank_stats *st, int steps, int nlayers, double *d) {
   d[7] = st->planned;
   d[8] = st->optim_s;
   d[9] = st->optim_bytes;
-  for (int k = 0; k < RT_MEM_KINDS; k++) d[10 + k] = st->mem.kind[k];
+  d[10] = st->saves;
+  d[11] = st->saved_step;
+  d[12] = st->save_s;
+  for (int k = 0; k < RT_MEM_KINDS; k++) d[13 + k] = st->mem.kind[k];
   for (int k = 0; k < steps; k++) {
     d[PACK_HEAD + k] = st->step_s[k];
     d[PACK_HEAD + steps + k] = st->loss[k];
@@ -323,7 +337,10 @@ static void unpack(rt_rank_stats *st, int steps, int nlayers, const double *d) {
   st->planned = d[7] != 0;
   st->optim_s = d[8];
   st->optim_bytes = d[9];
-  for (int k = 0; k < RT_MEM_KINDS; k++) st->mem.kind[k] = d[10 + k];
+  st->saves = (int)d[10];
+  st->saved_step = (int)d[11];
+  st->save_s = d[12];
+  for (int k = 0; k < RT_MEM_KINDS; k++) st->mem.kind[k] = d[13 + k];
   for (int k = 0; k < steps; k++) {
     st->step_s[k] = d[PACK_HEAD + k];
     st->loss[k] = d[PACK_HEAD + steps + k];
@@ -423,7 +440,7 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
   int me, world, rc = RT_EXIT_OK;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  int steps = o->steps > 0 ? o->steps : 1, per = pack_size(s, steps, o->calibrate);
+  int steps = (o->steps > 0 ? o->steps : 1) - o->first_step, per = pack_size(s, steps, o->calibrate);
   int nlayers = o->calibrate ? s->nlayers : 0;
   double *packed = xcalloc((size_t)per, sizeof *packed), *all = NULL;
   pack(mine, steps, nlayers, packed);
@@ -650,7 +667,10 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
   mo = &mo1;
   rt_run_opts o1 = *o;
   strbuf err = {0};
-  rc = mp_decided(rt_fault_resolve(s, &o1.fault, &err) == 0 ? RT_EXIT_OK : RT_EXIT_INPUT);
+  rc = mp_decided(rt_fault_resolve(s, &o1.fault, &err) == 0 &&
+                          rt_ckpt_prepare(s, &mo1, &o1, &err) == 0
+                      ? RT_EXIT_OK
+                      : RT_EXIT_INPUT);
   if (rc != RT_EXIT_OK) { /* every process finds it: rank 0 says it */
     if (me == 0) fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(&err));
     strbuf_free(&err);
@@ -678,7 +698,7 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
   mc.nmb = s->nmb;
   mc.replica = replica;
   mc.nreplicas = s->replicas;
-  rt_comm c = {"mpi", &mc, mp_isend, mp_irecv, mp_wait, mp_allreduce, mp_fail,
+  rt_comm c = {"mpi", &mc, mp_isend, mp_irecv, mp_wait, mp_allreduce, mp_barrier, mp_fail,
                mp_die, mp_stop, mp_leave, -1};
   mp_term.prog = &s->ranks[rank];
   mp_term.at = &c.at;
@@ -744,7 +764,7 @@ int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts
     mpi_comm mc = {MPI_COMM_NULL, MPI_COMM_NULL, 0, 1, 0, 1};
     MPI_Comm_dup(MPI_COMM_SELF, &mc.replicas);
     mc.pipe = MPI_COMM_WORLD;
-    rt_comm c = {"mpi", &mc, mp_isend, mp_irecv, mp_wait, mp_allreduce, mp_fail,
+    rt_comm c = {"mpi", &mc, mp_isend, mp_irecv, mp_wait, mp_allreduce, mp_barrier, mp_fail,
                  mp_die, mp_stop, mp_leave, -1};
     if (rt_profile_link(&c, me, big, o->timeout, &lat, &bw, &err) != 0) {
       strbuf why = {0};

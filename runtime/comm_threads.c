@@ -53,6 +53,8 @@ typedef struct rt_hub {
   char culprit[64]; /* who, for the others' messages: "rank 2 died", "rank 1 of replica 1
                        failed" (the first) */
   int left;        /* ranks that left (th_leave) */
+  int bar_in;      /* ranks in the current barrier (th_barrier) */
+  int bar_round;   /* barriers completed */
   char error[256]; /* a transport error (tag mismatch), "" when none */
 } rt_hub;
 
@@ -232,6 +234,33 @@ static int th_allreduce(void *ctx, float *buf, size_t n, double timeout, strbuf 
   return rc;
 }
 
+/* A barrier that a rank waits on: the hub and the round it waits to see completed. */
+typedef struct bar_at {
+  rt_hub *h;
+  int round;
+} bar_at;
+
+static bool bar_passed(void *arg) {
+  bar_at *b = arg;
+  return b->h->bar_round > b->round;
+}
+
+static int th_barrier(void *ctx, double timeout, strbuf *err) {
+  thread_comm *t = ctx;
+  rt_hub *h = t->hub;
+  struct timespec until = deadline(timeout);
+  pthread_mutex_lock(&h->mu);
+  bar_at mine = {h, h->bar_round};
+  if (++h->bar_in == h->nranks * h->replicas) {
+    h->bar_in = 0;
+    h->bar_round++;
+    pthread_cond_broadcast(&h->cv);
+  }
+  int rc = hub_wait(h, bar_passed, &mine, &until, err);
+  pthread_mutex_unlock(&h->mu);
+  return rc;
+}
+
 static void th_fail(void *ctx, const char *why, int code) {
   (void)why; /* the launcher reports it, with its exit status, from the rank's stats */
   (void)code;
@@ -287,7 +316,7 @@ typedef struct job {
 
 static void *run_job(void *arg) {
   job *j = arg;
-  rt_comm c = {"cpu", &j->tc, th_isend, th_irecv, th_wait, th_allreduce, th_fail,
+  rt_comm c = {"cpu", &j->tc, th_isend, th_irecv, th_wait, th_allreduce, th_barrier, th_fail,
                th_die, th_stop, th_leave, -1};
   rt_exec_rank(j->s, j->tc.rank, j->tc.replica, j->mo, j->o, &c, j->st);
   return NULL;
@@ -358,7 +387,7 @@ typedef struct link_job {
 
 static void *link_run(void *arg) {
   link_job *j = arg;
-  rt_comm c = {"cpu", &j->tc, th_isend, th_irecv, th_wait, th_allreduce, th_fail,
+  rt_comm c = {"cpu", &j->tc, th_isend, th_irecv, th_wait, th_allreduce, th_barrier, th_fail,
                th_die, th_stop, th_leave, -1};
   j->rc = rt_profile_link(&c, j->tc.rank, j->big, 30.0, &j->lat, &j->bw, &j->err);
   if (j->rc) th_fail(&j->tc, strbuf_cstr(&j->err), RT_EXIT_RUNTIME);

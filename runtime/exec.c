@@ -278,7 +278,7 @@ double rt_wstash_peak(const be_stream *s, int rank, const rt_model *m) {
 
 int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
                  const rt_run_opts *o, rt_comm *c, rt_rank_stats *st) {
-  int steps = o->steps > 0 ? o->steps : 1;
+  int first = o->first_step, steps = (o->steps > 0 ? o->steps : 1) - first; /* this run's */
   rt_rank_stats_init(st, rank, replica, steps);
   strbuf err = {0};
   rt_model *m = rt_model_new(s, mo, &err);
@@ -302,6 +302,15 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
     if (s->stages[i].rank == rank) rt_model_init_stage(m, i);
     if (ref) rt_model_init_stage(ref, i);
   }
+  if (rt_ckpt_load(m, o, &err) != 0 || (ref && rt_ckpt_load(ref, o, &err) != 0)) {
+    snprintf(st->err, sizeof st->err, "rank %d: %s", rank, strbuf_cstr(&err));
+    st->status = RT_FAILED;
+    c->fail(c->ctx, st->err, RT_EXIT_INPUT);
+    strbuf_free(&err);
+    rt_model_free(m);
+    rt_model_free(ref);
+    return st->status;
+  }
   /* Buffers: one arena, each slot at its offset (rt_arena: the stream's layout when its sizes
    * are the runtime's), as large as the largest runtime tensor it holds. */
   size_t *floats = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *floats);
@@ -318,16 +327,17 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
 
   double *optim_s = xcalloc((size_t)steps, sizeof *optim_s); /* per step, with calibrate */
   double t_run = support_seconds();
-  for (int step = 0; step < steps && st->status == RT_OK; step++) {
-    if (ref) st->ref_loss[step] = rt_reference_step(ref, step, s->replicas);
+  for (int k = 0; k < steps && st->status == RT_OK; k++) {
+    int step = first + k; /* the training step: its data, and its index in the stats (k) */
+    if (ref) st->ref_loss[k] = rt_reference_step(ref, step, s->replicas);
     rt_model_set_step(m, step, replica);
-    if (o->calibrate) rt_model_time(m, step > 0); /* the first step warms up */
+    if (o->calibrate) rt_model_time(m, k > 0); /* the first step warms up */
     double t_step = support_seconds();
     for (int pc = 0; pc < p->ncode && st->status == RT_OK; pc++) {
       const be_inst *in = &p->code[pc];
       const int32_t *a = in->a;
       c->at = pc;
-      if (inject(s, o, rank, replica, step, pc, c, st)) break;
+      if (inject(s, o, rank, replica, k, pc, c, st)) break;
       double t0 = support_seconds(), blas0 = rt_blas_seconds();
       bool compute = true;
       switch ((be_opcode)in->op) {
@@ -338,7 +348,7 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
         break;
       case BE_OP_LOSS: {
         double l = rt_loss(m, step, replica, a[1], buf[a[2]], buf[a[3]]);
-        st->loss[step] += l;
+        st->loss[k] += l;
         if (!dump_failed(m, st, s, rank, pc) && !isfinite(l)) { /* a dump: its targets */
           char what[96];
           snprintf(what, sizeof what, "step %d: the loss of microbatch %d is %s", step + 1,
@@ -423,13 +433,13 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
           strbuf_free(&why);
           if (ref) {
             double d = rt_grad_diff(m, ref, i);
-            if (d > st->grad_diff[step]) st->grad_diff[step] = d;
+            if (d > st->grad_diff[k]) st->grad_diff[k] = d;
           }
           rt_step(m, i);
         }
         if (ref)
           for (int i = 0; i < s->nstages; i++) rt_step(ref, i);
-        optim_s[step] = support_seconds() - t0;
+        optim_s[k] = support_seconds() - t0;
         break;
       default: break;
       }
@@ -439,9 +449,24 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
         st->blas_s += rt_blas_seconds() - blas0;
       }
       if (o->trace && (compute || in->op == BE_OP_WAIT))
-        rt_record(st, in, step, t0 - t_run, t1 - t_run);
+        rt_record(st, in, k, t0 - t_run, t1 - t_run);
     }
-    st->step_s[step] = support_seconds() - t_step;
+    st->step_s[k] = support_seconds() - t_step;
+    bool last = k == steps - 1, every = o->save_every > 0 && (step + 1) % o->save_every == 0;
+    if (o->save && st->status == RT_OK && (last || every)) {
+      double t_save = support_seconds();
+      int rc = rt_ckpt_save(s, m, rank, replica, step + 1, mo, o, c, &err);
+      if (rc == 0 && rank == 0 && replica == 0) {
+        st->saved_step = step + 1;
+        st->saves++;
+        st->save_s += support_seconds() - t_save;
+      } else if (rc != 0) {
+        snprintf(st->err, sizeof st->err, "rank %d: %s%s", rank,
+                 rc == 2 ? "stopped in the checkpoint's save because " : "", strbuf_cstr(&err));
+        st->status = rc == 2 ? RT_ABORTED : rc == 1 ? RT_FAILED : RT_OUTPUT;
+      }
+      err.len = 0;
+    }
   }
   c->at = -1;
   if (o->calibrate && st->status == RT_OK && steps > 1) {
@@ -542,7 +567,8 @@ static void report_memory(const be_stream *s, const rt_rank_stats *x, bool pred,
 
 int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *stats, int n,
                   strbuf *out, strbuf *errs) {
-  int steps = o->steps > 0 ? o->steps : 1, rc = RT_EXIT_OK;
+  int first_step = o->first_step, steps = (o->steps > 0 ? o->steps : 1) - first_step;
+  int rc = RT_EXIT_OK;
   /* Failures first: the ranks that failed or died, then where each other rank stopped because
    * of them. */
   for (int pass = 0; pass < 2; pass++)
@@ -565,6 +591,10 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     }
   if (rc != RT_EXIT_OK) return rc;
   bool pred = rt_prediction_comparable(s, o, stats[0].scale, NULL);
+  if (o->resume_dir[0])
+    strbuf_printf(out, "resumed: %s (step %d)\n", o->resume_dir, first_step);
+  else if (o->init)
+    strbuf_printf(out, "initialized: %s\n", o->init);
   double first = 0, last = 0;
   double *times = xcalloc((size_t)steps, sizeof *times);
   for (int step = 0; step < steps; step++) {
@@ -579,7 +609,7 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     if (step == 0) first = loss;
     last = loss;
     times[step] = t;
-    strbuf_printf(out, "step %d: %.3f ms", step + 1, t * 1e3);
+    strbuf_printf(out, "step %d: %.3f ms", first_step + step + 1, t * 1e3);
     if (pred) strbuf_printf(out, " (predicted %.3f ms)", s->pred_step * 1e3);
     strbuf_printf(out, ", loss %.6f", loss);
     if (o->check) {
@@ -593,6 +623,10 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     strbuf_putc(out, '\n');
   }
   if (steps > 1) strbuf_printf(out, "loss: %.6f -> %.6f over %d steps\n", first, last, steps);
+  if (stats[0].saves > 0)
+    strbuf_printf(out, "saved: %s/step-%08d, %d checkpoint%s in %.3f s\n", o->save,
+                  stats[0].saved_step, stats[0].saves, stats[0].saves == 1 ? "" : "s",
+                  stats[0].save_s);
   for (int i = 0; i < n; i++) {
     const rt_rank_stats *x = &stats[i];
     double total = 0;

@@ -1170,6 +1170,32 @@ void rt_model_layer(const rt_model *m, int i, rt_layer_info *out) {
 
 int rt_model_nlayers(const rt_model *m) { return m->nlayers; }
 
+bool rt_model_layer_state(rt_model *m, int i, float **w, float **am, float **av) {
+  int st_i = 0;
+  while (st_i < m->nstages && m->stages[st_i].end <= i) st_i++;
+  if (i < 0 || i >= m->nlayers || st_i == m->nstages || !m->stages[st_i].init) return false;
+  const mstage *st = &m->stages[st_i];
+  size_t off = m->layers[i].w_off;
+  *w = st->w + off;
+  *am = st->am ? st->am + off : NULL;
+  *av = st->av ? st->av + off : NULL;
+  return true;
+}
+
+bool rt_model_adam(const rt_model *m) { return m->adam; }
+
+void rt_model_set_adam_steps(rt_model *m, long t) {
+  for (int i = 0; i < m->nstages; i++) {
+    mstage *st = &m->stages[i];
+    st->adam_t = t;
+    st->b1t = st->b2t = 1.0;
+    for (long k = 0; k < t; k++) { /* the products rt_step forms, in its order: the same bits */
+      st->b1t *= 0.9;
+      st->b2t *= 0.999;
+    }
+  }
+}
+
 void rt_model_layer_bytes(const rt_model *m, int i, rt_layer_cost *c) {
   const mlayer *L = &m->layers[i];
   double nw = (double)rt_lplan_params(&L->p);

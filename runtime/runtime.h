@@ -213,6 +213,9 @@ typedef struct rt_comm {
   /* Sum n floats over the replicas of this rank (in place), waiting at most 'timeout' seconds:
    * the results of wait. */
   int (*allreduce)(void *ctx, float *buf, size_t n, double timeout, strbuf *err);
+  /* Wait until every rank of every replica has entered the barrier, at most 'timeout'
+   * seconds: the results of wait. */
+  int (*barrier)(void *ctx, double timeout, strbuf *err);
   /* Tell every rank that this one failed with message 'why' (they stop at their next wait, or the
    * transport ends the job with exit status 'code', an RT_EXIT_* value). */
   void (*fail)(void *ctx, const char *why, int code);
@@ -289,6 +292,14 @@ typedef struct rt_run_opts {
                        processes of one node); 0: the machine's available memory */
   const char *calibrate; /* --calibrate: the profile to write from the run's own timings of its
                             layers and optimizer steps (rt_calibration_json), or NULL */
+  const char *init;     /* --init: the weights to start from (a safetensors file, an index or a
+                           directory; rt_ckpt_prepare checks them), or NULL */
+  const char *save;     /* --save: the checkpoint directory, or NULL */
+  int save_every;       /* --save-every: also save after every that many steps (0: at the end) */
+  const char *resume;   /* --resume: the checkpoint directory given, or NULL */
+  char resume_dir[1024]; /* the step directory rt_ckpt_prepare found in it ("" without resume) */
+  int first_step;       /* steps the resumed checkpoint had taken (0 without): the run takes
+                           steps first_step + 1 .. steps */
 } rt_run_opts;
 
 /* Parse "RANK[/REPLICA]:WHERE" (WHERE: an address or an RT_FAULT_PLACES name) into f's rank,
@@ -363,6 +374,9 @@ typedef struct rt_rank_stats {
   double optim_s;      /* with calibrate: median seconds of its STEPs after the first */
   double optim_bytes;  /* the bytes they update, as the simulator counts them (parameters,
                           gradients and optimizer state of its stages) */
+  int saves;           /* with --save, rank 0 of replica 0: checkpoints it completed */
+  int saved_step;      /* the step of the last of them */
+  double save_s;       /* seconds they took in all */
 } rt_rank_stats;
 
 enum { RT_OK = 0, RT_FAILED = 1, RT_ABORTED = 2, RT_DIED = 3, RT_NONFINITE = 4, RT_OUTPUT = 5 };
@@ -459,6 +473,47 @@ void rt_mpi_watch(const be_stream *s, double timeout, const char *what);
 int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *mine,
                   const char *path, const char *backend, const char *trace_path,
                   const rt_opts *mo);
+
+/* ---- Checkpoints (checkpoint.c; docs/checkpoints.md) ---------------------------------------- */
+
+/* The name of a checkpoint's manifest in its step directory. */
+#define RT_CKPT_MANIFEST "octopipe.json"
+/* The version of the checkpoint format the manifest states. */
+#define RT_CKPT_VERSION 1
+
+/* Before a run, in every process: check the options of o against stream s run with mo.
+ * --init: the weights hold exactly the tensors of the model at mo's scale (every name, its
+ * shape and a float dtype; nothing else), mo->scale 0 (auto) becoming 1. --resume: find the checkpoint (its step directory, or
+ * DIR/latest's), verify the manifest and every file's size and CRC-32, check that it is a
+ * checkpoint of this model (layers, scale, optimizer, sequences per step, sequence length, data
+ * file) and that it holds every tensor, then set o->resume_dir, o->first_step (its step; below
+ * o->steps), mo->seed and mo->scale (mo->scale 0 or the same) from it. --save: make the
+ * directory (its parent must exist). Returns 0, or -1 with the reason in err, which names the
+ * option, the file and the tensor. */
+int rt_ckpt_prepare(const be_stream *s, rt_opts *mo, rt_run_opts *o, strbuf *err);
+/* Replace the weights of every initialized stage of m (and, resuming, its Adam moments and
+ * step count) with the checkpoint's of o (resume_dir, else init; neither: nothing). Pre:
+ * rt_ckpt_prepare checked o. Returns 0, or -1 with the reason in err (a file changed since). */
+int rt_ckpt_load(rt_model *m, const rt_run_opts *o, strbuf *err);
+/* Save the checkpoint of step 'step' (steps taken) into o->save, a collective of every rank of
+ * every replica (after their STEP; rank 'rank' of replica 'replica' runs model m of stream s):
+ * rank 0 of replica 0 makes DIR/.step-N.tmp, each rank of replica 0 writes its stages' shards,
+ * then rank 0 writes the indexes and the manifest with every file's CRC-32, renames the directory
+ * to DIR/step-N, points DIR/latest at it and removes the older ones; two barriers (c->barrier,
+ * o->timeout) order it. A SIGKILL at any moment leaves DIR/latest's checkpoint whole. Returns 0,
+ * 2 (another rank failed: who in err), 1 (a barrier's deadline passed or the transport failed)
+ * or -1 (a file could not be written), with the reason in err. */
+int rt_ckpt_save(const be_stream *s, rt_model *m, int rank, int replica, int step,
+                 const rt_opts *mo, const rt_run_opts *o, rt_comm *c, strbuf *err);
+
+/* For the checkpoints: device pointers to layer i's weights and Adam moments (NULL with SGD)
+ * in its stage's arrays (rt_lplan order). Returns false when its stage is not initialized. */
+bool rt_model_layer_state(rt_model *m, int i, float **w, float **am, float **av);
+/* Whether m's optimizer is Adam. */
+bool rt_model_adam(const rt_model *m);
+/* Set the Adam steps every stage of m has taken to t, and the bias corrections with them, bit
+ * for bit as t calls of rt_step form them. */
+void rt_model_set_adam_steps(rt_model *m, long t);
 
 /* ---- Profiler (profile.c) ----------------------------------------------------------------- */
 

@@ -67,6 +67,15 @@ static void usage(FILE *out) {
           "  --mem-limit=SIZE   memory the run may use on this machine (cpu: all ranks; mpi: the\n"
           "                     processes of a node), e.g. 16GiB; default: MemAvailable. A run\n"
           "                     that needs more is refused before it allocates\n"
+          "  --init=PATH        start from the weights of a safetensors file, sharded index\n"
+          "                     or directory (Hugging Face names for Llama-style models;\n"
+          "                     docs/checkpoints.md); every tensor must be there, shaped for\n"
+          "                     the model at the scale in force (default 1 with --init)\n"
+          "  --save=DIR         save a checkpoint (weights, Adam state, step) into\n"
+          "                     DIR/step-N after the last step, and DIR/latest names it\n"
+          "  --save-every=N     with --save: also after every N-th step\n"
+          "  --resume=DIR       continue from DIR's latest checkpoint (or a step directory)\n"
+          "                     up to --steps, which counts from the start of training\n"
           "  --check            run the sequential reference beside it and compare every step's\n"
           "                     loss and gradients (relative difference <= 1e-5)\n"
           "  --trace=FILE       write the timeline as Chrome/Perfetto trace JSON\n"
@@ -170,7 +179,8 @@ int main(int argc, char **argv) {
   const char *input = NULL, *trace_path = NULL, *backend = "cpu", *profile = NULL;
   bool bf16 = false;
   rt_opts mo = {0, 1, 0.01, NULL, NULL, false};
-  rt_run_opts o = {1, 60, false, false, {RT_FAULT_NONE, 0, 0, -1, -1}, "cpu", 0, NULL};
+  rt_run_opts o = {.steps = 1, .timeout = 60, .fault = {RT_FAULT_NONE, 0, 0, -1, -1},
+                   .backend = "cpu"};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     double x;
@@ -227,6 +237,18 @@ int main(int argc, char **argv) {
     } else if (cli_starts(a, "--calibrate=", &v)) {
       if (!*v) return bad_value("--calibrate", v, "a file name");
       o.calibrate = v;
+    } else if (cli_starts(a, "--init=", &v)) {
+      if (!*v) return bad_value("--init", v, "a safetensors file, index or directory");
+      o.init = v;
+    } else if (cli_starts(a, "--save=", &v)) {
+      if (!*v) return bad_value("--save", v, "a directory");
+      o.save = v;
+    } else if (cli_starts(a, "--save-every=", &v)) {
+      if (!number(v, 1, 1e6, &x) || x != (int)x) return bad_value("--save-every", v, "a count >= 1");
+      o.save_every = (int)x;
+    } else if (cli_starts(a, "--resume=", &v)) {
+      if (!*v) return bad_value("--resume", v, "a checkpoint directory");
+      o.resume = v;
     } else if (strcmp(a, "--check") == 0) {
       o.check = true;
     } else if (cli_starts(a, "--trace=", &v)) {
@@ -288,6 +310,11 @@ int main(int argc, char **argv) {
     fputs(PROG ": error: --dump needs the cpu or mpi backend\n", stderr);
     return RT_EXIT_INPUT;
   }
+  if ((gpu || profile) && (o.init || o.save || o.resume)) {
+    fputs(PROG ": error: --init, --save and --resume run with --backend=cpu or mpi, without "
+          "--profile\n", stderr);
+    return RT_EXIT_INPUT;
+  }
   if (mo.dump && dump_prepare(mo.dump) != 0) return RT_EXIT_INPUT;
 #ifndef OCTO_HAVE_CUDA
   if (gpu) {
@@ -331,6 +358,12 @@ int main(int argc, char **argv) {
   }
   if (mo.scale == 0 && s->scale > 0) mo.scale = s->scale; /* where its costs were measured */
   if (mo.scale == 0 && gpu) mo.scale = 1;                  /* GPUs run the real size */
+  if (rt_ckpt_prepare(s, &mo, &o, &err) != 0) {
+    fprintf(stderr, PROG ": error: %s\n", strbuf_cstr(&err));
+    strbuf_free(&err);
+    be_stream_free(s);
+    return RT_EXIT_INPUT;
+  }
   rt_model *probe = rt_model_new(s, &mo, &err); /* the data file and the scale, checked once */
   if (!probe) {
     fprintf(stderr, PROG ": error: %s\n", strbuf_cstr(&err));
@@ -373,8 +406,8 @@ int main(int argc, char **argv) {
     printf("%s: %d rank%s x %d replica%s, %d stages, %d microbatches; backend %s, "
            "%d step%s, scale %d\n", input, (int)s->nranks, s->nranks == 1 ? "" : "s", (int)s->replicas,
            s->replicas == 1 ? "" : "s", (int)s->nstages, (int)s->nmb,
-           cuda ? (bf16 ? "cuda (one GPU, bf16)" : "cuda (one GPU)") : "cpu (threads)", o.steps,
-           o.steps == 1 ? "" : "s", mo.scale);
+           cuda ? (bf16 ? "cuda (one GPU, bf16)" : "cuda (one GPU)") : "cpu (threads)",
+           o.steps - o.first_step, o.steps - o.first_step == 1 ? "" : "s", mo.scale);
     rc = rt_report_run(s, &o, stats, world, &out, &errs);
     fputs(strbuf_cstr(&out), stdout);
     fflush(stdout);

@@ -690,7 +690,8 @@ void test_runtime_memory(void) {
   rt_mem_need with_ref;
   rt_rank_memory(m, s, 0, true, &with_ref);
   UNIT_CHECK(with_ref.reference > need.params * 4 && with_ref.total > need.total);
-  rt_run_opts o = {1, 60, false, false, {RT_FAULT_NONE, 0, 0, -1, -1}, "cpu", 1e12, NULL};
+  rt_run_opts o = {.steps = 1, .timeout = 60, .fault = {RT_FAULT_NONE, 0, 0, -1, -1},
+                   .backend = "cpu", .mem_limit = 1e12};
   strbuf err = {0};
   UNIT_CHECK(rt_mem_check(s, m, &o, NULL, 3, &err) == 0 && err.len == 0);
   o.mem_limit = need.total; /* rank 0 alone fits exactly; all three do not */

@@ -1,0 +1,999 @@
+/* checkpoint.c -- weights and checkpoints in safetensors (runtime.h "Checkpoints";
+ * docs/checkpoints.md): the names and layouts of a model's tensors (Hugging Face's for a
+ * Llama-style model, ckpt_names.def; the runtime's own for any other), --init's check and
+ * load, and the checkpoint a run saves (--save) and continues from (--resume): one step
+ * directory of weight shards and Adam-moment shards per rank, their indexes and a manifest with
+ * every file's CRC-32, made under a temporary name and renamed whole. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cjson/cJSON.h>
+
+#include "kernels.h"
+#include "runtime.h"
+#include "safetensors.h"
+
+/* How a tensor of the runtime is stored in a file (ckpt_names.def LAYOUT). */
+enum { CK_AS_IS, CK_T, CK_EXPERT_T };
+
+/* One row of ckpt_names.def. */
+typedef struct ck_row {
+  be_kind kind;      /* the layer kind */
+  const char *param; /* the kernel's tensor name */
+  const char *fmt;   /* the file's name: block, then expert */
+  int layout;        /* CK_* */
+} ck_row;
+
+static const ck_row ck_rows[] = {
+#define CKPT_HF(KIND, PARAM, NAME, LAYOUT) {BE_KIND_##KIND, PARAM, NAME, CK_##LAYOUT},
+#include "ckpt_names.def"
+#undef CKPT_HF
+};
+
+/* One tensor of a file: a part of one parameter tensor of one layer (the whole tensor, or one
+ * expert's matrix). */
+typedef struct ck_part {
+  char name[160];   /* its name in the file */
+  int layer, pt;    /* the layer and its parameter tensor (rt_lplan index) */
+  int part;         /* the expert (EXPERT_T), else 0 */
+  int layout;       /* CK_* */
+  int ndim;         /* its shape in the file */
+  int64_t shape[3];
+  size_t floats;    /* its element count */
+} ck_part;
+
+/* The tensors of a model in a file, by the scheme its structure allows. */
+typedef struct ck_names {
+  bool hf;       /* Hugging Face's names (ckpt_names.def), else "layers.I.PARAM" */
+  ck_part *part; /* every part of every layer, in layer and rt_lplan order */
+  size_t n;
+} ck_names;
+
+/* The row of (kind, param), or NULL. */
+static const ck_row *ck_row_of(be_kind kind, const char *param) {
+  for (size_t i = 0; i < sizeof ck_rows / sizeof *ck_rows; i++)
+    if (ck_rows[i].kind == kind && strcmp(ck_rows[i].param, param) == 0) return &ck_rows[i];
+  return NULL;
+}
+
+/* Whether m is a Llama-style model that every row of its tensors names: embedding, then
+ * (attention, gated mlp or moe) pairs, then lm_head. */
+static bool ck_is_hf(const rt_model *m) {
+  int n = rt_model_nlayers(m);
+  if (n < 2) return false;
+  for (int i = 0; i < n; i++) {
+    rt_layer_info L;
+    rt_model_layer(m, i, &L);
+    be_kind k = L.k->id, want;
+    if (i == 0) want = BE_KIND_EMBEDDING;
+    else if (i == n - 1) want = BE_KIND_LM_HEAD;
+    else if (i % 2 == 1) want = BE_KIND_ATTENTION;
+    else want = k == BE_KIND_MOE ? BE_KIND_MOE : BE_KIND_MLP;
+    if (k != want || ((k == BE_KIND_MLP || k == BE_KIND_MOE) && !L.d.gated)) return false;
+    for (int t = 0; t < L.p.npt; t++)
+      if (!ck_row_of(k, L.p.pt[t].name)) return false;
+  }
+  return true;
+}
+
+/* Every tensor of m as a file names and shapes it. */
+static void ck_names_of(const rt_model *m, ck_names *out) {
+  memset(out, 0, sizeof *out);
+  out->hf = ck_is_hf(m);
+  size_t cap = 0;
+  for (int i = 0, block = -1; i < rt_model_nlayers(m); i++) {
+    rt_layer_info L;
+    rt_model_layer(m, i, &L);
+    if (L.k->id == BE_KIND_ATTENTION) block++;
+    for (int t = 0; t < L.p.npt; t++) {
+      const rt_ptensor *pt = &L.p.pt[t];
+      const ck_row *row = out->hf ? ck_row_of(L.k->id, pt->name) : NULL;
+      int layout = row ? row->layout : CK_AS_IS;
+      int parts = layout == CK_EXPERT_T ? pt->dim[0] : 1;
+      for (int e = 0; e < parts; e++) {
+        ck_part p;
+        memset(&p, 0, sizeof p);
+        if (row)
+          snprintf(p.name, sizeof p.name, row->fmt, block, e);
+        else
+          snprintf(p.name, sizeof p.name, "layers.%d.%s", i, pt->name);
+        p.layer = i;
+        p.pt = t;
+        p.part = e;
+        p.layout = layout;
+        if (layout == CK_AS_IS) {
+          p.ndim = pt->ndim;
+          for (int d = 0; d < pt->ndim; d++) p.shape[d] = pt->dim[d];
+        } else {
+          int a = layout == CK_T ? 0 : 1; /* the matrix's [in, out] dimensions */
+          p.ndim = 2;
+          p.shape[0] = pt->dim[a + 1];
+          p.shape[1] = pt->dim[a];
+        }
+        p.floats = 1;
+        for (int d = 0; d < p.ndim; d++) p.floats *= (size_t)p.shape[d];
+        VEC_PUSH(out->part, out->n, cap, p);
+      }
+    }
+  }
+}
+
+/* "[2, 3]" of a shape. */
+static void ck_shape_str(strbuf *sb, int ndim, const int64_t *shape) {
+  strbuf_putc(sb, '[');
+  for (int d = 0; d < ndim; d++)
+    strbuf_printf(sb, "%s%lld", d ? ", " : "", (long long)shape[d]);
+  strbuf_putc(sb, ']');
+}
+
+/* What part p is of model m ("layer 3 attn (attention), parameter wq"). */
+static void ck_part_what(strbuf *sb, const be_stream *s, const ck_part *p, const rt_model *m) {
+  rt_layer_info L;
+  rt_model_layer(m, p->layer, &L);
+  strbuf_printf(sb, "layer %d %s (%s), parameter %s", p->layer, s->layers[p->layer].name,
+                rt_kernel_name(L.k), L.p.pt[p->pt].name);
+}
+
+/* Tensors a file may hold that no model parameter is: buffers transformers recomputes. */
+static bool ck_ignored(const char *name) {
+  size_t n = strlen(name);
+  const char *tail = ".rotary_emb.inv_freq";
+  return n >= strlen(tail) && strcmp(name + n - strlen(tail), tail) == 0;
+}
+
+static int ck_cmp_str(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Check that the set opened from 'path' holds exactly the tensors of nm, each name with each
+ * of the nsuf suffixes appended ("" for weights, the Adam moments' for the optimizer's set),
+ * each of its shape and a float dtype, and nothing else but ignorable buffers. 'what' names the
+ * option ("--init"). */
+static int ck_check_set(const st_set *set, const char *path, const ck_names *nm,
+                        const char *const *suf, int nsuf, const be_stream *s, const rt_model *m,
+                        const char *what, strbuf *err) {
+  static const char *const schemes[2] = {"the runtime's own", "Hugging Face's"};
+  size_t nwant = nm->n * (size_t)nsuf;
+  char **want = xcalloc(nwant ? nwant : 1, sizeof *want);
+  int rc = 0;
+  for (size_t i = 0; i < nwant && rc == 0; i++) {
+    const ck_part *p = &nm->part[i / (size_t)nsuf];
+    strbuf name = {0};
+    strbuf_printf(&name, "%s%s", p->name, suf[i % (size_t)nsuf]);
+    want[i] = xstrdup(strbuf_cstr(&name));
+    strbuf_free(&name);
+    const st_file *f;
+    const st_tensor *t = st_set_find(set, want[i], &f);
+    if (!t) {
+      strbuf_printf(err, "%s: %s has no tensor '%s' (", what, path, want[i]);
+      ck_part_what(err, s, p, m);
+      strbuf_printf(err, "; the model's names are %s)", schemes[nm->hf]);
+      rc = -1;
+      break;
+    }
+    bool same = t->rank == p->ndim;
+    for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->shape[d];
+    if (!same) {
+      strbuf_printf(err, "%s: %s: tensor '%s' has shape ", what, st_path(f), want[i]);
+      ck_shape_str(err, t->rank, t->shape);
+      strbuf_printf(err, ", but the model at scale %d needs ", rt_model_scale(m));
+      ck_shape_str(err, p->ndim, p->shape);
+      strbuf_puts(err, " (");
+      ck_part_what(err, s, p, m);
+      strbuf_puts(err, ")");
+      rc = -1;
+    } else if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16 &&
+               t->dtype != ST_F64) {
+      strbuf_printf(err, "%s: %s: tensor '%s' is %s, not a float type (F32, BF16, F16, F64)",
+                    what, st_path(f), want[i], st_dtype_name(t->dtype));
+      rc = -1;
+    }
+  }
+  if (rc == 0) {
+    qsort(want, nwant, sizeof *want, ck_cmp_str);
+    for (size_t i = 0; i < st_set_count(set); i++) {
+      const st_file *f;
+      const st_tensor *t = st_set_at(set, i, &f);
+      const char *key = t->name;
+      if (ck_ignored(key) || bsearch(&key, want, nwant, sizeof *want, ck_cmp_str)) continue;
+      strbuf_printf(err, "%s: %s: tensor '%s' is no parameter of this model (its names are %s)",
+                    what, st_path(f), key, schemes[nm->hf]);
+      rc = -1;
+      break;
+    }
+  }
+  for (size_t i = 0; i < nwant; i++) free(want[i]);
+  free(want);
+  return rc;
+}
+
+/* The Adam moments' suffixes (PyTorch's state names) and the weights' (none). */
+static const char *const ck_moments[2] = {".exp_avg", ".exp_avg_sq"};
+static const char *const ck_plain[1] = {""};
+
+/* Offset (floats) of parameter tensor t in its layer's array. */
+static size_t ck_pt_off(const rt_lplan *p, int t) {
+  size_t off = 0;
+  for (int k = 0; k < t; k++) off += rt_ptensor_floats(&p->pt[k]);
+  return off;
+}
+
+/* Copy part p between its tensor in the runtime's layout (ours: the whole parameter tensor pt)
+ * and the file's (file: p->floats). */
+static void ck_convert(const ck_part *p, const rt_ptensor *pt, float *ours, float *file,
+                       bool to_file) {
+  if (p->layout == CK_AS_IS) {
+    if (to_file) memcpy(file, ours, p->floats * sizeof *file);
+    else memcpy(ours, file, p->floats * sizeof *file);
+    return;
+  }
+  int a = p->layout == CK_T ? 0 : 1;
+  size_t R = (size_t)pt->dim[a], C = (size_t)pt->dim[a + 1]; /* ours: [R, C]; the file: [C, R] */
+  float *mat = ours + (size_t)p->part * R * C;
+  for (size_t r = 0; r < R; r++)
+    for (size_t c = 0; c < C; c++) {
+      if (to_file) file[c * R + r] = mat[r * C + c];
+      else mat[r * C + c] = file[c * R + r];
+    }
+}
+
+/* Fill layer i's tensor array 'arr' (host, its parameters' floats) from set, each part's name
+ * with suffix. */
+static int ck_read_layer(const st_set *set, const ck_names *nm, int i, const rt_lplan *pl,
+                         const char *suffix, float *arr, strbuf *err) {
+  for (size_t k = 0; k < nm->n; k++) {
+    const ck_part *p = &nm->part[k];
+    if (p->layer != i) continue;
+    char name[192];
+    snprintf(name, sizeof name, "%s%s", p->name, suffix);
+    const st_file *f;
+    const st_tensor *t = st_set_find(set, name, &f);
+    if (!t || t->numel != (int64_t)p->floats) { /* checked by rt_ckpt_prepare: changed since */
+      strbuf_printf(err, "tensor '%s' is missing or misshapen (the file changed)", name);
+      return -1;
+    }
+    float *tmp = xmalloc((p->floats ? p->floats : 1) * sizeof *tmp);
+    bool ok = st_read_f32(f, t, tmp, t->numel, err);
+    if (ok) ck_convert(p, &pl->pt[p->pt], arr + ck_pt_off(pl, p->pt), tmp, false);
+    free(tmp);
+    if (!ok) return -1;
+  }
+  return 0;
+}
+
+/* The path of 'name' in directory dir. */
+static void ck_path(strbuf *sb, const char *dir, const char *name) {
+  strbuf_printf(sb, "%s/%s", dir, name);
+}
+
+#define CK_MODEL_INDEX "model.safetensors.index.json"
+#define CK_OPTIM_INDEX "optimizer.safetensors.index.json"
+
+int rt_ckpt_load(rt_model *m, const rt_run_opts *o, strbuf *err) {
+  bool resume = o->resume_dir[0] != '\0';
+  if (!resume && !o->init) return 0;
+  strbuf wpath = {0}, opath = {0};
+  if (resume) {
+    ck_path(&wpath, o->resume_dir, CK_MODEL_INDEX);
+    ck_path(&opath, o->resume_dir, CK_OPTIM_INDEX);
+  } else {
+    strbuf_puts(&wpath, o->init);
+  }
+  const char *what = resume ? "--resume" : "--init";
+  ck_names nm;
+  ck_names_of(m, &nm);
+  st_set *ws = st_set_open(strbuf_cstr(&wpath), err);
+  st_set *os = ws && resume && rt_model_adam(m) ? st_set_open(strbuf_cstr(&opath), err) : NULL;
+  int rc = ws && (os || !resume || !rt_model_adam(m)) ? 0 : -1;
+  for (int i = 0; i < rt_model_nlayers(m) && rc == 0; i++) {
+    float *w, *am, *av;
+    if (!rt_model_layer_state(m, i, &w, &am, &av)) continue;
+    rt_layer_info L;
+    rt_model_layer(m, i, &L);
+    size_t nw = rt_lplan_params(&L.p);
+    float *host = xmalloc((nw ? nw : 1) * sizeof *host);
+    float *dev[3] = {w, am, av};
+    for (int k = 0; k < (os ? 3 : 1) && rc == 0; k++) {
+      rc = ck_read_layer(k ? os : ws, &nm, i, &L.p, k ? ck_moments[k - 1] : "", host, err);
+      if (rc == 0) rt_put(dev[k], host, nw * sizeof *host);
+    }
+    free(host);
+  }
+  if (rc == 0 && resume) rt_model_set_adam_steps(m, o->first_step);
+  if (rc != 0) {
+    strbuf why = {0};
+    strbuf_printf(&why, "%s: %s", what, strbuf_cstr(err));
+    err->len = 0;
+    strbuf_puts(err, strbuf_cstr(&why));
+    strbuf_free(&why);
+  }
+  st_set_close(ws);
+  st_set_close(os);
+  free(nm.part);
+  strbuf_free(&wpath);
+  strbuf_free(&opath);
+  return rc;
+}
+
+/* ---- Saving -------------------------------------------------------------------------------- */
+
+/* The shard file of rank r of n: "model-00001-of-00004.safetensors". */
+static void ck_shard(strbuf *sb, const char *what, int r, int n) {
+  strbuf_printf(sb, "%s-%05d-of-%05d.safetensors", what, r + 1, n);
+}
+
+/* The rank that runs layer i of s. */
+static int ck_rank_of(const be_stream *s, int i) {
+  for (int k = 0; k < s->nstages; k++)
+    if (i >= s->stages[k].first && i < s->stages[k].end) return s->stages[k].rank;
+  return 0;
+}
+
+/* Write rank 'rank''s shards of its layers into dir: the weights, and with Adam the moments. */
+static int ck_write_shards(const be_stream *s, rt_model *m, int rank, const char *dir,
+                           strbuf *err) {
+  ck_names nm;
+  ck_names_of(m, &nm);
+  bool adam = rt_model_adam(m);
+  st_writer *wr[2] = {st_writer_new(), adam ? st_writer_new() : NULL};
+  float **keep = NULL; /* the host copies the writers borrow */
+  size_t nkeep = 0, keep_cap = 0;
+  int rc = 0;
+  for (int i = 0; i < rt_model_nlayers(m) && rc == 0; i++) {
+    float *dev[3];
+    if (ck_rank_of(s, i) != rank || !rt_model_layer_state(m, i, &dev[0], &dev[1], &dev[2]))
+      continue;
+    rt_layer_info L;
+    rt_model_layer(m, i, &L);
+    size_t nw = rt_lplan_params(&L.p);
+    for (int k = 0; k < (adam ? 3 : 1) && rc == 0; k++) {
+      float *host = xmalloc((nw ? nw : 1) * sizeof *host), *file = xmalloc((nw ? nw : 1) * sizeof *file);
+      rt_to_host(host, dev[k], nw * sizeof *host);
+      VEC_PUSH(keep, nkeep, keep_cap, file);
+      size_t at = 0;
+      for (size_t q = 0; q < nm.n && rc == 0; q++) {
+        const ck_part *p = &nm.part[q];
+        if (p->layer != i) continue;
+        ck_convert(p, &L.p.pt[p->pt], host + ck_pt_off(&L.p, p->pt), file + at, true);
+        char name[192];
+        snprintf(name, sizeof name, "%s%s", p->name, k ? ck_moments[k - 1] : "");
+        if (!st_writer_add(wr[k ? 1 : 0], name, ST_F32, p->ndim, p->shape, file + at, err))
+          rc = -1;
+        at += p->floats;
+      }
+      free(host);
+    }
+  }
+  static const char *const kinds[2] = {"model", "optimizer"};
+  for (int k = 0; k < (adam ? 2 : 1) && rc == 0; k++) {
+    strbuf name = {0}, path = {0};
+    ck_shard(&name, kinds[k], rank, s->nranks);
+    ck_path(&path, dir, strbuf_cstr(&name));
+    st_writer_meta(wr[k], "format", "pt"); /* transformers refuses shards without it */
+    if (!st_writer_write(wr[k], strbuf_cstr(&path), err)) rc = -1;
+    strbuf_free(&name);
+    strbuf_free(&path);
+  }
+  for (size_t i = 0; i < nkeep; i++) free(keep[i]);
+  free(keep);
+  st_writer_free(wr[0]);
+  st_writer_free(wr[1]);
+  free(nm.part);
+  return rc;
+}
+
+/* Size and CRC-32 of the file at path. Returns 0, or -1 with the reason in err. */
+static int ck_crc_file(const char *path, uint64_t *bytes, uint32_t *crc, strbuf *err) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    strbuf_printf(err, "cannot read '%s': %s", path, strerror(errno));
+    return -1;
+  }
+  static unsigned char buf[1 << 16];
+  uLong c = crc32(0L, Z_NULL, 0);
+  uint64_t n = 0;
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+    c = crc32(c, buf, (uInt)got);
+    n += got;
+  }
+  bool bad = ferror(f);
+  fclose(f);
+  if (bad) {
+    strbuf_printf(err, "cannot read '%s': %s", path, strerror(errno));
+    return -1;
+  }
+  *bytes = n;
+  *crc = (uint32_t)c;
+  return 0;
+}
+
+/* Flush the file or directory at path to disk (a rename is durable once its directory is). */
+static void ck_sync(const char *path) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return;
+  (void)fsync(fd);
+  close(fd);
+}
+
+/* Remove directory path and the plain files in it (a checkpoint's step directory has no
+ * subdirectories). Returns 0, or -1 with the reason in err. ENOENT is no error. */
+static int ck_remove_dir(const char *path, strbuf *err) {
+  DIR *d = opendir(path);
+  if (!d) {
+    if (errno == ENOENT) return 0;
+    strbuf_printf(err, "cannot remove '%s': %s", path, strerror(errno));
+    return -1;
+  }
+  struct dirent *e;
+  int rc = 0;
+  while ((e = readdir(d)) != NULL && rc == 0) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    strbuf f = {0};
+    ck_path(&f, path, e->d_name);
+    if (unlink(strbuf_cstr(&f)) != 0 && errno != ENOENT) {
+      strbuf_printf(err, "cannot remove '%s': %s", strbuf_cstr(&f), strerror(errno));
+      rc = -1;
+    }
+    strbuf_free(&f);
+  }
+  closedir(d);
+  if (rc == 0 && rmdir(path) != 0 && errno != ENOENT) {
+    strbuf_printf(err, "cannot remove '%s': %s", path, strerror(errno));
+    rc = -1;
+  }
+  return rc;
+}
+
+/* The directory name of the checkpoint of step n: "step-00000006". */
+static void ck_step_name(strbuf *sb, int n) { strbuf_printf(sb, "step-%08d", n); }
+
+/* Whether name is a step directory's ("step-" and 8 digits or more). */
+static bool ck_is_step_name(const char *name) {
+  if (strncmp(name, "step-", 5) != 0 || strlen(name) < 13) return false;
+  for (const char *c = name + 5; *c; c++)
+    if (*c < '0' || *c > '9') return false;
+  return true;
+}
+
+static int ck_cmp_name(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Write the index of the weights (k 0) or Adam moments (k 1) of s's model m into dir: every
+ * tensor's shard by the rank of its layer, and their total size. */
+static int ck_write_index(const be_stream *s, const rt_model *m, int k, const char *dir,
+                          strbuf *err) {
+  ck_names nm;
+  ck_names_of(m, &nm);
+  static const char *const kinds[2] = {"model", "optimizer"};
+  size_t nsuf = k ? 2 : 1, n = nm.n * nsuf;
+  char **line = xcalloc(n ? n : 1, sizeof *line);
+  double total = 0;
+  for (size_t i = 0; i < n; i++) {
+    const ck_part *p = &nm.part[i / nsuf];
+    strbuf name = {0}, l = {0};
+    strbuf_printf(&name, "%s%s", p->name, k ? ck_moments[i % nsuf] : "");
+    strbuf_json_str(&l, strbuf_cstr(&name));
+    strbuf_puts(&l, ": ");
+    strbuf shard = {0};
+    ck_shard(&shard, kinds[k], ck_rank_of(s, p->layer), s->nranks);
+    strbuf_json_str(&l, strbuf_cstr(&shard));
+    line[i] = xstrdup(strbuf_cstr(&l));
+    total += 4.0 * (double)p->floats;
+    strbuf_free(&name);
+    strbuf_free(&l);
+    strbuf_free(&shard);
+  }
+  qsort(line, n, sizeof *line, ck_cmp_name); /* by name, as transformers writes it */
+  strbuf j = {0}, path = {0}, why = {0};
+  strbuf_printf(&j, "{\n  \"metadata\": {\n    \"total_size\": %.0f\n  },\n  \"weight_map\": {", total);
+  for (size_t i = 0; i < n; i++) strbuf_printf(&j, "%s\n    %s", i ? "," : "", line[i]);
+  strbuf_puts(&j, "\n  }\n}\n");
+  ck_path(&path, dir, k ? CK_OPTIM_INDEX : CK_MODEL_INDEX);
+  int rc = 0;
+  if (!support_write_file(strbuf_cstr(&path), j.data, j.len, &why)) {
+    strbuf_printf(err, "cannot write '%s': %s", strbuf_cstr(&path), strbuf_cstr(&why));
+    rc = -1;
+  } else {
+    ck_sync(strbuf_cstr(&path));
+  }
+  for (size_t i = 0; i < n; i++) free(line[i]);
+  free(line);
+  free(nm.part);
+  strbuf_free(&j);
+  strbuf_free(&path);
+  strbuf_free(&why);
+  return rc;
+}
+
+/* Append ", \"data\": ..." of the run's data to the manifest j: null (synthetic), or the file's
+ * name, size and CRC-32. Returns 0, or -1 with the reason in err. */
+static int ck_data_json(strbuf *j, const char *data, strbuf *err) {
+  strbuf_puts(j, "  \"data\": ");
+  if (!data) {
+    strbuf_puts(j, "null,\n");
+    return 0;
+  }
+  uint64_t bytes;
+  uint32_t crc;
+  if (ck_crc_file(data, &bytes, &crc, err) != 0) return -1;
+  strbuf_puts(j, "{\"file\": ");
+  strbuf_json_str(j, data);
+  strbuf_printf(j, ", \"bytes\": %llu, \"crc32\": \"%08x\"},\n", (unsigned long long)bytes, crc);
+  return 0;
+}
+
+/* Rank 0's part of a save, after every shard is in tmp: the indexes, the manifest, the rename to
+ * final, DIR/latest, and the older checkpoints removed. */
+static int ck_finish(const be_stream *s, const rt_model *m, const rt_opts *mo,
+                     const rt_run_opts *o, int step, const char *tmp, const char *final,
+                     strbuf *err) {
+  bool adam = rt_model_adam(m);
+  for (int k = 0; k < (adam ? 2 : 1); k++)
+    if (ck_write_index(s, m, k, tmp, err) != 0) return -1;
+  strbuf j = {0};
+  strbuf_printf(&j, "{\n  \"format\": \"octopipe-checkpoint\",\n  \"version\": %d,\n",
+                RT_CKPT_VERSION);
+  strbuf_puts(&j, "  \"model\": ");
+  strbuf_json_str(&j, s->model);
+  ck_names nm;
+  ck_names_of(m, &nm);
+  strbuf_printf(&j, ",\n  \"step\": %d,\n  \"names\": \"%s\",\n  \"scale\": %d,\n", step,
+                nm.hf ? "hf" : "octopipe", rt_model_scale(m));
+  free(nm.part);
+  strbuf_printf(&j, "  \"seed\": \"%llu\",\n  \"optimizer\": \"%s\",\n  \"lr\": %.17g,\n",
+                (unsigned long long)mo->seed, adam ? "adam" : "sgd", mo->lr);
+  strbuf_printf(&j, "  \"sequences_per_step\": %d,\n  \"seq\": %d,\n",
+                (int)(s->replicas * s->nmb * s->micro_batch), (int)s->seq);
+  int rc = ck_data_json(&j, mo->data, err);
+  strbuf_puts(&j, "  \"layers\": [");
+  for (int i = 0; i < s->nlayers; i++) {
+    strbuf_puts(&j, i ? ",\n    {\"name\": " : "\n    {\"name\": ");
+    strbuf_json_str(&j, s->layers[i].name);
+    strbuf_puts(&j, ", \"kind\": ");
+    strbuf_json_str(&j, s->layers[i].kind);
+    strbuf_puts(&j, "}");
+  }
+  strbuf_puts(&j, "\n  ],\n  \"files\": {");
+  /* every file of the directory but the manifest, by name */
+  char **names = NULL;
+  size_t nnames = 0, cap = 0;
+  DIR *d = rc == 0 ? opendir(tmp) : NULL;
+  if (rc == 0 && !d) {
+    strbuf_printf(err, "cannot read '%s': %s", tmp, strerror(errno));
+    rc = -1;
+  }
+  for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+    if (e->d_name[0] != '.') VEC_PUSH(names, nnames, cap, xstrdup(e->d_name));
+  if (d) closedir(d);
+  qsort(names, nnames, sizeof *names, ck_cmp_name);
+  for (size_t i = 0; i < nnames && rc == 0; i++) {
+    strbuf path = {0};
+    ck_path(&path, tmp, names[i]);
+    uint64_t bytes;
+    uint32_t crc;
+    rc = ck_crc_file(strbuf_cstr(&path), &bytes, &crc, err);
+    strbuf_printf(&j, "%s\n    ", i ? "," : "");
+    strbuf_json_str(&j, names[i]);
+    strbuf_printf(&j, ": {\"bytes\": %llu, \"crc32\": \"%08x\"}", (unsigned long long)bytes, crc);
+    strbuf_free(&path);
+  }
+  for (size_t i = 0; i < nnames; i++) free(names[i]);
+  free(names);
+  strbuf_puts(&j, "\n  }\n}\n");
+  strbuf path = {0}, why = {0}, old = {0}, latest = {0}, sname = {0};
+  ck_path(&path, tmp, RT_CKPT_MANIFEST);
+  if (rc == 0 && !support_write_file(strbuf_cstr(&path), j.data, j.len, &why)) {
+    strbuf_printf(err, "cannot write '%s': %s", strbuf_cstr(&path), strbuf_cstr(&why));
+    rc = -1;
+  }
+  if (rc == 0) {
+    ck_sync(strbuf_cstr(&path));
+    ck_sync(tmp);
+    /* a step directory of the same name (an earlier run's) goes aside first */
+    strbuf_printf(&old, "%s.old", tmp);
+    if (ck_remove_dir(strbuf_cstr(&old), err) != 0) rc = -1;
+    else if (rename(final, strbuf_cstr(&old)) != 0 && errno != ENOENT) {
+      strbuf_printf(err, "cannot move '%s' aside: %s", final, strerror(errno));
+      rc = -1;
+    } else if (rename(tmp, final) != 0) {
+      strbuf_printf(err, "cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
+      rc = -1;
+    }
+  }
+  if (rc == 0) {
+    ck_sync(o->save);
+    ck_step_name(&sname, step);
+    strbuf_putc(&sname, '\n');
+    ck_path(&latest, o->save, "latest");
+    strbuf_free(&why);
+    if (!support_write_file(strbuf_cstr(&latest), sname.data, sname.len, &why)) {
+      strbuf_printf(err, "cannot write '%s': %s", strbuf_cstr(&latest), strbuf_cstr(&why));
+      rc = -1;
+    } else {
+      ck_sync(strbuf_cstr(&latest));
+      ck_sync(o->save);
+    }
+  }
+  if (rc == 0) { /* DIR/latest names the new one: the others can go */
+    sname.len--;
+    sname.data[sname.len] = '\0';
+    rc = ck_remove_dir(strbuf_cstr(&old), err);
+    DIR *dd = rc == 0 ? opendir(o->save) : NULL;
+    for (struct dirent *e; dd && rc == 0 && (e = readdir(dd)) != NULL;) {
+      bool stale = ck_is_step_name(e->d_name) && strcmp(e->d_name, strbuf_cstr(&sname)) != 0;
+      size_t n = strlen(e->d_name);
+      stale = stale || (e->d_name[0] == '.' && n > 4 && strcmp(e->d_name + n - 4, ".tmp") == 0 &&
+                        strncmp(e->d_name, ".step-", 6) == 0);
+      if (!stale) continue;
+      strbuf p = {0};
+      ck_path(&p, o->save, e->d_name);
+      rc = ck_remove_dir(strbuf_cstr(&p), err);
+      strbuf_free(&p);
+    }
+    if (dd) closedir(dd);
+  }
+  strbuf_free(&j);
+  strbuf_free(&path);
+  strbuf_free(&why);
+  strbuf_free(&old);
+  strbuf_free(&latest);
+  strbuf_free(&sname);
+  return rc;
+}
+
+/* A barrier of the save ('which': "first", "second"): 0, 2 (another rank failed: who in err),
+ * or 1 with the reason in err (its deadline passed, or a transport error). */
+static int ck_barrier(rt_comm *c, const rt_run_opts *o, const char *which, strbuf *err) {
+  strbuf why = {0};
+  int rc = c->barrier(c->ctx, o->timeout, &why);
+  if (rc == 1)
+    strbuf_printf(err, "the checkpoint's %s barrier did not complete within %g s", which,
+                  o->timeout);
+  else if (rc != 0)
+    strbuf_puts(err, strbuf_cstr(&why));
+  strbuf_free(&why);
+  return rc == 0 ? 0 : rc == 2 ? 2 : 1;
+}
+
+int rt_ckpt_save(const be_stream *s, rt_model *m, int rank, int replica, int step,
+                 const rt_opts *mo, const rt_run_opts *o, rt_comm *c, strbuf *err) {
+  bool lead = rank == 0 && replica == 0;
+  strbuf tmp = {0}, final = {0}, name = {0};
+  ck_step_name(&name, step);
+  strbuf_printf(&tmp, "%s/.%s.tmp", o->save, strbuf_cstr(&name));
+  ck_path(&final, o->save, strbuf_cstr(&name));
+  int rc = 0;
+  if (lead) { /* a temporary left by a run that was killed while saving goes first */
+    if (ck_remove_dir(strbuf_cstr(&tmp), err) != 0) {
+      rc = -1;
+    } else if (mkdir(strbuf_cstr(&tmp), 0777) != 0) {
+      strbuf_printf(err, "cannot make '%s': %s", strbuf_cstr(&tmp), strerror(errno));
+      rc = -1;
+    }
+  }
+  if (rc == 0) rc = ck_barrier(c, o, "first", err);
+  if (rc == 0 && replica == 0) rc = ck_write_shards(s, m, rank, strbuf_cstr(&tmp), err);
+  if (rc == 0) rc = ck_barrier(c, o, "second", err);
+  if (rc == 0 && lead)
+    rc = ck_finish(s, m, mo, o, step, strbuf_cstr(&tmp), strbuf_cstr(&final), err);
+  if (rc != 0 && rc != 2) {
+    strbuf why = {0};
+    strbuf_printf(&why, "--save at step %d: %s", step, strbuf_cstr(err));
+    err->len = 0;
+    strbuf_puts(err, strbuf_cstr(&why));
+    strbuf_free(&why);
+  }
+  strbuf_free(&tmp);
+  strbuf_free(&final);
+  strbuf_free(&name);
+  return rc;
+}
+
+/* ---- Before a run -------------------------------------------------------------------------- */
+
+/* Open the set at path and check it against the model (rt_ckpt_prepare). */
+static int ck_check_path(const char *path, const ck_names *nm, const char *const *suf, int nsuf,
+                         const be_stream *s, const rt_model *m, const char *what, strbuf *err) {
+  strbuf why = {0};
+  st_set *set = st_set_open(path, &why);
+  int rc = set ? ck_check_set(set, path, nm, suf, nsuf, s, m, what, err) : -1;
+  if (!set) strbuf_printf(err, "%s: %s", what, strbuf_cstr(&why));
+  st_set_close(set);
+  strbuf_free(&why);
+  return rc;
+}
+
+/* Find the step directory of --resume=dir into o->resume_dir: dir itself when it holds a
+ * manifest, else the one dir/latest names. */
+static int ck_find_step(const char *dir, rt_run_opts *o, strbuf *err) {
+  strbuf p = {0}, why = {0};
+  ck_path(&p, dir, RT_CKPT_MANIFEST);
+  struct stat st;
+  int rc = 0;
+  if (stat(strbuf_cstr(&p), &st) == 0) {
+    if (strlen(dir) >= sizeof o->resume_dir) {
+      strbuf_printf(err, "--resume=%s: the path is longer than %zu bytes", dir,
+                    sizeof o->resume_dir - 1);
+      rc = -1;
+    } else {
+      snprintf(o->resume_dir, sizeof o->resume_dir, "%s", dir);
+    }
+  } else {
+    p.len = 0;
+    ck_path(&p, dir, "latest");
+    size_t n = 0;
+    char *name = support_read_file(strbuf_cstr(&p), &n, &why);
+    if (!name) {
+      struct stat ds;
+      if (stat(dir, &ds) != 0 || !S_ISDIR(ds.st_mode))
+        strbuf_printf(err, "--resume=%s: %s", dir,
+                      stat(dir, &ds) != 0 ? strerror(errno) : "not a directory");
+      else
+        strbuf_printf(err, "--resume=%s: no checkpoint there (neither %s nor latest)", dir,
+                      RT_CKPT_MANIFEST);
+      rc = -1;
+    } else {
+      while (n > 0 && (name[n - 1] == '\n' || name[n - 1] == '\r')) name[--n] = '\0';
+      if (!ck_is_step_name(name) || strlen(name) != n) {
+        strbuf_printf(err, "--resume=%s: latest does not name a step directory (step-NNNNNNNN)",
+                      dir);
+        rc = -1;
+      } else if (strlen(dir) + 1 + n >= sizeof o->resume_dir) {
+        strbuf_printf(err, "--resume=%s: the path is longer than %zu bytes", dir,
+                      sizeof o->resume_dir - 1);
+        rc = -1;
+      } else {
+        snprintf(o->resume_dir, sizeof o->resume_dir, "%s/%s", dir, name);
+      }
+      free(name);
+    }
+  }
+  strbuf_free(&p);
+  strbuf_free(&why);
+  return rc;
+}
+
+/* The manifest's member 'key' of JSON type 'type' (cJSON_Number, ...), or NULL after appending
+ * "MANIFEST: no KEY" to err. */
+static const cJSON *ck_member(const cJSON *j, const char *key, int type, const char *path,
+                              strbuf *err) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+  if (!v || !(v->type & type)) {
+    strbuf_printf(err, "--resume: %s: \"%s\" is missing or not a%s", path, key,
+                  type == cJSON_Number ? " number" : type == cJSON_String ? " string"
+                  : type == cJSON_Array ? "n array" : "n object");
+    return NULL;
+  }
+  return v;
+}
+
+/* Check the manifest text of the checkpoint at o->resume_dir against stream s run with mo and o,
+ * and verify every file it lists; set o->first_step, mo->seed and mo->scale. */
+static int ck_check_manifest(const char *text, const char *path, const be_stream *s, rt_opts *mo,
+                             rt_run_opts *o, strbuf *err) {
+  cJSON *j = cJSON_Parse(text);
+  const cJSON *v;
+  int rc = -1;
+  if (!j || !cJSON_IsObject(j)) {
+    strbuf_printf(err, "--resume: %s: not a JSON object", path);
+    goto out;
+  }
+  if (!(v = ck_member(j, "format", cJSON_String, path, err))) goto out;
+  if (strcmp(v->valuestring, "octopipe-checkpoint") != 0) {
+    strbuf_printf(err, "--resume: %s: format '%s' is not octopipe-checkpoint", path,
+                  v->valuestring);
+    goto out;
+  }
+  if (!(v = ck_member(j, "version", cJSON_Number, path, err))) goto out;
+  if (v->valuedouble != RT_CKPT_VERSION) {
+    strbuf_printf(err, "--resume: %s: version %g; this octo-run reads version %d", path,
+                  v->valuedouble, RT_CKPT_VERSION);
+    goto out;
+  }
+  const cJSON *step = ck_member(j, "step", cJSON_Number, path, err);
+  const cJSON *scale = step ? ck_member(j, "scale", cJSON_Number, path, err) : NULL;
+  const cJSON *seed = scale ? ck_member(j, "seed", cJSON_String, path, err) : NULL;
+  const cJSON *opt = seed ? ck_member(j, "optimizer", cJSON_String, path, err) : NULL;
+  const cJSON *sps = opt ? ck_member(j, "sequences_per_step", cJSON_Number, path, err) : NULL;
+  const cJSON *seq = sps ? ck_member(j, "seq", cJSON_Number, path, err) : NULL;
+  const cJSON *layers = seq ? ck_member(j, "layers", cJSON_Array, path, err) : NULL;
+  const cJSON *files = layers ? ck_member(j, "files", cJSON_Object, path, err) : NULL;
+  const cJSON *data = files ? cJSON_GetObjectItemCaseSensitive(j, "data") : NULL;
+  if (!files) goto out;
+  double st = step->valuedouble, sc = scale->valuedouble;
+  if (st != (int)st || st < 1 || sc != (int)sc || sc < 1) {
+    strbuf_printf(err, "--resume: %s: step %g or scale %g is not a whole number >= 1", path, st,
+                  sc);
+    goto out;
+  }
+  char *end;
+  errno = 0;
+  unsigned long long sd = strtoull(seed->valuestring, &end, 10);
+  if (end == seed->valuestring || *end || errno) {
+    strbuf_printf(err, "--resume: %s: seed '%s' is not a whole number", path, seed->valuestring);
+    goto out;
+  }
+  /* the model: its layers, optimizer, data per step and scale */
+  const char *s_opt = s->optimizer ? s->optimizer : "sgd";
+  int nl = cJSON_GetArraySize(layers), want_sps = (int)(s->replicas * s->nmb * s->micro_batch);
+  if (nl != s->nlayers) {
+    strbuf_printf(err, "--resume: %s: the checkpoint's model has %d layers, this plan's %d", path,
+                  nl, (int)s->nlayers);
+    goto out;
+  }
+  for (int i = 0; i < nl; i++) {
+    const cJSON *L = cJSON_GetArrayItem(layers, i);
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(L, "name");
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(L, "kind");
+    if (!cJSON_IsString(n) || !cJSON_IsString(k) || strcmp(n->valuestring, s->layers[i].name) ||
+        strcmp(k->valuestring, s->layers[i].kind)) {
+      strbuf_printf(err, "--resume: %s: layer %d is ", path, i);
+      if (cJSON_IsString(n) && cJSON_IsString(k))
+        strbuf_printf(err, "%s (%s)", n->valuestring, k->valuestring);
+      else
+        strbuf_puts(err, "not {\"name\", \"kind\"}");
+      strbuf_printf(err, " in the checkpoint, %s (%s) in this plan", s->layers[i].name,
+                    s->layers[i].kind);
+      goto out;
+    }
+  }
+  if (strcmp(opt->valuestring, s_opt) != 0) {
+    strbuf_printf(err, "--resume: %s: the checkpoint's optimizer is %s, this plan's %s", path,
+                  opt->valuestring, s_opt);
+    goto out;
+  }
+  if (sps->valuedouble != want_sps || seq->valuedouble != s->seq) {
+    strbuf_printf(err, "--resume: %s: the checkpoint took %g sequences of %g tokens per step, "
+                  "this plan takes %d of %d (replicas x microbatches x micro_batch and seq "
+                  "must stay, so that every step reads the same data)", path, sps->valuedouble,
+                  seq->valuedouble, want_sps, (int)s->seq);
+    goto out;
+  }
+  if (mo->scale != 0 && mo->scale != (int)sc) {
+    strbuf_printf(err, "--resume: %s: the checkpoint is at scale %d, not --scale=%d", path,
+                  (int)sc, mo->scale);
+    goto out;
+  }
+  /* the data the steps read */
+  const cJSON *df = cJSON_IsObject(data) ? cJSON_GetObjectItemCaseSensitive(data, "crc32") : NULL;
+  if (!cJSON_IsNull(data) && !cJSON_IsString(df)) {
+    strbuf_printf(err, "--resume: %s: \"data\" is neither null nor {\"file\", \"bytes\", "
+                  "\"crc32\"}", path);
+    goto out;
+  }
+  if (cJSON_IsNull(data) != (mo->data == NULL)) {
+    strbuf_printf(err, "--resume: %s: the checkpoint was trained on %s, this run %s", path,
+                  cJSON_IsNull(data) ? "synthetic data" : "a data file (--data)",
+                  mo->data ? "on --data" : "on synthetic data");
+    goto out;
+  }
+  if (mo->data) {
+    uint64_t bytes;
+    uint32_t crc;
+    char hex[16];
+    if (ck_crc_file(mo->data, &bytes, &crc, err) != 0) goto out;
+    snprintf(hex, sizeof hex, "%08x", crc);
+    if (strcmp(hex, df->valuestring) != 0) {
+      strbuf_printf(err, "--resume: --data=%s is not the file the checkpoint was trained on "
+                    "(CRC-32 %s, the checkpoint's %s)", mo->data, hex, df->valuestring);
+      goto out;
+    }
+  }
+  /* every file whole */
+  for (const cJSON *f = files->child; f; f = f->next) {
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(f, "bytes");
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(f, "crc32");
+    if (!f->string || strchr(f->string, '/') || !cJSON_IsNumber(b) || !cJSON_IsString(c)) {
+      strbuf_printf(err, "--resume: %s: a \"files\" entry is not NAME: {\"bytes\", \"crc32\"} "
+                    "with a plain file name", path);
+      goto out;
+    }
+    strbuf fp = {0};
+    ck_path(&fp, o->resume_dir, f->string);
+    uint64_t bytes;
+    uint32_t crc;
+    char hex[16];
+    int got = ck_crc_file(strbuf_cstr(&fp), &bytes, &crc, err);
+    snprintf(hex, sizeof hex, "%08x", got == 0 ? crc : 0u);
+    if (got != 0) {
+      strbuf fail = {0};
+      strbuf_printf(&fail, "--resume: %s", strbuf_cstr(err));
+      err->len = 0;
+      strbuf_puts(err, strbuf_cstr(&fail));
+      strbuf_free(&fail);
+    } else if ((double)bytes != b->valuedouble) {
+      strbuf_printf(err, "--resume: %s is %llu bytes, the manifest says %.0f (truncated or "
+                    "changed)", strbuf_cstr(&fp), (unsigned long long)bytes, b->valuedouble);
+      got = -1;
+    } else if (strcmp(hex, c->valuestring) != 0) {
+      strbuf_printf(err, "--resume: %s: CRC-32 %s, the manifest says %s (the file is corrupted)",
+                    strbuf_cstr(&fp), hex, c->valuestring);
+      got = -1;
+    }
+    strbuf_free(&fp);
+    if (got != 0) goto out;
+  }
+  if (st >= o->steps) {
+    strbuf_printf(err, "--resume: the checkpoint is at step %d and --steps=%d asks for no more "
+                  "(--steps counts from the start of training)", (int)st, o->steps);
+    goto out;
+  }
+  o->first_step = (int)st;
+  mo->seed = (uint64_t)sd;
+  mo->scale = (int)sc;
+  rc = 0;
+out:
+  cJSON_Delete(j);
+  return rc;
+}
+
+int rt_ckpt_prepare(const be_stream *s, rt_opts *mo, rt_run_opts *o, strbuf *err) {
+  o->resume_dir[0] = '\0';
+  o->first_step = 0;
+  if (o->init && o->resume) {
+    strbuf_puts(err, "--init and --resume: give one (a checkpoint holds its weights)");
+    return -1;
+  }
+  if (o->init && mo->scale == 0) mo->scale = 1; /* weights are for the model as written */
+  if (o->save_every > 0 && !o->save) {
+    strbuf_puts(err, "--save-every needs --save=DIR");
+    return -1;
+  }
+  if (o->resume) {
+    if (ck_find_step(o->resume, o, err) != 0) return -1;
+    strbuf mp = {0}, why = {0};
+    ck_path(&mp, o->resume_dir, RT_CKPT_MANIFEST);
+    size_t n;
+    char *text = support_read_file(strbuf_cstr(&mp), &n, &why);
+    int rc = text ? ck_check_manifest(text, strbuf_cstr(&mp), s, mo, o, err) : -1;
+    if (!text) strbuf_printf(err, "--resume: %s: %s", strbuf_cstr(&mp), strbuf_cstr(&why));
+    free(text);
+    strbuf_free(&mp);
+    strbuf_free(&why);
+    if (rc != 0) return -1;
+  }
+  if (o->init || o->resume) {
+    rt_model *m = rt_model_new(s, mo, err);
+    if (!m) return -1;
+    ck_names nm;
+    ck_names_of(m, &nm);
+    int rc;
+    if (o->init) {
+      rc = ck_check_path(o->init, &nm, ck_plain, 1, s, m, "--init", err);
+    } else {
+      strbuf p = {0};
+      ck_path(&p, o->resume_dir, CK_MODEL_INDEX);
+      rc = ck_check_path(strbuf_cstr(&p), &nm, ck_plain, 1, s, m, "--resume", err);
+      p.len = 0;
+      ck_path(&p, o->resume_dir, CK_OPTIM_INDEX);
+      if (rc == 0 && rt_model_adam(m))
+        rc = ck_check_path(strbuf_cstr(&p), &nm, ck_moments, 2, s, m, "--resume", err);
+      strbuf_free(&p);
+    }
+    free(nm.part);
+    rt_model_free(m);
+    if (rc != 0) return -1;
+  }
+  if (o->save) {
+    struct stat st;
+    const char *why = NULL;
+    if (mkdir(o->save, 0777) != 0 && errno != EEXIST) why = strerror(errno);
+    else if (stat(o->save, &st) != 0) why = strerror(errno);
+    else if (!S_ISDIR(st.st_mode)) why = "exists and is not a directory";
+    else if (access(o->save, W_OK | X_OK) != 0) why = strerror(errno);
+    if (why) {
+      strbuf_printf(err, "--save=%s: %s", o->save, why);
+      return -1;
+    }
+  }
+  return 0;
+}
