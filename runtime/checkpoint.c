@@ -865,7 +865,8 @@ static int ck_check_manifest(const char *text, const char *path, const be_stream
   }
   /* the data the steps read */
   const cJSON *df = cJSON_IsObject(data) ? cJSON_GetObjectItemCaseSensitive(data, "crc32") : NULL;
-  if (!cJSON_IsNull(data) && !cJSON_IsString(df)) {
+  const cJSON *db = cJSON_IsObject(data) ? cJSON_GetObjectItemCaseSensitive(data, "bytes") : NULL;
+  if (!cJSON_IsNull(data) && (!cJSON_IsString(df) || !cJSON_IsNumber(db))) {
     strbuf_printf(err, "--resume: %s: \"data\" is neither null nor {\"file\", \"bytes\", "
                   "\"crc32\"}", path);
     goto out;
@@ -882,9 +883,10 @@ static int ck_check_manifest(const char *text, const char *path, const be_stream
     char hex[16];
     if (ck_crc_file(mo->data, &bytes, &crc, err) != 0) goto out;
     snprintf(hex, sizeof hex, "%08x", crc);
-    if (strcmp(hex, df->valuestring) != 0) {
+    if (strcmp(hex, df->valuestring) != 0 || (double)bytes != db->valuedouble) {
       strbuf_printf(err, "--resume: --data=%s is not the file the checkpoint was trained on "
-                    "(CRC-32 %s, the checkpoint's %s)", mo->data, hex, df->valuestring);
+                    "(%llu bytes of CRC-32 %s, the checkpoint's %.0f of %s)", mo->data,
+                    (unsigned long long)bytes, hex, db->valuedouble, df->valuestring);
       goto out;
     }
   }

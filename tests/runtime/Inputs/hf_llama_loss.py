@@ -2,7 +2,7 @@
 """hf_llama_loss.py -- an independent oracle for octo-run's Hugging Face checkpoints.
 
 usage: hf_llama_loss.py CKPT_STEP_DIR CONFIG_JSON DATA_FILE STEP SEQS_PER_STEP
-                        [--expect=LOSS | --octo-run-output=FILE] [--rtol=1e-5]
+                        [--expect=LOSS | --octo-run-output=FILE] [--rtol=1e-5] [--seq=S]
 
 Reads the checkpoint's model.safetensors.index.json and its shards by hand (no safetensors
 package), a Hugging Face LlamaConfig-style config.json, and computes in float64 the mean
@@ -10,7 +10,8 @@ cross-entropy of training step STEP (0-based) with the Llama forward of transfor
 modeling_llama (q/k/v biases as Qwen2, per-head q/k RMSNorm as Qwen3, when the checkpoint has
 them). The data is octo-run's --data: the token at stream position p is data[p % len] % vocab;
 step STEP holds the sequences g = STEP*SEQS .. STEP*SEQS+SEQS-1, sequence g's inputs are the
-positions g*S .. g*S+S-1 and its targets g*S+1 .. g*S+S.
+positions g*S .. g*S+S-1 and its targets g*S+1 .. g*S+S; S is --seq (default: the config's
+max_position_embeddings).
 
 Prints "hf loss: X". --expect=LOSS, or --octo-run-output=FILE (octo-run's report: the loss of
 its line "step STEP+1: ..., loss X"), compares: |loss - expect| / |expect| > rtol exits 1. Where
@@ -231,7 +232,7 @@ def octo_run_loss(path, step):
     """The loss of octo-run's report line "step STEP: ..., loss X"."""
     with open(path) as f:
         for line in f:
-            m = re.match(r"step %d: .*, loss ([-+0-9.eEnaif]+)" % step, line)
+            m = re.match(r"step %d: .*, loss (\S+)" % step, line)
             if m:
                 return float(m.group(1))
     fail("%s has no line 'step %d: ..., loss X'" % (path, step))
@@ -241,7 +242,7 @@ def main(argv):
     opts = {"rtol": "1e-5"}
     pos = []
     for a in argv:
-        m = re.match(r"--(expect|octo-run-output|rtol)=(.*)$", a)
+        m = re.match(r"--(expect|octo-run-output|rtol|seq)=(.*)$", a)
         if m:
             opts[m.group(1)] = m.group(2)
         elif a.startswith("--"):
@@ -256,8 +257,9 @@ def main(argv):
     rtol = float(opts["rtol"])
     with open(cfg_path) as f:
         cfg = json.load(f)
-    S = cfg.get("max_position_embeddings")
-    S = int(opts.get("seq", S))
+    S = int(opts.get("seq", cfg.get("max_position_embeddings", 0)))
+    if S < 1:
+        fail("no sequence length: give --seq=N")
     ids, targets = step_tokens(data_file, step, seqs, S, cfg["vocab_size"])
     loss = forward_loss(read_checkpoint(ckpt), cfg, ids, targets)
     print("hf loss: %.6f" % loss)
