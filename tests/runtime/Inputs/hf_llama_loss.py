@@ -199,11 +199,11 @@ def step_tokens(data_file, step, seqs, S, V):
 def transformers_loss(ckpt, cfg_path, ids, targets):
     """The same loss with transformers' model, or None where transformers is not installed."""
     try:
-        import tempfile
-        import torch
         import transformers
     except ImportError:
         return None
+    import tempfile
+    import torch
     with tempfile.TemporaryDirectory() as tmp:
         with open(cfg_path) as f:
             cfg = json.load(f)

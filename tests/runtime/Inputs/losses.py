@@ -1,10 +1,11 @@
 """losses.py -- compare the losses of octo-run outputs, for the checkpoint tests.
 
-    losses.py [--rtol=R] REF OUT...
+    losses.py [--rtol=R] [--partial] REF OUT...
 
 Reads the "step N: ... loss X" lines of REF (an uninterrupted run) and of the OUT files (the
 runs that continued from checkpoints, in order), and checks that every step of the OUTs is one of
-REF's and that together they cover REF's steps. rtol 0 (the default) asks for the same printed
+REF's and that together they cover REF's steps (with --partial: only the OUTs' steps, at least
+one, as after a run that was killed). rtol 0 (the default) asks for the same printed
 digits, bit-identical losses; otherwise |out - ref| <= R |ref|. Prints "N steps match" or each
 difference, and exits 1 on any. (Not a test: lit skips Inputs/.)"""
 import re
@@ -25,9 +26,12 @@ def losses(path):
 
 def main(argv):
     rtol = 0.0
+    partial = False
     args = []
     for a in argv:
-        if a.startswith("--rtol="):
+        if a == "--partial":
+            partial = True
+        elif a.startswith("--rtol="):
             rtol = float(a[len("--rtol="):])
         else:
             args.append(a)
@@ -38,7 +42,7 @@ def main(argv):
     for path in args[1:]:
         got.update(losses(path))
     bad = 0
-    for step in sorted(set(ref) | set(got)):
+    for step in sorted(set(got) if partial else set(ref) | set(got)):
         r, g = ref.get(step), got.get(step)
         if r is None or g is None:
             print("step %d: %s in the reference, %s in the continued runs" %
@@ -47,12 +51,12 @@ def main(argv):
         elif (rtol == 0 and r != g) or abs(float(g) - float(r)) > rtol * abs(float(r)):
             print("step %d: loss %s, the uninterrupted run's %s" % (step, g, r))
             bad += 1
-    if not ref:
-        print("no step lines in %s" % args[0])
+    if not ref or not got:
+        print("no step lines in %s" % (args[0] if not ref else " ".join(args[1:])))
         bad += 1
     if bad:
         sys.exit(1)
-    print("%d steps match" % len(ref))
+    print("%d steps match" % len(got if partial else ref))
 
 
 if __name__ == "__main__":
