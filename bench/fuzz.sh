@@ -1,14 +1,14 @@
 #!/bin/sh
 # fuzz.sh -- runs the libFuzzer harnesses of tests/fuzz (the .octo front end, the IR reader, the
 # .ois reader, the runtime's set-up from CRC-valid mutated streams, the profile reader, plan ->
-# lowering, the Hugging Face config import, the safetensors reader) for a given time each and
-# prints, per fuzzer, the executions, executions per second, coverage (cov: edges, ft:
-# features) and corpus size. It configures and builds the fuzzers first (clang,
-# -DOCTO_FUZZ=ON: libFuzzer, ASan and UBSan) unless -n is given. Each fuzzer starts from a
-# corpus seeded from the examples and the tests (tests/fuzz/seeds.py, two lowered streams for
-# .ois and model; safetensors files made there) with the DSL or IR dictionary
-# (tests/fuzz/*.dict), kept in CORPUS/NAME so that later runs go on from it. A finding (crash,
-# leak, timeout, out of memory) is kept as CORPUS/NAME.findings/* and makes the exit status 1;
+# lowering, the Hugging Face config import, the safetensors reader, the checkpoint manifest's
+# reader) for a given time each and prints, per fuzzer, the executions, executions per second,
+# coverage (cov: edges, ft: features) and corpus size. It configures and builds the fuzzers first
+# (clang, -DOCTO_FUZZ=ON: libFuzzer, ASan and UBSan) unless -n is given. Each fuzzer starts from
+# a corpus seeded from the examples and the tests (tests/fuzz/seeds.py, two lowered streams for
+# .ois and model; safetensors files and checkpoint manifests made there) with the DSL or IR
+# dictionary (tests/fuzz/*.dict), kept in CORPUS/NAME so that later runs go on from it. A finding
+# (crash, leak, timeout, out of memory) is kept as CORPUS/NAME.findings/* and makes the exit status 1;
 # an input slower than 10 s (libFuzzer's slow-unit-*) is kept there too and said on stderr.
 #
 # usage: bench/fuzz.sh [-t SECONDS] [-T SECONDS] [-b BUILD_DIR] [-c CORPUS_DIR] [-n] [FUZZER...]
@@ -18,7 +18,8 @@
 #   -b BUILD_DIR the fuzz build (default build-fuzz; configured with CC=clang when missing)
 #   -c CORPUS    corpus directory (default BUILD_DIR/fuzz-corpus)
 #   -n           build nothing: run the fuzzers of BUILD_DIR as they are (the smoke tests)
-#   FUZZER       octo, ir, ois, model, profile, plan, import, safetensors (default all)
+#   FUZZER       octo, ir, ois, model, profile, plan, import, safetensors, checkpoint
+#                (default all)
 set -eu
 
 usage() {
@@ -44,7 +45,7 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-[ $# -gt 0 ] || set -- octo ir ois model profile plan import safetensors
+[ $# -gt 0 ] || set -- octo ir ois model profile plan import safetensors checkpoint
 CORPUS=${CORPUS:-$BUILD/fuzz-corpus}
 
 if [ "$BUILD_IT" = 1 ]; then
@@ -63,7 +64,8 @@ fi
 mkdir -p "$CORPUS"
 if [ ! -d "$CORPUS/seeds" ]; then
   mkdir -p "$CORPUS/seeds.new/octo" "$CORPUS/seeds.new/ir" "$CORPUS/seeds.new/ois" \
-    "$CORPUS/seeds.new/prof" "$CORPUS/seeds.new/hf" "$CORPUS/seeds.new/st"
+    "$CORPUS/seeds.new/prof" "$CORPUS/seeds.new/hf" "$CORPUS/seeds.new/st" \
+    "$CORPUS/seeds.new/ckpt"
   python3 "$SRC/tests/fuzz/seeds.py" "$SRC" "$CORPUS/seeds.new"
   octoc=$BUILD/tools/octoc
   [ -x "$octoc" ] || octoc=$SRC/build/tools/octoc
@@ -91,7 +93,8 @@ for name in "$@"; do
     profile) seeds="prof"; dict= ;;
     import) seeds="hf"; dict= ;;
     safetensors) seeds="st"; dict= ;;
-    *) echo "fuzz.sh: unknown fuzzer '$name' (octo, ir, ois, model, profile, plan, import, safetensors)" >&2
+    checkpoint) seeds="ckpt"; dict= ;;
+    *) echo "fuzz.sh: unknown fuzzer '$name' (octo, ir, ois, model, profile, plan, import, safetensors, checkpoint)" >&2
        exit 2 ;;
   esac
   dir=$CORPUS/$name

@@ -6,7 +6,8 @@
                                 OUT/plan the examples with their imports written in place (the
                                 harnesses read from memory and follow no import), each also
                                 with 'global_batch = 8' (few microbatches: quick to lower),
-                                and into OUT/st safetensors files and shard indexes made here
+                                and into OUT/st safetensors files and shard indexes made here,
+                                and into OUT/ckpt checkpoint manifests of fuzz_checkpoint's plan
     seeds.py --damage DIR       add damaged copies of every file of DIR
 
 A damaged copy is the file cut at a few lengths and with a few bytes changed, deterministically."""
@@ -73,6 +74,28 @@ def safetensors_seeds(out):
                    "weight_map": {"w": "model.safetensors"}}, o)
 
 
+def checkpoint_seeds(out):
+    """Seeds of fuzz_checkpoint in OUT/ckpt: manifests of its plan (embedding, attention, mlp, LM
+    head; Adam), one without files to check (the reader then checks the tensors), one listing
+    them with sizes and CRCs that are not theirs, and one of another model."""
+    d = os.path.join(out, "ckpt")
+    os.makedirs(d, exist_ok=True)
+    base = {"format": "octopipe-checkpoint", "version": 1, "model": "fz", "step": 1,
+            "names": "hf", "scale": 1, "seed": "1", "optimizer": "adam", "lr": 0.01,
+            "sequences_per_step": 2, "seq": 8, "data": None,
+            "layers": [{"name": n, "kind": k} for n, k in
+                       [("embed", "embedding"), ("attn", "attention"), ("mlp", "mlp"),
+                        ("head", "lm_head")]],
+            "files": {}}
+    listed = dict(base, files={"model-00001-of-00002.safetensors":
+                               {"bytes": 6832, "crc32": "015795ad"},
+                               "model.safetensors.index.json": {"bytes": 992, "crc32": "0"}})
+    other = dict(base, layers=base["layers"][:2], data={"file": "x", "bytes": 1, "crc32": "0"})
+    for name, m in (("manifest.json", base), ("listed.json", listed), ("other.json", other)):
+        with open(os.path.join(d, name), "w") as o:
+            json.dump(m, o, indent=2)
+
+
 def inline_imports(path, seen=None):
     """The text of spec 'path' with every 'import "FILE"' line replaced by FILE's text (each file
     once, relative to the importing one)."""
@@ -121,7 +144,9 @@ def main():
             shutil.copyfile(f, dst)
             damage(dst)
     safetensors_seeds(out)
-    for f in sorted(glob.glob(os.path.join(out, "st", "*"))):
+    checkpoint_seeds(out)
+    for f in sorted(glob.glob(os.path.join(out, "st", "*")) +
+                    glob.glob(os.path.join(out, "ckpt", "*"))):
         damage(f)
     return 0
 

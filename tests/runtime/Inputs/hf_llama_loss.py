@@ -212,7 +212,8 @@ def transformers_loss(ckpt, cfg_path, ids, targets):
         for name in os.listdir(ckpt):
             if name.startswith("model") and name.endswith((".safetensors", ".json")):
                 os.symlink(os.path.abspath(os.path.join(ckpt, name)), os.path.join(tmp, name))
-        kw = dict(torch_dtype=torch.float64, output_loading_info=True)
+        # float32, the checkpoint's dtype (some versions' masks fail in float64)
+        kw = dict(torch_dtype=torch.float32, output_loading_info=True)
         try:
             model, info = transformers.AutoModelForCausalLM.from_pretrained(
                 tmp, attn_implementation="eager", **kw)
