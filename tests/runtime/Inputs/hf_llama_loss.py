@@ -204,9 +204,13 @@ def transformers_loss(ckpt, cfg_path, ids, targets):
         return None
     import tempfile
     import torch
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    if cfg.get("model_type") not in transformers.CONFIG_MAPPING:
+        print("transformers %s has no model type %s: not compared"
+              % (transformers.__version__, cfg.get("model_type")))
+        return None
     with tempfile.TemporaryDirectory() as tmp:
-        with open(cfg_path) as f:
-            cfg = json.load(f)
         with open(os.path.join(tmp, "config.json"), "w") as f:
             json.dump(cfg, f)
         for name in os.listdir(ckpt):
