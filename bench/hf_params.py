@@ -10,6 +10,7 @@ Needs transformers (and torch) in the Python that runs it, e.g. a venv:
 Where transformers is missing it says so and exits 0 (tests/import/hf-params.test needs the lit
 feature "transformers"). A config that octoc refuses (issue 27: the variants it does not compute)
 prints "refused" in the octoc column; HF's count is still given."""
+import contextlib
 import glob
 import json
 import os
@@ -20,13 +21,36 @@ SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INPUTS = os.path.join(SRC, "tests", "import", "Inputs")
 
 
+@contextlib.contextmanager
+def on_meta():
+    """Build modules with their parameters on the meta device (no memory): torch.device("meta")
+    as a context (torch >= 2.0), else every parameter moved to meta as it is registered, before
+    its initialization runs (torch 1.x, as Debian's 1.13)."""
+    import torch
+    if hasattr(torch.device("meta"), "__enter__"):
+        with torch.device("meta"):
+            yield
+        return
+    register = torch.nn.Module.register_parameter
+
+    def to_meta(module, name, param):
+        register(module, name, param)
+        if param is not None:
+            module._parameters[name] = torch.nn.Parameter(param.to("meta"),
+                                                          requires_grad=param.requires_grad)
+    torch.nn.Module.register_parameter = to_meta
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = register
+
+
 def hf_count(path):
     """num_parameters() of the transformers model of config file 'path', built on meta."""
-    import torch
     import transformers
     with open(path) as f:
         cfg = transformers.AutoConfig.for_model(**json.load(f))
-    with torch.device("meta"):
+    with on_meta():
         if cfg.model_type == "llava":
             model = transformers.LlavaForConditionalGeneration(cfg)
         else:

@@ -288,7 +288,7 @@ static rt_layer_cost cost_unpack(const double *d) {
 }
 
 /* Doubles before the per-step figures in a packed rank. */
-#define PACK_HEAD (13 + RT_MEM_KINDS)
+#define PACK_HEAD (14 + RT_MEM_KINDS)
 
 /* Doubles of a packed rank of a run of 'steps' steps of s, with calibrate. */
 static int pack_size(const be_stream *s, int steps, bool calibrate) {
@@ -297,7 +297,8 @@ static int pack_size(const be_stream *s, int steps, bool calibrate) {
 
 /* The figures of one rank as doubles, for MPI_Gather: status, busy, wait, nev, BLAS time, peak
  * bytes, the reference's, whether the arena was the stream's, the optimizer's calibration time
- * and bytes, the checkpoints saved (count, last step, seconds), the peak bytes by kind, then per step the time, loss, reference loss and gradient
+ * and bytes, the checkpoints saved (count, last step, seconds), the seconds of --init's or
+ * --resume's read, the peak bytes by kind, then per step the time, loss, reference loss and gradient
  * difference, then with calibrate (nlayers > 0) the timed cost of every layer (cost_pack). */
 static void pack(const rt_rank_stats *st, int steps, int nlayers, double *d) {
   d[0] = st->status;
@@ -313,7 +314,8 @@ static void pack(const rt_rank_stats *st, int steps, int nlayers, double *d) {
   d[10] = st->saves;
   d[11] = st->saved_step;
   d[12] = st->save_s;
-  for (int k = 0; k < RT_MEM_KINDS; k++) d[13 + k] = st->mem.kind[k];
+  d[13] = st->load_s;
+  for (int k = 0; k < RT_MEM_KINDS; k++) d[14 + k] = st->mem.kind[k];
   for (int k = 0; k < steps; k++) {
     d[PACK_HEAD + k] = st->step_s[k];
     d[PACK_HEAD + steps + k] = st->loss[k];
@@ -340,7 +342,8 @@ static void unpack(rt_rank_stats *st, int steps, int nlayers, const double *d) {
   st->saves = (int)d[10];
   st->saved_step = (int)d[11];
   st->save_s = d[12];
-  for (int k = 0; k < RT_MEM_KINDS; k++) st->mem.kind[k] = d[13 + k];
+  st->load_s = d[13];
+  for (int k = 0; k < RT_MEM_KINDS; k++) st->mem.kind[k] = d[14 + k];
   for (int k = 0; k < steps; k++) {
     st->step_s[k] = d[PACK_HEAD + k];
     st->loss[k] = d[PACK_HEAD + steps + k];

@@ -302,7 +302,10 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
     if (s->stages[i].rank == rank) rt_model_init_stage(m, i);
     if (ref) rt_model_init_stage(ref, i);
   }
-  if (rt_ckpt_load(m, o, &err) != 0 || (ref && rt_ckpt_load(ref, o, &err) != 0)) {
+  double t_load = support_seconds();
+  int loaded = rt_ckpt_load(m, o, &err);
+  st->load_s = support_seconds() - t_load;
+  if (loaded != 0 || (ref && rt_ckpt_load(ref, o, &err) != 0)) {
     snprintf(st->err, sizeof st->err, "rank %d: %s", rank, strbuf_cstr(&err));
     st->status = RT_FAILED;
     c->fail(c->ctx, st->err, RT_EXIT_INPUT);
@@ -591,10 +594,14 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     }
   if (rc != RT_EXIT_OK) return rc;
   bool pred = rt_prediction_comparable(s, o, stats[0].scale, NULL);
+  double load_s = 0; /* the slowest rank's */
+  for (int i = 0; i < n; i++)
+    if (stats[i].load_s > load_s) load_s = stats[i].load_s;
   if (o->resume_dir[0])
-    strbuf_printf(out, "resumed: %s (step %d)\n", o->resume_dir, first_step);
+    strbuf_printf(out, "resumed: %s (step %d), read in %.3f s\n", o->resume_dir, first_step,
+                  load_s);
   else if (o->init)
-    strbuf_printf(out, "initialized: %s\n", o->init);
+    strbuf_printf(out, "initialized: %s, read in %.3f s\n", o->init, load_s);
   double first = 0, last = 0;
   double *times = xcalloc((size_t)steps, sizeof *times);
   for (int step = 0; step < steps; step++) {

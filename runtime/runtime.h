@@ -374,6 +374,7 @@ typedef struct rt_rank_stats {
   double optim_s;      /* with calibrate: median seconds of its STEPs after the first */
   double optim_bytes;  /* the bytes they update, as the simulator counts them (parameters,
                           gradients and optimizer state of its stages) */
+  double load_s;       /* with --init or --resume: seconds reading its weights (and moments) */
   int saves;           /* with --save, rank 0 of replica 0: checkpoints it completed */
   int saved_step;      /* the step of the last of them */
   double save_s;       /* seconds they took in all */
