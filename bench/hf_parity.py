@@ -1,0 +1,349 @@
+#!/usr/bin/env python3
+"""hf_parity.py -- parity with Hugging Face transformers as the oracle (issue 27): for a tiny
+config of each family octo-import supports (hidden 64, 4 heads, 2 KV heads of 16, ffn 128, 2
+decoder layers, seq 32, float32), the transformers model with random weights (every parameter
+drawn from a seed of its own: matrices N(0, 0.15), norms 1 + N(0, 0.1), biases N(0, 0.1)) is
+saved with save_pretrained; octo-import imports its config.json, octoc compiles it twice (the
+default plan and a 2-stage 1F1B plan) and octo-run --init=DIR runs one step of one microbatch of
+2 sequences with --dump. The loss octo-run prints is compared with the mean cross-entropy of
+transformers' logits (the targets are octo-run's: data[p % len] % vocab, sequence g's inputs at
+positions g*S .. g*S+S-1, its targets one further), and every dumped gradient with the .grad of
+its transformers parameter (runtime/ckpt_names.def: the names and layouts, transposed per
+layout, experts split); every transformers parameter is compared exactly once.
+
+    bench/hf_parity.py BUILD_DIR [--keep=DIR]
+
+Prints a header, then per case "FAMILY loss_hf loss_octo rel_loss max_grad_rel worst_tensor
+ok|FAIL" (the worse of the two plans; rel_loss = |octo - hf| / |hf|, max_grad_rel the largest
+max|octo - hf| / max|hf| of any gradient, worst_tensor its transformers name), or "FAMILY
+skipped: WHY" for a case this transformers cannot build (e.g. 4.40's LlamaConfig refuses Llama
+3.1's rope_scaling; 4.40 has no qwen3), or "FAMILY refused: MESSAGE" when octo-import refuses
+the config. ok needs rel_loss <= 1e-5, max_grad_rel <= 1e-4, the dumped weights equal to the
+saved ones and the dumped targets equal to the oracle's. Exit status 1 when a case FAILs or is
+refused (skips are not failures). Everything is made in a temporary folder, removed at the end
+unless --keep=DIR (then everything is kept in DIR, one folder per case).
+
+Mistral's window: OctoPipe's window w attends to the w keys t - w < j <= t, as the masking_utils
+of later transformers do; transformers 4.40's mask (modeling_attn_mask_utils) attends to w + 1,
+t - w <= j <= t (transformers issue 29623). Where the probe (the nonzero attention probabilities
+of the last query) finds more than w keys, the oracle runs with the window that attends to w,
+and a "note:" line after the row gives the figures against the config's window as is.
+qwen3_moe: --init reads Mixtral's MoE names only (docs/checkpoints.md), so with a transformers
+that builds Qwen3-MoE the case fails at octo-run until Qwen3-MoE's names are read.
+
+Needs transformers and torch in the Python that runs it (e.g. a venv with
+--system-site-packages over Debian's python3-torch); where they are missing it says so and
+exits 0 (tests/import/hf-parity.test needs the lit feature "transformers")."""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NAMES_DEF = os.path.join(SRC, "runtime", "ckpt_names.def")
+
+LOSS_RTOL = 1e-5
+GRAD_RTOL = 1e-4
+B, S = 2, 32
+
+TRAIN = """device cpu { peak = 100 TFLOPS  mem = 80 GiB  hbm = 2 TB/s  efficiency = 0.5 }
+cluster box { nodes = 1, gpus_per_node = 2, gpu = cpu  intra = link { bw = 100 GB/s, lat = 5 us } }
+train { cluster = box  pipeline = 2, tensor = 1, data = 1  micro_batch = %d  global_batch = %d
+        dtype = fp32  optimizer = sgd }
+""" % (B, B)
+
+PLANS = [("default", []),
+         ("1f1b", ["--passes=cost,partition{method=balanced},place,schedule{method=1f1b}"])]
+
+TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            intermediate_size=128, num_hidden_layers=2, max_position_embeddings=S,
+            rms_norm_eps=1e-5, tie_word_embeddings=False, torch_dtype="float32")
+
+# (case, model_type, config fields over TINY, seed, data bytes): the data of 50 bytes is shorter
+# than the 65 positions a step reads, so the stream wraps inside the second sequence; a vocabulary
+# of 200 (not 256) makes the byte % vocab matter.
+CASES = [
+    ("llama", "llama", dict(vocab_size=256, rope_theta=10000.0), 101, 1000),
+    ("llama3.1", "llama", dict(vocab_size=200, rope_theta=500000.0, rope_scaling={
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8}), 102, 1000),
+    ("mistral", "mistral", dict(vocab_size=200, rope_theta=10000.0, sliding_window=8), 103, 50),
+    ("qwen2", "qwen2", dict(vocab_size=200, rope_theta=10000.0, use_sliding_window=False),
+     104, 1000),
+    ("mixtral", "mixtral", dict(vocab_size=200, rope_theta=10000.0, sliding_window=None,
+                                num_local_experts=4, num_experts_per_tok=2), 105, 1000),
+    ("qwen3", "qwen3", dict(vocab_size=200, rope_theta=10000.0), 106, 1000),
+    ("qwen3_moe", "qwen3_moe", dict(vocab_size=200, rope_theta=10000.0, num_experts=4,
+                                    num_experts_per_tok=2, moe_intermediate_size=64,
+                                    norm_topk_prob=True, decoder_sparse_step=1,
+                                    mlp_only_layers=[]), 107, 1000),
+]
+
+
+class Skip(Exception):
+    """A case this transformers cannot build."""
+
+
+def read_names():
+    """{(kind, param): (format, layout)} of runtime/ckpt_names.def (kind in lower case, as the
+    dump's index.json writes it)."""
+    with open(NAMES_DEF) as f:
+        text = f.read()
+    rows = re.findall(r'^CKPT_HF\((\w+),\s*"([^"]+)",\s*"([^"]+)",\s*(\w+)\)', text, re.M)
+    if not rows:
+        sys.exit("hf_parity: no CKPT_HF rows in " + NAMES_DEF)
+    return {(k.lower(), p): (fmt, lay) for k, p, fmt, lay in rows}
+
+
+def run(cmd, what):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("%s failed (exit %d): %s" % (what, r.returncode,
+                                                        (r.stderr or r.stdout).strip()))
+    return r.stdout
+
+
+def build_model(model_type, fields, seed):
+    """The transformers model of model_type with fields, every parameter drawn from seed."""
+    import torch
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    if model_type not in CONFIG_MAPPING_NAMES:
+        raise Skip("transformers %s has no %s" % (transformers.__version__, model_type))
+    cls = transformers.CONFIG_MAPPING[model_type]
+    try:
+        cfg = cls(**dict(TINY, **fields))
+    except ValueError as e:
+        raise Skip("transformers %s's %s refuses rope_scaling %s: %s"
+                   % (transformers.__version__, cls.__name__,
+                      json.dumps(fields.get("rope_scaling"), sort_keys=True),
+                      str(e).splitlines()[0]))
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
+                                                          torch_dtype=torch.float32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.1 * torch.randn_like(p))
+            elif name.endswith(".bias"):
+                p.copy_(0.1 * torch.randn_like(p))
+            else:
+                p.copy_(0.15 * torch.randn_like(p))
+    return model.float()
+
+
+def stream(data, vocab):
+    """octo-run's step 0 of one microbatch of B sequences: inputs and targets, [B, S] each."""
+    tok = [data[p % len(data)] % vocab for p in range(B * S + 1)]
+    inputs = [tok[g * S:g * S + S] for g in range(B)]
+    targets = [tok[g * S + 1:g * S + S + 1] for g in range(B)]
+    return inputs, targets
+
+
+def hf_step(model, inputs, targets):
+    """Transformers' loss (the mean cross-entropy over all B x S tokens) and its parameters,
+    {name: (value, gradient)} as NumPy arrays."""
+    import torch
+    model.zero_grad()
+    logits = model(torch.tensor(inputs)).logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
+                                             torch.tensor(targets).reshape(-1))
+    loss.backward()
+    return float(loss), {n: (p.detach().numpy().copy(), p.grad.numpy().copy())
+                         for n, p in model.named_parameters()}
+
+
+def hf_window_keys(model, inputs):
+    """The keys the last query of layer 0 attends to in transformers' attention (its nonzero
+    probabilities; eager attention gives masked keys exactly 0)."""
+    import torch
+    with torch.no_grad():
+        att = model(torch.tensor(inputs[:1]), output_attentions=True).attentions[0]
+    return int((att[0, 0, -1] > 0).sum())
+
+
+def rel(a, b):
+    """max|a - b| / max|b| (0 when both are 0)."""
+    import numpy as np
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        return float("inf")
+    d = float(np.max(np.abs(a - b))) if a.size else 0.0
+    m = float(np.max(np.abs(b))) if b.size else 0.0
+    return d / m if m > 0 else (0.0 if d == 0 else float("inf"))
+
+
+def compare_dump(dump, names, params, targets):
+    """(max gradient difference, its HF name, problems) of dump against HF's parameters."""
+    import numpy as np
+    with open(os.path.join(dump, "index.json")) as f:
+        index = json.load(f)
+    problems = []
+    got = np.load(os.path.join(dump, index["targets"])).reshape(-1)
+    if got.tolist() != [t for row in targets for t in row]:
+        problems.append("targets.npy differs from the oracle's targets")
+    seen = {}
+    worst, worst_name = 0.0, "-"
+    block = -1
+    for layer in index["layers"]:
+        kind = layer["kind"]
+        if kind == "attention":
+            block += 1
+        for prm in layer["params"]:
+            key = (kind, prm["name"])
+            if key not in names:
+                problems.append("%s %s has no row in ckpt_names.def" % (layer["name"], key))
+                continue
+            fmt, layout = names[key]
+            w = np.load(os.path.join(dump, layer["prefix"] + "w." + prm["name"] + ".npy"))
+            g = np.load(os.path.join(dump, layer["prefix"] + "g." + prm["name"] + ".npy"))
+            if layout == "EXPERT_T":
+                pairs = [(fmt % (block, e), w[e].T, g[e].T) for e in range(w.shape[0])]
+            else:
+                hf = fmt % block if "%d" in fmt else fmt
+                pairs = [(hf, w.T, g.T) if layout == "T" else (hf, w, g)]
+            for hf, wo, go in pairs:
+                seen[hf] = seen.get(hf, 0) + 1
+                if hf not in params:
+                    problems.append("%s: no such transformers parameter" % hf)
+                    continue
+                value, grad = params[hf]
+                if rel(wo, value) != 0:
+                    problems.append("%s: dumped weight differs from the saved one (rel %.3g)"
+                                    % (hf, rel(wo, value)))
+                r = rel(go, grad)
+                if r > worst or r != r:
+                    worst, worst_name = r, hf
+    for hf in params:
+        if seen.get(hf, 0) != 1:
+            problems.append("%s compared %d times" % (hf, seen.get(hf, 0)))
+    return worst, worst_name, problems
+
+
+def one_case(tools, work, names, case):
+    """(row, failed) of one case."""
+    family, model_type, fields, seed, ndata = case
+    try:
+        model = build_model(model_type, fields, seed)
+    except Skip as e:
+        return "%-10s skipped: %s" % (family, e), False
+    import random
+    hfdir = os.path.join(work, "hf")
+    model.save_pretrained(hfdir, safe_serialization=True)
+    rnd = random.Random(seed)
+    data = bytes(rnd.randrange(256) for _ in range(ndata))
+    with open(os.path.join(work, "data"), "wb") as f:
+        f.write(data)
+    with open(os.path.join(work, "train.octo"), "w") as f:
+        f.write(TRAIN)
+    spec = os.path.join(work, "model.octo")
+    r = subprocess.run([os.path.join(tools, "octo-import"), os.path.join(hfdir, "config.json"),
+                        "-o", spec, "--with=" + os.path.join(work, "train.octo"),
+                        "--seq=%d" % S], capture_output=True, text=True)
+    if r.returncode != 0:
+        msg = " | ".join(l for l in r.stderr.splitlines() if "error:" in l)
+        return "%-10s refused: %s" % (family, msg), True
+    inputs, targets = stream(data, model.config.vocab_size)
+    # The sliding window: OctoPipe's window w attends to the w keys t - w < j <= t (as transformers'
+    # masking_utils); transformers' older masks (modeling_attn_mask_utils, 4.40) attend to w + 1,
+    # t - w <= j <= t. Where this transformers attends to more than w, the oracle runs with the
+    # window that attends to w keys, and the figures of the config's own window are a note.
+    notes, raw = [], None
+    w = getattr(model.config, "sliding_window", None)
+    if model_type == "mistral" and w is not None and w < S:
+        keys = hf_window_keys(model, inputs)
+        if keys != w:
+            raw = hf_step(model, inputs, targets)
+            model.config.sliding_window = w - (keys - w)
+            notes.append("transformers %s attends to %d keys with sliding_window = %d (OctoPipe "
+                         "and later transformers' masking_utils: %d, t - w < j <= t): the oracle "
+                         "runs with sliding_window = %d (%d keys)"
+                         % (transformers_version(), keys, w, w, model.config.sliding_window,
+                            hf_window_keys(model, inputs)))
+    loss_hf, params = hf_step(model, inputs, targets)
+    loss_octo, loss_rel, grad_rel, worst_name, problems = None, -1.0, -1.0, "-", []
+    for plan, passes in PLANS:
+        ois = os.path.join(work, plan + ".ois")
+        dump = os.path.join(work, "dump-" + plan)
+        run([os.path.join(tools, "octoc"), spec, "--emit=stream", "-o", ois] + passes,
+            "octoc (%s plan)" % plan)
+        out = run([os.path.join(tools, "octo-run"), ois, "--init=" + hfdir,
+                   "--data=" + os.path.join(work, "data"), "--steps=1", "--dump=" + dump],
+                  "octo-run (%s plan)" % plan)
+        m = re.search(r"^step 1: .*, loss (\S+)$", out, re.M)
+        if not m:
+            raise RuntimeError("octo-run printed no loss for step 1:\n" + out)
+        loss = float(m.group(1))
+        lr = abs(loss - loss_hf) / abs(loss_hf)
+        if lr > loss_rel or lr != lr:
+            loss_octo, loss_rel = loss, lr
+        gr, gname, probs = compare_dump(dump, names, params, targets)
+        if gr > grad_rel or gr != gr:
+            grad_rel, worst_name = gr, gname
+        problems += ["%s plan: %s" % (plan, p) for p in probs]
+    if raw is not None:
+        gr, gname, _ = compare_dump(os.path.join(work, "dump-default"), names, raw[1], targets)
+        notes.append("against sliding_window = %d as is: loss_hf %.6f, rel_loss %.2e, "
+                     "max_grad_rel %.2e (%s)" % (w, raw[0], abs(loss_octo - raw[0]) / abs(raw[0]),
+                                                 gr, gname))
+    ok = loss_rel <= LOSS_RTOL and grad_rel <= GRAD_RTOL and not problems
+    for p in problems:
+        print("  %s: %s" % (family, p), file=sys.stderr)
+    row = ("%-10s %10.6f %10.6f %9.2e %12.2e %-52s %s"
+           % (family, loss_hf, loss_octo, loss_rel, grad_rel, worst_name, "ok" if ok else "FAIL"))
+    return "\n".join([row] + ["  note: %s: %s" % (family, n) for n in notes]), not ok
+
+
+def transformers_version():
+    import transformers
+    return transformers.__version__
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("build", metavar="BUILD_DIR")
+    ap.add_argument("--keep", metavar="DIR", help="keep every case's files in DIR")
+    args = ap.parse_args()
+    try:
+        import numpy  # noqa: F401
+        import torch
+        import transformers  # noqa: F401
+    except ImportError as e:
+        print("hf_parity: %s: skipped (pip install transformers torch)" % e)
+        return 0
+    torch.set_num_threads(1)
+    tools = os.path.join(args.build, "tools")
+    names = read_names()
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+        root = args.keep
+    else:
+        root = tempfile.mkdtemp(prefix="hf_parity.")
+    failed = False
+    try:
+        print("%-10s %10s %10s %9s %12s %-52s %s" % ("family", "loss_hf", "loss_octo", "rel_loss",
+                                                    "max_grad_rel", "worst_tensor", "result"))
+        for case in CASES:
+            work = os.path.join(root, case[0])
+            shutil.rmtree(work, ignore_errors=True)
+            os.makedirs(work)
+            try:
+                row, bad = one_case(tools, work, names, case)
+            except RuntimeError as e:
+                row, bad = "%-10s FAIL: %s" % (case[0], e), True
+            print(row, flush=True)
+            failed |= bad
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
