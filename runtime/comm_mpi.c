@@ -82,6 +82,8 @@ static void mp_on_term(int sig) {
       put_str(msg, &n, sizeof msg, " (");
       put_str(msg, &n, sizeof msg, be_ops[mp_term.prog->code[at].op].name);
       put_str(msg, &n, sizeof msg, ")");
+    } else if (at == RT_AT_SAVE) {
+      put_str(msg, &n, sizeof msg, " in a checkpoint's save");
     }
     if (mp_term.phase) put_str(msg, &n, sizeof msg, mp_term.phase);
     put_str(msg, &n, sizeof msg, ": stopped because another process failed and mpirun ended "

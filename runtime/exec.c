@@ -95,8 +95,9 @@ int rt_fault_resolve(const be_stream *s, rt_fault *f, strbuf *err) {
     return -1;
   }
   const be_program *p = &s->ranks[f->rank];
-  if (f->place == RT_PLACE_END) {
-    f->addr = -1; /* after the run: the mpi backend strikes it before MPI_Finalize */
+  if (f->place == RT_PLACE_END || f->place == RT_PLACE_SAVE) {
+    f->addr = -1; /* no instruction: after the run (the mpi backend strikes it before
+                     MPI_Finalize), or in the first save (the interpreter strikes it) */
   } else if (f->place >= 0 && fault_places[f->place].op == BE_OP_COUNT) {
     f->addr = 0; /* before any collective: on threads, before the first instruction */
     if (p->ncode == 0) {
@@ -119,22 +120,36 @@ int rt_fault_resolve(const be_stream *s, rt_fault *f, strbuf *err) {
   return 0;
 }
 
-/* Inject o's fault when it strikes rank 'rank' of replica 'replica' at pc of step 'step': the
- * transport kills or stops the rank, st records it (RT_DIED). Returns whether it struck. */
-static bool inject(const be_stream *s, const rt_run_opts *o, int rank, int replica, int step,
-                   int pc, rt_comm *c, rt_rank_stats *st) {
+/* Strike o's fault on rank 'rank' at 'where' ("at 0003 (FWD)"): the transport kills or stops
+ * the rank, st records it (RT_DIED). */
+static void strike(const rt_run_opts *o, int rank, const char *where, rt_comm *c,
+                   rt_rank_stats *st) {
   const rt_fault *f = &o->fault;
-  if (f->kind == RT_FAULT_NONE || step != 0 || rank != f->rank || replica != f->replica ||
-      pc != f->addr)
-    return false;
-  snprintf(st->err, sizeof st->err, "rank %d %s at %04d (%s) as asked (--%s)", rank,
-           f->kind == RT_FAULT_DIE ? "died" : "stopped", pc,
-           be_ops[s->ranks[rank].code[pc].op].name, fault_options[f->kind]);
+  snprintf(st->err, sizeof st->err, "rank %d %s %s as asked (--%s)", rank,
+           f->kind == RT_FAULT_DIE ? "died" : "stopped", where, fault_options[f->kind]);
   st->status = RT_DIED;
   if (f->kind == RT_FAULT_DIE)
     c->die(c->ctx, st->err);
   else
     c->stop(c->ctx, st->err);
+}
+
+/* Inject o's fault when it strikes rank 'rank' of replica 'replica' at pc of step 'step' (pc -1:
+ * its first checkpoint's save, RT_PLACE_SAVE). Returns whether it struck. */
+static bool inject(const be_stream *s, const rt_run_opts *o, int rank, int replica, int step,
+                   int pc, rt_comm *c, rt_rank_stats *st) {
+  const rt_fault *f = &o->fault;
+  if (f->kind == RT_FAULT_NONE || rank != f->rank || replica != f->replica)
+    return false;
+  char where[96];
+  if (pc < 0 && f->place == RT_PLACE_SAVE && st->saves == 0)
+    snprintf(where, sizeof where, "in the checkpoint's save of step %d (before its barrier)",
+             step + 1);
+  else if (pc >= 0 && step == 0 && pc == f->addr)
+    snprintf(where, sizeof where, "at %04d (%s)", pc, be_ops[s->ranks[rank].code[pc].op].name);
+  else
+    return false;
+  strike(o, rank, where, c, st);
   return true;
 }
 
@@ -456,9 +471,12 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
     }
     st->step_s[k] = support_seconds() - t_step;
     bool last = k == steps - 1, every = o->save_every > 0 && (step + 1) % o->save_every == 0;
-    if (o->save && st->status == RT_OK && (last || every)) {
+    if (o->save && st->status == RT_OK && (last || every) &&
+        !inject(s, o, rank, replica, step, -1, c, st)) {
       double t_save = support_seconds();
+      c->at = RT_AT_SAVE;
       int rc = rt_ckpt_save(s, m, rank, replica, step + 1, mo, o, c, &err);
+      c->at = -1;
       if (rc == 0 && rank == 0 && replica == 0) {
         st->saved_step = step + 1;
         st->saves++;

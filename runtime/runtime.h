@@ -232,9 +232,13 @@ typedef struct rt_comm {
   /* This rank is done (normally or not) and its buffers go away: forget its messages that are
    * still unpaired, so that no other rank's post touches them. */
   void (*leave)(void *ctx);
-  volatile sig_atomic_t at; /* the address the interpreter runs (-1 outside the program), for a
-                               transport that reports from a signal handler */
+  volatile sig_atomic_t at; /* the address the interpreter runs (-1 outside the program,
+                               RT_AT_SAVE in a checkpoint's save), for a transport that reports
+                               from a signal handler */
 } rt_comm;
+
+/* rt_comm.at while the rank saves a checkpoint (rt_ckpt_save). */
+#define RT_AT_SAVE (-2)
 
 /* ---- Interpreter and launchers --------------------------------------------------------------- */
 
@@ -253,7 +257,9 @@ typedef struct rt_comm {
   X(INIT, "init", BE_OP_COUNT) /* MPI: before MPI_Init (the others' start-up watchdog ends them); \
                                   threads: as setup */                                      \
   X(END, "end", BE_OP_COUNT) /* MPI only: after the run's report, before the closing barrier  \
-                                and MPI_Finalize (the others wait in the barrier) */
+                                and MPI_Finalize (the others wait in the barrier) */         \
+  X(SAVE, "save", BE_OP_COUNT) /* with --save: its first checkpoint's save, before the save's \
+                                  first barrier (the others wait in it) */
 
 enum {
   RT_FAULT_NONE,
@@ -274,7 +280,8 @@ typedef struct rt_fault {
   int kind;          /* RT_FAULT_NONE (no fault), RT_FAULT_DIE or RT_FAULT_STOP */
   int rank, replica; /* the rank it strikes */
   int addr;          /* the address (>= 0); -1 before rt_fault_resolve when place names it, and
-                        after it at RT_PLACE_END (no instruction: it strikes after the run) */
+                        after it at RT_PLACE_END and RT_PLACE_SAVE (no instruction: it strikes
+                        after the run, or in the first save) */
   int place;         /* an RT_PLACE_* index, or -1 when addr was given */
 } rt_fault;
 

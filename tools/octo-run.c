@@ -85,7 +85,8 @@ static void usage(FILE *out) {
           "                     optimizer (its STEP) or setup (mpi: before the communicators\n"
           "                     are made, or --profile's reduction; cpu: address 0) or init\n"
           "                     (mpi: before MPI_Init; cpu: as setup) or end (mpi only:\n"
-          "                     after the report, before the closing barrier); the others\n"
+          "                     after the report, before the closing barrier) or save (its\n"
+          "                     first checkpoint's save, with --save); the others\n"
           "                     stop with its name\n"
           "  --stop=RANK[/REPLICA]:WHERE\n"
           "                     testing: the same, but the rank stops responding without dying\n"
@@ -259,7 +260,7 @@ int main(int argc, char **argv) {
       if (rt_fault_parse(v, &o.fault) != 0)
         return bad_value(die ? "--die" : "--stop", v,
                          "RANK[/REPLICA]:WHERE (WHERE: an address, allreduce, optimizer, "
-                         "setup or init)");
+                         "setup, init, end or save)");
       o.fault.kind = die ? RT_FAULT_DIE : RT_FAULT_STOP;
     } else if (a[0] == '-' && a[1]) {
       fprintf(stderr, PROG ": error: unknown option '%s' (try '" PROG " --help')\n", a);
@@ -296,6 +297,10 @@ int main(int argc, char **argv) {
   if (o.fault.kind != RT_FAULT_NONE && (gpu || (profile && !profile_setup))) {
     fputs(PROG ": error: --die and --stop run with --backend=cpu or mpi, without --profile "
           "(with it only on mpi at 'setup')\n", stderr);
+    return RT_EXIT_INPUT;
+  }
+  if (o.fault.kind != RT_FAULT_NONE && o.fault.place == RT_PLACE_SAVE && !o.save) {
+    fputs(PROG ": error: --die and --stop at 'save' need --save=DIR\n", stderr);
     return RT_EXIT_INPUT;
   }
   if (o.fault.kind != RT_FAULT_NONE && o.fault.place == RT_PLACE_END &&
