@@ -2,9 +2,9 @@
  * version 1, docs/cost-model.md) that replace analytic estimates per layer kind and per layer
  * name, checked against the layer shapes they were measured with, and the measuring run's scale,
  * backend and point-to-point link, which set the module's train scale and measured_on and
- * replace its links. A strict syntax check finds the exact byte of a syntax error, cJSON builds
- * the tree, and every other problem is reported at its key in the file (line and column found by
- * a small scanner over the raw text) with its JSON path. */
+ * replace its links. A strict syntax check (support_json_check) finds the exact byte of a syntax
+ * error, cJSON builds the tree, and every other problem is reported at its key in the file (line
+ * and column found by support_json_locate over the raw text) with its JSON path. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,93 +89,11 @@ typedef struct prof_shape {
   bool reported[IR_LP_COUNT];  /* a mismatch of that parameter was reported (once per entry) */
 } prof_shape;
 
-/* ---- Locating a JSON path in the raw text (the text is valid JSON: cJSON parsed it) ---- */
-
-/* Index of the first non-blank byte of t[0, n) at or after i (n when none). */
-static size_t js_ws(const char *t, size_t n, size_t i) {
-  while (i < n && (t[i] == ' ' || t[i] == '\t' || t[i] == '\n' || t[i] == '\r')) i++;
-  return i;
-}
-
-/* Index after the string starting at t[i] == '"'. */
-static size_t js_string_end(const char *t, size_t n, size_t i) {
-  for (i++; i < n && t[i] != '"'; i++)
-    if (t[i] == '\\') i++;
-  return i < n ? i + 1 : n;
-}
-
-/* Index after the value starting at t[i]. */
-static size_t js_value_end(const char *t, size_t n, size_t i) {
-  if (i >= n) return n;
-  if (t[i] == '"') return js_string_end(t, n, i);
-  if (t[i] == '{' || t[i] == '[') {
-    int level = 0;
-    while (i < n) {
-      char c = t[i];
-      if (c == '"') {
-        i = js_string_end(t, n, i);
-        continue;
-      }
-      if (c == '{' || c == '[') level++;
-      if (c == '}' || c == ']') {
-        if (--level == 0) return i + 1;
-      }
-      i++;
-    }
-    return n;
-  }
-  while (i < n && !strchr(",}] \t\r\n", t[i])) i++;
-  return i;
-}
-
-/* Offset and length of the key of path p (of the top-level value when p->depth == 0). Returns
- * false when the text does not have that shape. */
-static bool js_locate(const prof_ctx *c, const prof_path *p, size_t *off, size_t *len) {
-  const char *t = c->text;
-  size_t n = c->len, i = 0;
-  if (n >= 3 && memcmp(t, "\xEF\xBB\xBF", 3) == 0) i = 3; /* UTF-8 byte order mark */
-  i = js_ws(t, n, i);
-  if (p->depth == 0) {
-    *off = i;
-    *len = 1;
-    return i < n;
-  }
-  for (int k = 0; k < p->depth; k++) {
-    if (i >= n || t[i] != '{') return false;
-    i = js_ws(t, n, i + 1);
-    for (int member = 0;; member++) {
-      if (i >= n || t[i] != '"') return false;
-      size_t key = i;
-      i = js_string_end(t, n, i);
-      size_t key_end = i;
-      i = js_ws(t, n, i);
-      if (i >= n || t[i] != ':') return false;
-      i = js_ws(t, n, i + 1);
-      if (member == p->index[k]) {
-        if (k == p->depth - 1) {
-          *off = key;
-          *len = key_end - key;
-          return true;
-        }
-        break; /* descend into the value at i */
-      }
-      i = js_ws(t, n, js_value_end(t, n, i));
-      if (i < n && t[i] == ',') i = js_ws(t, n, i + 1);
-    }
-  }
-  return false;
-}
+/* ---- Paths and their locations in the file ---- */
 
 /* Diagnostic location of byte 'off' of the file, spanning 'len' bytes. */
 static diag_loc prof_loc(const prof_ctx *c, size_t off, size_t len) {
-  uint32_t line = 1;
-  size_t bol = 0;
-  for (size_t i = 0; i < off && i < c->len; i++)
-    if (c->text[i] == '\n') {
-      line++;
-      bol = i + 1;
-    }
-  return diag_mkloc(c->src, line, (uint32_t)(off - bol + 1), (uint32_t)len);
+  return diag_offset_loc(c->d, c->src, off, (uint32_t)len);
 }
 
 /* Whether a key can be written bare in a path (an identifier). */
@@ -220,7 +138,9 @@ static void perr(prof_ctx *c, const prof_path *p, const char *fmt, ...) {
   strbuf_vprintf(&sb, fmt, ap);
   va_end(ap);
   size_t off = 0, len = 1;
-  diag_loc at = js_locate(c, p, &off, &len) ? prof_loc(c, off, len) : diag_mkloc(c->src, 1, 1, 0);
+  diag_loc at = support_json_locate(c->text, c->len, p->index, p->depth, &off, &len)
+                    ? prof_loc(c, off, len)
+                    : diag_mkloc(c->src, 1, 1, 0);
   diag_error(c->d, at, "%s", strbuf_cstr(&sb));
   strbuf_free(&sb);
 }
@@ -801,168 +721,26 @@ static void entries_section(prof_ctx *c, const prof_path *p, const cJSON *v, boo
   free(dup);
 }
 
-/* ---- Strict syntax check (RFC 8259), for exact error positions: cJSON is lenient and its
- * error pointer is approximate ---- */
+/* ---- The file ---- */
 
-#define JC_MAX_DEPTH 512 /* nesting limit (cJSON's is 1000) */
-
-/* State of the syntax check. */
-typedef struct js_check {
-  const char *t;   /* text */
-  size_t n;        /* its length */
-  size_t i;        /* position */
-  const char *msg; /* what was expected where it failed */
-  int depth;       /* nesting of objects and arrays */
-} js_check;
-
-/* Record what was expected at the current position; returns false. */
-static bool jc_fail(js_check *c, const char *msg) {
-  c->msg = msg;
-  return false;
-}
-
-/* Skip blanks. */
-static void jc_ws(js_check *c) { c->i = js_ws(c->t, c->n, c->i); }
-
-/* Skip digits; whether there was at least one. */
-static bool jc_digits(js_check *c) {
-  size_t from = c->i;
-  while (c->i < c->n && c->t[c->i] >= '0' && c->t[c->i] <= '9') c->i++;
-  return c->i > from;
-}
-
-/* A string at c->i ('"'): escapes valid, no raw control characters. Post: c->i after it. */
-static bool jc_string(js_check *c) {
-  c->i++; /* the opening quote */
-  while (c->i < c->n) {
-    unsigned char ch = (unsigned char)c->t[c->i];
-    if (ch == '"') {
-      c->i++;
-      return true;
-    }
-    if (ch < 0x20) return jc_fail(c, "a control character must be escaped in a string");
-    if (ch == '\\') {
-      c->i++;
-      if (c->i >= c->n) break;
-      char e = c->t[c->i];
-      if (e == 'u') {
-        for (int k = 1; k <= 4; k++)
-          if (c->i + k >= c->n || !strchr("0123456789abcdefABCDEF", c->t[c->i + k]) ||
-              !c->t[c->i + k]) {
-            c->i += (size_t)k;
-            return jc_fail(c, "expected four hexadecimal digits after \\u");
-          }
-        c->i += 4;
-      } else if (!e || !strchr("\"\\/bfnrt", e)) {
-        return jc_fail(c, "invalid escape in a string");
-      }
-    }
-    c->i++;
-  }
-  return jc_fail(c, "unterminated string");
-}
-
-/* A number at c->i ('-' or a digit) in RFC 8259 form. Post: c->i after it. */
-static bool jc_number(js_check *c) {
-  if (c->t[c->i] == '-') c->i++;
-  if (c->i < c->n && c->t[c->i] == '0') c->i++;
-  else if (!jc_digits(c)) return jc_fail(c, "expected a digit");
-  if (c->i < c->n && c->t[c->i] == '.') {
-    c->i++;
-    if (!jc_digits(c)) return jc_fail(c, "expected a digit after '.'");
-  }
-  if (c->i < c->n && (c->t[c->i] == 'e' || c->t[c->i] == 'E')) {
-    c->i++;
-    if (c->i < c->n && (c->t[c->i] == '+' || c->t[c->i] == '-')) c->i++;
-    if (!jc_digits(c)) return jc_fail(c, "expected a digit in the exponent");
-  }
-  if (c->i < c->n && c->t[c->i] >= '0' && c->t[c->i] <= '9')
-    return jc_fail(c, "a number may not start with 0");
-  return true;
-}
-
-static bool jc_value(js_check *c);
-
-/* An object or array at c->i ('{' or '['). */
-static bool jc_container(js_check *c) {
-  bool object = c->t[c->i] == '{';
-  char close = object ? '}' : ']';
-  if (++c->depth > JC_MAX_DEPTH) return jc_fail(c, "objects and arrays nested too deeply");
-  c->i++;
-  jc_ws(c);
-  if (c->i < c->n && c->t[c->i] == close) {
-    c->i++;
-    c->depth--;
-    return true;
-  }
-  for (;;) {
-    jc_ws(c);
-    if (object) {
-      if (c->i >= c->n || c->t[c->i] != '"') return jc_fail(c, "expected a string key");
-      if (!jc_string(c)) return false;
-      jc_ws(c);
-      if (c->i >= c->n || c->t[c->i] != ':') return jc_fail(c, "expected ':' after the key");
-      c->i++;
-    }
-    if (!jc_value(c)) return false;
-    jc_ws(c);
-    if (c->i < c->n && c->t[c->i] == ',') {
-      c->i++;
-      continue;
-    }
-    if (c->i < c->n && c->t[c->i] == close) {
-      c->i++;
-      c->depth--;
-      return true;
-    }
-    return jc_fail(c, object ? "expected ',' or '}' in an object"
-                             : "expected ',' or ']' in an array");
-  }
-}
-
-/* Any value after blanks. Post: c->i after it, or c->msg says what was expected there. */
-static bool jc_value(js_check *c) {
-  jc_ws(c);
-  if (c->i >= c->n) return jc_fail(c, "expected a value");
-  char ch = c->t[c->i];
-  if (ch == '{' || ch == '[') return jc_container(c);
-  if (ch == '"') return jc_string(c);
-  if (ch == '-' || (ch >= '0' && ch <= '9')) return jc_number(c);
-  static const char *const words[] = {"true", "false", "null"};
-  for (int k = 0; k < 3; k++) {
-    size_t len = strlen(words[k]);
-    if (c->n - c->i >= len && memcmp(c->t + c->i, words[k], len) == 0) {
-      c->i += len;
-      return true;
-    }
-  }
-  return jc_fail(c, "expected a value");
-}
-
-/* Check that the file is one JSON value; on failure report the first error at its byte. */
+/* Check that the file is one JSON value (support_json_check: strict, for exact error positions);
+ * on failure report the first error at its byte. */
 static bool syntax_ok(prof_ctx *c) {
-  js_check jc = {c->text, c->len, 0, NULL, 0};
-  if (jc.n >= 3 && memcmp(jc.t, "\xEF\xBB\xBF", 3) == 0) jc.i = 3; /* UTF-8 byte order mark */
-  bool ok = jc_value(&jc);
-  if (ok) {
-    jc_ws(&jc);
-    if (jc.i < jc.n) ok = jc_fail(&jc, "expected the end of the file after the JSON value");
-  }
-  if (ok) return true;
-  if (jc.i >= jc.n) {
+  size_t at;
+  const char *msg;
+  if (support_json_check(c->text, c->len, &at, &msg)) return true;
+  if (at >= c->len) {
     diag_error(c->d, prof_loc(c, c->len, 1), "malformed JSON: %s, found the end of the file",
-               jc.msg);
+               msg);
     return false;
   }
-  unsigned char ch = (unsigned char)c->text[jc.i];
+  unsigned char ch = (unsigned char)c->text[at];
   if (ch >= 32 && ch < 127)
-    diag_error(c->d, prof_loc(c, jc.i, 1), "malformed JSON: %s, found '%c'", jc.msg, ch);
+    diag_error(c->d, prof_loc(c, at, 1), "malformed JSON: %s, found '%c'", msg, ch);
   else
-    diag_error(c->d, prof_loc(c, jc.i, 1), "malformed JSON: %s, found byte 0x%02x", jc.msg, ch);
+    diag_error(c->d, prof_loc(c, at, 1), "malformed JSON: %s, found byte 0x%02x", msg, ch);
   return false;
 }
-
-/* ---- The file ---- */
 
 /* Check the header and set-up keys, apply scale, backend and link, then kinds and layers. */
 static void read_profile(prof_ctx *c, const cJSON *root) {

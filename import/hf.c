@@ -72,8 +72,6 @@ typedef struct hf_ctx {
   uint32_t src;        /* the config's source */
   const char *text;    /* its bytes */
   size_t len;          /* their number */
-  size_t *lines;       /* offsets of line starts */
-  int nlines, lines_cap; /* their count, allocated */
   hf_key *keys;        /* every key of the objects, in text order */
   int nkeys, keys_cap; /* count, allocated */
   int errors;          /* errors reported */
@@ -82,16 +80,9 @@ typedef struct hf_ctx {
   strbuf ignored;      /* comment lines: the fields ignored and why */
 } hf_ctx;
 
-/* Location of text offset 'off' with a span of 'len' bytes. */
+/* Location of text offset 'off' with a span of 'len' bytes (at most 200 underlined). */
 static diag_loc hf_loc_at(const hf_ctx *c, size_t off, size_t len) {
-  int lo = 0, hi = c->nlines - 1;
-  while (lo < hi) {
-    int mid = (lo + hi + 1) / 2;
-    if (c->lines[mid] <= off) lo = mid;
-    else hi = mid - 1;
-  }
-  return diag_mkloc(c->src, (uint32_t)lo + 1, (uint32_t)(off - c->lines[lo]) + 1,
-                    (uint32_t)(len < 200 ? len : 200));
+  return diag_offset_loc(c->d, c->src, off, (uint32_t)(len < 200 ? len : 200));
 }
 
 static hf_key *hf_find_key(hf_ctx *c, const char *path) {
@@ -118,13 +109,6 @@ static size_t hf_ws(const hf_ctx *c, size_t i) {
   return i;
 }
 
-/* End of the string starting at text[i] == '"'. */
-static size_t hf_string_end(const hf_ctx *c, size_t i) {
-  for (i++; i < c->len && c->text[i] != '"'; i++)
-    if (c->text[i] == '\\') i++;
-  return i < c->len ? i + 1 : c->len;
-}
-
 /* Scan the value at text[i] (valid JSON, cJSON said so), recording the keys of objects under
  * 'prefix' (NULL: inside an array, not recorded; deeper than 16: not recorded). Returns the
  * offset after the value. */
@@ -132,13 +116,13 @@ static size_t hf_scan(hf_ctx *c, size_t i, const char *prefix, int depth) {
   i = hf_ws(c, i);
   if (i >= c->len) return i;
   char ch = c->text[i];
-  if (ch == '"') return hf_string_end(c, i);
+  if (ch == '"') return support_json_string_end(c->text, c->len, i);
   if (ch == '{' || ch == '[') {
     i = hf_ws(c, i + 1);
     while (i < c->len && c->text[i] != (ch == '{' ? '}' : ']')) {
       size_t start = i; /* each member moves i on; a byte the scan cannot read ends it */
       if (ch == '{') {
-        size_t k0 = i, k1 = hf_string_end(c, i);
+        size_t k0 = i, k1 = support_json_string_end(c->text, c->len, i);
         i = hf_ws(c, k1);
         if (i < c->len && c->text[i] == ':') i++;
         size_t v0 = hf_ws(c, i);
@@ -1055,9 +1039,6 @@ static void hf_architectures(hf_ctx *c, const cJSON *obj, bool llava) {
 int hf_import_source(diag_engine *d, uint32_t src, const hf_options *o, strbuf *spec) {
   const diag_source *s = diag_get_source(d, src);
   hf_ctx c = {.d = d, .src = src, .text = s->text, .len = s->len};
-  VEC_PUSH(c.lines, c.nlines, c.lines_cap, (size_t)0);
-  for (size_t i = 0; i < c.len; i++)
-    if (c.text[i] == '\n') VEC_PUSH(c.lines, c.nlines, c.lines_cap, i + 1);
   cJSON *root = NULL;
   hf_model m = {0};
   double n = 0;
@@ -1153,7 +1134,6 @@ out:
   cJSON_Delete(root);
   for (int i = 0; i < c.nkeys; i++) free(c.keys[i].path);
   free(c.keys);
-  free(c.lines);
   free(m.layers);
   strbuf_free(&c.read);
   strbuf_free(&c.ignored);

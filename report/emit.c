@@ -43,7 +43,7 @@ int report_emit(const ir_module *m, report_kind k, const report_opts *o, strbuf 
   static const report_opts none = {0};
   if (!o) o = &none;
   const report_kind_info *ki = &report_kinds[k];
-  bool scheduled = m->schedules && m->nstages > 0;
+  bool scheduled = rep_has_schedule(m);
   if (ki->needs == REPORT_NEEDS_SCHEDULE && !scheduled) {
     diag_error(d, where, "cannot write --emit=%s: module @%s has no schedule (a plan with "
                "stages, placement and a schedule per device is needed)", ki->name, m->name);

@@ -1,7 +1,7 @@
 /* report_impl.h -- helpers shared by the writers of the report library (text and JSON report,
  * trace, SVG): JSON value output, human-readable units, names of timeline operations, the
- * memory limit of a device and the first memory overflow of a recorded run. Internal: not
- * installed, not used outside report/. */
+ * memory limit of a device and the first memory overflow of a recorded run, mean costs per layer
+ * kind and a stage's send size. Internal: not installed, not used outside report/. */
 #ifndef OCTO_REPORT_IMPL_H
 #define OCTO_REPORT_IMPL_H
 
@@ -94,6 +94,33 @@ rep_cost_sum rep_cost_range(const ir_module *m, int first, int end, int dev);
 /* The same for stage st as the simulator charges it (its recomputation included,
  * ir_stage_layer_cost). */
 rep_cost_sum rep_cost_stage(const ir_module *m, const ir_stage *st);
+
+/* ---- Figures of the text and JSON reports --------------------------------------------------- */
+
+/* The cost record fields summarised per layer kind, indexing rep_kind_costs.field. */
+enum { REP_KC_F, REP_KC_B, REP_KC_W, REP_KC_ACT, REP_KC_PARAM, REP_KC_NFIELDS };
+
+/* Mean per-layer costs of one layer kind (over the layers of the kind that have each field). */
+typedef struct rep_kind_costs {
+  int count; /* layers of the kind */
+  struct {
+    double sum; /* sum over the layers that have the field */
+    int have;   /* how many layers have it */
+  } field[REP_KC_NFIELDS]; /* per REP_KC_* field */
+} rep_kind_costs;
+
+/* Fill k[IR_KIND_COUNT] from m's layers' costs on device 'dev' (its type; dev < 0: the first
+ * device's type); returns whether any layer has a cost record. */
+bool rep_collect_kind_costs(const ir_module *m, int dev, rep_kind_costs *k);
+/* Mean of field f (REP_KC_*) of kind costs kc, NAN when no layer has it. */
+double rep_kind_mean(const rep_kind_costs *kc, int f);
+
+/* Bytes stage s sends to the next stage per microbatch (its last layer's output; the same
+ * size of gradient comes back); NAN for the last stage or without a cost record. */
+double rep_stage_send_bytes(const ir_module *m, int s);
+
+/* Whether m has a plan that can be simulated: stages and schedules. */
+bool rep_has_schedule(const ir_module *m);
 
 /* ---- Device types ---------------------------------------------------------------------------- */
 

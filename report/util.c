@@ -1,6 +1,6 @@
 /* util.c -- helpers shared by the report writers: JSON values, human-readable sizes, names of
- * timeline operations, memory limits, the first memory overflow of a run, and cost sums over a
- * layer range (see report_impl.h). */
+ * timeline operations, memory limits, the first memory overflow of a run, cost sums over a
+ * layer range and mean costs per layer kind (see report_impl.h). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -144,6 +144,40 @@ rep_cost_sum rep_cost_stage(const ir_module *m, const ir_stage *st) {
   }
   return s;
 }
+
+/* The cost record fields of REP_KC_F .. REP_KC_PARAM. */
+static const int kind_cost_fields[REP_KC_NFIELDS] = {IR_F_COST_f, IR_F_COST_b, IR_F_COST_w,
+                                                     IR_F_COST_act, IR_F_COST_param};
+
+bool rep_collect_kind_costs(const ir_module *m, int dev, rep_kind_costs *k) {
+  bool any = false;
+  memset(k, 0, sizeof *k * IR_KIND_COUNT);
+  for (int i = 0; i < m->nlayers; i++) {
+    const ir_layer *l = &m->layers[i];
+    const ir_cost *c = ir_layer_cost_on(m, l, dev);
+    rep_kind_costs *kc = &k[l->kind];
+    kc->count++;
+    if (c->set) any = true;
+    for (int f = 0; f < REP_KC_NFIELDS; f++)
+      if (ir_field_is_set(c, kind_cost_fields[f])) {
+        kc->field[f].sum += ir_field_get(c, kind_cost_fields[f]);
+        kc->field[f].have++;
+      }
+  }
+  return any;
+}
+
+double rep_kind_mean(const rep_kind_costs *kc, int f) {
+  return kc->field[f].have ? kc->field[f].sum / kc->field[f].have : NAN;
+}
+
+double rep_stage_send_bytes(const ir_module *m, int s) {
+  if (s + 1 >= m->nstages) return NAN;
+  const ir_cost *c = &m->layers[m->stages[s].end - 1].cost;
+  return ir_field_is_set(c, IR_F_COST_out) ? c->out : NAN;
+}
+
+bool rep_has_schedule(const ir_module *m) { return m->schedules && m->nstages > 0; }
 
 int rep_type_devices(const ir_module *m, int *devs) {
   int n = 0;

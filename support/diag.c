@@ -14,8 +14,9 @@ typedef struct diag_record {
   bool matched;      /* met an expectation */
 } diag_record;
 
-/* Where the lines of one source start, built on its first diagnostic with a snippet so that
- * each later one finds its line at once (many errors stay linear in number, not quadratic). */
+/* Where the lines of one source start, built on its first diagnostic with a snippet (or its
+ * first diag_offset_loc) so that each later one finds its line at once (many errors stay linear
+ * in number, not quadratic). */
 typedef struct diag_lines {
   size_t *start; /* byte offset of each line's first byte; NULL until built */
   uint32_t n;    /* number of lines */
@@ -134,11 +135,8 @@ int diag_split_source(diag_engine *d, uint32_t id, uint32_t **ids) {
   return n;
 }
 
-/* The byte offsets where line 'want' (1-based, counted from the source's first line) of source
- * 'id' starts (returned) and ends (*end: its '\n' or the source's end), or SIZE_MAX when the
- * source has fewer lines. Builds the source's line table on first use: O(size) once (counted in
- * d->scanned), then O(1) per call, however long the line. */
-static size_t line_span(diag_engine *d, uint32_t id, uint32_t want, size_t *end) {
+/* The line table of source 'id', built on first use: O(size) once (counted in d->scanned). */
+static const diag_lines *line_table(diag_engine *d, uint32_t id) {
   diag_lines *ls = &d->lines[id - 1];
   const diag_source *s = &d->sources[id - 1];
   if (!ls->start) {
@@ -150,6 +148,15 @@ static size_t line_span(diag_engine *d, uint32_t id, uint32_t want, size_t *end)
       VEC_PUSH(ls->start, ls->n, cap, (size_t)(p - s->text) + 1);
     d->scanned += s->len;
   }
+  return ls;
+}
+
+/* The byte offsets where line 'want' (1-based, counted from the source's first line) of source
+ * 'id' starts (returned) and ends (*end: its '\n' or the source's end), or SIZE_MAX when the
+ * source has fewer lines. O(1) per call once the line table is built, however long the line. */
+static size_t line_span(diag_engine *d, uint32_t id, uint32_t want, size_t *end) {
+  const diag_lines *ls = line_table(d, id);
+  const diag_source *s = &d->sources[id - 1];
   if (want < 1 || want > ls->n) return SIZE_MAX;
   *end = want < ls->n ? ls->start[want] - 1 : s->len;
   return ls->start[want - 1];
@@ -264,6 +271,18 @@ void diag_report(diag_engine *d, diag_severity sev, diag_loc loc, const char *fm
 }
 
 int diag_error_count(const diag_engine *d) { return d->errors; }
+
+diag_loc diag_offset_loc(diag_engine *d, uint32_t id, size_t off, uint32_t len) {
+  const diag_lines *ls = line_table(d, id);
+  uint32_t lo = 0, hi = ls->n - 1; /* the last line that starts at or before off */
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo + 1) / 2;
+    if (ls->start[mid] <= off) lo = mid;
+    else hi = mid - 1;
+  }
+  return diag_mkloc(id, d->sources[id - 1].line_base + lo + 1,
+                    (uint32_t)(off - ls->start[lo]) + 1, len);
+}
 
 size_t diag_bytes_scanned(const diag_engine *d) { return d->scanned; }
 void diag_set_error_limit(diag_engine *d, int limit) { d->limit = limit < 0 ? 0 : limit; }

@@ -1,7 +1,7 @@
 /* support.h -- shared utilities of every OctoPipe library: an arena allocator, a growable string
- * buffer, "did you mean" suggestions, shortest round-trip number formatting, and the diagnostics
- * engine (source buffers, file:line:col messages with caret lines, error limit, and MLIR-style
- * --verify-diagnostics / --split-input-file). */
+ * buffer, "did you mean" suggestions, shortest round-trip number formatting, positions in JSON
+ * text, and the diagnostics engine (source buffers, file:line:col messages with caret lines,
+ * error limit, and MLIR-style --verify-diagnostics / --split-input-file). */
 #ifndef OCTO_SUPPORT_H
 #define OCTO_SUPPORT_H
 
@@ -157,6 +157,26 @@ bool support_write_file(const char *path, const void *data, size_t len, strbuf *
 /* The same, but to standard output (written and flushed) when 'path' is NULL or "-". */
 bool support_write_output(const char *path, const void *data, size_t len, strbuf *why);
 
+/* ---- JSON text --------------------------------------------------------------------------- */
+
+/* Positions in the raw text of a JSON document (json.c), for messages that point at the byte:
+ * cJSON builds the tree but keeps no positions. Offsets index t[0, n); a UTF-8 byte order mark
+ * at the start is skipped. */
+
+/* Check that t[0, n) is exactly one JSON value, strictly (RFC 8259: cJSON is lenient and its
+ * error pointer approximate; objects and arrays nested at most 512 deep). Returns true, or false
+ * with *at the offset of the first error (n: the end of the text) and *msg what was expected
+ * there (static text, "expected ':' after the key"). *msg is NULL on success. */
+bool support_json_check(const char *t, size_t n, size_t *at, const char **msg);
+/* Offset and length of the key of a member of valid JSON t[0, n): from the top-level object,
+ * member index[0] (0-based, in text order), in its value (an object) member index[1], and so on
+ * for 'depth' members; of the top-level value (length 1) when depth == 0. Returns false when the
+ * text does not have that shape. */
+bool support_json_locate(const char *t, size_t n, const int *index, int depth, size_t *off,
+                         size_t *len);
+/* Index after the string that starts at t[i] == '"' (escapes skipped; n when unterminated). */
+size_t support_json_string_end(const char *t, size_t n, size_t i);
+
 /* ---- Diagnostics --------------------------------------------------------------------------*/
 
 typedef enum diag_severity { DIAG_ERROR, DIAG_WARNING, DIAG_NOTE, DIAG_REMARK } diag_severity;
@@ -206,6 +226,13 @@ void diag_vreport(diag_engine *d, diag_severity sev, diag_loc loc, const char *f
 #define diag_error(d, loc, ...) diag_report((d), DIAG_ERROR, (loc), __VA_ARGS__)
 #define diag_note(d, loc, ...) diag_report((d), DIAG_NOTE, (loc), __VA_ARGS__)
 #define diag_warning(d, loc, ...) diag_report((d), DIAG_WARNING, (loc), __VA_ARGS__)
+
+/* The location of byte 'off' of source 'id' (pre: a source of d), with a span of 'len' bytes:
+ * its line (counting the source's line_base) and 1-based byte column; an offset past the end
+ * counts on the last line. For readers that know byte offsets (JSON files): it uses the line
+ * table of the source's diagnostics (built once, diag_bytes_scanned), so each call takes
+ * O(log lines). */
+diag_loc diag_offset_loc(diag_engine *d, uint32_t id, size_t off, uint32_t len);
 
 int diag_error_count(const diag_engine *d);
 /* Bytes of source text the engine has read to find the lines of diagnostics (each source's line
