@@ -302,7 +302,19 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
   ref_o.no_recompute = true; /* and keeps every activation: --check compares with it */
   if (m) ref_o.scale = rt_model_scale(m);
   rt_model *ref = o->check && m ? rt_model_new(s, &ref_o, &err) : NULL;
-  if (!m || (o->check && !ref)) {
+  bool ready = m && (!o->check || ref);
+  if (ready) {
+    st->scale = rt_model_scale(m);
+    for (int i = 0; i < s->nstages; i++) {
+      if (s->stages[i].rank == rank) rt_model_init_stage(m, i);
+      if (ref) rt_model_init_stage(ref, i);
+    }
+    double t_load = support_seconds(); /* --init's or --resume's weights replace the initial */
+    ready = rt_ckpt_load(m, o, &err) == 0;
+    st->load_s = support_seconds() - t_load;
+    ready = ready && (!ref || rt_ckpt_load(ref, o, &err) == 0);
+  }
+  if (!ready) {
     snprintf(st->err, sizeof st->err, "rank %d: %s", rank, strbuf_cstr(&err));
     st->status = RT_FAILED;
     c->fail(c->ctx, st->err, RT_EXIT_INPUT);
@@ -311,24 +323,7 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
     rt_model_free(ref);
     return st->status;
   }
-  st->scale = rt_model_scale(m);
   const be_program *p = &s->ranks[rank];
-  for (int i = 0; i < s->nstages; i++) {
-    if (s->stages[i].rank == rank) rt_model_init_stage(m, i);
-    if (ref) rt_model_init_stage(ref, i);
-  }
-  double t_load = support_seconds();
-  int loaded = rt_ckpt_load(m, o, &err);
-  st->load_s = support_seconds() - t_load;
-  if (loaded != 0 || (ref && rt_ckpt_load(ref, o, &err) != 0)) {
-    snprintf(st->err, sizeof st->err, "rank %d: %s", rank, strbuf_cstr(&err));
-    st->status = RT_FAILED;
-    c->fail(c->ctx, st->err, RT_EXIT_INPUT);
-    strbuf_free(&err);
-    rt_model_free(m);
-    rt_model_free(ref);
-    return st->status;
-  }
   /* Buffers: one arena, each slot at its offset (rt_arena: the stream's layout when its sizes
    * are the runtime's), as large as the largest runtime tensor it holds. */
   size_t *floats = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *floats);
