@@ -60,8 +60,11 @@ if [ "$BUILD_IT" = 1 ]; then
   cmake --build "$BUILD" -j "$(nproc 2>/dev/null || echo 2)" --target $targets > /dev/null
 fi
 
-# Seeds, once per corpus directory.
+# Seeds, once per corpus directory (again when a fuzzer added since lacks its folder).
 mkdir -p "$CORPUS"
+for s in octo ir ois prof hf st ckpt; do
+  [ -d "$CORPUS/seeds/$s" ] || rm -rf "$CORPUS/seeds"
+done
 if [ ! -d "$CORPUS/seeds" ]; then
   mkdir -p "$CORPUS/seeds.new/octo" "$CORPUS/seeds.new/ir" "$CORPUS/seeds.new/ois" \
     "$CORPUS/seeds.new/prof" "$CORPUS/seeds.new/hf" "$CORPUS/seeds.new/st" \

@@ -276,6 +276,14 @@ static int ck_read_layer(const st_set *set, const ck_names *nm, int i, const rt_
   return 0;
 }
 
+/* Put "prefix: " before the message in err. */
+static void ck_prefix(strbuf *err, const char *prefix) {
+  strbuf why = {0};
+  strbuf_printf(&why, "%s: %s", prefix, strbuf_cstr(err));
+  strbuf_free(err);
+  *err = why;
+}
+
 /* The path of 'name' in directory dir. */
 static void ck_path(strbuf *sb, const char *dir, const char *name) {
   strbuf_printf(sb, "%s/%s", dir, name);
@@ -312,13 +320,7 @@ int rt_ckpt_load(rt_model *m, const rt_run_opts *o, strbuf *err) {
     free(host);
   }
   if (rc == 0 && resume) rt_model_set_adam_steps(m, o->first_step);
-  if (rc != 0) {
-    strbuf why = {0};
-    strbuf_printf(&why, "%s: %s", what, strbuf_cstr(err));
-    err->len = 0;
-    strbuf_puts(err, strbuf_cstr(&why));
-    strbuf_free(&why);
-  }
+  if (rc != 0) ck_prefix(err, what);
   st_set_close(ws);
   st_set_close(os);
   free(nm.part);
@@ -686,11 +688,9 @@ int rt_ckpt_save(const be_stream *s, rt_model *m, int rank, int replica, int ste
   if (rc == 0 && lead)
     rc = ck_finish(s, m, mo, o, step, strbuf_cstr(&tmp), strbuf_cstr(&final), err);
   if (rc != 0 && rc != 2) {
-    strbuf why = {0};
-    strbuf_printf(&why, "--save at step %d: %s", step, strbuf_cstr(err));
-    err->len = 0;
-    strbuf_puts(err, strbuf_cstr(&why));
-    strbuf_free(&why);
+    char what[48];
+    snprintf(what, sizeof what, "--save at step %d", step);
+    ck_prefix(err, what);
   }
   strbuf_free(&tmp);
   strbuf_free(&final);
@@ -907,11 +907,7 @@ static int ck_check_manifest(const char *text, const char *path, const be_stream
     int got = ck_crc_file(strbuf_cstr(&fp), &bytes, &crc, err);
     snprintf(hex, sizeof hex, "%08x", got == 0 ? crc : 0u);
     if (got != 0) {
-      strbuf fail = {0};
-      strbuf_printf(&fail, "--resume: %s", strbuf_cstr(err));
-      err->len = 0;
-      strbuf_puts(err, strbuf_cstr(&fail));
-      strbuf_free(&fail);
+      ck_prefix(err, "--resume");
     } else if ((double)bytes != b->valuedouble) {
       strbuf_printf(err, "--resume: %s is %llu bytes, the manifest says %.0f (truncated or "
                     "changed)", strbuf_cstr(&fp), (unsigned long long)bytes, b->valuedouble);
