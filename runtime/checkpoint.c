@@ -22,17 +22,22 @@
 
 /* How a tensor of the runtime is stored in a file (ckpt_names.def LAYOUT). */
 enum { CK_AS_IS, CK_T, CK_EXPERT_T };
+/* Which naming of a moe layer's router and experts a row has (ckpt_names.def EXPERTS; the
+ * values of rt_run_opts.ckpt_experts after ANY). */
+enum { CK_ANY = -1, CK_MIXTRAL = RT_CKPT_MIXTRAL, CK_QWEN_MOE = RT_CKPT_QWEN_MOE };
 
 /* One row of ckpt_names.def. */
 typedef struct ck_row {
   be_kind kind;      /* the layer kind */
   const char *param; /* the kernel's tensor name */
   const char *fmt;   /* the file's name: block, then expert */
-  int layout;        /* CK_* */
+  int layout;        /* CK_AS_IS, CK_T or CK_EXPERT_T */
+  int experts;       /* CK_ANY, CK_MIXTRAL or CK_QWEN_MOE */
 } ck_row;
 
 static const ck_row ck_rows[] = {
-#define CKPT_HF(KIND, PARAM, NAME, LAYOUT) {BE_KIND_##KIND, PARAM, NAME, CK_##LAYOUT},
+#define CKPT_HF(KIND, PARAM, NAME, LAYOUT, EXPERTS) \
+  {BE_KIND_##KIND, PARAM, NAME, CK_##LAYOUT, CK_##EXPERTS},
 #include "ckpt_names.def"
 #undef CKPT_HF
 };
@@ -52,14 +57,17 @@ typedef struct ck_part {
 /* The tensors of a model in a file, by the scheme its structure allows. */
 typedef struct ck_names {
   bool hf;       /* Hugging Face's names (ckpt_names.def), else "layers.I.PARAM" */
+  int experts;   /* with hf: the moe layers' names (CK_MIXTRAL or CK_QWEN_MOE) */
   ck_part *part; /* every part of every layer, in layer and rt_lplan order */
   size_t n;
 } ck_names;
 
-/* The row of (kind, param), or NULL. */
-static const ck_row *ck_row_of(be_kind kind, const char *param) {
+/* The row of (kind, param) in the moe naming 'experts', or NULL. */
+static const ck_row *ck_row_of(be_kind kind, const char *param, int experts) {
   for (size_t i = 0; i < sizeof ck_rows / sizeof *ck_rows; i++)
-    if (ck_rows[i].kind == kind && strcmp(ck_rows[i].param, param) == 0) return &ck_rows[i];
+    if (ck_rows[i].kind == kind && strcmp(ck_rows[i].param, param) == 0 &&
+        (ck_rows[i].experts == CK_ANY || ck_rows[i].experts == experts))
+      return &ck_rows[i];
   return NULL;
 }
 
@@ -78,15 +86,17 @@ static bool ck_is_hf(const rt_model *m) {
     else want = k == BE_KIND_MOE ? BE_KIND_MOE : BE_KIND_MLP;
     if (k != want || ((k == BE_KIND_MLP || k == BE_KIND_MOE) && !L.d.gated)) return false;
     for (int t = 0; t < L.p.npt; t++)
-      if (!ck_row_of(k, L.p.pt[t].name)) return false;
+      if (!ck_row_of(k, L.p.pt[t].name, CK_MIXTRAL)) return false;
   }
   return true;
 }
 
-/* Every tensor of m as a file names and shapes it. */
-static void ck_names_of(const rt_model *m, ck_names *out) {
+/* Every tensor of m as a file names and shapes it, a moe layer's router and experts with the
+ * names of 'experts' (RT_CKPT_MIXTRAL or RT_CKPT_QWEN_MOE). */
+static void ck_names_of(const rt_model *m, int experts, ck_names *out) {
   memset(out, 0, sizeof *out);
   out->hf = ck_is_hf(m);
+  out->experts = experts;
   size_t cap = 0;
   for (int i = 0, block = -1; i < rt_model_nlayers(m); i++) {
     rt_layer_info L;
@@ -94,7 +104,7 @@ static void ck_names_of(const rt_model *m, ck_names *out) {
     if (L.k->id == BE_KIND_ATTENTION) block++;
     for (int t = 0; t < L.p.npt; t++) {
       const rt_ptensor *pt = &L.p.pt[t];
-      const ck_row *row = out->hf ? ck_row_of(L.k->id, pt->name) : NULL;
+      const ck_row *row = out->hf ? ck_row_of(L.k->id, pt->name, experts) : NULL;
       int layout = row ? row->layout : CK_AS_IS;
       int parts = layout == CK_EXPERT_T ? pt->dim[0] : 1;
       for (int e = 0; e < parts; e++) {
@@ -123,6 +133,11 @@ static void ck_names_of(const rt_model *m, ck_names *out) {
       }
     }
   }
+}
+
+/* The manifest's "names" of nm: "hf", "hf-qwen-moe" or "octopipe". */
+static const char *ck_scheme_name(const ck_names *nm) {
+  return !nm->hf ? "octopipe" : nm->experts == CK_QWEN_MOE ? "hf-qwen-moe" : "hf";
 }
 
 /* "[2, 3]" of a shape. */
@@ -159,7 +174,9 @@ static int ck_cmp_str(const void *a, const void *b) {
 static int ck_check_set(const st_set *set, const char *path, const ck_names *nm,
                         const char *const *suf, int nsuf, const be_stream *s, const rt_model *m,
                         const char *what, strbuf *err) {
-  static const char *const schemes[2] = {"the runtime's own", "Hugging Face's"};
+  const char *scheme = !nm->hf ? "the runtime's own"
+                       : nm->experts == CK_QWEN_MOE ? "Hugging Face's, Qwen-MoE's for experts"
+                                                    : "Hugging Face's";
   size_t nwant = nm->n * (size_t)nsuf;
   char **want = xcalloc(nwant ? nwant : 1, sizeof *want);
   int rc = 0;
@@ -174,7 +191,7 @@ static int ck_check_set(const st_set *set, const char *path, const ck_names *nm,
     if (!t) {
       strbuf_printf(err, "%s: %s has no tensor '%s' (", what, path, want[i]);
       ck_part_what(err, s, p, m);
-      strbuf_printf(err, "; the model's names are %s)", schemes[nm->hf]);
+      strbuf_printf(err, "; the model's names are %s)", scheme);
       rc = -1;
       break;
     }
@@ -204,7 +221,7 @@ static int ck_check_set(const st_set *set, const char *path, const ck_names *nm,
       const char *key = t->name;
       if (ck_ignored(key) || bsearch(&key, want, nwant, sizeof *want, ck_cmp_str)) continue;
       strbuf_printf(err, "%s: %s: tensor '%s' is no parameter of this model (its names are %s)",
-                    what, st_path(f), key, schemes[nm->hf]);
+                    what, st_path(f), key, scheme);
       rc = -1;
       break;
     }
@@ -301,7 +318,7 @@ int rt_ckpt_load(rt_model *m, const rt_run_opts *o, strbuf *err) {
   }
   const char *what = resume ? "--resume" : "--init";
   ck_names nm;
-  ck_names_of(m, &nm);
+  ck_names_of(m, o->ckpt_experts, &nm);
   st_set *ws = st_set_open(strbuf_cstr(&wpath), err);
   st_set *os = ws && resume && rt_model_adam(m) ? st_set_open(strbuf_cstr(&opath), err) : NULL;
   int rc = ws && (os || !resume || !rt_model_adam(m)) ? 0 : -1;
@@ -343,11 +360,12 @@ static int ck_rank_of(const be_stream *s, int i) {
   return 0;
 }
 
-/* Write rank 'rank''s shards of its layers into dir: the weights, and with Adam the moments. */
-static int ck_write_shards(const be_stream *s, rt_model *m, int rank, const char *dir,
-                           strbuf *err) {
+/* Write rank 'rank''s shards of its layers into dir: the weights, and with Adam the moments;
+ * moe layers with the names of 'experts'. */
+static int ck_write_shards(const be_stream *s, rt_model *m, int rank, int experts,
+                           const char *dir, strbuf *err) {
   ck_names nm;
-  ck_names_of(m, &nm);
+  ck_names_of(m, experts, &nm);
   bool adam = rt_model_adam(m);
   st_writer *wr[2] = {st_writer_new(), adam ? st_writer_new() : NULL};
   float **keep = NULL; /* the host copies the writers borrow */
@@ -472,10 +490,10 @@ static bool ck_is_step_name(const char *name) {
 
 /* Write the index of the weights (k 0) or Adam moments (k 1) of s's model m into dir: every
  * tensor's shard by the rank of its layer, and their total size. */
-static int ck_write_index(const be_stream *s, const rt_model *m, int k, const char *dir,
-                          strbuf *err) {
+static int ck_write_index(const be_stream *s, const rt_model *m, int k, int experts,
+                          const char *dir, strbuf *err) {
   ck_names nm;
-  ck_names_of(m, &nm);
+  ck_names_of(m, experts, &nm);
   size_t nsuf = k ? 2 : 1, n = nm.n * nsuf;
   char **line = xcalloc(n ? n : 1, sizeof *line);
   double total = 0;
@@ -540,16 +558,16 @@ static int ck_finish(const be_stream *s, const rt_model *m, const rt_opts *mo,
                      strbuf *err) {
   bool adam = rt_model_adam(m);
   for (int k = 0; k < (adam ? 2 : 1); k++)
-    if (ck_write_index(s, m, k, tmp, err) != 0) return -1;
+    if (ck_write_index(s, m, k, o->ckpt_experts, tmp, err) != 0) return -1;
   strbuf j = {0};
   strbuf_printf(&j, "{\n  \"format\": \"octopipe-checkpoint\",\n  \"version\": %d,\n",
                 RT_CKPT_VERSION);
   strbuf_puts(&j, "  \"model\": ");
   strbuf_json_str(&j, s->model);
   ck_names nm;
-  ck_names_of(m, &nm);
+  ck_names_of(m, o->ckpt_experts, &nm);
   strbuf_printf(&j, ",\n  \"step\": %d,\n  \"names\": \"%s\",\n  \"scale\": %d,\n", step,
-                nm.hf ? "hf" : "octopipe", rt_model_scale(m));
+                ck_scheme_name(&nm), rt_model_scale(m));
   free(nm.part);
   strbuf_printf(&j, "  \"seed\": \"%llu\",\n  \"optimizer\": \"%s\",\n  \"lr\": %.17g,\n",
                 (unsigned long long)mo->seed, adam ? "adam" : "sgd", mo->lr);
@@ -683,7 +701,8 @@ int rt_ckpt_save(const be_stream *s, rt_model *m, int rank, int replica, int ste
     }
   }
   if (rc == 0) rc = ck_barrier(c, o, "first", err);
-  if (rc == 0 && replica == 0) rc = ck_write_shards(s, m, rank, strbuf_cstr(&tmp), err);
+  if (rc == 0 && replica == 0)
+    rc = ck_write_shards(s, m, rank, o->ckpt_experts, strbuf_cstr(&tmp), err);
   if (rc == 0) rc = ck_barrier(c, o, "second", err);
   if (rc == 0 && lead)
     rc = ck_finish(s, m, mo, o, step, strbuf_cstr(&tmp), strbuf_cstr(&final), err);
@@ -700,13 +719,41 @@ int rt_ckpt_save(const be_stream *s, rt_model *m, int rank, int replica, int ste
 
 /* ---- Before a run -------------------------------------------------------------------------- */
 
-/* Open the set at path and check it against the model (rt_ckpt_prepare). */
-static int ck_check_path(const char *path, const ck_names *nm, const char *const *suf, int nsuf,
-                         const be_stream *s, const rt_model *m, const char *what, strbuf *err) {
+/* The moe naming of set for model m: Qwen-MoE's when the set holds the first moe router's
+ * Qwen-MoE name and not its Mixtral one, else Mixtral's. */
+static int ck_probe_experts(const st_set *set, const rt_model *m) {
+  ck_names a, b;
+  ck_names_of(m, CK_MIXTRAL, &a);
+  ck_names_of(m, CK_QWEN_MOE, &b); /* the same parts in the same order, other names */
+  int experts = CK_MIXTRAL;
+  for (size_t i = 0; i < a.n; i++)
+    if (strcmp(a.part[i].name, b.part[i].name) != 0) {
+      if (!st_set_find(set, a.part[i].name, NULL) && st_set_find(set, b.part[i].name, NULL))
+        experts = CK_QWEN_MOE;
+      break;
+    }
+  free(a.part);
+  free(b.part);
+  return experts;
+}
+
+/* Open the set at path and check it against model m (rt_ckpt_prepare), the moe layers with the
+ * names of *experts; probe (--init): find them first (ck_probe_experts) into *experts. */
+static int ck_check_path(const char *path, int *experts, bool probe, const char *const *suf,
+                         int nsuf, const be_stream *s, const rt_model *m, const char *what,
+                         strbuf *err) {
   strbuf why = {0};
   st_set *set = st_set_open(path, &why);
-  int rc = set ? ck_check_set(set, path, nm, suf, nsuf, s, m, what, err) : -1;
-  if (!set) strbuf_printf(err, "%s: %s", what, strbuf_cstr(&why));
+  int rc = -1;
+  if (set) {
+    if (probe) *experts = ck_probe_experts(set, m);
+    ck_names nm;
+    ck_names_of(m, *experts, &nm);
+    rc = ck_check_set(set, path, &nm, suf, nsuf, s, m, what, err);
+    free(nm.part);
+  } else {
+    strbuf_printf(err, "%s: %s", what, strbuf_cstr(&why));
+  }
   st_set_close(set);
   strbuf_free(&why);
   return rc;
@@ -799,7 +846,8 @@ static int ck_check_manifest(const char *text, const char *path, const be_stream
                   v->valuedouble, RT_CKPT_VERSION);
     goto out;
   }
-  const cJSON *step = ck_member(j, "step", cJSON_Number, path, err);
+  const cJSON *names = ck_member(j, "names", cJSON_String, path, err);
+  const cJSON *step = names ? ck_member(j, "step", cJSON_Number, path, err) : NULL;
   const cJSON *scale = step ? ck_member(j, "scale", cJSON_Number, path, err) : NULL;
   const cJSON *seed = scale ? ck_member(j, "seed", cJSON_String, path, err) : NULL;
   const cJSON *opt = seed ? ck_member(j, "optimizer", cJSON_String, path, err) : NULL;
@@ -926,6 +974,7 @@ static int ck_check_manifest(const char *text, const char *path, const be_stream
     goto out;
   }
   o->first_step = (int)st;
+  o->ckpt_experts = strcmp(names->valuestring, "hf-qwen-moe") == 0 ? CK_QWEN_MOE : CK_MIXTRAL;
   mo->seed = (uint64_t)sd;
   mo->scale = (int)sc;
   rc = 0;
@@ -937,6 +986,7 @@ out:
 int rt_ckpt_prepare(const be_stream *s, rt_opts *mo, rt_run_opts *o, strbuf *err) {
   o->resume_dir[0] = '\0';
   o->first_step = 0;
+  o->ckpt_experts = RT_CKPT_MIXTRAL;
   if (o->init && o->resume) {
     strbuf_puts(err, "--init and --resume: give one (a checkpoint holds its weights)");
     return -1;
@@ -962,22 +1012,19 @@ int rt_ckpt_prepare(const be_stream *s, rt_opts *mo, rt_run_opts *o, strbuf *err
   if (o->init || o->resume) {
     rt_model *m = rt_model_new(s, mo, err);
     if (!m) return -1;
-    ck_names nm;
-    ck_names_of(m, &nm);
-    int rc;
+    int rc, *ex = &o->ckpt_experts;
     if (o->init) {
-      rc = ck_check_path(o->init, &nm, ck_plain, 1, s, m, "--init", err);
-    } else {
+      rc = ck_check_path(o->init, ex, true, ck_plain, 1, s, m, "--init", err);
+    } else { /* the manifest gave the names */
       strbuf p = {0};
       ck_path(&p, o->resume_dir, ST_INDEX_NAME);
-      rc = ck_check_path(strbuf_cstr(&p), &nm, ck_plain, 1, s, m, "--resume", err);
+      rc = ck_check_path(strbuf_cstr(&p), ex, false, ck_plain, 1, s, m, "--resume", err);
       p.len = 0;
       ck_path(&p, o->resume_dir, CK_OPTIM_INDEX);
       if (rc == 0 && rt_model_adam(m))
-        rc = ck_check_path(strbuf_cstr(&p), &nm, ck_moments, 2, s, m, "--resume", err);
+        rc = ck_check_path(strbuf_cstr(&p), ex, false, ck_moments, 2, s, m, "--resume", err);
       strbuf_free(&p);
     }
-    free(nm.part);
     rt_model_free(m);
     if (rc != 0) return -1;
   }

@@ -307,7 +307,13 @@ typedef struct rt_run_opts {
   char resume_dir[1024]; /* the step directory rt_ckpt_prepare found in it ("" without resume) */
   int first_step;       /* steps the resumed checkpoint had taken (0 without): the run takes
                            steps first_step + 1 .. steps */
+  int ckpt_experts;     /* the names of moe layers' routers and experts in checkpoints:
+                           RT_CKPT_MIXTRAL, or RT_CKPT_QWEN_MOE when --init's or --resume's
+                           files have Qwen-MoE's (rt_ckpt_prepare) */
 } rt_run_opts;
+
+/* The two Hugging Face namings of a moe layer's router and experts (docs/checkpoints.md). */
+enum { RT_CKPT_MIXTRAL, RT_CKPT_QWEN_MOE };
 
 /* Parse "RANK[/REPLICA]:WHERE" (WHERE: an address or an RT_FAULT_PLACES name) into f's rank,
  * replica, addr and place (f->kind is left as it is). Returns 0, or -1 when text is not one. */

@@ -2,7 +2,8 @@
 
     st_edit.py IN OUT OP [ARGS]
 
-OPs: drop NAME (remove a tensor), rename OLD NEW, add NAME (an F32 tensor of shape [1]),
+OPs: drop NAME (remove a tensor), rename OLD NEW, sub REGEX REPL (re.sub on every name), add
+NAME (an F32 tensor of shape [1]),
 shape NAME D0,D1,... (the same element count), dtype NAME DTYPE (one of the same element size:
 F32 <-> I32), merge (IN a directory written by octo-run --save: its shards into one file), flip
 OFFSET (xor the byte at OFFSET of the data, after the header), cut N (keep the first N bytes of
@@ -10,6 +11,7 @@ the file). Tensors are written back to back in name order with a "format": "pt" 
 entry. (Not a test: lit skips Inputs/.)"""
 import json
 import os
+import re
 import struct
 import sys
 
@@ -67,6 +69,8 @@ def main(argv):
         del tensors[args[0]]
     elif op == "rename":
         tensors[args[1]] = tensors.pop(args[0])
+    elif op == "sub":
+        tensors = {re.sub(args[0], args[1], n): t for n, t in tensors.items()}
     elif op == "add":
         tensors[args[0]] = ["F32", [1], struct.pack("<f", 0.0)]
     elif op == "shape":
