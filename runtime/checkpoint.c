@@ -992,6 +992,10 @@ int rt_ckpt_prepare(const be_stream *s, rt_opts *mo, rt_run_opts *o, strbuf *err
     return -1;
   }
   if (o->init && mo->scale == 0) mo->scale = 1; /* weights are for the model as written */
+  if (o->resume && mo->dump) {
+    strbuf_puts(err, "--dump writes the tensors of step 1, which a resumed run does not take");
+    return -1;
+  }
   if (o->save_every > 0 && !o->save) {
     strbuf_puts(err, "--save-every needs --save=DIR");
     return -1;

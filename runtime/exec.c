@@ -134,8 +134,9 @@ static void strike(const rt_run_opts *o, int rank, const char *where, rt_comm *c
     c->stop(c->ctx, st->err);
 }
 
-/* Inject o's fault when it strikes rank 'rank' of replica 'replica' at pc of step 'step' (pc -1:
- * its first checkpoint's save, RT_PLACE_SAVE). Returns whether it struck. */
+/* Inject o's fault when it strikes rank 'rank' of replica 'replica' at pc of the run's step
+ * 'step' (0: its first); or, pc -1, in its first checkpoint's save (RT_PLACE_SAVE), 'step' then
+ * the training step saved less one. Returns whether it struck. */
 static bool inject(const be_stream *s, const rt_run_opts *o, int rank, int replica, int step,
                    int pc, rt_comm *c, rt_rank_stats *st) {
   const rt_fault *f = &o->fault;
@@ -481,7 +482,7 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
                  rc == 2 ? "stopped in the checkpoint's save because " : "", strbuf_cstr(&err));
         st->status = rc == 2 ? RT_ABORTED : rc == 1 ? RT_FAILED : RT_OUTPUT;
       }
-      err.len = 0;
+      strbuf_free(&err);
     }
   }
   c->at = -1;
