@@ -551,6 +551,57 @@ static int ck_data_json(strbuf *j, const char *data, strbuf *err) {
   return 0;
 }
 
+/* A step directory of the save directory, for pruning. */
+typedef struct ck_step_dir {
+  char *name; /* "step-00000006" */
+  long step;  /* 6 */
+} ck_step_dir;
+
+static int ck_cmp_step_desc(const void *a, const void *b) {
+  long x = ((const ck_step_dir *)a)->step, y = ((const ck_step_dir *)b)->step;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* After the checkpoint of step 'step' is complete and DIR/latest names it: remove the
+ * temporaries of killed saves (".step-N.tmp"), the step directories of later steps (a run that
+ * was abandoned: this one went on from an earlier step) and all but the o->save_keep - 1 newest
+ * of the earlier ones. Returns 0, or -1 with the reason in err. */
+static int ck_prune(const rt_run_opts *o, int step, strbuf *err) {
+  DIR *dd = opendir(o->save);
+  if (!dd) {
+    strbuf_printf(err, "cannot read '%s': %s", o->save, strerror(errno));
+    return -1;
+  }
+  ck_step_dir *dirs = NULL;
+  size_t n = 0, cap = 0;
+  int rc = 0;
+  for (struct dirent *e; (e = readdir(dd)) != NULL;) {
+    size_t len = strlen(e->d_name);
+    bool tmp = strncmp(e->d_name, ".step-", 6) == 0 && len > 10 &&
+               strcmp(e->d_name + len - 4, ".tmp") == 0;
+    if (tmp || ck_is_step_name(e->d_name)) {
+      ck_step_dir sd = {xstrdup(e->d_name), tmp ? -1 : strtol(e->d_name + 5, NULL, 10)};
+      VEC_PUSH(dirs, n, cap, sd);
+    }
+  }
+  closedir(dd);
+  qsort(dirs, n, sizeof *dirs, ck_cmp_step_desc);
+  int keep = o->save_keep > 0 ? o->save_keep : 1, kept = 0;
+  for (size_t i = 0; i < n; i++) {
+    bool stays = dirs[i].step >= 0 && dirs[i].step <= step && kept < keep;
+    kept += stays;
+    if (!stays && rc == 0) {
+      strbuf p = {0};
+      ck_path(&p, o->save, dirs[i].name);
+      rc = ck_remove_dir(strbuf_cstr(&p), err);
+      strbuf_free(&p);
+    }
+    free(dirs[i].name);
+  }
+  free(dirs);
+  return rc;
+}
+
 /* Rank 0's part of a save, after every shard is in tmp: the indexes, the manifest, the rename to
  * final, DIR/latest, and the older checkpoints removed. */
 static int ck_finish(const be_stream *s, const rt_model *m, const rt_opts *mo,
@@ -643,24 +694,8 @@ static int ck_finish(const be_stream *s, const rt_model *m, const rt_opts *mo,
       ck_sync(o->save);
     }
   }
-  if (rc == 0) { /* DIR/latest names the new one: the others can go */
-    sname.len--;
-    sname.data[sname.len] = '\0';
-    rc = ck_remove_dir(strbuf_cstr(&old), err);
-    DIR *dd = rc == 0 ? opendir(o->save) : NULL;
-    for (struct dirent *e; dd && rc == 0 && (e = readdir(dd)) != NULL;) {
-      bool stale = ck_is_step_name(e->d_name) && strcmp(e->d_name, strbuf_cstr(&sname)) != 0;
-      size_t n = strlen(e->d_name);
-      stale = stale || (e->d_name[0] == '.' && n > 4 && strcmp(e->d_name + n - 4, ".tmp") == 0 &&
-                        strncmp(e->d_name, ".step-", 6) == 0);
-      if (!stale) continue;
-      strbuf p = {0};
-      ck_path(&p, o->save, e->d_name);
-      rc = ck_remove_dir(strbuf_cstr(&p), err);
-      strbuf_free(&p);
-    }
-    if (dd) closedir(dd);
-  }
+  if (rc == 0) /* DIR/latest names the new one: the others can go */
+    rc = ck_remove_dir(strbuf_cstr(&old), err) == 0 ? ck_prune(o, step, err) : -1;
   strbuf_free(&j);
   strbuf_free(&path);
   strbuf_free(&why);
@@ -996,8 +1031,9 @@ int rt_ckpt_prepare(const be_stream *s, rt_opts *mo, rt_run_opts *o, strbuf *err
     strbuf_puts(err, "--dump writes the tensors of step 1, which a resumed run does not take");
     return -1;
   }
-  if (o->save_every > 0 && !o->save) {
-    strbuf_puts(err, "--save-every needs --save=DIR");
+  if ((o->save_every > 0 || o->save_keep > 0) && !o->save) {
+    strbuf_puts(err, o->save_every > 0 ? "--save-every needs --save=DIR"
+                                       : "--save-keep needs --save=DIR");
     return -1;
   }
   if (o->resume) {

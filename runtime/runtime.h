@@ -303,6 +303,7 @@ typedef struct rt_run_opts {
                            directory; rt_ckpt_prepare checks them), or NULL */
   const char *save;     /* --save: the checkpoint directory, or NULL */
   int save_every;       /* --save-every: also save after every that many steps (0: at the end) */
+  int save_keep;        /* --save-keep: the newest checkpoints kept (0: 1) */
   const char *resume;   /* --resume: the checkpoint directory given, or NULL */
   char resume_dir[1024]; /* the step directory rt_ckpt_prepare found in it ("" without resume) */
   int first_step;       /* steps the resumed checkpoint had taken (0 without): the run takes
@@ -513,7 +514,8 @@ int rt_ckpt_load(rt_model *m, const rt_run_opts *o, strbuf *err);
  * every replica (after their STEP; rank 'rank' of replica 'replica' runs model m of stream s):
  * rank 0 of replica 0 makes DIR/.step-N.tmp, each rank of replica 0 writes its stages' shards,
  * then rank 0 writes the indexes and the manifest with every file's CRC-32, renames the directory
- * to DIR/step-N, points DIR/latest at it and removes the older ones; two barriers (c->barrier,
+ * to DIR/step-N, points DIR/latest at it and removes the older ones but the o->save_keep - 1
+ * newest (and those of later steps, from an abandoned run); two barriers (c->barrier,
  * o->timeout) order it. A SIGKILL at any moment leaves DIR/latest's checkpoint whole. Returns 0,
  * 2 (another rank failed: who in err), 1 (a barrier's deadline passed or the transport failed)
  * or -1 (a file could not be written), with the reason in err. */

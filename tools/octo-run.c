@@ -74,6 +74,7 @@ static void usage(FILE *out) {
           "  --save=DIR         save a checkpoint (weights, Adam state, step) into\n"
           "                     DIR/step-N after the last step, and DIR/latest names it\n"
           "  --save-every=N     with --save: also after every N-th step\n"
+          "  --save-keep=K      with --save: keep the K newest checkpoints (default 1)\n"
           "  --resume=DIR       continue from DIR's latest checkpoint (or a step directory)\n"
           "                     up to --steps, which counts from the start of training\n"
           "  --check            run the sequential reference beside it and compare every step's\n"
@@ -247,6 +248,9 @@ int main(int argc, char **argv) {
     } else if (cli_starts(a, "--save-every=", &v)) {
       if (!number(v, 1, 1e6, &x) || x != (int)x) return bad_value("--save-every", v, "a count >= 1");
       o.save_every = (int)x;
+    } else if (cli_starts(a, "--save-keep=", &v)) {
+      if (!number(v, 1, 1e6, &x) || x != (int)x) return bad_value("--save-keep", v, "a count >= 1");
+      o.save_keep = (int)x;
     } else if (cli_starts(a, "--resume=", &v)) {
       if (!*v) return bad_value("--resume", v, "a checkpoint directory");
       o.resume = v;
