@@ -62,13 +62,12 @@ fi
 
 # Seeds, once per corpus directory (again when a fuzzer added since lacks its folder).
 mkdir -p "$CORPUS"
-for s in octo ir ois prof hf st ckpt; do
+seed_dirs="octo ir ois prof hf st ckpt"
+for s in $seed_dirs; do
   [ -d "$CORPUS/seeds/$s" ] || rm -rf "$CORPUS/seeds"
 done
 if [ ! -d "$CORPUS/seeds" ]; then
-  mkdir -p "$CORPUS/seeds.new/octo" "$CORPUS/seeds.new/ir" "$CORPUS/seeds.new/ois" \
-    "$CORPUS/seeds.new/prof" "$CORPUS/seeds.new/hf" "$CORPUS/seeds.new/st" \
-    "$CORPUS/seeds.new/ckpt"
+  for s in $seed_dirs; do mkdir -p "$CORPUS/seeds.new/$s"; done
   python3 "$SRC/tests/fuzz/seeds.py" "$SRC" "$CORPUS/seeds.new"
   octoc=$BUILD/tools/octoc
   [ -x "$octoc" ] || octoc=$SRC/build/tools/octoc

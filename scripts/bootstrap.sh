@@ -81,8 +81,7 @@ test)
     # only what the fuzzers' smoke runs need: the harnesses and octoc (seed streams)
     CC=clang cmake -S "$root" -B "$root/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DOCTO_FUZZ=ON -DOCTO_WITH_CUDA=OFF >/dev/null
-    cmake --build "$root/build-fuzz" -j "$jobs" --target octoc fuzz_octo fuzz_ir fuzz_ois \
-      fuzz_model fuzz_profile fuzz_plan fuzz_import fuzz_safetensors fuzz_checkpoint
+    cmake --build "$root/build-fuzz" -j "$jobs" --target octoc fuzzers
     python3 /usr/lib/llvm-14/build/utils/lit/lit.py -sv "$root/build-fuzz/tests/fuzz"
   else
     echo "bootstrap: clang not found: the fuzzers' smoke runs are skipped"

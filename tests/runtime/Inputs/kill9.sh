@@ -5,6 +5,7 @@
 # at the end of ERR. Gives up (exit 2) when no process of rank RANK stops within 30 s.
 rank=$1 err=$2
 shift 3
+. "$(dirname "$0")/procs.sh"
 "$@" > /dev/null 2> "$err" &
 job=$!
 n=0
@@ -12,15 +13,9 @@ while :; do
   n=$((n + 1))
   if [ $n -gt 300 ]; then echo "kill9.sh: no process of rank $rank stopped" >&2; kill $job; exit 2; fi
   sleep 0.1
-  procs=$job kids=$job
-  while [ -n "$kids" ]; do # every descendant: COMMAND may be timeout, then mpirun
-    kids=$(for k in $kids; do pgrep -P $k; done)
-    procs="$procs $kids"
-  done
-  for p in $procs; do
+  for p in $(rank_procs $job "$rank"); do
     state=$(sed 's/^.*) \([A-Za-z]\).*$/\1/' /proc/$p/stat 2>/dev/null)
-    if [ "$state" = T ] &&
-       tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
+    if [ "$state" = T ]; then
       kill -9 $p
       wait $job
       echo "exit $?" >> "$err"

@@ -19,16 +19,8 @@ done
 sleep "$delay"
 victim=$job
 if [ "$rank" != "-" ]; then
-  procs=$job kids=$job
-  while [ -n "$kids" ]; do # every descendant: COMMAND may be timeout, then mpirun
-    kids=$(for k in $kids; do pgrep -P $k; done)
-    procs="$procs $kids"
-  done
-  for p in $procs; do
-    if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
-      victim=$p
-    fi
-  done
+  . "$(dirname "$0")/procs.sh"
+  for p in $(rank_procs $job "$rank"); do victim=$p; done
 fi
 if kill -9 "$victim" 2>/dev/null; then
   wait $job
