@@ -534,21 +534,18 @@ static int ck_write_index(const be_stream *s, const rt_model *m, int k, int expe
   return rc;
 }
 
-/* Append ", \"data\": ..." of the run's data to the manifest j: null (synthetic), or the file's
- * name, size and CRC-32. Returns 0, or -1 with the reason in err. */
-static int ck_data_json(strbuf *j, const char *data, strbuf *err) {
+/* Append the manifest's "data" to j: null (synthetic), or the data file's name, and its size
+ * and CRC-32 as rt_ckpt_prepare measured them. */
+static void ck_data_json(strbuf *j, const char *data, const rt_run_opts *o) {
   strbuf_puts(j, "  \"data\": ");
   if (!data) {
     strbuf_puts(j, "null,\n");
-    return 0;
+    return;
   }
-  uint64_t bytes;
-  uint32_t crc;
-  if (ck_crc_file(data, &bytes, &crc, err) != 0) return -1;
   strbuf_puts(j, "{\"file\": ");
   strbuf_json_str(j, data);
-  strbuf_printf(j, ", \"bytes\": %llu, \"crc32\": \"%08x\"},\n", (unsigned long long)bytes, crc);
-  return 0;
+  strbuf_printf(j, ", \"bytes\": %llu, \"crc32\": \"%08x\"},\n",
+                (unsigned long long)o->data_bytes, o->data_crc);
 }
 
 /* A step directory of the save directory, for pruning. */
@@ -624,7 +621,7 @@ static int ck_finish(const be_stream *s, const rt_model *m, const rt_opts *mo,
                 (unsigned long long)mo->seed, adam ? "adam" : "sgd", mo->lr);
   strbuf_printf(&j, "  \"sequences_per_step\": %d,\n  \"seq\": %d,\n",
                 (int)(s->replicas * s->nmb * s->micro_batch), (int)s->seq);
-  int rc = ck_data_json(&j, mo->data, err);
+  ck_data_json(&j, mo->data, o);
   strbuf_puts(&j, "  \"layers\": [");
   for (int i = 0; i < s->nlayers; i++) {
     strbuf_puts(&j, i ? ",\n    {\"name\": " : "\n    {\"name\": ");
@@ -637,8 +634,9 @@ static int ck_finish(const be_stream *s, const rt_model *m, const rt_opts *mo,
   /* every file of the directory but the manifest, by name */
   char **names = NULL;
   size_t nnames = 0, cap = 0;
-  DIR *d = rc == 0 ? opendir(tmp) : NULL;
-  if (rc == 0 && !d) {
+  int rc = 0;
+  DIR *d = opendir(tmp);
+  if (!d) {
     strbuf_printf(err, "cannot read '%s': %s", tmp, strerror(errno));
     rc = -1;
   }
@@ -965,6 +963,8 @@ static int ck_check_manifest(const char *text, const char *path, const be_stream
     uint32_t crc;
     char hex[16];
     if (ck_crc_file(mo->data, &bytes, &crc, err) != 0) goto out;
+    o->data_bytes = bytes; /* the manifests of this run's saves say the same */
+    o->data_crc = crc;
     snprintf(hex, sizeof hex, "%08x", crc);
     if (strcmp(hex, df->valuestring) != 0 || (double)bytes != db->valuedouble) {
       strbuf_printf(err, "--resume: --data=%s is not the file the checkpoint was trained on "
@@ -1068,6 +1068,9 @@ int rt_ckpt_prepare(const be_stream *s, rt_opts *mo, rt_run_opts *o, strbuf *err
     rt_model_free(m);
     if (rc != 0) return -1;
   }
+  if (o->save && mo->data && !o->resume &&
+      ck_crc_file(mo->data, &o->data_bytes, &o->data_crc, err) != 0) /* resume: measured there */
+    return -1;
   if (o->save) {
     struct stat st;
     const char *why = NULL;

@@ -308,6 +308,8 @@ typedef struct rt_run_opts {
   char resume_dir[1024]; /* the step directory rt_ckpt_prepare found in it ("" without resume) */
   int first_step;       /* steps the resumed checkpoint had taken (0 without): the run takes
                            steps first_step + 1 .. steps */
+  uint64_t data_bytes;  /* with --save and --data: the data file's size and CRC-32, measured */
+  uint32_t data_crc;    /* once by rt_ckpt_prepare for every save's manifest */
   int ckpt_experts;     /* the names of moe layers' routers and experts in checkpoints:
                            RT_CKPT_MIXTRAL, or RT_CKPT_QWEN_MOE when --init's or --resume's
                            files have Qwen-MoE's (rt_ckpt_prepare) */
@@ -518,7 +520,8 @@ int rt_ckpt_load(rt_model *m, const rt_run_opts *o, strbuf *err);
  * newest (and those of later steps, from an abandoned run); two barriers (c->barrier,
  * o->timeout) order it. A SIGKILL at any moment leaves DIR/latest's checkpoint whole. Returns 0,
  * 2 (another rank failed: who in err), 1 (a barrier's deadline passed or the transport failed)
- * or -1 (a file could not be written), with the reason in err. */
+ * or -1 (a file could not be written), with the reason in err. Pre: rt_ckpt_prepare ran on o
+ * (it measured the data file the manifest names). */
 int rt_ckpt_save(const be_stream *s, rt_model *m, int rank, int replica, int step,
                  const rt_opts *mo, const rt_run_opts *o, rt_comm *c, strbuf *err);
 
