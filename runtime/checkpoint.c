@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -891,9 +892,9 @@ static int ck_check_manifest(const char *text, const char *path, const be_stream
   const cJSON *data = files ? cJSON_GetObjectItemCaseSensitive(j, "data") : NULL;
   if (!files) goto out;
   double st = step->valuedouble, sc = scale->valuedouble;
-  if (st != (int)st || st < 1 || sc != (int)sc || sc < 1) {
-    strbuf_printf(err, "--resume: %s: step %g or scale %g is not a whole number >= 1", path, st,
-                  sc);
+  if (!(st >= 1 && st <= 1e9 && st == floor(st) && sc >= 1 && sc <= 1e9 && sc == floor(sc))) {
+    strbuf_printf(err, "--resume: %s: step %g or scale %g is not a whole number from 1 to 1e9",
+                  path, st, sc);
     goto out;
   }
   char *end;
