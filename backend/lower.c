@@ -658,10 +658,19 @@ be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where) {
                "dependencies, although the simulator ran the plan", m->name);
   } else {
     for (long n = 0; n < total; n++) lower_op(&L, &m->schedules[ord[n][0]].ops[ord[n][1]], n);
+    /* the end of the step: the all-reduces, then the tied matrix's exchange (between the
+     * replica-reduced copies, so that both stay equal), then the optimizer */
+    int emb, head, te = -1, th = -1;
+    if (be_stream_tie(L.s, &emb, &head)) {
+      te = be_stage_of_layer(L.s, emb);
+      th = be_stage_of_layer(L.s, head);
+    }
     for (int r = 0; r < L.s->nranks; r++) {
       release_due(&L, r, -1);
       for (int st = 0; st < L.nst && L.s->replicas > 1; st++)
         if (L.rank_of[st] == r) emit(&L, r, BE_OP_ALLREDUCE, st, 0, 0, 0, 0, 0);
+      if (te >= 0 && L.rank_of[te] == r) emit(&L, r, BE_OP_TIE, te, th, 0, 0, 0, 0);
+      else if (th >= 0 && L.rank_of[th] == r) emit(&L, r, BE_OP_TIE, th, te, 0, 0, 0, 0);
       emit(&L, r, BE_OP_STEP, 0, 0, 0, 0, 0, 0);
     }
     assign_slots(&L);

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """hf_params.py -- parameter counts of the configs of tests/import/Inputs: Hugging Face's
 num_parameters() of the model built on the meta device (no weights) beside the cost model's
-(octoc --hf ... --report=json, bf16 with Adam: 16 bytes per parameter), and their difference.
+(octoc --hf ... --report=json: its "parameters", which counts a tied embedding matrix once as
+Hugging Face does), and their difference.
 
     bench/hf_params.py BUILD_DIR [CONFIG ...]     (default: every config of tests/import/Inputs)
 
@@ -25,7 +26,8 @@ INPUTS = os.path.join(SRC, "tests", "import", "Inputs")
 def on_meta():
     """Build modules with their parameters on the meta device (no memory): torch.device("meta")
     as a context (torch >= 2.0), else every parameter moved to meta as it is registered, before
-    its initialization runs (torch 1.x, as Debian's 1.13)."""
+    its initialization runs (torch 1.x, as Debian's 1.13), and a parameter already on meta kept
+    as it is, so that a tied matrix stays one parameter."""
     import torch
     if hasattr(torch.device("meta"), "__enter__"):
         with torch.device("meta"):
@@ -35,7 +37,9 @@ def on_meta():
 
     def to_meta(module, name, param):
         register(module, name, param)
-        if param is not None:
+        # a parameter already on meta is one registered before: tie_weights() registers the
+        # input embedding's as the output's, and a copy would count the tied matrix twice
+        if param is not None and not param.is_meta:
             module._parameters[name] = torch.nn.Parameter(param.to("meta"),
                                                           requires_grad=param.requires_grad)
     torch.nn.Module.register_parameter = to_meta
@@ -59,14 +63,14 @@ def hf_count(path):
 
 
 def octoc_count(build, path):
-    """The cost model's parameter count, or None when octoc refuses the config."""
+    """The cost model's parameter count (the JSON report's "parameters": cost_module_parameters,
+    a tied matrix once, as num_parameters() counts it), or None when octoc refuses the config."""
     r = subprocess.run([os.path.join(build, "tools", "octoc"), "--hf=" + path,
                         "--with=" + os.path.join(INPUTS, "h100-train.octo"), "--passes=cost",
                         "--report=json"], capture_output=True, text=True)
     if r.returncode != 0:
         return None
-    kinds = json.loads(r.stdout)["layer_kinds"]
-    return sum(k["count"] * k["param_bytes"] for k in kinds) // 16
+    return int(json.loads(r.stdout)["parameters"])
 
 
 def main():

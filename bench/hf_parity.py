@@ -9,7 +9,8 @@ default plan and a 2-stage 1F1B plan) and octo-run --init=DIR runs one step of o
 transformers' logits (the targets are octo-run's: data[p % len] % vocab, sequence g's inputs at
 positions g*S .. g*S+S-1, its targets one further), and every dumped gradient with the .grad of
 its transformers parameter (runtime/ckpt_names.def: the names and layouts, transposed per
-layout, experts split); every transformers parameter is compared exactly once.
+layout, experts split); every transformers parameter is compared exactly once (the tied case's
+shared matrix from the table and the LM head's copy together, their dumped gradients summed).
 
     bench/hf_parity.py BUILD_DIR [--keep=DIR]
 
@@ -81,6 +82,8 @@ CASES = [
                                     num_experts_per_tok=2, moe_intermediate_size=64,
                                     norm_topk_prob=True, decoder_sparse_step=1,
                                     mlp_only_layers=[]), 107, 1000),
+    ("llama-tied", "llama", dict(vocab_size=200, rope_theta=500000.0, tie_word_embeddings=True),
+     108, 1000),
 ]
 
 
@@ -180,16 +183,22 @@ def rel(a, b):
     return d / m if m > 0 else (0.0 if d == 0 else float("inf"))
 
 
-def compare_dump(dump, names, params, targets):
-    """(max gradient difference, its HF name, problems) of dump against HF's parameters."""
+def compare_dump(dump, names, params, targets, tied=False):
+    """(max gradient difference, its HF name, problems) of dump against HF's parameters. With
+    tied embeddings the LM head's matrix is model.embed_tokens.weight as is: its dumped
+    gradient (the head's part, before TIE adds the two) and the table's are summed, as the
+    shared parameter's .grad is, and that parameter is compared once, from both."""
     import numpy as np
+    if tied:
+        names = dict(names)
+        names[("lm_head", "w")] = ("model.embed_tokens.weight", "AS_IS")
     with open(os.path.join(dump, "index.json")) as f:
         index = json.load(f)
     problems = []
     got = np.load(os.path.join(dump, index["targets"])).reshape(-1)
     if got.tolist() != [t for row in targets for t in row]:
         problems.append("targets.npy differs from the oracle's targets")
-    seen = {}
+    seen, grads = {}, {}
     worst, worst_name = 0.0, "-"
     block = -1
     for layer in index["layers"]:
@@ -214,15 +223,18 @@ def compare_dump(dump, names, params, targets):
                 if hf not in params:
                     problems.append("%s: no such transformers parameter" % hf)
                     continue
-                value, grad = params[hf]
+                value, _ = params[hf]
                 if rel(wo, value) != 0:
                     problems.append("%s: dumped weight differs from the saved one (rel %.3g)"
                                     % (hf, rel(wo, value)))
-                r = rel(go, grad)
-                if r > worst or r != r:
-                    worst, worst_name = r, hf
+                grads[hf] = grads[hf] + go if hf in grads else go.astype(np.float64)
+    for hf, go in grads.items():
+        r = rel(go, params[hf][1])
+        if r > worst or r != r:
+            worst, worst_name = r, hf
     for hf in params:
-        if seen.get(hf, 0) != 1:
+        want = 2 if tied and hf == "model.embed_tokens.weight" else 1
+        if seen.get(hf, 0) != want:
             problems.append("%s compared %d times" % (hf, seen.get(hf, 0)))
     return worst, worst_name, problems
 
@@ -268,6 +280,7 @@ def one_case(tools, work, names, case):
                          % (transformers_version(), keys, w, w, model.config.sliding_window,
                             hf_window_keys(model, inputs)))
     loss_hf, params = hf_step(model, inputs, targets)
+    tied = bool(model.config.tie_word_embeddings)
     loss_octo, loss_rel, grad_rel, worst_name, problems = None, -1.0, -1.0, "-", []
     for plan, passes in PLANS:
         ois = os.path.join(work, plan + ".ois")
@@ -284,12 +297,13 @@ def one_case(tools, work, names, case):
         lr = abs(loss - loss_hf) / abs(loss_hf)
         if lr > loss_rel or lr != lr:
             loss_octo, loss_rel = loss, lr
-        gr, gname, probs = compare_dump(dump, names, params, targets)
+        gr, gname, probs = compare_dump(dump, names, params, targets, tied)
         if gr > grad_rel or gr != gr:
             grad_rel, worst_name = gr, gname
         problems += ["%s plan: %s" % (plan, p) for p in probs]
     if raw is not None:
-        gr, gname, _ = compare_dump(os.path.join(work, "dump-default"), names, raw[1], targets)
+        gr, gname, _ = compare_dump(os.path.join(work, "dump-default"), names, raw[1], targets,
+                                    tied)
         notes.append("against sliding_window = %d as is: loss_hf %.6f, rel_loss %.2e, "
                      "max_grad_rel %.2e (%s)" % (w, raw[0], abs(loss_octo - raw[0]) / abs(raw[0]),
                                                  gr, gname))

@@ -340,7 +340,9 @@ static void kind_mamba2(cost_breakdown *bd, const cost_setup *su, const ir_layer
 }
 
 /* LM head with the final norm: logits GEMM (vocabulary split by tensor parallelism) and, with the loss, softmax
- * cross-entropy over fp32 logits. One all-reduce in B (the input gradient). */
+ * cross-entropy over fp32 logits. One all-reduce in B (the input gradient). Tied (tied = true):
+ * the same work and memory (its stage holds its own copy of the matrix, as Megatron does), the
+ * V x h matrix marked as a copy (tied_params). */
 static void kind_lm_head(cost_breakdown *bd, const cost_setup *su, const ir_layer *l) {
   double h = P(LM_HEAD_HIDDEN), V = P(LM_HEAD_VOCAB), s = P(LM_HEAD_SEQ);
   double tok = su->b * s, e = su->e;
@@ -348,6 +350,7 @@ static void kind_lm_head(cost_breakdown *bd, const cost_setup *su, const ir_laye
   gemm(bd, su, "logits", tok, h, V, 1, true);
   if (loss) elem(bd, su, "cross_entropy", tok * V * (e + 4), tok * V * (4 + e), 0, true, false);
   weights(bd, su, V * h, true);
+  if (P(LM_HEAD_TIED) == 1) bd->tied_params = V * h / su->t; /* the embedding's table, copied */
   weights(bd, su, h, false); /* the final norm's weight (its element work, under 0.1% of the
                                 logits' GEMM, is not charged) */
   if (su->t > 1) {
@@ -408,6 +411,32 @@ void cost_layer_breakdown(const ir_module *m, const ir_layer *l, cost_breakdown 
   breakdown(l, &su, bd);
 }
 
+/* The parameters of m's layers without tensor parallelism: all of them (*held) and the copies of
+ * other layers' among them (*tied). */
+static void module_parameters(const ir_module *m, double *held, double *tied) {
+  cost_setup su = setup_of(m);
+  su.t = 1;
+  *held = *tied = 0;
+  for (int i = 0; i < m->nlayers; i++) {
+    cost_breakdown bd;
+    breakdown(&m->layers[i], &su, &bd);
+    *held += bd.params;
+    *tied += bd.tied_params;
+  }
+}
+
+double cost_module_parameters(const ir_module *m) {
+  double held, tied;
+  module_parameters(m, &held, &tied);
+  return held - tied;
+}
+
+double cost_module_tied_parameters(const ir_module *m) {
+  double held, tied;
+  module_parameters(m, &held, &tied);
+  return tied;
+}
+
 double cost_forward_flops_per_sequence(const ir_module *m, const ir_layer *l) {
   cost_setup su = setup_of(m);
   su.b = 1;
@@ -436,6 +465,7 @@ int cost_estimate_layer(const ir_module *m, const ir_layer *l, const ir_device_r
   breakdown(l, &su, &bd);
   e->out = bd.out;
   e->params = bd.params;
+  e->tied_params = bd.tied_params;
   e->param_bytes = bd.params * bpp;
   e->grad_bytes = bd.params * bpp_grad;
   if (l->kind == IR_KIND_CUSTOM) {

@@ -23,6 +23,10 @@ typedef struct cost_estimate {
   double act_w;             /* part of act still needed by W after B */
   double out;               /* bytes of the output tensor sent to the next layer */
   double params;            /* parameters of the layer per GPU (after tensor parallelism) */
+  double tied_params;       /* part of params that is a copy of another layer's: a tied lm_head's
+                               V x h matrix (the first embedding's table), per GPU; held, with
+                               its gradient and optimizer state, like the rest (param_bytes
+                               counts it), but not a parameter of the model of its own */
   double param_bytes;       /* parameter + gradient + optimizer-state bytes per GPU */
   double grad_bytes;        /* gradient bytes per GPU reduced over data parallel */
 } cost_estimate;
@@ -77,6 +81,8 @@ typedef struct cost_breakdown {
   cost_act_term act[COST_MAX_ACT]; /* activation terms, recomputation not applied */
   int nact;                        /* number of terms */
   double params;                   /* parameters per GPU (TP-split matrices divided by t) */
+  double tied_params;              /* part of params that copies another layer's (a tied
+                                      lm_head's V x h matrix, divided by t); 0 otherwise */
   int allreduces[COST_NPASS];      /* tensor-parallel all-reduces in F, B, W (0 when t == 1) */
   double allreduce_bytes;          /* bytes of each of them (b x s x hidden x element bytes) */
   double out;                      /* bytes of the output sent to the next layer */
@@ -87,6 +93,17 @@ typedef struct cost_breakdown {
  * and no terms (their numbers are given). Post: *bd is filled; every number is finite and
  * non-negative. */
 void cost_layer_breakdown(const ir_module *m, const ir_layer *l, cost_breakdown *bd);
+
+/* The model's parameter count as Hugging Face's num_parameters() gives it: every layer's
+ * parameters without tensor parallelism (tensor degree 1, whatever m->train says), a tied
+ * matrix counted once (each layer's params less its tied_params). Pre: m's layers are complete
+ * (as after ir_layer_check; a tied lm_head's rule, ir_layer_check_tie, holds); no device or cost
+ * record is needed. Post: a finite count >= 0; custom layers count their given params. */
+double cost_module_parameters(const ir_module *m);
+/* The parameters of m that are copies of another layer's (each layer's tied_params, tensor degree
+ * 1): a tied lm_head's V x h matrix; 0 when nothing is tied. Pre: as cost_module_parameters.
+ * Post: a finite count >= 0; cost_module_parameters(m) + this is what every layer holds. */
+double cost_module_tied_parameters(const ir_module *m);
 
 /* Bytes per parameter under m's set-up: weights + gradients + optimizer state (the optimizer
  * part divided by data when zero >= 1); *grad (may be NULL) receives the gradient bytes alone.

@@ -389,6 +389,8 @@ typedef struct hf_model {
   double eps;               /* RMSNorm epsilon of the decoder layers and the head (norm_eps) */
   bool qkv_bias;            /* the attention's q, k and v projections have biases (Qwen2) */
   bool qk_norm;             /* the attention normalizes each q and k head (Qwen3) */
+  bool tied;                /* the LM head's matrix is the embedding's table (tie_word_embeddings:
+                               'tied = true' on the lm_head) */
   double vit_eps;           /* LayerNorm epsilon of the ViT layers */
   double experts, top_k, expert_ffn, shared; /* MoE dimensions (experts 0: none) */
   char *layers;             /* per decoder layer: 'D' dense, 'E' MoE, 'L' windowed dense,
@@ -421,6 +423,36 @@ static const char *hf_act(hf_ctx *c, const cJSON *obj, const char *p, const char
 }
 
 static void hf_leftovers(hf_ctx *c, const cJSON *obj, const char *p);
+
+/* Whether item v of field p+name is absent, null, true or false; false after reporting any other
+ * value at its key ("NAME = VALUE: expected true or false"). */
+static bool hf_bool_or_null(hf_ctx *c, const cJSON *v, const char *p, const char *name) {
+  if (!v || cJSON_IsNull(v) || cJSON_IsBool(v)) return true;
+  char buf[80];
+  hf_path path = hf_mkpath(p, name);
+  c->errors++;
+  diag_error(c->d, hf_loc(c, path.s), "%s = %s: expected true or false", path.s,
+             hf_written(c, path.s, buf));
+  return false;
+}
+
+/* tie_word_embeddings under prefix p into m->tied, which the spec writes as 'tied = true' on the
+ * lm_head (the first embedding's table is then its matrix). Absent: 'dflt', the config class's
+ * default; null: false (transformers keeps None, which does not tie). Post: a value that is not
+ * true, false or null is an error at its key (m->tied unchanged); otherwise the header says how
+ * it was used. */
+static void hf_tie(hf_ctx *c, const cJSON *obj, const char *p, bool dflt, hf_model *m) {
+  const char *name = "tie_word_embeddings";
+  const cJSON *v = hf_get(c, obj, p, name);
+  if (!hf_bool_or_null(c, v, p, name)) return;
+  m->tied = v ? cJSON_IsTrue(v) : dflt;
+  const char *how = m->tied ? "tied = true on the lm_head (its matrix is the embedding's table)"
+                            : "untied (two matrices: the embedding's and the LM head's)";
+  if (v && cJSON_IsNull(v))
+    hf_use(c, p, name, "null, which does not tie (transformers keeps None): %s", how);
+  else if (v)
+    hf_use(c, p, name, "%s", how);
+}
 
 /* RoPE fields: rope_theta (any positive base: m->theta), rope_scaling (none, or Llama 3.1's
  * "llama3": m->rope_*), partial_rotary_factor (1). */
@@ -475,8 +507,7 @@ static void hf_decoder_common(hf_ctx *c, const cJSON *obj, const char *p, hf_mod
   hf_flag(c, obj, p, "attention_bias", false, false, "OctoPipe's attention projections have no bias");
   hf_flag(c, obj, p, "mlp_bias", false, false, "OctoPipe's MLP projections have no bias");
   hf_fixed(c, obj, p, "attention_dropout", 0, 0, "OctoPipe has no attention dropout");
-  hf_flag(c, obj, p, "tie_word_embeddings", c->fam->tied, false,
-          "OctoPipe's embedding and LM head are separate matrices (no tied embeddings)");
+  hf_tie(c, obj, p, c->fam->tied, m);
 }
 
 /* Sliding-window fields of Mistral/Mixtral (every layer) or Qwen (use_sliding_window, layers from
@@ -758,8 +789,7 @@ static void hf_nemotron_h(hf_ctx *c, const cJSON *obj, hf_model *m) {
   m->eps = hf_positive(c, obj, p, "layer_norm_epsilon", c->fam->eps, "norm_eps (RMSNorm)");
   hf_fixed(c, obj, p, "attention_dropout", 0, 0, "OctoPipe has no attention dropout");
   hf_fixed(c, obj, p, "hidden_dropout", 0, 0, "OctoPipe has no dropout");
-  hf_flag(c, obj, p, "tie_word_embeddings", c->fam->tied, false,
-          "OctoPipe's embedding and LM head are separate matrices (no tied embeddings)");
+  hf_tie(c, obj, p, c->fam->tied, m);
   hf_implicit(c, p, "Nemotron-H's attention layers use no positional embedding; OctoPipe's "
                     "attention always applies the rotary embedding");
 }
@@ -768,8 +798,14 @@ static void hf_nemotron_h(hf_ctx *c, const cJSON *obj, hf_model *m) {
 static void hf_llava(hf_ctx *c, const cJSON *obj, hf_model *m, double *n) {
   const cJSON *vc = hf_get(c, obj, "", "vision_config");
   const cJSON *tc = hf_get(c, obj, "", "text_config");
-  hf_flag(c, obj, "", "tie_word_embeddings", false, false,
-          "OctoPipe's embedding and LM head are separate matrices (no tied embeddings)");
+  /* transformers ties LLaVA's matrices by the text model's config (the language model's own
+   * tie_weights in 4.40; get_text_config(decoder=True) in later versions): the outer field is
+   * not read by the model, but it must still be a boolean */
+  const cJSON *tie = hf_get(c, obj, "", "tie_word_embeddings");
+  if (hf_bool_or_null(c, tie, "", "tie_word_embeddings") && tie) {
+    hf_use(c, "", "tie_word_embeddings", "unused: text_config.tie_word_embeddings ties the text "
+           "model's matrices");
+  }
   if (hf_get(c, obj, "", "vocab_size"))
     hf_use(c, "", "vocab_size", "unused: the text model's vocab_size is read");
   if (cJSON_IsObject(vc)) {
@@ -837,8 +873,7 @@ static void hf_llava(hf_ctx *c, const cJSON *obj, hf_model *m, double *n) {
   m->eps = hf_positive(c, tc, p, "rms_norm_eps", c->fam->eps, "norm_eps");
   hf_rope(c, tc, p, m);
   hf_flag(c, tc, p, "attention_bias", false, false, "OctoPipe's attention projections have no bias");
-  hf_flag(c, tc, p, "tie_word_embeddings", false, false,
-          "OctoPipe's embedding and LM head are separate matrices (no tied embeddings)");
+  hf_tie(c, tc, p, c->fam->tied, m); /* LlamaConfig's default: false */
   const cJSON *arch = hf_get(c, tc, p, "architectures");
   if (arch) hf_use(c, p, "architectures", "the text model's class");
   c->fam = outer;
@@ -946,7 +981,7 @@ static void hf_write_model(strbuf *s, const hf_model *m, const char *name, doubl
       if (used[k]) strbuf_printf(s, "    %c = %s_%s\n", letters[k], name, blocks[k]);
     strbuf_puts(s, "  }\n");
   }
-  strbuf_puts(s, "  layer head : lm_head\n}\n");
+  strbuf_printf(s, "  layer head : lm_head%s\n}\n", m->tied ? " { tied = true }" : "");
 }
 
 /* Keywords of the language, which a model name may not be. */

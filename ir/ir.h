@@ -512,6 +512,10 @@ void ir_layer_derive(ir_layer *l, void (*note)(void *ctx, int param, const char 
  * kind's consistency rules (heads divide hidden, top_k <= experts, ...). Reports each problem
  * with diag at 'loc' prefixed by the layer name; returns the number of problems. */
 int ir_layer_check(const ir_layer *l, diag_engine *d, diag_loc loc);
+/* The module-level rule of layer i of m when it is a tied lm_head (layer_rules.h lr_tie_check:
+ * an embedding before it with its vocab and hidden), reported at loc; other layers pass.
+ * Returns the number of errors. */
+int ir_layer_check_tie(const ir_module *m, int i, diag_engine *d, diag_loc loc);
 
 /* ---- Text form ----------------------------------------------------------------------------*/
 

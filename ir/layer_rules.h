@@ -195,4 +195,34 @@ static inline int lr_layer_check(int kind, const double *p, lr_report *r) {
   return r->count - before;
 }
 
+/* Index of the layer whose table a tied lm_head (tied = true) shares: the first embedding of
+ * the model, whose kinds are kind_of(ctx, i) for i < n; -1 when it has none. */
+static inline int lr_tie_source(int n, int (*kind_of)(const void *ctx, int i), const void *ctx) {
+  for (int i = 0; i < n; i++)
+    if (kind_of(ctx, i) == LR_KIND_EMBEDDING) return i;
+  return -1;
+}
+
+/* The rule of a tied lm_head (parameters ph, its index head) and its source (lr_tie_source:
+ * index src, name sname, parameters ps; both NULL when src < 0): the source exists, comes
+ * before the head, and has the head's vocab and hidden. Each problem goes to r. Returns the
+ * number found. */
+static inline int lr_tie_check(int head, const double *ph, int src, const char *sname,
+                               const double *ps, lr_report *r) {
+  int before = r->count;
+  if (src < 0 || src > head) {
+    lr_problem(r, "tied = true needs an embedding layer before it, whose table it shares");
+    return r->count - before;
+  }
+  double v = ph[LR_P_LM_HEAD_VOCAB], h = ph[LR_P_LM_HEAD_HIDDEN];
+  double sv = ps[LR_P_EMBEDDING_VOCAB], sh = ps[LR_P_EMBEDDING_HIDDEN];
+  if (LR_KNOWN2(v, sv) && v != sv)
+    lr_problem(r, "tied = true shares the table of layer '%s', whose vocab = %g is not %g",
+               sname, sv, v);
+  if (LR_KNOWN2(h, sh) && h != sh)
+    lr_problem(r, "tied = true shares the table of layer '%s', whose hidden = %g is not %g",
+               sname, sh, h);
+  return r->count - before;
+}
+
 #endif

@@ -69,3 +69,16 @@ int ir_layer_check(const ir_layer *l, diag_engine *d, diag_loc loc) {
   lr_report r = {problem, &c, 0};
   return lr_layer_check((int)l->kind, l->p, &r);
 }
+
+/* lr_tie_source's view of a module's layer kinds. */
+static int module_kind(const void *ctx, int i) { return (int)((const ir_module *)ctx)->layers[i].kind; }
+
+int ir_layer_check_tie(const ir_module *m, int i, diag_engine *d, diag_loc loc) {
+  const ir_layer *l = &m->layers[i];
+  if (l->kind != IR_KIND_LM_HEAD || !(l->p[IR_LP_LM_HEAD_TIED] == 1)) return 0;
+  check_ctx c = {l, d, loc};
+  lr_report r = {problem, &c, 0};
+  int src = lr_tie_source(m->nlayers, module_kind, m);
+  return lr_tie_check(i, l->p, src, src >= 0 ? m->layers[src].name : NULL,
+                      src >= 0 ? m->layers[src].p : NULL, &r);
+}

@@ -222,6 +222,7 @@ static void vf_layers(vf_ctx *v) {
       continue;
     }
     v->errors += ir_layer_check(l, v->d, l->loc.src ? ir_diag_loc(l->loc) : v->where);
+    v->errors += ir_layer_check_tie(m, i, v->d, l->loc.src ? ir_diag_loc(l->loc) : v->where);
     /* Records for other device types: of a type some device has, other than the first's. */
     for (int k = 0; k < l->ntcosts; k++) {
       const char *type = l->tcosts[k].type;

@@ -2,7 +2,8 @@
  * torch.distributed.pipelining reads (_load_csv, compute-only actions), and the partition as
  * Megatron-LM's --pipeline-model-parallel-layout string or --hybrid-layer-pattern with '|' cuts
  * (megatron-core 0.17 and later; 0.16.x's --hybrid-override-pattern in a comment), alone or as
- * Megatron-LM's command-line flags. */
+ * Megatron-LM's command-line flags (with --untie-embeddings-and-output-weights unless the model
+ * ties its lm_head to the embedding, which Megatron does by default). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,6 +125,15 @@ int report_megatron_layout(const ir_module *m, strbuf *out, diag_engine *d, diag
   return 0;
 }
 
+/* Whether m's lm_head shares the embedding's table (a lm_head with tied = true; the verifier
+ * checked that its embedding exists). */
+static bool module_tied(const ir_module *m) {
+  for (int i = 0; i < m->nlayers; i++)
+    if (m->layers[i].kind == IR_KIND_LM_HEAD && m->layers[i].p[IR_LP_LM_HEAD_TIED] == 1)
+      return true;
+  return false;
+}
+
 int report_megatron_args(const ir_module *m, strbuf *out, diag_engine *d, diag_loc where) {
   strbuf layout = {0};
   if (report_megatron_layout(m, &layout, d, where) != 0) {
@@ -159,6 +169,9 @@ int report_megatron_args(const ir_module *m, strbuf *out, diag_engine *d, diag_l
   if (ir_field_value(t, IR_F_TRAIN_zero) >= 1) strbuf_puts(out, "--use-distributed-optimizer\n");
   if (ir_field_value(t, IR_F_TRAIN_overlap_grad_reduce) != 0)
     strbuf_puts(out, "--overlap-grad-reduce\n");
+  /* Megatron ties the output layer to the embedding by default
+   * (share_embeddings_and_output_weights); an untied model must say so */
+  if (!module_tied(m)) strbuf_puts(out, "--untie-embeddings-and-output-weights\n");
   strbuf_printf(out, "# data-parallel size %lld: launch tensor x pipeline x data = %lld ranks\n",
                 (long long)ir_field_value(t, IR_F_TRAIN_data),
                 (long long)(tensor * p * ir_field_value(t, IR_F_TRAIN_data)));

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "cost.h"
 #include "report_impl.h"
 
 /* Start a top-level key: separator, newline, indentation. */
@@ -196,6 +197,11 @@ void report_json(const ir_module *m, const sim_result *r, const report_extra *x,
   strbuf_json_str(out, m->name);
   top_key(out, "layers", &first);
   strbuf_printf(out, "%d", m->nlayers);
+  /* Hugging Face's parameter count (a tied matrix once): a whole number, written in full */
+  top_key(out, "parameters", &first);
+  double params = cost_module_parameters(m);
+  if (isfinite(params)) strbuf_printf(out, "%.0f", params);
+  else strbuf_puts(out, "null");
   top_key(out, "devices", &first);
   strbuf_printf(out, "%d", m->ndevices);
   top_key(out, "microbatches", &first);

@@ -84,7 +84,8 @@ int report_megatron_layout(const ir_module *m, strbuf *out, diag_engine *d, diag
  * --pipeline-model-parallel-layout '...'", or for hybrid models "... --hybrid-layer-pattern
  * '...'" followed by a comment line for megatron-core 0.16 and earlier, which reject '|' in
  * hybrid patterns: the pattern without the cuts, and whether the even split those versions make
- * is this plan's. Errors as report_megatron_layout. Returns 0, or -1 after reporting. */
+ * is this plan's; --untie-embeddings-and-output-weights unless the lm_head is tied (Megatron
+ * ties by default). Errors as report_megatron_layout. Returns 0, or -1 after reporting. */
 int report_megatron_args(const ir_module *m, strbuf *out, diag_engine *d, diag_loc where);
 /* Trace of r (pre: r is a recorded SIM_OK run of m). */
 void report_trace(const ir_module *m, const sim_result *r, strbuf *out);

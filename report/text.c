@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cost.h"
 #include "report_impl.h"
 
 /* ---- Aligned tables ------------------------------------------------------------------------ */
@@ -134,7 +135,8 @@ static void train_count(strbuf *sb, const ir_train *t, int field) {
     strbuf_putc(sb, '?');
 }
 
-/* Model, cluster, train and devices lines (the summary octoc always printed). */
+/* Model (its layers by kind and its parameter count), cluster, train and devices lines (the
+ * summary octoc always printed). */
 static void text_header(const ir_module *m, strbuf *sb) {
   int per_kind[IR_KIND_COUNT] = {0};
   for (int i = 0; i < m->nlayers; i++) per_kind[m->layers[i].kind]++;
@@ -145,7 +147,14 @@ static void text_header(const ir_module *m, strbuf *sb) {
       strbuf_printf(sb, "%s%d %s", first ? "" : ", ", per_kind[k], ir_kinds[k].name);
       first = false;
     }
-  strbuf_puts(sb, ")\n");
+  strbuf_putc(sb, ')');
+  /* the parameter count as Hugging Face's num_parameters() gives it (none known: not shown) */
+  double params = cost_module_parameters(m);
+  if (params > 0) {
+    strbuf_printf(sb, ", %.0f parameters", params);
+    if (cost_module_tied_parameters(m) > 0) strbuf_puts(sb, " (embeddings tied: counted once)");
+  }
+  strbuf_putc(sb, '\n');
   if (m->cluster_name && m->ndevices > 0) {
     /* "... GPUs of h100 (...)", or for a mixed cluster "... GPUs: 8 h100 (...), 8 a100 (...)" */
     int *types = xmalloc(sizeof *types * ((size_t)m->ndevices + 1));

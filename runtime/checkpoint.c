@@ -53,6 +53,8 @@ typedef struct ck_part {
   int ndim;         /* its shape in the file */
   int64_t shape[3];
   size_t floats;    /* its element count */
+  bool copy;        /* the tied lm_head's copy of the embedding's table: read by the table's
+                       name, never written (the table's part is) */
 } ck_part;
 
 /* The tensors of a model in a file, by the scheme its structure allows. */
@@ -130,6 +132,14 @@ static void ck_names_of(const rt_model *m, int experts, ck_names *out) {
         }
         p.floats = 1;
         for (int d = 0; d < p.ndim; d++) p.floats *= (size_t)p.shape[d];
+        if (i == rt_model_tie_layer(m, true) && t == L.p.npt - 1) /* its last tensor, [V, h] */
+          for (size_t q = 0; q < out->n; q++)
+            if (out->part[q].layer == rt_model_tie_layer(m, false)) {
+              memcpy(p.name, out->part[q].name, sizeof p.name);
+              memcpy(p.shape, out->part[q].shape, sizeof p.shape); /* the kernel's [V, h] */
+              p.layout = CK_AS_IS;
+              p.copy = true;
+            }
         VEC_PUSH(out->part, out->n, cap, p);
       }
     }
@@ -386,7 +396,7 @@ static int ck_write_shards(const be_stream *s, rt_model *m, int rank, int expert
       size_t at = 0;
       for (size_t q = 0; q < nm.n && rc == 0; q++) {
         const ck_part *p = &nm.part[q];
-        if (p->layer != i) continue;
+        if (p->layer != i || p->copy) continue;
         ck_convert(p, &L.p.pt[p->pt], host + ck_pt_off(&L.p, p->pt), file + at, true);
         char name[192];
         snprintf(name, sizeof name, "%s%s", p->name, k ? ck_moments[k - 1] : "");
@@ -495,11 +505,12 @@ static int ck_write_index(const be_stream *s, const rt_model *m, int k, int expe
                           const char *dir, strbuf *err) {
   ck_names nm;
   ck_names_of(m, experts, &nm);
-  size_t nsuf = k ? 2 : 1, n = nm.n * nsuf;
-  char **line = xcalloc(n ? n : 1, sizeof *line);
+  size_t nsuf = k ? 2 : 1, n = 0;
+  char **line = xcalloc(nm.n ? nm.n * nsuf : 1, sizeof *line);
   double total = 0;
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < nm.n * nsuf; i++) {
     const ck_part *p = &nm.part[i / nsuf];
+    if (p->copy) continue;
     strbuf name = {0}, l = {0};
     strbuf_printf(&name, "%s%s", p->name, k ? ck_moments[i % nsuf] : "");
     strbuf_json_str(&l, strbuf_cstr(&name));
@@ -507,7 +518,7 @@ static int ck_write_index(const be_stream *s, const rt_model *m, int k, int expe
     strbuf shard = {0};
     ck_shard(&shard, ck_set_prefix[k], ck_rank_of(s, p->layer), s->nranks);
     strbuf_json_str(&l, strbuf_cstr(&shard));
-    line[i] = xstrdup(strbuf_cstr(&l));
+    line[n++] = xstrdup(strbuf_cstr(&l));
     total += 4.0 * (double)p->floats;
     strbuf_free(&name);
     strbuf_free(&l);

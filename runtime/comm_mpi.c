@@ -30,6 +30,7 @@ typedef struct mpi_comm {
   int nmb;           /* microbatches: tag encoding */
   int replica;       /* this process's replica */
   int nreplicas;     /* replicas of the stream (messages name the replica when > 1) */
+  int nstages;       /* stages: tag encoding (a TIE's tags follow the others) */
 } mpi_comm;
 
 /* What the SIGTERM handler reports: set up by rt_mpi_start and rt_main_mpi, read only in the
@@ -127,6 +128,7 @@ static int mp_poll(MPI_Request *q, double timeout, strbuf *err) {
 
 /* Tag of a message: unique per (kind, stage, microbatch) within a step. */
 static int tag_of(const mpi_comm *c, be_tensor_ref t) {
+  if (t.kind == BE_T_TIED) return (int)(c->nstages * (int64_t)c->nmb * 2 + t.stage);
   return (int)((t.stage * (int64_t)c->nmb + t.mb) * 2 + (t.kind == BE_T_GRAD));
 }
 
@@ -367,7 +369,7 @@ static void collective_wait(MPI_Request *q, const be_stream *s, double timeout,
   if (rc == 0) return;
   int me;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
-  mpi_comm c = {MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, me / s->nranks, s->replicas};
+  mpi_comm c = {MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, me / s->nranks, s->replicas, s->nstages};
   strbuf why = {0};
   strbuf_printf(&why, "rank %d: %s ", me % s->nranks, what);
   if (rc == 1)
@@ -428,7 +430,7 @@ static void mp_inject_at(const be_stream *s, const rt_run_opts *o, int place, co
   if (f->kind == RT_FAULT_NONE || f->place != place || me % s->nranks != f->rank ||
       me / s->nranks != f->replica)
     return;
-  mpi_comm c = {MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, me / s->nranks, s->replicas};
+  mpi_comm c = {MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, me / s->nranks, s->replicas, s->nstages};
   char why[200];
   snprintf(why, sizeof why, "rank %d %s at %s (before %s) as asked (--%s)", f->rank,
            f->kind == RT_FAULT_DIE ? "died" : "stopped", name, where,
@@ -555,7 +557,7 @@ static void mp_init(int *argc, char ***argv, const be_stream *s, const rt_run_op
   const rt_fault *f = o ? &o->fault : NULL;
   if (s && f && f->kind != RT_FAULT_NONE && f->place == RT_PLACE_INIT &&
       proc == (long)f->replica * s->nranks + f->rank) {
-    mpi_comm c = {MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, f->replica, s->replicas};
+    mpi_comm c = {MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, f->replica, s->replicas, s->nstages};
     char why[160];
     snprintf(why, sizeof why, "rank %d %s before the MPI start-up as asked (--%s)", f->rank,
              f->kind == RT_FAULT_DIE ? "died" : "stopped", f->kind == RT_FAULT_DIE ? "die" : "stop");
@@ -615,7 +617,7 @@ int rt_mpi_start(int *argc, char ***argv, const char *path, const rt_opts *mo,
     void *ub;
     int flag;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
-    if (flag && (int64_t)s->nstages * s->nmb * 2 > (int64_t)*(int *)ub) {
+    if (flag && (int64_t)s->nstages * s->nmb * 2 + s->nstages > (int64_t)*(int *)ub) {
       if (me == 0)
         fprintf(stderr, "octo-run: error: %d stages x %d microbatches need more message tags "
                 "than this MPI offers (%d)\n", (int)s->nstages, (int)s->nmb, *(int *)ub);
@@ -701,6 +703,7 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
   rt_mpi_watch(s, 0, NULL);
   mc.base = replica * s->nranks;
   mc.nmb = s->nmb;
+  mc.nstages = s->nstages;
   mc.replica = replica;
   mc.nreplicas = s->replicas;
   rt_comm c = {"mpi", &mc, mp_isend, mp_irecv, mp_wait, mp_allreduce, mp_barrier, mp_fail,
@@ -766,7 +769,7 @@ int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts
   collective_wait(&q, s, o->timeout, "the profile's reduction of the optimizer rate");
   double lat = 0, bw = 0;
   if (world >= 2 && me < 2) {
-    mpi_comm mc = {MPI_COMM_NULL, MPI_COMM_NULL, 0, 1, 0, 1};
+    mpi_comm mc = {MPI_COMM_NULL, MPI_COMM_NULL, 0, 1, 0, 1, 1};
     MPI_Comm_dup(MPI_COMM_SELF, &mc.replicas);
     mc.pipe = MPI_COMM_WORLD;
     rt_comm c = {"mpi", &mc, mp_isend, mp_irecv, mp_wait, mp_allreduce, mp_barrier, mp_fail,

@@ -19,6 +19,47 @@ static void failed_at(rt_rank_stats *st, const be_stream *s, int r, int pc, cons
   st->status = RT_FAILED;
 }
 
+/* A collective or exchange at pc of rank r that ended with rc (rt_comm.wait's results) makes st
+ * fail, with *what (what it was) and, for rc 2 and other errors, why; frees both. */
+static void comm_failed(rt_rank_stats *st, const be_stream *s, int r, int pc, int rc,
+                        strbuf *what, strbuf *why, double timeout) {
+  if (rc == 1)
+    strbuf_printf(what, " did not complete within %g s", timeout);
+  else if (rc == 2)
+    strbuf_printf(what, ": stopped because %s", strbuf_cstr(why));
+  else if (rc != 0)
+    strbuf_printf(what, ": %s", strbuf_cstr(why));
+  if (rc != 0) failed_at(st, s, r, pc, strbuf_cstr(what));
+  if (rc == 2) st->status = RT_ABORTED;
+  strbuf_free(what);
+  strbuf_free(why);
+}
+
+/* TIE between this rank's stage 'own' and stage 'twin' on rank peer: send own's copy of the
+ * tied matrix's gradient, receive twin's into *buf (allocated on first use, the caller frees
+ * it), each waited for at most timeout seconds, then add it to own's. Both ranks add the other's
+ * copy to their own, so both hold the same sum (addition commutes), bit for bit. Returns 0 or
+ * rt_comm.wait's results (err filled). */
+static int tie_exchange(rt_model *m, int own, int twin, int peer, rt_comm *c, double timeout,
+                        float **buf, strbuf *err) {
+  size_t n;
+  float *g = rt_model_tied_grad(m, own, &n);
+  if (!*buf) *buf = rt_dev_malloc((n ? n : 1) * sizeof **buf);
+  rt_req rq[2] = {0};
+  be_tensor_ref out = {BE_T_TIED, own, 0}, in = {BE_T_TIED, twin, 0};
+  if (c->isend(c->ctx, peer, out, g, n * sizeof *g, &rq[0]) != 0 ||
+      c->irecv(c->ctx, peer, in, *buf, n * sizeof **buf, &rq[1]) != 0) {
+    strbuf_puts(err, "the transport refused the message");
+    return 3;
+  }
+  for (int k = 0; k < 2; k++) {
+    int rc = c->wait(c->ctx, &rq[k], timeout, err);
+    if (rc != 0) return rc;
+  }
+  rt_model_tie_add(m, own, *buf);
+  return 0;
+}
+
 /* Whether a --dump write of m failed (at the instruction pc of rank r, which wrote it): then st
  * fails with RT_OUTPUT ("rank 0 at 0029 (BWD_W): --dump: cannot write ..."), which ends the run
  * with RT_EXIT_INPUT. */
@@ -169,7 +210,7 @@ void rt_rank_stats_free(rt_rank_stats *st) {
 
 void rt_record(rt_rank_stats *st, const be_inst *in, int step, double t0, double t1) {
   bool staged = be_ops[in->op].nops > 1 && (be_ops[in->op].flags & BE_COMPUTE);
-  rt_event e = {in->op, staged || in->op == BE_OP_ALLREDUCE ? in->a[0] : -1,
+  rt_event e = {in->op, staged || in->op == BE_OP_ALLREDUCE || in->op == BE_OP_TIE ? in->a[0] : -1,
                 staged ? in->a[1] : -1, step, t0, t1};
   VEC_PUSH(st->ev, st->nev, st->ev_cap, e);
 }
@@ -338,6 +379,7 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
   for (int i = 0; i < p->nslots; i++) buf[i] = floats[i] ? (float *)(void *)(arena + off[i]) : NULL;
   rt_req *req = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *req);
   int *posted_at = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *posted_at);
+  float *tie_buf = NULL; /* TIE: the twin's copy of the tied gradient (tie_exchange) */
 
   double *optim_s = xcalloc((size_t)steps, sizeof *optim_s); /* per step, with calibrate */
   double t_run = support_seconds();
@@ -421,16 +463,20 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
         int rc = c->allreduce(c->ctx, g, n, o->timeout, &why);
         strbuf_printf(&what, "the all-reduce of stage %d over %d replicas", (int)a[0],
                       (int)s->replicas);
-        if (rc == 1)
-          strbuf_printf(&what, " did not complete within %g s", o->timeout);
-        else if (rc == 2)
-          strbuf_printf(&what, ": stopped because %s", strbuf_cstr(&why));
-        else if (rc != 0)
-          strbuf_printf(&what, ": %s", strbuf_cstr(&why));
-        if (rc != 0) failed_at(st, s, rank, pc, strbuf_cstr(&what));
-        if (rc == 2) st->status = RT_ABORTED;
-        strbuf_free(&what);
-        strbuf_free(&why);
+        comm_failed(st, s, rank, pc, rc, &what, &why, o->timeout);
+        break;
+      }
+      case BE_OP_TIE: {
+        int peer = s->stages[a[1]].rank;
+        if (peer == rank) { /* this rank holds both copies */
+          rt_model_tie_local(m);
+          break;
+        }
+        strbuf why = {0}, what = {0};
+        int rc = tie_exchange(m, a[0], a[1], peer, c, o->timeout, &tie_buf, &why);
+        strbuf_printf(&what, "the tied matrix's gradient exchange of s%d with s%d on rank %d",
+                      (int)a[0], (int)a[1], peer);
+        comm_failed(st, s, rank, pc, rc, &what, &why, o->timeout);
         break;
       }
       case BE_OP_STEP:
@@ -511,6 +557,7 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
   free(floats);
   free(req);
   free(posted_at);
+  rt_dev_mfree(tie_buf);
   strbuf_free(&err);
   rt_model_free(m);
   rt_model_free(ref);

@@ -724,9 +724,20 @@ int rt_profile_cuda(const be_stream *s, const rt_opts *mo, bool bf16, strbuf *js
   return rc;
 }
 
+/* Why the GPU backends refuse a stream with tied embeddings: their step loop has no TIE. */
+#define RT_GPU_NO_TIE                                                                          \
+  "the GPU backends do not run tied embeddings (lm_head tied = true) yet: their step has no "  \
+  "TIE; run it with --backend=cpu or mpi"
+
 int rt_run_cuda(const be_stream *s, const rt_opts *mo, const rt_run_opts *o, bool bf16,
                 rt_rank_stats *stats) {
-  int ndev = 0;
+  int ndev = 0, emb, head;
+  if (be_stream_tie(s, &emb, &head)) {
+    rt_rank_stats_init(&stats[0], 0, 0, o->steps > 0 ? o->steps : 1);
+    snprintf(stats[0].err, sizeof stats[0].err, "%s", RT_GPU_NO_TIE);
+    stats[0].status = RT_FAILED;
+    return -1;
+  }
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     rt_rank_stats_init(&stats[0], 0, 0, o->steps > 0 ? o->steps : 1);
     snprintf(stats[0].err, sizeof stats[0].err, "no CUDA device is visible");
@@ -773,9 +784,15 @@ int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
   be_stream *s;
   int rc = rt_mpi_start(argc, argv, path, mo, o, &s);
   if (rc != RT_EXIT_OK) return rc;
-  int me, world;
+  int me, world, emb, head;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (be_stream_tie(s, &emb, &head)) { /* every process has the stream: all end here */
+    if (me == 0) fprintf(stderr, "octo-run: error: %s\n", RT_GPU_NO_TIE);
+    be_stream_free(s);
+    rt_mpi_end();
+    return RT_EXIT_INPUT;
+  }
   /* Local rank: the processes on this machine, in world order. */
   MPI_Comm node;
   rt_mpi_watch(s, o->timeout, "the split of the world by node (MPI_Comm_split_type)");

@@ -53,6 +53,8 @@ typedef struct rt_ldims {
   int inner;         /* mamba2: inner width = heads * head_dim */
   int chunk;         /* mamba2: SSD chunk length */
   int vocab;         /* embedding / lm_head: vocabulary */
+  bool tied;         /* lm_head: its matrix is the first embedding's table, [vocab, hidden]
+                        (else its own, [hidden, vocab]) */
   int out_w;         /* custom: output width per token */
 } rt_ldims;
 

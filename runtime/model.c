@@ -113,6 +113,8 @@ struct rt_model {
   mdump *dumps;         /* per layer, while dumping */
   strbuf dump_err;      /* the first --dump write that failed (then nothing more is dumped) */
   mlayer *layers;       /* nlayers layers */
+  int tie_src, tie_head; /* tied embeddings (be_stream_tie): the layer whose table a tied lm_head
+                            shares and the head, each holding its copy; -1 when none */
   mstage *stages;       /* nstages stages */
   unsigned char *data;  /* data file bytes, or NULL for synthetic data */
   size_t data_len;      /* their count (> 0 when data is set) */
@@ -211,7 +213,32 @@ static bool build_layers(rt_model *m, const be_stream *s, int k, strbuf *err) {
     prev_S = L->d.S;
     prev_w = L->p.out_w;
   }
+  m->tie_src = m->tie_head = -1;
+  int src, head;
+  if (be_stream_tie(s, &src, &head)) { /* the copies: same shape, the table's whole plan */
+    const mlayer *E = &m->layers[src], *H = &m->layers[head];
+    if (!H->d.tied || E->d.vocab != H->d.vocab || E->d.hidden != H->d.hidden ||
+        E->p.npt != 1 || E->nw > H->nw) {
+      strbuf_printf(err, "layer %s (lm_head): tied = true, but its matrix (%d x %d at scale %d) "
+                    "is not the shape of layer %s's table (%d x %d)", H->name, H->d.vocab,
+                    H->d.hidden, k, E->name, E->d.vocab, E->d.hidden);
+      return false;
+    }
+    m->tie_src = src;
+    m->tie_head = head;
+  }
   return true;
+}
+
+/* The floats of the tied matrix and its offset in the tied head's parameters (its last tensor). */
+static size_t tie_floats(const rt_model *m) { return m->layers[m->tie_src].nw; }
+static size_t tie_off(const rt_model *m) {
+  return m->layers[m->tie_head].nw - tie_floats(m);
+}
+
+/* The initial generator of layer i's parameters. */
+static uint64_t layer_seed(const rt_model *m, int i) {
+  return rt_mix64(m->seed ^ ((uint64_t)(i + 1) * 0xd1b54a32d192ed03ULL));
 }
 
 /* Floating-point operations of one training step of the model as built (F + B + W ~ 3 x F;
@@ -571,8 +598,10 @@ void rt_model_init_stage(rt_model *m, int st_i) {
   float *w = rt_dev_current() ? xmalloc((st->nparams ? st->nparams : 1) * sizeof *w) : st->w;
   for (int i = st->first; i < st->end; i++) {
     const mlayer *L = &m->layers[i];
-    rt_kernel_init_params(&L->p, rt_mix64(m->seed ^ ((uint64_t)(i + 1) * 0xd1b54a32d192ed03ULL)),
-                          w + L->w_off);
+    rt_kernel_init_params(&L->p, layer_seed(m, i), w + L->w_off);
+    if (i == m->tie_head) /* the copy starts as the table does, on whichever rank */
+      rt_kernel_init_params(&m->layers[m->tie_src].p, layer_seed(m, m->tie_src),
+                            w + L->w_off + tie_off(m));
   }
   if (w != st->w) {
     rt_put(st->w, w, st->nparams * sizeof *w);
@@ -991,6 +1020,43 @@ float *rt_stage_grads(rt_model *m, int st_i, size_t *n) {
   return st->g;
 }
 
+int rt_model_tie_layer(const rt_model *m, bool head) { return head ? m->tie_head : m->tie_src; }
+
+int rt_model_tie_stage(const rt_model *m, bool head) {
+  int i = head ? m->tie_head : m->tie_src;
+  for (int k = 0; i >= 0 && k < m->nstages; k++)
+    if (i >= m->stages[k].first && i < m->stages[k].end) return k;
+  return -1;
+}
+
+/* The gradient of the tied head's copy (head) or of the table. Pre: m has tied embeddings. */
+static float *tie_grad(rt_model *m, bool head) {
+  mstage *st = stage_of(m, rt_model_tie_stage(m, head));
+  return st->g + m->layers[head ? m->tie_head : m->tie_src].w_off + (head ? tie_off(m) : 0);
+}
+
+float *rt_model_tied_grad(rt_model *m, int st_i, size_t *n) {
+  *n = 0;
+  if (m->tie_head < 0) return NULL;
+  bool head = rt_model_tie_stage(m, true) == st_i;
+  if (!head && rt_model_tie_stage(m, false) != st_i) return NULL;
+  *n = tie_floats(m);
+  return tie_grad(m, head);
+}
+
+void rt_model_tie_add(rt_model *m, int st, const float *other) {
+  size_t n;
+  float *g = rt_model_tied_grad(m, st, &n);
+  if (g) RT_FOR(add, n, .x = other, .y = g);
+}
+
+void rt_model_tie_local(rt_model *m) {
+  if (m->tie_head < 0) return;
+  float *ge = tie_grad(m, false), *gh = tie_grad(m, true);
+  RT_FOR(add, tie_floats(m), .x = gh, .y = ge);
+  rt_copy(gh, ge, tie_floats(m));
+}
+
 /* Whether any of n floats of g (on the current device) is NaN or infinite. */
 static bool any_nonfinite(const float *g, size_t n) {
   size_t nb = (n + RT_SCAN_BLOCK - 1) / RT_SCAN_BLOCK;
@@ -1124,6 +1190,7 @@ double rt_reference_step(rt_model *m, int step, int replicas) {
       if (r == replicas - 1) rt_copy(st->g, sum[s], st->nparams);
     }
   }
+  rt_model_tie_local(m); /* as the stream's TIE: after the all-reduce */
   for (int s = 0; s < m->nstages; s++) rt_dev_mfree(sum[s]);
   free(sum);
   rt_model_set_step(m, keep_step, keep_replica);

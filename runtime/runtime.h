@@ -154,6 +154,20 @@ void rt_backward_weight(rt_model *m, int st, int mb);
 
 /* The gradients of stage st as one contiguous array of *n floats (for the all-reduce). */
 float *rt_stage_grads(rt_model *m, int st, size_t *n);
+/* Tied embeddings (the stream's TIE): the stage holding the tied lm_head's copy (head) or the
+ * embedding's table, or -1 when m has none. */
+int rt_model_tie_stage(const rt_model *m, bool head);
+/* The layer of the tied lm_head (head) or of the table it shares, or -1 when m has none. */
+int rt_model_tie_layer(const rt_model *m, bool head);
+/* The gradient of the tied matrix's copy that stage st holds (the head's, when st holds both),
+ * *n floats; NULL and 0 when st holds neither. */
+float *rt_model_tied_grad(rt_model *m, int st, size_t *n);
+/* Add 'other' (the twin's copy, rt_model_tied_grad's *n floats on the model's device) to the
+ * copy of the tied gradient that stage st holds (the TIE of two ranks). */
+void rt_model_tie_add(rt_model *m, int st, const float *other);
+/* Both copies' gradients become their sum, bit for bit equal (one rank holds both stages; the
+ * --check reference). No-op without tied embeddings. */
+void rt_model_tie_local(rt_model *m);
 /* True when every gradient of stage st is finite; else false with "layer NAME (KIND): gradient
  * of PARAM[i] is NaN" appended to why. */
 bool rt_stage_finite(const rt_model *m, int st, strbuf *why);
@@ -253,6 +267,7 @@ typedef struct rt_comm {
 #define RT_FAULT_PLACES(X)                                                                 \
   X(ALLREDUCE, "allreduce", BE_OP_ALLREDUCE) /* its first all-reduce, before it adds in */ \
   X(OPTIMIZER, "optimizer", BE_OP_STEP)      /* its optimizer step, after the all-reduce */ \
+  X(TIE, "tie", BE_OP_TIE)                   /* its tied gradient's exchange, before it sends */ \
   X(SETUP, "setup", BE_OP_COUNT)             /* before the first collective (see above) */ \
   X(INIT, "init", BE_OP_COUNT) /* MPI: before MPI_Init (the others' start-up watchdog ends them); \
                                   threads: as setup */                                      \

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layer_rules.h"
 #include "sim.h"
 
 /* Operation slots: op id = (stage * microbatches + mb) * 3 + slot. A fused BW uses the B slot. */
@@ -66,6 +67,7 @@ typedef struct sim_dev {
                         operation (without overlap_grad_reduce; else 0, see sim_stage.grad_comm) */
   tick gather;       /* ZeRO-1: all-gather of the updated weights after the optimizer step */
   tick optim;        /* optimizer step time */
+  tick tie;          /* the tied-gradient exchange it takes part in (sim_model.tie), 0 when none */
   tick work;         /* total compute of the step: its stages' F+B+W for every microbatch + optim */
   tick head;         /* earliest start of its first operation: the forwards and transfers of one
                         microbatch before its first stage (-1 while unknown: no stage) */
@@ -84,6 +86,11 @@ struct sim_model {
   tick lb_critical;       /* one microbatch's critical path */
   int reduce_kind;        /* timeline kind of the gradient reductions: SIM_OP_REDUCE_SCATTER
                              with ZeRO-1, else SIM_OP_ALLREDUCE */
+  int tie_dev[2];         /* tied embeddings on two devices: the device of the embedding's stage
+                             and of the tied lm_head's, which exchange the shared matrix's
+                             gradient at the end of the step; -1, -1 when the model has no tie or
+                             both stages are on one device (a local sum, not charged) */
+  tick tie;               /* that exchange's time (0 when tie_dev is -1) */
 };
 
 double sim_model_mem_limit(const sim_model *p, int dv) { return p->dev[dv].mem_limit; }
@@ -141,6 +148,30 @@ static int link_id(int *ids, int ndev, int a, int b, int *nlinks) {
   int *slot = &ids[(size_t)a * ndev + b];
   if (*slot < 0) *slot = (*nlinks)++;
   return *slot;
+}
+
+/* lr_tie_source's view of a module's layer kinds. */
+static int module_kind(const void *ctx, int i) {
+  return (int)((const ir_module *)ctx)->layers[i].kind;
+}
+
+/* The stage of m holding layer i (pre: the verified stages cover every layer), or -1. */
+static int stage_of_layer(const ir_module *m, int i) {
+  for (int s = 0; s < m->nstages; s++)
+    if (i >= m->stages[s].first && i < m->stages[s].end) return s;
+  return -1;
+}
+
+/* The tied embeddings of m (layer_rules.h, lr_tie_source): when a lm_head has tied = true, sets
+ * *emb and *head to the shared table's layer (the model's first embedding) and the head's layer
+ * and returns true; else false. */
+static bool module_tie(const ir_module *m, int *emb, int *head) {
+  *emb = *head = -1;
+  for (int i = 0; i < m->nlayers; i++)
+    if (m->layers[i].kind == IR_KIND_LM_HEAD && m->layers[i].p[IR_LP_LM_HEAD_TIED] == 1) *head = i;
+  if (*head < 0) return false;
+  *emb = lr_tie_source(m->nlayers, module_kind, m);
+  return *emb >= 0;
 }
 
 double sim_optim_rate(const ir_module *m, int dv) {
@@ -345,6 +376,45 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
     }
   }
   free(grad);
+  /* Tied embeddings (Megatron's embedding group): after both devices' data-parallel reductions,
+   * the device of the embedding's stage and that of the tied lm_head's all-reduce the shared
+   * matrix's gradient, the two copies' sum, before their optimizer steps. Its bytes are the
+   * embedding's gradient bytes (its cost record's grad: V x h / tensor x the gradient bytes per
+   * parameter, exactly the matrix's); its time a ring all-reduce over n = 2 (NCCL's: each sends
+   * half, then the other half, bytes / bw + 2 lat), on the slower direction of the pair's links,
+   * since both send at once. Every tensor-parallel and data-parallel copy of the pair does the
+   * same at once on its own link. On one device it is a local sum, not charged. */
+  p->tie_dev[0] = p->tie_dev[1] = -1;
+  int temb, thead;
+  if (!errors && module_tie(m, &temb, &thead)) {
+    int se = stage_of_layer(m, temb), sh = stage_of_layer(m, thead);
+    int a = se >= 0 ? p->st[se].dev : -1, b = sh >= 0 ? p->st[sh].dev : -1;
+    if (a >= 0 && b >= 0 && a != b) {
+      const ir_link_rec *ab = ir_module_link(m, a, b), *ba = ir_module_link(m, b, a);
+      if (!ab || !ba || !(ab->bw > 0) || !(ba->bw > 0)) {
+        int x = ab && ab->bw > 0 ? b : a, y = ab && ab->bw > 0 ? a : b;
+        diag_error(d, stage_loc(m, sh, where), "no link from $d%d to $d%d, which exchange the "
+                   "gradient of the matrix that the tied lm_head %%%d \"%s\" (@s%d) shares with "
+                   "embedding %%%d \"%s\" (@s%d): give the cluster an %s link or an explicit "
+                   "'link $d%d -> $d%d'", x, y, thead, m->layers[thead].name, sh, temb,
+                   m->layers[temb].name, se,
+                   m->devices[x].rec.node == m->devices[y].rec.node ? "intra" : "inter", x, y);
+        errors++;
+      } else {
+        double bytes = ir_layer_cost_on(m, &m->layers[temb], a)->grad;
+        double t = fmax(ring_allreduce(ab, bytes, 2), ring_allreduce(ba, bytes, 2));
+        step += t;
+        if (!step_within_limit(step, d, where)) {
+          errors++;
+        } else if (to_tick(t) > 0) { /* no gradient bytes (custom costs): nothing to exchange */
+          p->tie_dev[0] = a;
+          p->tie_dev[1] = b;
+          p->tie = to_tick(t);
+          p->dev[a].tie = p->dev[b].tie = p->tie;
+        }
+      }
+    }
+  }
   if (errors) {
     sim_model_free(p);
     return NULL;
@@ -371,7 +441,9 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
   for (int s = 0; s < m->nstages; s++)
     cp += p->st[s].t[SL_F] + p->st[s].x_next + p->st[s].t[SL_B] + p->st[s].x_prev;
   const sim_dev *d0 = &p->dev[p->st[0].dev];
-  p->lb_critical = cp + p->st[0].t[SL_W] + d0->allreduce + d0->optim + d0->gather;
+  /* the tied exchange too when stage 0's device takes part: it starts after that device's
+   * reduction and ends before its optimizer step */
+  p->lb_critical = cp + p->st[0].t[SL_W] + d0->allreduce + d0->tie + d0->optim + d0->gather;
   for (int dv = 0; dv < m->ndevices; dv++) p->dev[dv].work += p->dev[dv].optim;
   return p;
 }
@@ -402,8 +474,10 @@ typedef struct sim_wdev {
   int remaining;  /* operations not yet started */
   int inflight;   /* F started and W (or BW) not finished */
   tick busy;      /* compute time so far */
-  tick comm;      /* all-reduce time so far */
+  tick comm;      /* end-of-step communication so far: reductions, the tied exchange */
   tick end;       /* when its step ends (after finishing) */
+  tick ready;     /* a device of the tied exchange: when its gradients were reduced */
+  bool at_tie;    /* it waits at the exchange for its twin (sim_model.tie_dev) */
 } sim_wdev;
 
 /* Scratch of a run, kept in sim_result.work between runs. */
@@ -593,7 +667,29 @@ static void start_op(sim_ctx *c, int dv, int s, int mb, int slot, bool fused) {
   heap_push(w, c->now + dur, op * 2);
 }
 
-/* Device dv has no operation left: run its end-of-step work and mark it finished. */
+/* The end of dv's step from t, when its gradients are final (reduced, and summed with the tied
+ * copy's): the optimizer step, then ZeRO-1's all-gather; sets its end. */
+static void finish_optim(sim_ctx *c, int dv, tick t) {
+  const sim_dev *x = &c->p->dev[dv];
+  sim_wdev *wd = &c->w->dev[dv];
+  if (x->optim > 0) {
+    if (c->o->record) record_op(c, SIM_OP_OPTIM, dv, -1, -1, t, t + x->optim, wd->mem, wd->mem);
+    wd->busy += x->optim;
+    t += x->optim;
+  }
+  if (x->gather > 0) {
+    if (c->o->record)
+      record_op(c, SIM_OP_ALLGATHER, dv, -1, -1, t, t + x->gather, wd->mem, wd->mem);
+    wd->comm += x->gather;
+    t += x->gather;
+  }
+  wd->end = t;
+}
+
+/* Device dv has no operation left: run its end-of-step work and mark it finished. A device of
+ * the tied exchange whose twin has not finished yet waits there (its end provisional, the
+ * reduction's); the twin's finish runs the exchange for both, from when both are ready, and
+ * then each one's optimizer step. */
 static void finish_device(sim_ctx *c, int dv) {
   const sim_dev *x = &c->p->dev[dv];
   sim_wdev *wd = &c->w->dev[dv];
@@ -634,20 +730,28 @@ static void finish_device(sim_ctx *c, int dv) {
     wd->comm += x->allreduce;
     t += x->allreduce;
   }
-  if (x->optim > 0) {
-    if (c->o->record) record_op(c, SIM_OP_OPTIM, dv, -1, -1, t, t + x->optim, wd->mem, wd->mem);
-    wd->busy += x->optim;
-    t += x->optim;
-  }
-  if (x->gather > 0) {
-    if (c->o->record)
-      record_op(c, SIM_OP_ALLGATHER, dv, -1, -1, t, t + x->gather, wd->mem, wd->mem);
-    wd->comm += x->gather;
-    t += x->gather;
-  }
-  wd->end = t;
   wd->pos = -1 - wd->pos; /* finished: keep the count, negative */
   c->done_devs++;
+  int k = p->tie_dev[0] == dv ? 0 : p->tie_dev[1] == dv ? 1 : -1;
+  if (k < 0) {
+    finish_optim(c, dv, t);
+    return;
+  }
+  sim_wdev *twin = &c->w->dev[p->tie_dev[1 - k]];
+  if (!twin->at_tie) { /* the first of the two: wait for the other */
+    wd->ready = wd->end = t;
+    wd->at_tie = true;
+    return;
+  }
+  tick start = twin->ready > t ? twin->ready : t, end = start + p->tie;
+  twin->at_tie = false;
+  for (int j = 0; j < 2; j++) { /* the embedding's device, then the lm_head's */
+    int e = p->tie_dev[j];
+    sim_wdev *we = &c->w->dev[e];
+    if (c->o->record) record_op(c, SIM_OP_TIE, e, -1, -1, start, end, we->mem, we->mem);
+    we->comm += p->tie;
+    finish_optim(c, e, end);
+  }
 }
 
 /* Priority mode: offer dv its ready operations and start the one the callback picks. */
@@ -945,7 +1049,9 @@ sim_status sim_run(const sim_model *p, const ir_module *m, const sim_opts *opts,
       r->fits = false;
       r->oom_device = dv;
     }
-    tick bound = p->dev[dv].work + (p->dev[dv].head > 0 ? p->dev[dv].head : 0);
+    /* its compute, one op at a time from its head; the tied exchange after the last one and
+     * before the optimizer step */
+    tick bound = p->dev[dv].work + p->dev[dv].tie + (p->dev[dv].head > 0 ? p->dev[dv].head : 0);
     if (bound > lb_work) lb_work = bound;
   }
   r->bubble = makespan > 0 && p->ndev > 0 ? (double)idle / ((double)p->ndev * makespan) : 0;

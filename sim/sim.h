@@ -3,8 +3,9 @@
  * priority callback that picks among ready operations (priority mode), it computes the timeline
  * of one training step: every operation and every transfer with start and end, transfers over
  * links with latency and bandwidth overlapping compute and queued per link direction, memory per
- * device over time, the data-parallel all-reduce and optimizer step at the end, makespan, busy and
- * idle time, bubble ratio, peak memory against the limit, and the plan's lower bounds.
+ * device over time, the data-parallel all-reduce, tied-gradient exchange and optimizer step at
+ * the end, makespan, busy and idle time, bubble ratio, peak memory against the limit, and the
+ * plan's lower bounds.
  * Deterministic: the same input gives the same output bit for bit (event ties break by a
  * sequence number, arithmetic is IEEE double without contraction). */
 #ifndef OCTO_SIM_H
@@ -32,7 +33,9 @@ typedef struct sim_model sim_model;
  * (reported through d, at the entity's location when known): no stages; no microbatches, or more
  * than 1e9 operations (stages x microbatches x 3); a stage not placed or placed on a device that
  * does not exist; a layer without a complete cost record (f, b, w, act, act_w, out, param, grad);
- * no link between two devices that exchange tensors; data > 1 without a link for the all-reduce;
+ * no link between two devices that exchange tensors, or between the devices of a tied lm_head's
+ * stage and of its embedding's (the tied-gradient exchange); data > 1 without a link for the
+ * all-reduce;
  * a step whose durations add up to more than 1e6 s (the engine counts picoseconds in 64 bits).
  * Returns NULL after reporting; else a problem that does not refer to m (free it with
  * sim_model_free). */
@@ -133,10 +136,12 @@ typedef struct sim_op_event {
 } sim_op_event;
 
 /* Kinds of the end-of-step operations, after the ir_op_kind values: the data-parallel gradient
- * all-reduce, the optimizer step, and with ZeRO-1 the gradient reduce-scatter (instead of the
- * all-reduce) and the all-gather of the updated weights; SIM_OP_END is one past the last. */
+ * all-reduce, the optimizer step, with ZeRO-1 the gradient reduce-scatter (instead of the
+ * all-reduce) and the all-gather of the updated weights, and with tied embeddings on two devices
+ * the exchange of the shared matrix's gradient (after the reduction, before the optimizer step,
+ * on both devices at once); SIM_OP_END is one past the last. */
 enum { SIM_OP_ALLREDUCE = IR_OP_COUNT, SIM_OP_OPTIM, SIM_OP_REDUCE_SCATTER, SIM_OP_ALLGATHER,
-       SIM_OP_END };
+       SIM_OP_TIE, SIM_OP_END };
 
 /* One point-to-point transfer (recorded runs only). */
 typedef struct sim_transfer {
@@ -151,7 +156,8 @@ typedef struct sim_transfer {
 /* Per-device figures. */
 typedef struct sim_device_stats {
   double busy;       /* compute time: F, B, W and the optimizer step */
-  double comm;       /* data-parallel all-reduce time at the end of the step */
+  double comm;       /* communication at the end of the step: the data-parallel reduction (and
+                        ZeRO-1's all-gather), and the tied-gradient exchange */
   double idle;       /* makespan - busy */
   double end;        /* when its last operation ends */
   double static_mem; /* parameters, gradients and optimizer state of its stages */
@@ -190,8 +196,9 @@ typedef struct sim_result {
   int oom_device;       /* first device over its limit, -1 if none */
   double lb_work;       /* work bound: over devices, the earliest start of its first operation
                            (one microbatch's forwards and transfers before its first stage) plus
-                           its compute */
-  double lb_critical;   /* critical path of one microbatch through all stages and links */
+                           its compute (and the tied-gradient exchange it takes part in) */
+  double lb_critical;   /* critical path of one microbatch through all stages and links, then
+                           stage 0's device's end of step (its tied exchange included) */
   int ndevices;            /* entries of dev (and of order) */
   sim_device_stats *dev;   /* per device */
   sim_op_event *ops;       /* timeline in start order (record only) */

@@ -3,7 +3,9 @@
  * rank's consecutive SEND/RECV instructions form a group, groups queue in posting order, a send
  * and a receive complete together when both are in their rank's front group and are the next
  * unmatched messages of their direction between the two ranks, and a WAIT blocks until its
- * message completed. It proves that every rank reaches its end, or explains why not. */
+ * message completed. It proves that every rank reaches its end, or explains why not. A TIE
+ * passes: the validator placed it after the rank's every message, so no rank waits on one in
+ * TIE, and its twin is reached when every rank is. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -149,6 +149,14 @@ static void put_comment(strbuf *out, const be_stream *s, const be_inst *in, dis_
   case BE_OP_STEP:
     strbuf_printf(out, "optimizer step (%s)", s->optimizer ? s->optimizer : "?");
     break;
+  case BE_OP_TIE:
+    if (a[1] >= 0 && a[1] < s->nstages && s->stages[a[1]].rank != s->stages[a[0]].rank)
+      strbuf_printf(out, "sum the tied matrix's gradient of s%d with its copy in s%d (r%d)",
+                    (int)a[0], (int)a[1], (int)s->stages[a[1]].rank);
+    else
+      strbuf_printf(out, "sum the tied matrix's gradient of s%d with its copy in s%d (here)",
+                    (int)a[0], (int)a[1]);
+    break;
   case BE_OP_COUNT: break;
   }
   /* What the instruction leaves in its slots: the tensor a new buffer holds (what FREE names),

@@ -137,7 +137,7 @@ typedef struct be_tensor_ref {
 /* ---- Streams -------------------------------------------------------------------------------- */
 
 /* Version of the binary format written by be_write and the only one be_read accepts. */
-#define BE_FORMAT_VERSION 4u
+#define BE_FORMAT_VERSION 5u
 
 /* One instruction: an opcode and its operands (be_ops[op].nops of them; the rest are 0). */
 typedef struct be_inst {
@@ -200,6 +200,7 @@ int be_layer_kind(const be_layer *l);
  * the table has none). Pre: l is of p's kind. */
 double be_layer_param(const be_layer *l, be_lparam p);
 
+
 /* A stage: the layers [first, end) run by one rank, and the sizes of its tensors. */
 typedef struct be_stage {
   int32_t first, end;    /* layer range */
@@ -247,6 +248,14 @@ typedef struct be_stream {
   int32_t nshapes;
   be_program *ranks;  /* nranks programs */
 } be_stream;
+
+/* The tied embeddings of s (layer_rules.h lr_tie_source): when the stream has a tied lm_head,
+ * sets *emb and *head to the shared table's layer (the first embedding) and the head's layer and
+ * returns true; else false (*emb and *head -1). Pre: s's layers are valid (be_validate's header
+ * checks: the rule holds). */
+bool be_stream_tie(const be_stream *s, int *emb, int *head);
+/* The stage holding layer i of s, or -1. */
+int be_stage_of_layer(const be_stream *s, int i);
 
 /* Size in bytes of tensor (kind, stage) of s: input tokens micro_batch x seq x 4; act s the
  * out_bytes of stage s; grad s those of stage s - 1 (of the last stage for s == nstages); stash

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ir/layer_rules.h"
 #include "stream.h"
 
 #define BE_FLAGS_COMPUTE BE_COMPUTE
@@ -100,6 +101,28 @@ double be_layer_param(const be_layer *l, be_lparam p) {
     if (l->params[k].name && strcmp(l->params[k].name, be_lparams[p].name) == 0)
       return l->params[k].value;
   return be_lparams[p].def;
+}
+
+/* lr_tie_source's view of a stream's layer kinds. */
+static int stream_kind(const void *ctx, int i) {
+  return be_layer_kind(&((const be_stream *)ctx)->layers[i]);
+}
+
+bool be_stream_tie(const be_stream *s, int *emb, int *head) {
+  *emb = *head = -1;
+  for (int i = 0; i < s->nlayers; i++)
+    if (be_layer_kind(&s->layers[i]) == BE_KIND_LM_HEAD &&
+        be_layer_param(&s->layers[i], BE_LP_LM_HEAD_TIED) == 1)
+      *head = i;
+  if (*head >= 0) *emb = lr_tie_source(s->nlayers, stream_kind, s);
+  if (*emb < 0) *head = -1;
+  return *head >= 0;
+}
+
+int be_stage_of_layer(const be_stream *s, int i) {
+  for (int k = 0; k < s->nstages; k++)
+    if (i >= s->stages[k].first && i < s->stages[k].end) return k;
+  return -1;
 }
 
 int be_backend_lookup(const char *name) {

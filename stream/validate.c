@@ -66,6 +66,8 @@ typedef struct vctx {
   strbuf *err;
   uint16_t *cov;     /* nstages x nmb coverage bits */
   uint8_t *reduced;  /* per stage: ALLREDUCE seen */
+  int32_t tie[2];    /* the stages of the tied embedding and lm_head (be_stream_tie), or -1 */
+  uint8_t *tied;     /* per rank: TIE seen */
   vmsg *sends, *recvs;
   size_t nsends, csends, nrecvs, crecvs;
   int32_t *live;     /* slots of the rank holding a tensor now (any order) ... */
@@ -182,8 +184,9 @@ _Static_assert((int)LR_P_N == (int)BE_LP_COUNT && (int)LR_KIND_N == (int)BE_KIND
 /* Layer i (its strings checked): a kind of layer_kinds.def, each parameter one of that kind's,
  * given once, and the whole set obeying the IR's rules (layer_rules.h: required ones present,
  * every value in its domain, the relations), so that the runtime never sees a layer the IR
- * verifier would refuse. Returns 0 or -1 after reporting. */
-static int check_layer_params(vctx *v, int i) {
+ * verifier would refuse. Fills p[LR_P_N] with the values the runtime reads. Returns 0 or -1
+ * after reporting. */
+static int check_layer_params(vctx *v, int i, double *p) {
   const be_layer *l = &v->s->layers[i];
   int k = be_layer_kind(l);
   if (k < 0) {
@@ -193,7 +196,7 @@ static int check_layer_params(vctx *v, int i) {
     strbuf_puts(v->err, " is not a layer kind");
     return -1;
   }
-  double p[LR_P_N]; /* what the runtime reads (be_layer_param): the value given, else the default */
+  /* p: what the runtime reads (be_layer_param): the value given, else the default */
   for (int q = 0; q < LR_P_N; q++) p[q] = NAN;
   for (int j = 0; j < l->nparams; j++) {
     int q = be_lparam_lookup(k, l->params[j].name);
@@ -217,6 +220,11 @@ static int check_layer_params(vctx *v, int i) {
   }
   strbuf_free(&first);
   return r.count > 0 ? -1 : 0;
+}
+
+/* lr_tie_source's view of a stream's layer kinds. */
+static int layer_kind_of(const void *ctx, int i) {
+  return be_layer_kind(&((const be_stream *)ctx)->layers[i]);
 }
 
 /* Header checks: ranges of the counts, strings, layers, stages (contiguous, each on a rank, each
@@ -249,7 +257,26 @@ static int check_header(vctx *v) {
     for (int j = 0; j < l->nparams; j++)
       if (!str_ok(l->params[j].name))
         return fail(v, "layer %d: parameter %d's name is longer than %d bytes", i, j, V_MAX_STRING);
-    if (check_layer_params(v, i) != 0) return -1;
+    double p[LR_P_N];
+    if (check_layer_params(v, i, p) != 0) return -1;
+  }
+  for (int i = 0; i < s->nlayers; i++) { /* a tied lm_head: the module-level rule */
+    if (be_layer_kind(&s->layers[i]) != BE_KIND_LM_HEAD ||
+        be_layer_param(&s->layers[i], BE_LP_LM_HEAD_TIED) != 1)
+      continue;
+    double ph[LR_P_N], ps[LR_P_N];
+    int src = lr_tie_source(s->nlayers, layer_kind_of, s);
+    check_layer_params(v, i, ph); /* both passed above */
+    if (src >= 0) check_layer_params(v, src, ps);
+    strbuf first = {0};
+    lr_report r = {first_problem, &first, 0};
+    if (lr_tie_check(i, ph, src, src >= 0 ? s->layers[src].name : NULL, src >= 0 ? ps : NULL,
+                     &r) > 0) {
+      fail_layer(v, i, BE_KIND_LM_HEAD);
+      strbuf_printf(v->err, ": %s", strbuf_cstr(&first));
+    }
+    strbuf_free(&first);
+    if (r.count > 0) return -1;
   }
   int32_t next = 0;
   for (int i = 0; i < s->nstages; i++) {
@@ -571,6 +598,39 @@ static int cover(vctx *v, int32_t s, int32_t m) {
   return 0;
 }
 
+/* The TIE at v->addr (its first stage runs here; st: the rank's slots): the stream's tied pair
+ * of stages, once per rank, after every backward of the pair's stages on this rank and their
+ * ALLREDUCE (so that both copies sum the same replica-reduced gradients and stay equal), and
+ * with no message pending (so that nothing else can wait on this rank: the deadlock checker
+ * treats TIE as the exchange its twin completes). Returns 0 or -1 after reporting. */
+static int check_tie(vctx *v, const vslot *st) {
+  const be_stream *s = v->s;
+  int32_t a = v->in->a[0], b = v->in->a[1], te = v->tie[0], th = v->tie[1];
+  if (te < 0) return fail_at(v, "TIE, but the stream has no tied lm_head");
+  if (!((a == te && b == th) || (a == th && b == te)))
+    return fail_at(v, "TIE of s%d and s%d, but the tied pair is s%d (embedding) and s%d "
+                   "(lm_head)", (int)a, (int)b, (int)te, (int)th);
+  if (v->tied[v->rank]) return fail_at(v, "second TIE");
+  v->tied[v->rank] = 1;
+  int32_t pair[2] = {a, b};
+  for (int k = 0; k < 2; k++) {
+    int32_t x = pair[k];
+    if (s->stages[x].rank != v->rank) continue;
+    for (int32_t mb = 0; mb < s->nmb; mb++) {
+      uint16_t c = v->cov[(size_t)x * (size_t)s->nmb + (size_t)mb];
+      if (!(c & COV_B) && !((c & COV_BI) && (c & COV_W)))
+        return fail_at(v, "TIE before the backward of s%d mb%d", (int)x, (int)mb);
+    }
+    if (s->replicas > 1 && !v->reduced[x])
+      return fail_at(v, "TIE before the ALLREDUCE of stage %d", (int)x);
+  }
+  for (int i = 0; i < s->ranks[v->rank].nslots; i++)
+    if (st[i].state == V_PSEND || st[i].state == V_PRECV)
+      return fail_at(v, "TIE while slot %%%d is still being %s", i,
+                     st[i].state == V_PSEND ? "sent" : "received");
+  return 0;
+}
+
 /* Interpret program r once. Returns 0 or -1 after reporting the first problem. */
 static int check_rank(vctx *v, int r) {
   const be_stream *s = v->s;
@@ -601,7 +661,7 @@ static int check_rank(vctx *v, int r) {
       if (be_operand_tensor(s, v->in, k, &t)) want[k] = mklabel(t.kind, t.stage, t.mb);
     }
     int32_t stg = a[0], m = a[1];
-    if ((be_ops[op].flags & BE_COMPUTE) || op == BE_OP_ALLREDUCE) {
+    if ((be_ops[op].flags & BE_COMPUTE) || op == BE_OP_ALLREDUCE || op == BE_OP_TIE) {
       if (s->stages[stg].rank != r) {
         rc = fail_at(v, "stage %d runs on rank %d, not here", (int)stg, (int)s->stages[stg].rank);
         break;
@@ -646,6 +706,9 @@ static int check_rank(vctx *v, int r) {
         }
       }
       break;
+    case BE_OP_TIE:
+      rc = check_tie(v, st);
+      break;
     case BE_OP_STEP:
       if (addr != p->ncode - 1) {
         rc = fail_at(v, "STEP is not the last instruction");
@@ -687,7 +750,7 @@ static int msg_cmp(const void *x, const void *y) {
 }
 
 /* Coverage after every rank ran: each (s, m) forward and backward, each mb's LOAD and LOSS, each
- * stage's ALLREDUCE when there are replicas. Returns 0 or -1. */
+ * stage's ALLREDUCE when there are replicas, and a TIE on the ranks of a tied pair's stages. Returns 0 or -1. */
 static int check_coverage(vctx *v) {
   const be_stream *s = v->s;
   for (int32_t st = 0; st < s->nstages; st++) {
@@ -707,6 +770,12 @@ static int check_coverage(vctx *v) {
     if (s->replicas > 1 && !v->reduced[st])
       return fail(v, "rank %d: no ALLREDUCE of stage %d (%d replicas)", r, (int)st,
                   (int)s->replicas);
+  }
+  for (int k = 0; k < 2 && v->tie[0] >= 0; k++) {
+    int r = s->stages[v->tie[k]].rank;
+    if (!v->tied[r])
+      return fail(v, "rank %d: no TIE of the tied embedding (s%d) and lm_head (s%d)", r,
+                  (int)v->tie[0], (int)v->tie[1]);
   }
   return 0;
 }
@@ -803,6 +872,13 @@ int be_validate(const be_stream *s, strbuf *err) {
                 total, (int)s->nstages, (int)s->nmb);
   v.cov = xcalloc((size_t)need / 2, sizeof *v.cov);
   v.reduced = xcalloc((size_t)s->nstages, 1);
+  v.tied = xcalloc((size_t)s->nranks, 1);
+  int emb, head;
+  v.tie[0] = v.tie[1] = -1;
+  if (be_stream_tie(s, &emb, &head)) {
+    v.tie[0] = be_stage_of_layer(s, emb);
+    v.tie[1] = be_stage_of_layer(s, head);
+  }
   int rc = 0;
   for (int r = 0; r < s->nranks && rc == 0; r++) rc = check_rank(&v, r);
   if (rc == 0) rc = check_pairs(&v);
@@ -810,6 +886,7 @@ int be_validate(const be_stream *s, strbuf *err) {
   for (int r = 0; r < s->nranks && rc == 0; r++) rc = check_pred(&v, r);
   free(v.cov);
   free(v.reduced);
+  free(v.tied);
   free(v.sends);
   free(v.recvs);
   return rc;

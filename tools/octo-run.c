@@ -83,12 +83,12 @@ static void usage(FILE *out) {
           "  --die=RANK[/REPLICA]:WHERE\n"
           "                     testing: that rank (of replica 0 unless given) dies at WHERE of\n"
           "                     its first step: an address, allreduce (its first ALLREDUCE),\n"
-          "                     optimizer (its STEP) or setup (mpi: before the communicators\n"
-          "                     are made, or --profile's reduction; cpu: address 0) or init\n"
-          "                     (mpi: before MPI_Init; cpu: as setup) or end (mpi only:\n"
-          "                     after the report, before the closing barrier) or save (its\n"
-          "                     first checkpoint's save, with --save); the others\n"
-          "                     stop with its name\n"
+          "                     optimizer (its STEP), tie (its TIE) or setup (mpi: before\n"
+          "                     the communicators are made, or --profile's reduction; cpu:\n"
+          "                     address 0) or init (mpi: before MPI_Init; cpu: as setup) or\n"
+          "                     end (mpi only: after the report, before the closing barrier)\n"
+          "                     or save (its first checkpoint's save, with --save); the\n"
+          "                     others stop with its name\n"
           "  --stop=RANK[/REPLICA]:WHERE\n"
           "                     testing: the same, but the rank stops responding without dying\n"
           "                     (SIGSTOP under MPI); the others fail when --timeout passes\n"
@@ -264,7 +264,7 @@ int main(int argc, char **argv) {
       if (rt_fault_parse(v, &o.fault) != 0)
         return bad_value(die ? "--die" : "--stop", v,
                          "RANK[/REPLICA]:WHERE (WHERE: an address, allreduce, optimizer, "
-                         "setup, init, end or save)");
+                         "tie, setup, init, end or save)");
       o.fault.kind = die ? RT_FAULT_DIE : RT_FAULT_STOP;
     } else if (a[0] == '-' && a[1]) {
       fprintf(stderr, PROG ": error: unknown option '%s' (try '" PROG " --help')\n", a);

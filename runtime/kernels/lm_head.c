@@ -1,5 +1,7 @@
 /* lm_head.c -- the "lm_head" layer kind (kernels.h): final RMSNorm then the projection to the
- * vocabulary: y = RMSNorm(x)*norm @ w (logits; the loss is the model's, model.c). */
+ * vocabulary: y = RMSNorm(x)*norm @ w (logits; the loss is the model's, model.c); a tied head's
+ * w is a copy of the embedding's table, [vocab, hidden], and y = RMSNorm(x)*norm @ w^T (its
+ * gradient is summed with the table's by the stream's TIE, exec.c). */
 #include <math.h>
 
 #include "kernels.h"
@@ -14,7 +16,10 @@ static int kb_head_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
   }
   size_t T = (size_t)d->B * d->S, h = (size_t)d->hidden;
   rt_lplan_add(p, "norm", d->hidden, 0, 0, RT_INIT_CONST, 1.0f);
-  rt_lplan_add(p, "w", d->hidden, d->vocab, 0, RT_INIT_UNIFORM, sqrtf(3.0f / (float)d->hidden));
+  if (d->tied) /* the embedding's table, as it starts (model.c copies the table's values) */
+    rt_lplan_add(p, "w", d->vocab, d->hidden, 0, RT_INIT_UNIFORM, 1.0f);
+  else
+    rt_lplan_add(p, "w", d->hidden, d->vocab, 0, RT_INIT_UNIFORM, sqrtf(3.0f / (float)d->hidden));
   p->save_floats = 3 * T * h + T + T * (size_t)d->vocab;
   p->out_w = d->vocab;
   return 0;
@@ -25,7 +30,10 @@ static void kb_head_fwd(const rt_ldims *d, const float *w, const float *x, float
   float *xs = save, *hn = xs + (size_t)T * h, *rstd = hn + (size_t)T * h;
   rt_copy(xs, x, (size_t)T * h);
   rt_rmsnorm_fwd(T, h, d->norm_eps, x, w, hn, rstd);
-  rt_gemm(false, false, T, V, h, 1.0f, hn, h, w + h, V, 0.0f, y, V);
+  if (d->tied)
+    rt_gemm(false, true, T, V, h, 1.0f, hn, h, w + h, h, 0.0f, y, V);
+  else
+    rt_gemm(false, false, T, V, h, 1.0f, hn, h, w + h, V, 0.0f, y, V);
 }
 
 static void kb_head_bwd_in(const rt_ldims *d, const float *w, float *save, const float *dy,
@@ -34,7 +42,10 @@ static void kb_head_bwd_in(const rt_ldims *d, const float *w, float *save, const
   float *xs = save, *hn = xs + (size_t)T * h, *rstd = hn + (size_t)T * h;
   float *dhn = rstd + T, *dys = dhn + (size_t)T * h;
   rt_copy(dys, dy, (size_t)T * V);
-  rt_gemm(false, true, T, h, V, 1.0f, dy, V, w + h, V, 0.0f, dhn, h);
+  if (d->tied)
+    rt_gemm(false, false, T, h, V, 1.0f, dy, V, w + h, h, 0.0f, dhn, h);
+  else
+    rt_gemm(false, true, T, h, V, 1.0f, dy, V, w + h, V, 0.0f, dhn, h);
   if (dx) rt_rmsnorm_bwd_in(T, h, xs, w, rstd, dhn, dx, false);
 }
 
@@ -44,7 +55,10 @@ static void kb_head_bwd_w(const rt_ldims *d, const float *w, const float *save, 
   const float *xs = save, *hn = xs + (size_t)T * h, *rstd = hn + (size_t)T * h;
   const float *dhn = rstd + T, *dys = dhn + (size_t)T * h;
   rt_rmsnorm_bwd_w(T, h, xs, rstd, dhn, g);
-  rt_gemm(true, false, h, V, T, 1.0f, hn, h, dys, V, 1.0f, g + h, V);
+  if (d->tied)
+    rt_gemm(true, false, V, h, T, 1.0f, dys, V, hn, h, 1.0f, g + h, h);
+  else
+    rt_gemm(true, false, h, V, T, 1.0f, hn, h, dys, V, 1.0f, g + h, V);
 }
 
 /* Dimensions: hidden, seq, vocab (at least 8) and norm_eps. A head without the loss (loss =
@@ -58,6 +72,7 @@ static int kb_head_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   rt_dims_tokens(in, BE_LP_LM_HEAD_HIDDEN, BE_LP_LM_HEAD_SEQ, d);
   d->vocab = (int)rt_sdim(rt_lp(in, BE_LP_LM_HEAD_VOCAB, 0), in->scale, 8, 1);
   d->norm_eps = rt_lp(in, BE_LP_LM_HEAD_NORM_EPS, 1e-5);
+  d->tied = rt_lp(in, BE_LP_LM_HEAD_TIED, 0) == 1;
   return 0;
 }
 

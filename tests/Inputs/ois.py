@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ois.py -- read, edit and rewrite OctoPipe instruction streams (.ois, docs/isa.md "File
-format", version 4) for tests that need damaged or hand-edited streams: swapped, dropped or
+format", version 5) for tests that need damaged or hand-edited streams: swapped, dropped or
 changed instructions and predicted times (re-checksummed, so that the validator and the deadlock
 checker see them), a different version, truncation, flipped bytes.
 
@@ -38,7 +38,8 @@ import zlib
 MAGIC = b"\x89OIS\r\n\x1a\n"
 # Mnemonic and operand count of each opcode, in isa.def order.
 OPS = [("LOAD", 3), ("FWD", 6), ("LOSS", 4), ("BWD_IN", 6), ("BWD_W", 3), ("BWD", 6),
-       ("SEND", 5), ("RECV", 5), ("WAIT", 1), ("FREE", 1), ("ALLREDUCE", 1), ("STEP", 0)]
+       ("SEND", 5), ("RECV", 5), ("WAIT", 1), ("FREE", 1), ("ALLREDUCE", 1), ("STEP", 0),
+       ("TIE", 2)]
 
 
 class Reader:

@@ -169,7 +169,7 @@ void test_backend_dis_listing(void) {
   be_stream *s = two_rank_stream();
   strbuf want = {0};
   strbuf_puts(&want,
-              "; OctoPipe instruction stream, format 4\n"
+              "; OctoPipe instruction stream, format 5\n"
               "; model @tiny: 2 ranks x 2 replicas, 2 stages, 2 microbatches of 1 x 4096 tokens, "
               "bf16, adam\n"
               "; predicted step 12.345 ms (costs measured by octo-run at scale 8, backend mpi)\n"
@@ -302,7 +302,7 @@ void test_backend_dis_singular_and_wide(void) {
   strbuf got = {0};
   be_disasm(s, &got);
   const char *t = strbuf_cstr(&got);
-  const char *head = "; OctoPipe instruction stream, format 4\n"
+  const char *head = "; OctoPipe instruction stream, format 5\n"
                      "; model @w: 1 rank x 1 replica, 1 stage, 100 microbatches of 2 x 128 "
                      "tokens, fp32, sgd\n"
                      "; predicted step 0.000 ms (analytic costs)\n"

@@ -406,7 +406,7 @@ void test_backend_format_roundtrip(void) {
   be_stream *s = fb_build(1, false);
   strbuf a = fb_bytes(s);
   UNIT_CHECK(a.len > 16 && memcmp(a.data, "\x89OIS\r\n\x1a\n", 8) == 0);
-  UNIT_CHECK(a.data[8] == 4 && a.data[9] == 0 && a.data[10] == 0 && a.data[11] == 0);
+  UNIT_CHECK(a.data[8] == 5 && a.data[9] == 0 && a.data[10] == 0 && a.data[11] == 0);
   /* The trailer is the standard CRC-32 of the rest ("123456789" -> 0xCBF43926). */
   UNIT_CHECK(fb_crc32((const uint8_t *)"123456789", 9) == 0xcbf43926u);
   uint8_t *patched = xmalloc(a.len);
@@ -676,19 +676,23 @@ void test_backend_format_header_errors(void) {
   memcpy(c, a.data, a.len);
   c[8] = 7;
   fb_patch_crc(c, a.len);
-  fb_expect_reject(c, a.len, "format version 7, this build reads version 4");
+  fb_expect_reject(c, a.len, "format version 7, this build reads version 5");
   memcpy(c, a.data, a.len);
   c[8] = 1; /* a file of the format before streams carried the prediction */
   fb_patch_crc(c, a.len);
-  fb_expect_reject(c, a.len, "format version 1, this build reads version 4");
+  fb_expect_reject(c, a.len, "format version 1, this build reads version 5");
   memcpy(c, a.data, a.len);
   c[8] = 2; /* before stages carried their recomputation */
   fb_patch_crc(c, a.len);
-  fb_expect_reject(c, a.len, "format version 2, this build reads version 4");
+  fb_expect_reject(c, a.len, "format version 2, this build reads version 5");
   memcpy(c, a.data, a.len);
   c[8] = 3; /* before the header carried dropout */
   fb_patch_crc(c, a.len);
-  fb_expect_reject(c, a.len, "format version 3, this build reads version 4");
+  fb_expect_reject(c, a.len, "format version 3, this build reads version 5");
+  memcpy(c, a.data, a.len);
+  c[8] = 4; /* before the TIE instruction (tied embeddings) */
+  fb_patch_crc(c, a.len);
+  fb_expect_reject(c, a.len, "format version 4, this build reads version 5");
 
   memcpy(c, a.data, a.len);
   c[a.len] = 0;
@@ -864,6 +868,44 @@ static void e_allreduce_early(be_stream *s) {
   fb_ins(s, 0, 20, "ALLREDUCE 0");
 }
 static void e_allreduce_twice(be_stream *s) { fb_ins(s, 0, 26, "ALLREDUCE 0"); }
+/* The head (layer 3) ties its matrix to the embedding's table (stages 0 and 1, ranks 0 and 1). */
+static void fb_tie(be_stream *s) {
+  be_layer *l = &s->layers[3];
+  l->params = xrealloc(l->params, (size_t)(l->nparams + 1) * sizeof *l->params);
+  l->params[l->nparams].name = xstrdup("tied");
+  l->params[l->nparams++].value = 1;
+}
+static void e_tie_untied(be_stream *s) { fb_ins(s, 0, 26, "TIE 0 1"); }
+static void e_tie_missing(be_stream *s) {
+  fb_tie(s);
+  fb_ins(s, 0, 26, "TIE 0 1");
+}
+static void e_tie_pair(be_stream *s) {
+  fb_tie(s);
+  fb_ins(s, 0, 26, "TIE 0 0");
+}
+static void e_tie_twice(be_stream *s) {
+  fb_tie(s);
+  fb_ins(s, 0, 26, "TIE 0 1");
+  fb_ins(s, 0, 26, "TIE 0 1");
+}
+static void e_tie_early(be_stream *s) {
+  fb_tie(s);
+  fb_ins(s, 0, 0, "TIE 0 1");
+}
+static void e_tie_before_allreduce(be_stream *s) {
+  fb_tie(s);
+  fb_ins(s, 0, 26, "TIE 0 1");
+  fb_ins(s, 1, 29, "TIE 1 0");
+}
+static void e_tie_not_owner(be_stream *s) {
+  fb_tie(s);
+  fb_ins(s, 0, 26, "TIE 1 0");
+}
+static void e_tie_vocab(be_stream *s) {
+  fb_tie(s);
+  s->layers[3].params[0].value = 1000; /* vocab */
+}
 static void e_peer_self(be_stream *s) { fb_set(s, 0, 3, "SEND 0 1 1 0 0"); }
 static void e_mb_range(be_stream *s) { fb_set(s, 0, 0, "LOAD 0 2 0"); }
 static void e_slot_range(be_stream *s) { fb_set(s, 0, 2, "FREE 8"); }
@@ -1008,6 +1050,23 @@ static const fb_case fb_cases[] = {
     {"ALLREDUCE too early", 2, e_allreduce_early,
      "rank 0 at 0020 (ALLREDUCE): ALLREDUCE of stage 0 before the backward of s0 mb1", false},
     {"ALLREDUCE twice", 2, e_allreduce_twice, "second ALLREDUCE of stage 0", false},
+    {"TIE without tied embeddings", 1, e_tie_untied,
+     "rank 0 at 0026 (TIE): TIE, but the stream has no tied lm_head", false},
+    {"TIE missing on a rank", 1, e_tie_missing,
+     "rank 1: no TIE of the tied embedding (s0) and lm_head (s1)", false},
+    {"TIE of the wrong stages", 1, e_tie_pair,
+     "rank 0 at 0026 (TIE): TIE of s0 and s0, but the tied pair is s0 (embedding) and s1 "
+     "(lm_head)", false},
+    {"TIE twice", 1, e_tie_twice, "rank 0 at 0027 (TIE): second TIE", false},
+    {"TIE before the backward", 1, e_tie_early,
+     "rank 0 at 0000 (TIE): TIE before the backward of s0 mb0", false},
+    {"TIE before the all-reduce", 2, e_tie_before_allreduce,
+     "rank 0 at 0026 (TIE): TIE before the ALLREDUCE of stage 0", false},
+    {"TIE of another rank's stage", 1, e_tie_not_owner,
+     "rank 0 at 0026 (TIE): stage 1 runs on rank 1, not here", false},
+    {"tied vocabulary differs", 1, e_tie_vocab,
+     "layer 3 \"head\" (lm_head): tied = true shares the table of layer 'embed', whose vocab "
+     "= 32000 is not 1000", false},
     {"peer is self", 1, e_peer_self,
      "rank 0 at 0003 (SEND): peer rank 0 is the rank itself", false},
     {"microbatch range", 1, e_mb_range,
@@ -1019,7 +1078,7 @@ static const fb_case fb_cases[] = {
     {"operand past nops", 1, e_past_nops,
      "rank 0 at 0008 (FREE): operand 1 is 5, past the 1 operand of FREE (the rest must be "
      "0)", true},
-    {"unknown opcode", 1, e_opcode, "rank 0 at 0004 (opcode 12): unknown opcode 12", true},
+    {"unknown opcode", 1, e_opcode, "rank 0 at 0004 (opcode 13): unknown opcode 13", true},
     {"stage not owned", 1, e_not_owner,
      "rank 1 at 0003 (FWD): stage 0 runs on rank 0, not here", false},
     {"LOAD not on stage 0", 1, e_load_stage,
@@ -1111,6 +1170,30 @@ static const fb_case fb_cases[] = {
     {"predicted times left behind", 1, e_pred_stale,
      "rank 0: predicted time of 0015 (FREE), which is not a FWD", false},
 };
+
+/* A tied stream with its TIE on both ranks, after the all-reduces, is valid, free of deadlock,
+ * and survives its encoding. */
+void test_backend_format_tie(void) {
+  for (int replicas = 1; replicas <= 2; replicas++) {
+    be_stream *s = fb_build(replicas, false);
+    fb_tie(s);
+    fb_ins(s, 0, s->ranks[0].ncode - 1, "TIE 0 1");
+    fb_ins(s, 1, s->ranks[1].ncode - 1, "TIE 1 0");
+    strbuf err = {0};
+    UNIT_CHECK(be_validate(s, &err) == 0);
+    UNIT_CHECK(be_check(s, &err) == 0);
+    UNIT_CHECK_STREQ(strbuf_cstr(&err), "");
+    int emb, head;
+    UNIT_CHECK(be_stream_tie(s, &emb, &head) && emb == 0 && head == 3);
+    strbuf b = fb_bytes(s);
+    be_stream *t = be_read((const uint8_t *)b.data, b.len, &err);
+    UNIT_CHECK(t != NULL && t->ranks[1].code[t->ranks[1].ncode - 2].op == BE_OP_TIE);
+    be_stream_free(t);
+    strbuf_free(&b);
+    strbuf_free(&err);
+    be_stream_free(s);
+  }
+}
 
 /* Each broken program of the table is rejected with its message (exactly one message), by the
  * validator and by the reader of its encoding. */

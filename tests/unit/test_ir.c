@@ -192,6 +192,7 @@ static ir_module *build_full_module(void) {
   set_param(l, "seq", 4096);
   set_param(l, "loss", 1);
   set_param(l, "norm_eps", 1e-6);
+  set_param(l, "tied", 0);
 
   ir_module_add_stage(m, 0, 4)->device = 0;
   ir_module_add_stage(m, 4, 8)->device = 1;

@@ -29,7 +29,8 @@ def main():
     drawn = int(attrs.get("data-drawn-ops", "-1"))
     if len(sys.argv) > 2:
         trace = json.load(open(sys.argv[2], encoding="utf-8"))
-        kinds = {"F", "B", "W", "BW", "allreduce", "optimizer", "reduce-scatter", "all-gather"}
+        kinds = {"F", "B", "W", "BW", "allreduce", "optimizer", "reduce-scatter", "all-gather",
+                 "tie"}
         n = sum(1 for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") in kinds)
         if drawn != n:
             fail("%d ops drawn, %d in the trace" % (drawn, n))

@@ -64,7 +64,7 @@ def main(path):
             slices[(e["pid"], e["tid"])].append((ts, ts + dur, e["name"]))
             if threads[e["pid"]].get(e["tid"]) == "compute":
                 ops += 1
-                if e["cat"] not in ("F", "B", "W", "BW", "allreduce", "optimizer"):
+                if e["cat"] not in ("F", "B", "W", "BW", "allreduce", "optimizer", "tie"):
                     fail("unknown operation category " + e["cat"])
             else:
                 xfer_x += 1
