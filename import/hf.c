@@ -389,6 +389,8 @@ typedef struct hf_model {
   double eps;               /* RMSNorm epsilon of the decoder layers and the head (norm_eps) */
   bool qkv_bias;            /* the attention's q, k and v projections have biases (Qwen2) */
   bool qk_norm;             /* the attention normalizes each q and k head (Qwen3) */
+  bool no_renorm;           /* MoE routing weights are the softmax over all experts at the
+                               selected ones (norm_topk_prob false: 'renorm = false') */
   bool tied;                /* the LM head's matrix is the embedding's table (tie_word_embeddings:
                                'tied = true' on the lm_head) */
   double vit_eps;           /* LayerNorm epsilon of the ViT layers */
@@ -452,6 +454,21 @@ static void hf_tie(hf_ctx *c, const cJSON *obj, const char *p, bool dflt, hf_mod
     hf_use(c, p, name, "null, which does not tie (transformers keeps None): %s", how);
   else if (v)
     hf_use(c, p, name, "%s", how);
+}
+
+/* norm_topk_prob under prefix p (absent: 'dflt', the config class's default) into m->no_renorm:
+ * true renormalizes the top-k routing weights (OctoPipe's renorm = true, Mixtral's), false or
+ * null (transformers' 'if self.norm_topk_prob' on None) takes the softmax over all experts at
+ * the selected ones (renorm = false). Post: any other value is an error at its key. */
+static void hf_renorm(hf_ctx *c, const cJSON *obj, const char *p, bool dflt, hf_model *m) {
+  const char *name = "norm_topk_prob";
+  const cJSON *v = hf_get(c, obj, p, name);
+  if (!hf_bool_or_null(c, v, p, name)) return;
+  m->no_renorm = !(v ? cJSON_IsTrue(v) : dflt);
+  if (v)
+    hf_use(c, p, name, "%s", m->no_renorm ? "renorm = false (the softmax over all experts, at "
+                                            "the selected ones)"
+                                          : "renorm = true (the softmax over the selected)");
 }
 
 /* RoPE fields: rope_theta (any positive base: m->theta), rope_scaling (none, or Llama 3.1's
@@ -621,9 +638,7 @@ static void hf_decoder(hf_ctx *c, const cJSON *obj, const char *p, hf_family_id 
     m->top_k = hf_count(c, obj, p, "num_experts_per_tok", f == HF_FAM_QWEN2_MOE ? 4 : 8, 1, "top_k");
     m->expert_ffn = hf_count(c, obj, p, "moe_intermediate_size", f == HF_FAM_QWEN2_MOE ? 1408 : 768,
                              1, "expert_ffn");
-    hf_flag(c, obj, p, "norm_topk_prob", false, true,
-            "OctoPipe's routing renormalises the top-k probabilities (Mixtral's softmax over the "
-            "selected logits)");
+    hf_renorm(c, obj, p, false, m); /* both classes' default: false */
     hf_router_common(c, obj, p);
     hf_sparse_layers(c, obj, p, m, *n);
     if (f == HF_FAM_QWEN2_MOE) {
@@ -716,8 +731,7 @@ static void hf_decoder(hf_ctx *c, const cJSON *obj, const char *p, hf_family_id 
     if (hf_get(c, obj, p, "n_group")) hf_use(c, p, "n_group", "groups of the group-limited top-k");
     if (hf_get(c, obj, p, "topk_group"))
       hf_use(c, p, "topk_group", "groups kept by the group-limited top-k");
-    hf_flag(c, obj, p, "norm_topk_prob", !v3 ? false : true, true,
-            "OctoPipe's routing renormalises the top-k probabilities");
+    hf_renorm(c, obj, p, v3, m); /* V2's greedy softmax top-k; V3's class default: true */
     hf_fixed(c, obj, p, "routed_scaling_factor", v3 ? 2.5 : 1, 1,
              "OctoPipe does not scale the routed experts' output");
     if (hf_get(c, obj, p, "aux_loss_alpha"))
@@ -955,6 +969,7 @@ static void hf_write_model(strbuf *s, const hf_model *m, const char *name, doubl
     hf_dim(s, "top_k", m->top_k);
     hf_dim(s, "expert_ffn", m->expert_ffn);
     if (m->shared > 0) hf_dim(s, "shared_experts", m->shared);
+    if (m->no_renorm) strbuf_puts(s, "  renorm = false");
     strbuf_putc(s, '\n');
   }
   strbuf_puts(s, "  layer embed : embedding\n");

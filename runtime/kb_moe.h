@@ -10,11 +10,15 @@
 #include "kb_common.h"
 
 /* Token i: select its top K experts by logit (ties: the lower expert index first; slot k holds
- * the k-th largest) and their softmax weights over the K selected logits, in double. */
+ * the k-th largest) and their weights, in double: the softmax over the K selected logits, or
+ * (probs not NULL) the softmax over all E logits at the selected ones, all E probabilities
+ * written to probs for the backward. */
 typedef struct rt_b_moe_select_a {
   int E, K;            /* experts, top_k */
   const float *logits; /* N x E router logits */
   float *sel, *wt;     /* N x K each: selected expert of each slot (as a float), its weight */
+  float *probs;        /* N x E: the softmax over all experts (weights without renormalization),
+                          or NULL: the weights renormalized over the selected */
 } rt_b_moe_select_a;
 RT_BODY_FN(moe_select) {
   int E = p->E, K = p->K;
@@ -31,6 +35,13 @@ RT_BODY_FN(moe_select) {
     sr[k] = (float)best;
   }
   double mx = lr[(int)sr[0]], sum = 0;
+  if (p->probs) {
+    float *pr = p->probs + (size_t)i * E;
+    for (int e = 0; e < E; e++) sum += exp((double)lr[e] - mx);
+    for (int e = 0; e < E; e++) pr[e] = (float)(exp((double)lr[e] - mx) / sum);
+    for (int k = 0; k < K; k++) wr[k] = pr[(int)sr[k]];
+    return;
+  }
   for (int k = 0; k < K; k++) sum += exp((double)lr[(int)sr[k]] - mx);
   for (int k = 0; k < K; k++) wr[k] = (float)(exp((double)lr[(int)sr[k]] - mx) / sum);
 }
@@ -107,10 +118,13 @@ RT_BODY_FN(moe_wgrad) {
   for (int j = 0; j < F; j++) gr[j] *= c0;
 }
 
-/* Token i: the routing softmax's gradient onto its selected logits, dlog[i][sel_k] =
- * wt_k * (dwt_k - sum_j wt_j dwt_j) (the other logits are left as they are: zero). */
+/* Token i: the routing softmax's gradient onto its logits, s = sum_k wt_k dwt_k. Renormalized
+ * (all false): dlog[i][sel_k] = wt_k (dwt_k - s), the other logits left as they are (zero).
+ * Over all experts (all true): dlog holds the E probabilities p_e (moe_select's probs) and
+ * becomes p_e (g_e - s) for every e, g_e = dwt_k when e = sel_k, else 0. */
 typedef struct rt_b_moe_dlog_a {
   int E, K;                /* experts, top_k */
+  bool all;                /* the weights are the softmax over all experts (dlog: its probs) */
   const float *sel, *wt;   /* N x K each */
   const double *dwt;       /* N x K: gradient of the routing weights */
   float *dlog;             /* N x E */
@@ -120,6 +134,16 @@ RT_BODY_FN(moe_dlog) {
   size_t t = (size_t)i;
   double s = 0;
   for (int k = 0; k < K; k++) s += (double)p->wt[t * K + k] * p->dwt[t * K + k];
+  if (p->all) {
+    float *dr = p->dlog + t * E;
+    for (int e = 0; e < E; e++) {
+      double g = 0;
+      for (int k = 0; k < K; k++)
+        if ((int)p->sel[t * K + k] == e) g = p->dwt[t * K + k];
+      dr[e] = (float)((double)dr[e] * (g - s));
+    }
+    return;
+  }
   for (int k = 0; k < K; k++)
     p->dlog[t * E + (int)p->sel[t * K + k]] =
         (float)(p->wt[t * K + k] * (p->dwt[t * K + k] - s));

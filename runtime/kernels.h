@@ -47,6 +47,8 @@ typedef struct rt_ldims {
   int experts;       /* moe: routed experts */
   int top_k;         /* moe: experts per token */
   int shared;        /* moe: shared experts (always active, each of width ffn) */
+  bool renorm;       /* moe: routing weights are the softmax over the top_k selected logits
+                        (else the softmax over all experts' logits, at the selected ones) */
   int state;         /* mamba2: SSM state size per group (d_state) */
   int groups;        /* mamba2: B/C groups (divides heads) */
   int conv;          /* mamba2: causal depthwise convolution width */

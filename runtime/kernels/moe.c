@@ -15,8 +15,10 @@
  *   "shared.w2"  [shared, ffn, hidden]  as experts.w2
  * Forward: h = RMSNorm(x) * norm (rt_rmsnorm_fwd); logits = h router; per token, the K experts of
  * largest logit are selected (ties: the lower expert index first; slot k holds the k-th largest);
- * the routing weights are the softmax over the K selected logits (the router gets its gradient
- * through this softmax; the selection itself is not differentiated);
+ * the routing weights are the softmax over the K selected logits (renorm, the default), or with
+ * renorm = false the softmax over all E logits at the K selected (Qwen-MoE's norm_topk_prob =
+ * false, DeepSeek-V2: they need not sum to 1); the router gets its gradient through the softmax
+ * (the selection itself is not differentiated);
  *   FFN_e(h) = (act(h W1_e) [* (h W3_e)]) W2_e  (gated: SwiGLU for silu, GeGLU for gelu),
  *   routed = sum_k weight_k * FFN_{e_k}(h),  shared = sum_s FFN_s(h),  y = x + routed + shared.
  * Dropless: every token reaches all its K experts; there is no capacity limit and no auxiliary
@@ -52,7 +54,8 @@ typedef struct moe_layout {
   size_t sz;    /* shared x N x ffn: shared act(a) [* u] (fwd) */
   size_t dy;    /* N x hidden: gradient of the output (bwd_in) */
   size_t dh;    /* N x hidden: gradient of h (bwd_in) */
-  size_t dlog;  /* N x E: gradient of the router logits (bwd_in) */
+  size_t dlog;  /* N x E: gradient of the router logits (bwd_in); without renormalization, from
+                   fwd until then the softmax over all experts */
   size_t rda;   /* R x ffn: gradient of ra (bwd_in) */
   size_t rdu;   /* R x ffn: gradient of ru, gated only (bwd_in) */
   size_t sda;   /* shared x N x ffn: gradient of sa (bwd_in) */
@@ -247,7 +250,7 @@ static void moe_fwd(const rt_ldims *d, const float *w, const float *x, float *y,
   rt_gemm(false, false, N, E, H, 1.0f, save + l.h, H, m.router, E, 0.0f, logits, E);
   /* each token's top K experts (ties: lower index first) and their softmax weights */
   RT_FOR(moe_select, N, .E = E, .K = d->top_k, .logits = logits, .sel = save + l.sel,
-         .wt = save + l.wt);
+         .wt = save + l.wt, .probs = d->renorm ? NULL : save + l.dlog);
   rt_scratch_free(logits);
 
   /* routed experts on their gathered rows, added to y expert by expert */
@@ -304,9 +307,10 @@ static void moe_bwd_in(const rt_ldims *d, const float *w, float *save, const flo
   rt_ffn_bwd_act(&f, R, save + l.ra, save + l.ru, save + l.rda, save + l.rda, save + l.rdu);
 
   /* the routing softmax over the selected logits, then the router */
-  float *dlog = save + l.dlog;
-  rt_zero(dlog, (size_t)N * E);
-  RT_FOR(moe_dlog, N, .E = E, .K = K, .sel = sel, .wt = wt, .dwt = dwt, .dlog = dlog);
+  float *dlog = save + l.dlog; /* without renormalization: F's probabilities, used in place */
+  if (d->renorm) rt_zero(dlog, (size_t)N * E);
+  RT_FOR(moe_dlog, N, .E = E, .K = K, .all = !d->renorm, .sel = sel, .wt = wt, .dwt = dwt,
+         .dlog = dlog);
   rt_scratch_free(dwt);
   rt_gemm(false, true, N, H, E, 1.0f, dlog, E, m.router, E, 0.0f, save + l.dh, H);
 
@@ -381,6 +385,7 @@ static int moe_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   d->gated = rt_lp(in, BE_LP_MOE_GATED, 1) != 0;
   d->act = (rt_act)(int)rt_lp(in, BE_LP_MOE_ACT, RT_ACT_SILU);
   d->norm_eps = rt_lp(in, BE_LP_MOE_NORM_EPS, 1e-5);
+  d->renorm = rt_lp(in, BE_LP_MOE_RENORM, 1) != 0;
   return 0;
 }
 

@@ -6,7 +6,10 @@ equal to 0.01 MiB (the printed precision), and within TOLERANCE of the predictio
 import re
 import sys
 
-TOLERANCE = 0.02  # the workspace: the model's scratch between layers, token ids
+# the workspace: the model's scratch between layers, token ids. Its share depends on the plan,
+# which comes from a timed profile and so from the machine's load: up to 3.2% was seen on a
+# loaded 2-core machine (rank 0 at 3.24 MiB, 0.10 MiB of it workspace).
+TOLERANCE = 0.05
 
 text = open(sys.argv[1]).read()
 ranks = int(sys.argv[2])

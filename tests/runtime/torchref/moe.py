@@ -1,7 +1,8 @@
 """PyTorch reference of the "moe" layer kind (runtime/kernels/moe.c): a pre-norm residual
 mixture-of-experts block. h = RMSNorm(x) * norm; logits = h router; each token takes the top_k
 experts of largest logit (ties: lower expert index first), weighted by the softmax over the
-selected logits (Mixtral style; the selection is not differentiated, the weights are);
+selected logits (Mixtral style), or with renorm false by the softmax over all logits at the
+selected ones (the selection is not differentiated, the weights are);
 y = x + sum_k weight_k FFN_{e_k}(h) + sum_s FFN_s(h), FFN(h) = (act(h W1) [* (h W3)]) W2.
 Dropless, no capacity limit, no auxiliary loss. Written from the definition, not from the C
 code: a masked loop over experts instead of a grouping permutation."""
@@ -26,7 +27,10 @@ def forward(dims, x, p):
     # torch.topk does not promise an order among equal values; a stable descending sort does
     # (lower index first), and its first K columns are the top K in descending order.
     sel = torch.sort(logits.detach(), dim=-1, descending=True, stable=True).indices[:, :K]
-    weights = torch.softmax(logits.gather(1, sel), dim=-1)  # [N, K]
+    if dims.get("renorm", 1):
+        weights = torch.softmax(logits.gather(1, sel), dim=-1)  # [N, K]
+    else:
+        weights = torch.softmax(logits, dim=-1).gather(1, sel)
 
     routed = torch.zeros_like(x)
     for e in range(E):
