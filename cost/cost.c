@@ -302,6 +302,7 @@ static void kind_moe(cost_breakdown *bd, const cost_setup *su, const ir_layer *l
   if (sh > 0) ffn(bd, su, &ffn_shared, tok * sh, h, f, gated, sh);
   weights(bd, su, (E + sh) * (gated ? 3 : 2) * h * f, true);
   weights(bd, su, h * E + h, false);
+  if (P(MOE_SHARED_GATE) == 1) weights(bd, su, h, false); /* Qwen2-MoE's shared_expert_gate */
   allreduce_fb(bd, su, tok, h);
   if (su->dropout) act(bd, su, "moe_dropout_mask", tok * h, 0);
   bd->out = tok * h * e;

@@ -389,6 +389,8 @@ typedef struct hf_model {
   double eps;               /* RMSNorm epsilon of the decoder layers and the head (norm_eps) */
   bool qkv_bias;            /* the attention's q, k and v projections have biases (Qwen2) */
   bool qk_norm;             /* the attention normalizes each q and k head (Qwen3) */
+  bool shared_gate;         /* the shared experts' sum is scaled by a learned sigmoid gate
+                               (Qwen2-MoE's shared_expert_gate: 'shared_gate = true') */
   bool no_renorm;           /* MoE routing weights are the softmax over all experts at the
                                selected ones (norm_topk_prob false: 'renorm = false') */
   bool tied;                /* the LM head's matrix is the embedding's table (tie_word_embeddings:
@@ -650,8 +652,7 @@ static void hf_decoder(hf_ctx *c, const cJSON *obj, const char *p, hf_family_id 
                   "multiple of it", m->expert_ffn, sh);
       else if (m->expert_ffn > 0)
         m->shared = sh / m->expert_ffn;
-      hf_implicit(c, p, "Qwen2-MoE scales its shared expert's output by a learned sigmoid gate "
-                        "(shared_expert_gate); OctoPipe's shared experts are added ungated");
+      m->shared_gate = true; /* its shared_expert_gate; no field says so */
     }
     if (qwen_moe) hf_windows(c, obj, p, m, *n, true);
     break;
@@ -969,6 +970,7 @@ static void hf_write_model(strbuf *s, const hf_model *m, const char *name, doubl
     hf_dim(s, "top_k", m->top_k);
     hf_dim(s, "expert_ffn", m->expert_ffn);
     if (m->shared > 0) hf_dim(s, "shared_experts", m->shared);
+    if (m->shared_gate) strbuf_puts(s, "  shared_gate = true");
     if (m->no_renorm) strbuf_puts(s, "  renorm = false");
     strbuf_putc(s, '\n');
   }

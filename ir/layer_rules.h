@@ -165,6 +165,8 @@ static inline int lr_layer_check(int kind, const double *p, lr_report *r) {
   case LR_KIND_MOE: {
     double e = p[LR_P_MOE_EXPERTS], k = p[LR_P_MOE_TOP_K];
     if (LR_KNOWN2(e, k) && k > e) lr_problem(r, "top_k = %g exceeds experts = %g", k, e);
+    if (p[LR_P_MOE_SHARED_GATE] == 1 && p[LR_P_MOE_SHARED] == 0)
+      lr_problem(r, "shared_gate = true needs shared experts (shared_experts = 0)");
     break;
   }
   case LR_KIND_MAMBA2: {

@@ -149,4 +149,36 @@ RT_BODY_FN(moe_dlog) {
         (float)(p->wt[t * K + k] * (p->dwt[t * K + k] - s));
 }
 
+/* The shared experts' sigmoid gate (Qwen2-MoE), g_t = sigmoid(a_t), a_t = h_t . w.
+ * moe_gate_fwd, token i: g[i] = sigmoid(g[i]) in place (g holds a, the gate's logit, before).
+ * moe_gate_scale, element i of N x n: dst[i] (+)= g[i / n] * src[i] (add: accumulate). */
+typedef struct rt_b_moe_gate_fwd_a {
+  float *g; /* N: the logits, then the gates */
+} rt_b_moe_gate_fwd_a;
+RT_BODY_FN(moe_gate_fwd) { p->g[i] = (float)(1.0 / (1.0 + exp(-(double)p->g[i]))); }
+typedef struct rt_b_moe_gate_scale_a {
+  int n;                /* row width */
+  bool add;             /* dst += (else dst =) */
+  const float *g, *src; /* N gates; N x n */
+  float *dst;           /* N x n */
+} rt_b_moe_gate_scale_a;
+RT_BODY_FN(moe_gate_scale) {
+  float v = p->g[i / p->n] * p->src[i];
+  p->dst[i] = p->add ? p->dst[i] + v : v;
+}
+
+/* Token i: the gradient of the gate's logit, da[i] = g (1 - g) (dy_i . s_i), s the shared
+ * experts' sum, in double. */
+typedef struct rt_b_moe_gate_bwd_a {
+  int n;                      /* row width (hidden) */
+  const float *g, *dy, *s;    /* N gates; N x n each */
+  float *da;                  /* N */
+} rt_b_moe_gate_bwd_a;
+RT_BODY_FN(moe_gate_bwd) {
+  const float *dr = p->dy + (size_t)i * p->n, *sr = p->s + (size_t)i * p->n;
+  double dot = 0, g = p->g[i];
+  for (int j = 0; j < p->n; j++) dot += (double)dr[j] * sr[j];
+  p->da[i] = (float)(g * (1 - g) * dot);
+}
+
 #endif

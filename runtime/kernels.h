@@ -47,8 +47,9 @@ typedef struct rt_ldims {
   int experts;       /* moe: routed experts */
   int top_k;         /* moe: experts per token */
   int shared;        /* moe: shared experts (always active, each of width ffn) */
-  bool renorm;       /* moe: routing weights are the softmax over the top_k selected logits
-                        (else the softmax over all experts' logits, at the selected ones) */
+  bool shared_gate;  /* moe: the shared experts' sum is scaled by sigmoid(h . gate) per token */
+  bool all_probs;    /* moe: routing weights are the softmax over all experts' logits at the
+                        selected ones (renorm = false), else over the top_k selected logits */
   int state;         /* mamba2: SSM state size per group (d_state) */
   int groups;        /* mamba2: B/C groups (divides heads) */
   int conv;          /* mamba2: causal depthwise convolution width */

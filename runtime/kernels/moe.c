@@ -13,6 +13,8 @@
  *   "shared.w1"  [shared, hidden, ffn]  as experts.w1
  *   "shared.w3"  [shared, hidden, ffn]  (gated only) as experts.w3
  *   "shared.w2"  [shared, ffn, hidden]  as experts.w2
+ *   and with shared_gate (Qwen2-MoE's shared_expert_gate):
+ *   "shared.gate" [hidden]           uniform in +-sqrt(3 / hidden)
  * Forward: h = RMSNorm(x) * norm (rt_rmsnorm_fwd); logits = h router; per token, the K experts of
  * largest logit are selected (ties: the lower expert index first; slot k holds the k-th largest);
  * the routing weights are the softmax over the K selected logits (renorm, the default), or with
@@ -20,7 +22,8 @@
  * false, DeepSeek-V2: they need not sum to 1); the router gets its gradient through the softmax
  * (the selection itself is not differentiated);
  *   FFN_e(h) = (act(h W1_e) [* (h W3_e)]) W2_e  (gated: SwiGLU for silu, GeGLU for gelu),
- *   routed = sum_k weight_k * FFN_{e_k}(h),  shared = sum_s FFN_s(h),  y = x + routed + shared.
+ *   routed = sum_k weight_k * FFN_{e_k}(h),  shared = sum_s FFN_s(h),  y = x + routed + shared,
+ *   with shared_gate shared = sigmoid(h . gate) * sum_s FFN_s(h), per token.
  * Dropless: every token reaches all its K experts; there is no capacity limit and no auxiliary
  * (load-balancing) loss.
  * Implementation: kernels run on the current device (kdev.h); all element work is in the bodies
@@ -52,6 +55,8 @@ typedef struct moe_layout {
   size_t sa;    /* shared x N x ffn: shared h W1_s (fwd) */
   size_t su;    /* shared x N x ffn: shared h W3_s, gated only (fwd) */
   size_t sz;    /* shared x N x ffn: shared act(a) [* u] (fwd) */
+  size_t ss;    /* N x hidden: the shared experts' sum, shared_gate only (fwd) */
+  size_t sg;    /* N: the shared gate sigmoid(h . gate), shared_gate only (fwd) */
   size_t dy;    /* N x hidden: gradient of the output (bwd_in) */
   size_t dh;    /* N x hidden: gradient of h (bwd_in) */
   size_t dlog;  /* N x E: gradient of the router logits (bwd_in); without renormalization, from
@@ -60,6 +65,8 @@ typedef struct moe_layout {
   size_t rdu;   /* R x ffn: gradient of ru, gated only (bwd_in) */
   size_t sda;   /* shared x N x ffn: gradient of sa (bwd_in) */
   size_t sdu;   /* shared x N x ffn: gradient of su, gated only (bwd_in) */
+  size_t sdy;   /* N x hidden: the shared experts' output gradient g * dy, shared_gate only */
+  size_t sga;   /* N: gradient of the shared gate's logit, shared_gate only (bwd_in) */
   size_t total; /* floats of the whole block */
 } moe_layout;
 
@@ -68,6 +75,7 @@ static moe_layout moe_layout_of(const rt_ldims *d) {
   size_t N = (size_t)d->B * d->S, K = d->top_k, R = N * K, nh = N * d->hidden;
   size_t rf = R * d->ffn, ruf = d->gated ? rf : 0;
   size_t sf = (size_t)d->shared * N * d->ffn, suf = d->gated ? sf : 0;
+  size_t gh = d->shared_gate ? nh : 0, gn = d->shared_gate ? N : 0;
   moe_layout l;
   l.x = 0;
   l.rstd = l.x + nh;
@@ -80,14 +88,18 @@ static moe_layout moe_layout_of(const rt_ldims *d) {
   l.sa = l.rz + rf;
   l.su = l.sa + sf;
   l.sz = l.su + suf;
-  l.dy = l.sz + sf;
+  l.ss = l.sz + sf;
+  l.sg = l.ss + gh;
+  l.dy = l.sg + gn;
   l.dh = l.dy + nh;
   l.dlog = l.dh + nh;
   l.rda = l.dlog + N * d->experts;
   l.rdu = l.rda + rf;
   l.sda = l.rdu + ruf;
   l.sdu = l.sda + sf;
-  l.total = l.sdu + suf;
+  l.sdy = l.sdu + suf;
+  l.sga = l.sdy + gh;
+  l.total = l.sga + gn;
   return l;
 }
 
@@ -114,6 +126,10 @@ static int moe_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
   }
   if (d->shared < 0) {
     strbuf_printf(err, "moe shared experts %d negative", d->shared);
+    return -1;
+  }
+  if (d->shared_gate && d->shared == 0) {
+    strbuf_puts(err, "moe shared_gate needs shared experts");
     return -1;
   }
   if (d->in_w != 0 && d->in_w != d->hidden) {
@@ -145,6 +161,7 @@ static int moe_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
     rt_lplan_add(p, "shared.w1", Sh, H, F, RT_INIT_UNIFORM, s1);
     if (d->gated) rt_lplan_add(p, "shared.w3", Sh, H, F, RT_INIT_UNIFORM, s1);
     rt_lplan_add(p, "shared.w2", Sh, F, H, RT_INIT_UNIFORM, s2);
+    if (d->shared_gate) rt_lplan_add(p, "shared.gate", H, 0, 0, RT_INIT_UNIFORM, s1);
   }
   p->save_floats = moe_layout_of(d).total;
   p->out_w = H;
@@ -161,6 +178,7 @@ typedef struct moe_params {
   float *sw1;    /* [shared, hidden, ffn], NULL when shared = 0 */
   float *sw3;    /* [shared, hidden, ffn], NULL when not gated or shared = 0 */
   float *sw2;    /* [shared, ffn, hidden], NULL when shared = 0 */
+  float *sgate;  /* [hidden], NULL without shared_gate */
 } moe_params;
 
 /* Split w (the plan's layout) into its tensors. */
@@ -183,6 +201,8 @@ static moe_params moe_params_of(const rt_ldims *d, const float *w) {
   m.sw3 = Sh && d->gated ? q : NULL;
   q += d->gated ? Sh * HF : 0;
   m.sw2 = Sh ? q : NULL;
+  q += Sh * HF;
+  m.sgate = d->shared_gate ? q : NULL;
   return m;
 }
 
@@ -250,7 +270,7 @@ static void moe_fwd(const rt_ldims *d, const float *w, const float *x, float *y,
   rt_gemm(false, false, N, E, H, 1.0f, save + l.h, H, m.router, E, 0.0f, logits, E);
   /* each token's top K experts (ties: lower index first) and their softmax weights */
   RT_FOR(moe_select, N, .E = E, .K = d->top_k, .logits = logits, .sel = save + l.sel,
-         .wt = save + l.wt, .probs = d->renorm ? NULL : save + l.dlog);
+         .wt = save + l.wt, .probs = d->all_probs ? save + l.dlog : NULL);
   rt_scratch_free(logits);
 
   /* routed experts on their gathered rows, added to y expert by expert */
@@ -270,11 +290,17 @@ static void moe_fwd(const rt_ldims *d, const float *w, const float *x, float *y,
   rt_scratch_free(og);
   moe_route_free(&rt);
 
-  /* shared experts on every token */
+  /* shared experts on every token: added to y, or with the gate summed apart, then y += g s */
+  float *sum = d->shared_gate ? save + l.ss : y;
   for (int s = 0; s < d->shared; s++)
     rt_ffn_fwd(&f, N, save + l.h, m.sw1 + s * HF, d->gated ? m.sw3 + s * HF : NULL,
-               m.sw2 + s * HF, save + l.sa + s * NF, save + l.su + s * NF, save + l.sz + s * NF, y,
-               1.0f);
+               m.sw2 + s * HF, save + l.sa + s * NF, save + l.su + s * NF, save + l.sz + s * NF,
+               sum, d->shared_gate && s == 0 ? 0.0f : 1.0f);
+  if (d->shared_gate) {
+    rt_gemm(false, false, N, 1, H, 1.0f, save + l.h, H, m.sgate, 1, 0.0f, save + l.sg, 1);
+    RT_FOR(moe_gate_fwd, N, .g = save + l.sg);
+    RT_FOR(moe_gate_scale, nh, .n = H, .add = true, .g = save + l.sg, .src = save + l.ss, .dst = y);
+  }
 }
 
 /* B: dx from dy through the shared and routed experts, the routing softmax, the router and the
@@ -308,8 +334,8 @@ static void moe_bwd_in(const rt_ldims *d, const float *w, float *save, const flo
 
   /* the routing softmax over the selected logits, then the router */
   float *dlog = save + l.dlog; /* without renormalization: F's probabilities, used in place */
-  if (d->renorm) rt_zero(dlog, (size_t)N * E);
-  RT_FOR(moe_dlog, N, .E = E, .K = K, .all = !d->renorm, .sel = sel, .wt = wt, .dwt = dwt,
+  if (!d->all_probs) rt_zero(dlog, (size_t)N * E);
+  RT_FOR(moe_dlog, N, .E = E, .K = K, .all = d->all_probs, .sel = sel, .wt = wt, .dwt = dwt,
          .dlog = dlog);
   rt_scratch_free(dwt);
   rt_gemm(false, true, N, H, E, 1.0f, dlog, E, m.router, E, 0.0f, save + l.dh, H);
@@ -325,10 +351,19 @@ static void moe_bwd_in(const rt_ldims *d, const float *w, float *save, const flo
   rt_scratch_free(buf);
   moe_route_free(&rt);
 
-  /* shared experts */
+  /* shared experts, from g dy with the gate (whose logit's gradient goes to dh) */
+  const float *sdy = save + l.dy;
+  if (d->shared_gate) {
+    RT_FOR(moe_gate_bwd, N, .n = H, .g = save + l.sg, .dy = save + l.dy, .s = save + l.ss,
+           .da = save + l.sga);
+    RT_FOR(moe_gate_scale, nh, .n = H, .add = false, .g = save + l.sg, .src = save + l.dy,
+           .dst = save + l.sdy);
+    sdy = save + l.sdy;
+    rt_gemm(false, false, N, H, 1, 1.0f, save + l.sga, 1, m.sgate, H, 1.0f, save + l.dh, H);
+  }
   for (int s = 0; s < d->shared; s++) {
     float *da = save + l.sda + s * NF, *du = save + l.sdu + s * NF;
-    rt_gemm(false, true, N, F, H, 1.0f, save + l.dy, H, m.sw2 + s * HF, H, 0.0f, da, F);
+    rt_gemm(false, true, N, F, H, 1.0f, sdy, H, m.sw2 + s * HF, H, 0.0f, da, F);
     rt_ffn_bwd_act(&f, N, save + l.sa + s * NF, save + l.su + s * NF, da, da, du);
     rt_ffn_bwd_h(&f, N, m.sw1 + s * HF, d->gated ? m.sw3 + s * HF : NULL, da, du, save + l.dh,
                  1.0f);
@@ -367,10 +402,13 @@ static void moe_bwd_w(const rt_ldims *d, const float *w, const float *save, floa
   rt_scratch_free(dog);
   moe_route_free(&rt);
 
+  const float *sdy = d->shared_gate ? save + l.sdy : save + l.dy;
   for (int s = 0; s < d->shared; s++)
     rt_ffn_bwd_w(&f, N, save + l.h, save + l.sda + s * NF, save + l.sdu + s * NF,
-                 save + l.sz + s * NF, save + l.dy, gp.sw1 + s * HF,
+                 save + l.sz + s * NF, sdy, gp.sw1 + s * HF,
                  d->gated ? gp.sw3 + s * HF : NULL, gp.sw2 + s * HF);
+  if (d->shared_gate)
+    rt_gemm(true, false, H, 1, N, 1.0f, save + l.h, H, save + l.sga, 1, 1.0f, gp.sgate, 1);
 }
 
 /* Dimensions: hidden, seq, experts, top_k, shared experts, one expert's ffn, gated, act,
@@ -385,7 +423,8 @@ static int moe_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   d->gated = rt_lp(in, BE_LP_MOE_GATED, 1) != 0;
   d->act = (rt_act)(int)rt_lp(in, BE_LP_MOE_ACT, RT_ACT_SILU);
   d->norm_eps = rt_lp(in, BE_LP_MOE_NORM_EPS, 1e-5);
-  d->renorm = rt_lp(in, BE_LP_MOE_RENORM, 1) != 0;
+  d->all_probs = rt_lp(in, BE_LP_MOE_RENORM, 1) == 0;
+  d->shared_gate = rt_lp(in, BE_LP_MOE_SHARED_GATE, 0) == 1;
   return 0;
 }
 

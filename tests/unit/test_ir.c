@@ -157,6 +157,7 @@ static ir_module *build_full_module(void) {
   set_param(l, "act", IR_ACT_GELU);
   set_param(l, "seq", 4096);
   set_param(l, "norm_eps", 1e-5);
+  set_param(l, "shared_gate", 0);
   set_param(l, "renorm", 1);
   l = ir_module_add_layer(m, "mamba", IR_KIND_MAMBA2);
   set_param(l, "hidden", 1024);

@@ -3,7 +3,8 @@ mixture-of-experts block. h = RMSNorm(x) * norm; logits = h router; each token t
 experts of largest logit (ties: lower expert index first), weighted by the softmax over the
 selected logits (Mixtral style), or with renorm false by the softmax over all logits at the
 selected ones (the selection is not differentiated, the weights are);
-y = x + sum_k weight_k FFN_{e_k}(h) + sum_s FFN_s(h), FFN(h) = (act(h W1) [* (h W3)]) W2.
+y = x + sum_k weight_k FFN_{e_k}(h) + sum_s FFN_s(h), FFN(h) = (act(h W1) [* (h W3)]) W2; with
+shared_gate the shared sum is scaled by sigmoid(h gate) per token.
 Dropless, no capacity limit, no auxiliary loss. Written from the definition, not from the C
 code: a masked loop over experts instead of a grouping permutation."""
 import torch
@@ -47,4 +48,6 @@ def forward(dims, x, p):
     for s in range(int(dims.get("shared", 0) or 0)):
         w3 = p["shared.w3"][s] if gated else None
         shared = shared + _ffn(dims, h, p["shared.w1"][s], w3, p["shared.w2"][s])
+    if dims.get("shared_gate"):  # Qwen2-MoE's shared_expert_gate
+        shared = torch.sigmoid(h @ p["shared.gate"])[:, None] * shared
     return x + routed + shared
