@@ -82,6 +82,11 @@ CASES = [
                                     num_experts_per_tok=2, moe_intermediate_size=64,
                                     norm_topk_prob=True, decoder_sparse_step=1,
                                     mlp_only_layers=[]), 107, 1000),
+    ("qwen2_moe", "qwen2_moe", dict(vocab_size=200, rope_theta=10000.0, num_experts=4,
+                                    num_experts_per_tok=2, moe_intermediate_size=64,
+                                    shared_expert_intermediate_size=128, norm_topk_prob=False,
+                                    decoder_sparse_step=1, mlp_only_layers=[],
+                                    use_sliding_window=False), 109, 1000),
     ("llama-tied", "llama", dict(vocab_size=200, rope_theta=500000.0, tie_word_embeddings=True),
      108, 1000),
 ]
@@ -215,6 +220,14 @@ def compare_dump(dump, names, params, targets, tied=False):
             g = np.load(os.path.join(dump, layer["prefix"] + "g." + prm["name"] + ".npy"))
             if layout == "EXPERT_T":
                 pairs = [(fmt % (block, e), w[e].T, g[e].T) for e in range(w.shape[0])]
+            elif layout == "CAT_IN_T":  # [S, in, f] -> [S * f, in]
+                cat = lambda a: a.transpose(0, 2, 1).reshape(-1, a.shape[1])
+                pairs = [(fmt % block, cat(w), cat(g))]
+            elif layout == "CAT_OUT_T":  # [S, f, out] -> [out, S * f]
+                cat = lambda a: a.reshape(-1, a.shape[2]).T
+                pairs = [(fmt % block, cat(w), cat(g))]
+            elif layout == "ROW":
+                pairs = [(fmt % block, w.reshape(1, -1), g.reshape(1, -1))]
             else:
                 hf = fmt % block if "%d" in fmt else fmt
                 pairs = [(hf, w.T, g.T) if layout == "T" else (hf, w, g)]
@@ -350,7 +363,7 @@ def main():
             shutil.rmtree(work, ignore_errors=True)
             os.makedirs(work)
             try:
-                row, bad = one_case(tools, work, qwen_moe_names if case[0] == "qwen3_moe"
+                row, bad = one_case(tools, work, qwen_moe_names if case[0] in ("qwen3_moe", "qwen2_moe")
                                     else names, case)
             except RuntimeError as e:
                 row, bad = "%-10s FAIL: %s" % (case[0], e), True

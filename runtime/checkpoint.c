@@ -22,7 +22,7 @@
 #include "safetensors.h"
 
 /* How a tensor of the runtime is stored in a file (ckpt_names.def LAYOUT). */
-enum { CK_AS_IS, CK_T, CK_EXPERT_T };
+enum { CK_AS_IS, CK_T, CK_EXPERT_T, CK_CAT_IN_T, CK_CAT_OUT_T, CK_ROW };
 /* Which naming of a moe layer's router and experts a row has (ckpt_names.def EXPERTS; the
  * values of rt_run_opts.ckpt_experts after ANY). */
 enum { CK_ANY = -1, CK_MIXTRAL = RT_CKPT_MIXTRAL, CK_QWEN_MOE = RT_CKPT_QWEN_MOE };
@@ -32,7 +32,7 @@ typedef struct ck_row {
   be_kind kind;      /* the layer kind */
   const char *param; /* the kernel's tensor name */
   const char *fmt;   /* the file's name: block, then expert */
-  int layout;        /* CK_AS_IS, CK_T or CK_EXPERT_T */
+  int layout;        /* CK_AS_IS, CK_T, CK_EXPERT_T, CK_CAT_IN_T, CK_CAT_OUT_T or CK_ROW */
   int experts;       /* CK_ANY, CK_MIXTRAL or CK_QWEN_MOE */
 } ck_row;
 
@@ -89,7 +89,8 @@ static bool ck_is_hf(const rt_model *m) {
     else want = k == BE_KIND_MOE ? BE_KIND_MOE : BE_KIND_MLP;
     if (k != want || ((k == BE_KIND_MLP || k == BE_KIND_MOE) && !L.d.gated)) return false;
     for (int t = 0; t < L.p.npt; t++)
-      if (!ck_row_of(k, L.p.pt[t].name, CK_MIXTRAL)) return false;
+      if (!ck_row_of(k, L.p.pt[t].name, CK_MIXTRAL) && !ck_row_of(k, L.p.pt[t].name, CK_QWEN_MOE))
+        return false;
   }
   return true;
 }
@@ -124,6 +125,15 @@ static void ck_names_of(const rt_model *m, int experts, ck_names *out) {
         if (layout == CK_AS_IS) {
           p.ndim = pt->ndim;
           for (int d = 0; d < pt->ndim; d++) p.shape[d] = pt->dim[d];
+        } else if (layout == CK_ROW) {
+          p.ndim = 2;
+          p.shape[0] = 1;
+          p.shape[1] = pt->dim[0];
+        } else if (layout == CK_CAT_IN_T || layout == CK_CAT_OUT_T) {
+          int64_t S = pt->dim[0], A = pt->dim[1], Bd = pt->dim[2]; /* [S, A, B] */
+          p.ndim = 2;
+          p.shape[0] = layout == CK_CAT_IN_T ? S * Bd : Bd;
+          p.shape[1] = layout == CK_CAT_IN_T ? A : S * A;
         } else {
           int a = layout == CK_T ? 0 : 1; /* the matrix's [in, out] dimensions */
           p.ndim = 2;
@@ -262,9 +272,23 @@ static size_t ck_pt_off(const rt_lplan *p, int t) {
  * and the file's (file: p->floats). */
 static void ck_convert(const ck_part *p, const rt_ptensor *pt, float *ours, float *file,
                        bool to_file) {
-  if (p->layout == CK_AS_IS) {
+  if (p->layout == CK_AS_IS || p->layout == CK_ROW) {
     if (to_file) memcpy(file, ours, p->floats * sizeof *file);
     else memcpy(ours, file, p->floats * sizeof *file);
+    return;
+  }
+  if (p->layout == CK_CAT_IN_T || p->layout == CK_CAT_OUT_T) {
+    /* ours [S, A, B]; CAT_IN_T: file [S x B, A], (s B + b, a) = ours (s, a, b); CAT_OUT_T: file
+     * [B, S x A], (b, s A + a) = ours (s, a, b) */
+    size_t S = (size_t)pt->dim[0], A = (size_t)pt->dim[1], Bd = (size_t)pt->dim[2];
+    for (size_t s = 0; s < S; s++)
+      for (size_t a = 0; a < A; a++)
+        for (size_t b = 0; b < Bd; b++) {
+          size_t o = (s * A + a) * Bd + b;
+          size_t f = p->layout == CK_CAT_IN_T ? (s * Bd + b) * A + a : b * (S * A) + s * A + a;
+          if (to_file) file[f] = ours[o];
+          else ours[o] = file[f];
+        }
     return;
   }
   int a = p->layout == CK_T ? 0 : 1;
@@ -1033,7 +1057,13 @@ out:
 int rt_ckpt_prepare(const be_stream *s, rt_opts *mo, rt_run_opts *o, strbuf *err) {
   o->resume_dir[0] = '\0';
   o->first_step = 0;
+  /* a run from scratch names moe layers as Mixtral does, or as Qwen-MoE does when they have
+   * shared experts (Mixtral has none) */
   o->ckpt_experts = RT_CKPT_MIXTRAL;
+  for (int i = 0; i < s->nlayers; i++)
+    if (be_layer_kind(&s->layers[i]) == BE_KIND_MOE &&
+        be_layer_param(&s->layers[i], BE_LP_MOE_SHARED) > 0)
+      o->ckpt_experts = RT_CKPT_QWEN_MOE;
   if (o->init && o->resume) {
     strbuf_puts(err, "--init and --resume: give one (a checkpoint holds its weights)");
     return -1;
