@@ -68,6 +68,16 @@ static const kcase kc_cases[] = {
       .act = RT_ACT_SILU}},
     {"moe_top1", "moe",
      {.B = 2, .S = 6, .hidden = 16, .experts = 3, .top_k = 1, .ffn = 8, .act = RT_ACT_RELU}},
+    /* Qwen2-MoE's variants, one each: central differences of 1e-2 cross a top-k tie (a jump of
+     * the loss) at some router entry of several such cases, the two together among them (PyTorch's
+     * own differences in float64 jump there too), so the combination is checked against
+     * PyTorch's autograd only (check-fixtures, dump-torch.test, bench/hf_parity.py) */
+    {"moe_gate", "moe", /* the gated shared experts */
+     {.B = 2, .S = 6, .hidden = 16, .experts = 4, .top_k = 2, .ffn = 8, .shared = 2, .gated = true,
+      .act = RT_ACT_SILU, .shared_gate = true}},
+    {"moe_top1_probs", "moe", /* top 1 without renormalization: the router gets its gradient */
+     {.B = 2, .S = 6, .hidden = 16, .experts = 3, .top_k = 1, .ffn = 8, .act = RT_ACT_RELU,
+      .all_probs = true}},
     {"mamba2_chunk4", "mamba2",
      {.B = 2, .S = 10, .hidden = 8, .heads = 4, .head_dim = 4, .inner = 16, .state = 4, .groups = 2,
       .conv = 4, .chunk = 4}},
