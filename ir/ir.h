@@ -516,6 +516,10 @@ int ir_layer_check(const ir_layer *l, diag_engine *d, diag_loc loc);
  * an embedding before it with its vocab and hidden), reported at loc; other layers pass.
  * Returns the number of errors. */
 int ir_layer_check_tie(const ir_module *m, int i, diag_engine *d, diag_loc loc);
+/* The tied embeddings of m, as the stream's be_stream_tie: when a lm_head has tied = true and
+ * the model an embedding (lr_tie_source), sets *emb and *head to the shared table's layer and
+ * the head's and returns true; else false (both -1). Pre: the layers are verified. */
+bool ir_module_tie(const ir_module *m, int *emb, int *head);
 
 /* ---- Text form ----------------------------------------------------------------------------*/
 

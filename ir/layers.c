@@ -73,6 +73,15 @@ int ir_layer_check(const ir_layer *l, diag_engine *d, diag_loc loc) {
 /* lr_tie_source's view of a module's layer kinds. */
 static int module_kind(const void *ctx, int i) { return (int)((const ir_module *)ctx)->layers[i].kind; }
 
+bool ir_module_tie(const ir_module *m, int *emb, int *head) {
+  *emb = *head = -1;
+  for (int i = 0; i < m->nlayers; i++)
+    if (m->layers[i].kind == IR_KIND_LM_HEAD && m->layers[i].p[IR_LP_LM_HEAD_TIED] == 1) *head = i;
+  if (*head >= 0) *emb = lr_tie_source(m->nlayers, module_kind, m);
+  if (*emb < 0) *head = -1;
+  return *head >= 0;
+}
+
 int ir_layer_check_tie(const ir_module *m, int i, diag_engine *d, diag_loc loc) {
   const ir_layer *l = &m->layers[i];
   if (l->kind != IR_KIND_LM_HEAD || !(l->p[IR_LP_LM_HEAD_TIED] == 1)) return 0;

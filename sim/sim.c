@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layer_rules.h"
 #include "sim.h"
 
 /* Operation slots: op id = (stage * microbatches + mb) * 3 + slot. A fused BW uses the B slot. */
@@ -150,28 +149,11 @@ static int link_id(int *ids, int ndev, int a, int b, int *nlinks) {
   return *slot;
 }
 
-/* lr_tie_source's view of a module's layer kinds. */
-static int module_kind(const void *ctx, int i) {
-  return (int)((const ir_module *)ctx)->layers[i].kind;
-}
-
 /* The stage of m holding layer i (pre: the verified stages cover every layer), or -1. */
 static int stage_of_layer(const ir_module *m, int i) {
   for (int s = 0; s < m->nstages; s++)
     if (i >= m->stages[s].first && i < m->stages[s].end) return s;
   return -1;
-}
-
-/* The tied embeddings of m (layer_rules.h, lr_tie_source): when a lm_head has tied = true, sets
- * *emb and *head to the shared table's layer (the model's first embedding) and the head's layer
- * and returns true; else false. */
-static bool module_tie(const ir_module *m, int *emb, int *head) {
-  *emb = *head = -1;
-  for (int i = 0; i < m->nlayers; i++)
-    if (m->layers[i].kind == IR_KIND_LM_HEAD && m->layers[i].p[IR_LP_LM_HEAD_TIED] == 1) *head = i;
-  if (*head < 0) return false;
-  *emb = lr_tie_source(m->nlayers, module_kind, m);
-  return *emb >= 0;
 }
 
 double sim_optim_rate(const ir_module *m, int dv) {
@@ -386,7 +368,7 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
    * same at once on its own link. On one device it is a local sum, not charged. */
   p->tie_dev[0] = p->tie_dev[1] = -1;
   int temb, thead;
-  if (!errors && module_tie(m, &temb, &thead)) {
+  if (!errors && ir_module_tie(m, &temb, &thead)) {
     int se = stage_of_layer(m, temb), sh = stage_of_layer(m, thead);
     int a = se >= 0 ? p->st[se].dev : -1, b = sh >= 0 ? p->st[sh].dev : -1;
     if (a >= 0 && b >= 0 && a != b) {
