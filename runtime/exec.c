@@ -44,7 +44,10 @@ static int tie_exchange(rt_model *m, int own, int twin, int peer, rt_comm *c, do
                         float **buf, strbuf *err) {
   size_t n;
   float *g = rt_model_tied_grad(m, own, &n);
-  if (!*buf) *buf = rt_dev_malloc((n ? n : 1) * sizeof **buf);
+  if (!*buf) { /* the workspace the plan does not count, as the scratch between layers */
+    *buf = rt_dev_malloc((n ? n : 1) * sizeof **buf);
+    rt_model_count(m, RT_MEM_WORKSPACE, (double)n * sizeof **buf);
+  }
   rt_req rq[2] = {0};
   be_tensor_ref out = {BE_T_TIED, own, 0}, in = {BE_T_TIED, twin, 0};
   if (c->isend(c->ctx, peer, out, g, n * sizeof *g, &rq[0]) != 0 ||

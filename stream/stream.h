@@ -254,6 +254,9 @@ typedef struct be_stream {
  * returns true; else false (*emb and *head -1). Pre: s's layers are valid (be_validate's header
  * checks: the rule holds). */
 bool be_stream_tie(const be_stream *s, int *emb, int *head);
+/* The layer whose table a tied lm_head of s would share (lr_tie_source: the first embedding),
+ * or -1. */
+int be_stream_tie_source(const be_stream *s);
 /* The stage holding layer i of s, or -1. */
 int be_stage_of_layer(const be_stream *s, int i);
 

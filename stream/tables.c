@@ -108,13 +108,15 @@ static int stream_kind(const void *ctx, int i) {
   return be_layer_kind(&((const be_stream *)ctx)->layers[i]);
 }
 
+int be_stream_tie_source(const be_stream *s) { return lr_tie_source(s->nlayers, stream_kind, s); }
+
 bool be_stream_tie(const be_stream *s, int *emb, int *head) {
   *emb = *head = -1;
   for (int i = 0; i < s->nlayers; i++)
     if (be_layer_kind(&s->layers[i]) == BE_KIND_LM_HEAD &&
         be_layer_param(&s->layers[i], BE_LP_LM_HEAD_TIED) == 1)
       *head = i;
-  if (*head >= 0) *emb = lr_tie_source(s->nlayers, stream_kind, s);
+  if (*head >= 0) *emb = be_stream_tie_source(s);
   if (*emb < 0) *head = -1;
   return *head >= 0;
 }

@@ -222,11 +222,6 @@ static int check_layer_params(vctx *v, int i, double *p) {
   return r.count > 0 ? -1 : 0;
 }
 
-/* lr_tie_source's view of a stream's layer kinds. */
-static int layer_kind_of(const void *ctx, int i) {
-  return be_layer_kind(&((const be_stream *)ctx)->layers[i]);
-}
-
 /* Header checks: ranges of the counts, strings, layers, stages (contiguous, each on a rank, each
  * rank with a stage), shapes, and each rank's slot table. Returns 0 or -1 after reporting. */
 static int check_header(vctx *v) {
@@ -265,7 +260,7 @@ static int check_header(vctx *v) {
         be_layer_param(&s->layers[i], BE_LP_LM_HEAD_TIED) != 1)
       continue;
     double ph[LR_P_N], ps[LR_P_N];
-    int src = lr_tie_source(s->nlayers, layer_kind_of, s);
+    int src = be_stream_tie_source(s);
     check_layer_params(v, i, ph); /* both passed above */
     if (src >= 0) check_layer_params(v, src, ps);
     strbuf first = {0};
