@@ -30,7 +30,13 @@ t - w <= j <= t (transformers issue 29623). Where the probe (the nonzero attenti
 of the last query) finds more than w keys, the oracle runs with the window that attends to w,
 and a "note:" line after the row gives the figures against the config's window as is.
 qwen3_moe: its experts have Qwen-MoE's names (mlp.experts.E.gate_proj), which --init finds in
-the file (docs/checkpoints.md).
+the file (docs/checkpoints.md). nemotron_h: a hybrid of Mamba-2, attention without positional
+embedding and squared-ReLU MLP layers (pattern "M*-M-"), each layer its own block with
+Nemotron-H's names ("backbone.layers.B.mixer"). transformers 5 keeps some parameters fused or
+renamed in memory (the experts of a moe layer as one tensor, Nemotron-H's "backbone." as
+"model."), and saves them as before: every parameter and gradient is compared under its name in
+the saved file (transformers' own revert_weight_conversion). It writes configs in its own form
+(rope_parameters, layer_types; Nemotron-H's layers_block_type), which octo-import reads too.
 
 Needs transformers and torch in the Python that runs it (e.g. a venv with
 --system-site-packages over Debian's python3-torch); where they are missing it says so and
@@ -64,9 +70,10 @@ TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_d
             intermediate_size=128, num_hidden_layers=2, max_position_embeddings=S,
             rms_norm_eps=1e-5, tie_word_embeddings=False, torch_dtype="float32")
 
-# (case, model_type, config fields over TINY, seed, data bytes): the data of 50 bytes is shorter
-# than the 65 positions a step reads, so the stream wraps inside the second sequence; a vocabulary
-# of 200 (not 256) makes the byte % vocab matter.
+# (case, model_type, config fields over TINY (DROP: not given), seed, data bytes): the data of 50
+# bytes is shorter than the 65 positions a step reads, so the stream wraps inside the second
+# sequence; a vocabulary of 200 (not 256) makes the byte % vocab matter.
+DROP = object()
 CASES = [
     ("llama", "llama", dict(vocab_size=256, rope_theta=10000.0), 101, 1000),
     ("llama3.1", "llama", dict(vocab_size=200, rope_theta=500000.0, rope_scaling={
@@ -89,7 +96,15 @@ CASES = [
                                     use_sliding_window=False), 109, 1000),
     ("llama-tied", "llama", dict(vocab_size=200, rope_theta=500000.0, tie_word_embeddings=True),
      108, 1000),
+    ("nemotron_h", "nemotron_h", dict(vocab_size=200, rms_norm_eps=DROP, layer_norm_epsilon=1e-5,
+                                      num_hidden_layers=5, hybrid_override_pattern="M*-M-",
+                                      mlp_hidden_act="relu2", mamba_num_heads=8,
+                                      mamba_head_dim=16, ssm_state_size=16, n_groups=2,
+                                      conv_kernel=4, expand=2, chunk_size=8), 110, 1000),
 ]
+
+# The ckpt_names.def naming of a model_type's rows (default MIXTRAL).
+NAMING = {"qwen3_moe": "QWEN_MOE", "qwen2_moe": "QWEN_MOE", "nemotron_h": "NEMOTRON_H"}
 
 
 class Skip(Exception):
@@ -98,15 +113,16 @@ class Skip(Exception):
 
 def read_names(experts="MIXTRAL"):
     """{(kind, param): (format, layout)} of runtime/ckpt_names.def (kind in lower case, as the
-    dump's index.json writes it), with the moe layers' names of 'experts' (MIXTRAL or
-    QWEN_MOE)."""
+    dump's index.json writes it) in the naming 'experts': a Llama-style model's with the moe
+    layers' names of MIXTRAL or QWEN_MOE, or NEMOTRON_H's."""
     with open(NAMES_DEF) as f:
         text = f.read()
     rows = re.findall(r'^CKPT_HF\((\w+),\s*"([^"]+)",\s*"([^"]+)",\s*(\w+),\s*(\w+)\)', text,
                       re.M)
     if not rows:
         sys.exit("hf_parity: no CKPT_HF rows in " + NAMES_DEF)
-    return {(k.lower(), p): (fmt, lay) for k, p, fmt, lay, st in rows if st in ("ANY", experts)}
+    mine = (experts,) if experts == "NEMOTRON_H" else ("ANY", experts)
+    return {(k.lower(), p): (fmt, lay) for k, p, fmt, lay, st in rows if st in mine}
 
 
 def run(cmd, what):
@@ -126,7 +142,7 @@ def build_model(model_type, fields, seed):
         raise Skip("transformers %s has no %s" % (transformers.__version__, model_type))
     cls = transformers.CONFIG_MAPPING[model_type]
     try:
-        cfg = cls(**dict(TINY, **fields))
+        cfg = cls(**{k: v for k, v in dict(TINY, **fields).items() if v is not DROP})
     except ValueError as e:
         raise Skip("transformers %s's %s refuses rope_scaling %s: %s"
                    % (transformers.__version__, cls.__name__,
@@ -156,15 +172,22 @@ def stream(data, vocab):
 
 def hf_step(model, inputs, targets):
     """Transformers' loss (the mean cross-entropy over all B x S tokens) and its parameters,
-    {name: (value, gradient)} as NumPy arrays."""
+    {name: (value, gradient)} as NumPy arrays, by their names in the saved file."""
     import torch
     model.zero_grad()
     logits = model(torch.tensor(inputs)).logits
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
                                              torch.tensor(targets).reshape(-1))
     loss.backward()
-    return float(loss), {n: (p.detach().numpy().copy(), p.grad.numpy().copy())
-                         for n, p in model.named_parameters()}
+    values = {n: p.detach().clone() for n, p in model.named_parameters()}
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    try:  # transformers 5 keeps some tensors fused or renamed in memory; its files do not
+        from transformers.core_model_loading import revert_weight_conversion
+        values, grads = (revert_weight_conversion(model, values),
+                         revert_weight_conversion(model, grads))
+    except ImportError:
+        pass
+    return float(loss), {n: (values[n].numpy().copy(), grads[n].numpy().copy()) for n in values}
 
 
 def hf_window_keys(model, inputs):
@@ -188,8 +211,9 @@ def rel(a, b):
     return d / m if m > 0 else (0.0 if d == 0 else float("inf"))
 
 
-def compare_dump(dump, names, params, targets, tied=False):
-    """(max gradient difference, its HF name, problems) of dump against HF's parameters. With
+def compare_dump(dump, names, params, targets, tied=False, layer_blocks=False):
+    """(max gradient difference, its HF name, problems) of dump against HF's parameters; a block
+    starts at each attention layer, or with layer_blocks at every layer (Nemotron-H). With
     tied embeddings the LM head's matrix is model.embed_tokens.weight as is: its dumped
     gradient (the head's part, before TIE adds the two) and the table's are summed, as the
     shared parameter's .grad is, and that parameter is compared once, from both."""
@@ -208,7 +232,7 @@ def compare_dump(dump, names, params, targets, tied=False):
     block = -1
     for layer in index["layers"]:
         kind = layer["kind"]
-        if kind == "attention":
+        if kind == "attention" or (layer_blocks and kind != "embedding"):
             block += 1
         for prm in layer["params"]:
             key = (kind, prm["name"])
@@ -228,6 +252,9 @@ def compare_dump(dump, names, params, targets, tied=False):
                 pairs = [(fmt % block, cat(w), cat(g))]
             elif layout == "ROW":
                 pairs = [(fmt % block, w.reshape(1, -1), g.reshape(1, -1))]
+            elif layout == "CONV1D":  # [channels, width] -> [channels, 1, width]
+                conv = lambda a: a.reshape(a.shape[0], 1, a.shape[1])
+                pairs = [(fmt % block, conv(w), conv(g))]
             else:
                 hf = fmt % block if "%d" in fmt else fmt
                 pairs = [(hf, w.T, g.T) if layout == "T" else (hf, w, g)]
@@ -294,6 +321,7 @@ def one_case(tools, work, names, case):
                             hf_window_keys(model, inputs)))
     loss_hf, params = hf_step(model, inputs, targets)
     tied = bool(model.config.tie_word_embeddings)
+    layer_blocks = NAMING.get(model_type) == "NEMOTRON_H"
     loss_octo, loss_rel, grad_rel, worst_name, problems = None, -1.0, -1.0, "-", []
     for plan, passes in PLANS:
         ois = os.path.join(work, plan + ".ois")
@@ -310,7 +338,7 @@ def one_case(tools, work, names, case):
         lr = abs(loss - loss_hf) / abs(loss_hf)
         if lr > loss_rel or lr != lr:
             loss_octo, loss_rel = loss, lr
-        gr, gname, probs = compare_dump(dump, names, params, targets, tied)
+        gr, gname, probs = compare_dump(dump, names, params, targets, tied, layer_blocks)
         if gr > grad_rel or gr != gr:
             grad_rel, worst_name = gr, gname
         problems += ["%s plan: %s" % (plan, p) for p in probs]
@@ -348,7 +376,7 @@ def main():
         return 0
     torch.set_num_threads(1)
     tools = os.path.join(args.build, "tools")
-    names, qwen_moe_names = read_names(), read_names("QWEN_MOE")
+    names = {n: read_names(n) for n in ("MIXTRAL", "QWEN_MOE", "NEMOTRON_H")}
     if args.keep:
         os.makedirs(args.keep, exist_ok=True)
         root = args.keep
@@ -363,8 +391,7 @@ def main():
             shutil.rmtree(work, ignore_errors=True)
             os.makedirs(work)
             try:
-                row, bad = one_case(tools, work, qwen_moe_names if case[0] in ("qwen3_moe", "qwen2_moe")
-                                    else names, case)
+                row, bad = one_case(tools, work, names[NAMING.get(case[1], "MIXTRAL")], case)
             except RuntimeError as e:
                 row, bad = "%-10s FAIL: %s" % (case[0], e), True
             print(row, flush=True)

@@ -389,6 +389,8 @@ typedef struct hf_model {
   double eps;               /* RMSNorm epsilon of the decoder layers and the head (norm_eps) */
   bool qkv_bias;            /* the attention's q, k and v projections have biases (Qwen2) */
   bool qk_norm;             /* the attention normalizes each q and k head (Qwen3) */
+  bool no_rope;             /* the attention has no positional embedding (Nemotron-H:
+                               'rope = false') */
   bool shared_gate;         /* the shared experts' sum is scaled by a learned sigmoid gate
                                (Qwen2-MoE's shared_expert_gate: 'shared_gate = true') */
   bool no_renorm;           /* MoE routing weights are the softmax over all experts at the
@@ -473,32 +475,67 @@ static void hf_renorm(hf_ctx *c, const cJSON *obj, const char *p, bool dflt, hf_
                                           : "renorm = true (the softmax over the selected)");
 }
 
+/* Llama 3.1's rope scaling from the fields of object rs at path q (rope_scaling., or
+ * rope_parameters. with rope_type "llama3"): m->rope_*; a missing factor is refused at field (of
+ * p). */
+static void hf_rope_llama3(hf_ctx *c, const cJSON *rs, const char *p, const char *field,
+                           const char *q, hf_model *m) {
+  m->rope_factor = hf_positive(c, rs, q, "factor", 0, "rope_factor");
+  m->rope_low = hf_positive(c, rs, q, "low_freq_factor", 0, "rope_low_freq_factor");
+  m->rope_high = hf_positive(c, rs, q, "high_freq_factor", 0, "rope_high_freq_factor");
+  m->rope_orig = hf_count(c, rs, q, "original_max_position_embeddings", -1, 1,
+                          "rope_original_seq");
+  if (m->rope_factor == 0 || m->rope_low == 0 || m->rope_high == 0)
+    hf_refuse(c, p, field, "rope_type llama3 needs factor, low_freq_factor and "
+              "high_freq_factor");
+  else if (m->rope_factor != 1 && !(m->rope_high > m->rope_low))
+    hf_refuse(c, q, "high_freq_factor", "it must exceed low_freq_factor = %g", m->rope_low);
+}
+
+/* The rope type of object rs at path q (its "rope_type", or "type" in older rope_scaling
+ * objects): "default" (none: rope_parameters), or "llama3" read by hf_rope_llama3; false after
+ * refusing any other at 'field' (of p). */
+static bool hf_rope_type(hf_ctx *c, const cJSON *rs, const char *p, const char *field,
+                         const char *q, bool dflt_ok, hf_model *m) {
+  const char *tn = cJSON_GetObjectItemCaseSensitive(rs, "rope_type") ? "rope_type" : "type";
+  const cJSON *ty = hf_get(c, rs, q, tn);
+  bool dflt = dflt_ok && cJSON_IsString(ty) && strcmp(ty->valuestring, "default") == 0;
+  if (!cJSON_IsObject(rs) || !cJSON_IsString(ty) ||
+      (!dflt && strcmp(ty->valuestring, "llama3") != 0)) {
+    hf_refuse(c, p, field, "OctoPipe's rope scaling is Llama 3.1's (rope_type \"llama3\"), not "
+              "linear, dynamic, yarn or longrope");
+    return false;
+  }
+  hf_use(c, q, tn, dflt ? "no rope scaling" : "Llama 3.1's rope scaling");
+  if (!dflt) hf_rope_llama3(c, rs, p, field, q, m);
+  return true;
+}
+
 /* RoPE fields: rope_theta (any positive base: m->theta), rope_scaling (none, or Llama 3.1's
- * "llama3": m->rope_*), partial_rotary_factor (1). */
+ * "llama3": m->rope_*), partial_rotary_factor (1); or, as transformers 5 writes them, the one
+ * object rope_parameters holding the type, the base and the scaling's factors. */
 static void hf_rope(hf_ctx *c, const cJSON *obj, const char *p, hf_model *m) {
-  m->theta = hf_positive(c, obj, p, "rope_theta", c->fam->theta, "rope_theta");
+  const cJSON *rp = hf_get(c, obj, p, "rope_parameters");
+  if (rp && !cJSON_IsNull(rp)) {
+    hf_path q = hf_mkpath(p, "rope_parameters.");
+    if (!hf_rope_type(c, rp, p, "rope_parameters", q.s, true, m)) return;
+    m->theta = hf_positive(c, rp, q.s, "rope_theta", c->fam->theta, "rope_theta");
+    hf_leftovers(c, rp, q.s);
+    const cJSON *top = hf_get(c, obj, p, "rope_theta");
+    if (top && !(cJSON_IsNumber(top) && top->valuedouble == m->theta))
+      hf_refuse(c, p, "rope_theta", "it differs from rope_parameters.rope_theta = %g",
+                m->theta);
+    else if (top)
+      hf_use(c, p, "rope_theta", "checked: rope_parameters.rope_theta");
+  } else {
+    m->theta = hf_positive(c, obj, p, "rope_theta", c->fam->theta, "rope_theta");
+  }
   const cJSON *rs = hf_get(c, obj, p, "rope_scaling");
-  if (rs && !cJSON_IsNull(rs)) {
+  if (rs && !cJSON_IsNull(rs) && rp && !cJSON_IsNull(rp)) {
+    hf_refuse(c, p, "rope_scaling", "rope_parameters gives the rope scaling");
+  } else if (rs && !cJSON_IsNull(rs)) {
     hf_path q = hf_mkpath(p, "rope_scaling.");
-    const char *tn = cJSON_GetObjectItemCaseSensitive(rs, "rope_type") ? "rope_type" : "type";
-    const cJSON *ty = hf_get(c, rs, q.s, tn);
-    if (!cJSON_IsObject(rs) || !cJSON_IsString(ty) || strcmp(ty->valuestring, "llama3") != 0) {
-      hf_refuse(c, p, "rope_scaling", "OctoPipe's rope scaling is Llama 3.1's (rope_type "
-                "\"llama3\"), not linear, dynamic, yarn or longrope");
-      return;
-    }
-    hf_use(c, q.s, tn, "Llama 3.1's rope scaling");
-    m->rope_factor = hf_positive(c, rs, q.s, "factor", 0, "rope_factor");
-    m->rope_low = hf_positive(c, rs, q.s, "low_freq_factor", 0, "rope_low_freq_factor");
-    m->rope_high = hf_positive(c, rs, q.s, "high_freq_factor", 0, "rope_high_freq_factor");
-    m->rope_orig = hf_count(c, rs, q.s, "original_max_position_embeddings", -1, 1,
-                            "rope_original_seq");
-    if (m->rope_factor == 0 || m->rope_low == 0 || m->rope_high == 0)
-      hf_refuse(c, p, "rope_scaling", "rope_type llama3 needs factor, low_freq_factor and "
-                "high_freq_factor");
-    else if (m->rope_factor != 1 && !(m->rope_high > m->rope_low))
-      hf_refuse(c, q.s, "high_freq_factor", "it must exceed low_freq_factor = %g",
-                m->rope_low);
+    if (!hf_rope_type(c, rs, p, "rope_scaling", q.s, false, m)) return;
     hf_leftovers(c, rs, q.s);
   } else if (rs) {
     hf_use(c, p, "rope_scaling", "checked: no scaling");
@@ -529,11 +566,53 @@ static void hf_decoder_common(hf_ctx *c, const cJSON *obj, const char *p, hf_mod
   hf_tie(c, obj, p, c->fam->tied, m);
 }
 
+/* layer_types (transformers 5's list of "full_attention" and "sliding_attention", one per
+ * decoder layer) into m->layers: a sliding layer's 'D' becomes 'L', its 'E' 'W'. False after
+ * refusing a list of another length or with another type. */
+static bool hf_layer_types(hf_ctx *c, const cJSON *types, const char *p, hf_model *m, double n) {
+  if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != n) {
+    hf_refuse(c, p, "layer_types", "expected a list of num_hidden_layers = %g layer types", n);
+    return false;
+  }
+  int i = 0;
+  const cJSON *t;
+  cJSON_ArrayForEach(t, types) {
+    bool slide = cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0;
+    if (!slide && !(cJSON_IsString(t) && strcmp(t->valuestring, "full_attention") == 0)) {
+      hf_refuse(c, p, "layer_types", "OctoPipe imports the layer types full_attention and "
+                "sliding_attention");
+      return false;
+    }
+    if (slide) m->layers[i] = m->layers[i] == 'E' ? 'W' : 'L';
+    i++;
+  }
+  hf_use(c, p, "layer_types", "windowed layers (sliding_attention)");
+  return true;
+}
+
 /* Sliding-window fields of Mistral/Mixtral (every layer) or Qwen (use_sliding_window, layers from
- * max_window_layers on): marks windowed layers 'L' in m->layers. */
+ * max_window_layers on, or transformers 5's layer_types): marks windowed layers 'L' in
+ * m->layers. */
 static void hf_windows(hf_ctx *c, const cJSON *obj, const char *p, hf_model *m, double n, bool qwen) {
   bool on = true;
   double from = 0;
+  const cJSON *types = qwen ? hf_get(c, obj, p, "layer_types") : NULL;
+  if (types) { /* transformers 5 writes which layers are windowed */
+    if (hf_layer_types(c, types, p, m, n) && strpbrk(m->layers, "LW")) {
+      m->window = hf_count(c, obj, p, "sliding_window", -1, 1, "window of the windowed layers");
+      if (m->window >= m->seq) {
+        for (char *l = m->layers; *l; l++) *l = *l == 'L' ? 'D' : *l == 'W' ? 'E' : *l;
+        m->window = 0;
+      }
+    } else if (hf_get(c, obj, p, "sliding_window")) {
+      hf_use(c, p, "sliding_window", "unused: no layer_types entry is sliding_attention");
+    }
+    if (hf_get(c, obj, p, "use_sliding_window"))
+      hf_use(c, p, "use_sliding_window", "unused: layer_types gives the windowed layers");
+    if (hf_get(c, obj, p, "max_window_layers"))
+      hf_use(c, p, "max_window_layers", "unused: layer_types gives the windowed layers");
+    return;
+  }
   if (qwen) {
     const cJSON *u = hf_get(c, obj, p, "use_sliding_window");
     on = cJSON_IsTrue(u);
@@ -636,7 +715,11 @@ static void hf_decoder(hf_ctx *c, const cJSON *obj, const char *p, hf_family_id 
     __attribute__((fallthrough)); /* Qwen2-MoE: the MoE fields below */
   case HF_FAM_QWEN3_MOE:
     if (f == HF_FAM_QWEN3_MOE) m->qk_norm = true; /* Qwen3's QK-norm; no field says so */
-    m->experts = hf_count(c, obj, p, "num_experts", f == HF_FAM_QWEN2_MOE ? 60 : 128, 1, "experts");
+    /* transformers 5 writes Qwen3-MoE's num_experts as num_local_experts */
+    const char *ne = !hf_find_key(c, hf_mkpath(p, "num_experts").s) &&
+                             hf_find_key(c, hf_mkpath(p, "num_local_experts").s)
+                         ? "num_local_experts" : "num_experts";
+    m->experts = hf_count(c, obj, p, ne, f == HF_FAM_QWEN2_MOE ? 60 : 128, 1, "experts");
     m->top_k = hf_count(c, obj, p, "num_experts_per_tok", f == HF_FAM_QWEN2_MOE ? 4 : 8, 1, "top_k");
     m->expert_ffn = hf_count(c, obj, p, "moe_intermediate_size", f == HF_FAM_QWEN2_MOE ? 1408 : 768,
                              1, "expert_ffn");
@@ -644,6 +727,8 @@ static void hf_decoder(hf_ctx *c, const cJSON *obj, const char *p, hf_family_id 
     hf_router_common(c, obj, p);
     hf_sparse_layers(c, obj, p, m, *n);
     if (f == HF_FAM_QWEN2_MOE) {
+      hf_flag(c, obj, p, "qkv_bias", true, true, "Qwen2-MoE's q, k and v projections have "
+              "biases (qkv_bias = true)");
       double sh = hf_count(c, obj, p, "shared_expert_intermediate_size", 5632, 1,
                            "shared_experts = this / moe_intermediate_size");
       if (m->expert_ffn > 0 && fmod(sh, m->expert_ffn) != 0)
@@ -747,27 +832,79 @@ static void hf_decoder(hf_ctx *c, const cJSON *obj, const char *p, hf_family_id 
   }
 }
 
+/* The pattern letter of a Nemotron-H layer type of transformers' layers_block_type (the legacy
+ * names too), or 0. */
+static char hf_nemotron_letter(const char *type) {
+  static const struct { const char *type; char letter; } t[] = {
+      {"mamba", 'M'}, {"linear_attention", 'M'}, {"attention", '*'}, {"full_attention", '*'},
+      {"mlp", '-'}};
+  for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+    if (strcmp(type, t[i].type) == 0) return t[i].letter;
+  return 0;
+}
+
+/* Nemotron-H's layers into m: the hybrid pattern of Mamba-2 (M), attention (*) and MLP (-)
+ * blocks, from hybrid_override_pattern (the published configs) or from layers_block_type (what
+ * transformers 5 writes, without num_hidden_layers). */
+static void hf_nemotron_pattern(hf_ctx *c, const cJSON *obj, hf_model *m) {
+  const char *p = "";
+  const cJSON *pat = hf_get(c, obj, p, "hybrid_override_pattern");
+  const cJSON *types = pat ? NULL : hf_get(c, obj, p, "layers_block_type");
+  double n = hf_count(c, obj, p, "num_hidden_layers", types ? 0 : -1, 1,
+                      "checked: the pattern's length");
+  strbuf letters = {0};
+  if (types) {
+    const cJSON *t;
+    cJSON_ArrayForEach(t, types) {
+      char l = cJSON_IsString(t) ? hf_nemotron_letter(t->valuestring) : 0;
+      if (!l) {
+        hf_refuse(c, p, "layers_block_type", "OctoPipe imports layers of the types mamba "
+                  "(linear_attention), attention (full_attention) and mlp, not %s",
+                  cJSON_IsString(t) ? t->valuestring : "a non-string");
+        strbuf_free(&letters);
+        return;
+      }
+      strbuf_putc(&letters, l);
+    }
+    if (!cJSON_IsArray(types) || letters.len == 0) {
+      hf_refuse(c, p, "layers_block_type", "expected a list of layer types");
+      strbuf_free(&letters);
+      return;
+    }
+    if (n > 0 && (double)letters.len != n)
+      hf_refuse(c, p, "layers_block_type", "its length is not num_hidden_layers = %g", n);
+    hf_use(c, p, "layers_block_type", "pattern \"%s\" (M = mamba2, * = attention, - = mlp)",
+           strbuf_cstr(&letters));
+  } else if (!cJSON_IsString(pat) ||
+             strspn(pat->valuestring, "M*-") != strlen(pat->valuestring) ||
+             !pat->valuestring[0]) {
+    hf_refuse(c, p, "hybrid_override_pattern",
+              "OctoPipe imports patterns of M (Mamba-2), * (attention) and - (MLP)");
+    return;
+  } else {
+    if ((double)strlen(pat->valuestring) != n)
+      hf_refuse(c, p, "hybrid_override_pattern", "its length is not num_hidden_layers = %g", n);
+    strbuf_puts(&letters, pat->valuestring);
+    hf_use(c, p, "hybrid_override_pattern", "pattern (M = mamba2, * = attention, - = mlp)");
+  }
+  m->layers = xstrdup(strbuf_cstr(&letters));
+  strbuf_free(&letters);
+  m->hybrid = true;
+}
+
 /* Nemotron-H: the hybrid pattern of Mamba-2 (M), attention (*) and MLP (-) blocks. */
 static void hf_nemotron_h(hf_ctx *c, const cJSON *obj, hf_model *m) {
   const char *p = "";
   m->hidden = hf_count(c, obj, p, "hidden_size", -1, 1, "hidden");
-  double n = hf_count(c, obj, p, "num_hidden_layers", -1, 1, "checked: the pattern's length");
-  const cJSON *pat = hf_get(c, obj, p, "hybrid_override_pattern");
-  if (!cJSON_IsString(pat) || strspn(pat->valuestring, "M*-") != strlen(pat->valuestring) ||
-      !pat->valuestring[0]) {
-    hf_refuse(c, p, "hybrid_override_pattern",
-              "OctoPipe imports patterns of M (Mamba-2), * (attention) and - (MLP)");
-  } else {
-    if ((double)strlen(pat->valuestring) != n)
-      hf_refuse(c, p, "hybrid_override_pattern", "its length is not num_hidden_layers = %g", n);
-    m->layers = xstrdup(pat->valuestring);
-    m->hybrid = true;
-    hf_use(c, p, "hybrid_override_pattern", "pattern (M = mamba2, * = attention, - = mlp)");
-  }
+  hf_nemotron_pattern(c, obj, m);
   m->heads = hf_count(c, obj, p, "num_attention_heads", -1, 1, "heads");
   m->kv_heads = hf_count(c, obj, p, "num_key_value_heads", m->heads, 1, "kv_heads");
   double hd = hf_count(c, obj, p, "head_dim", 0, 1, "head_dim (written when not hidden / heads)");
-  if (hd == 0) hd = hf_count(c, obj, p, "attention_head_dim", 0, 1, "head_dim");
+  double ahd = hf_count(c, obj, p, "attention_head_dim", 0, 1,
+                        hd > 0 ? "checked: head_dim" : "head_dim"); /* transformers 5: both */
+  if (hd > 0 && ahd > 0 && hd != ahd)
+    hf_refuse(c, p, "attention_head_dim", "it differs from head_dim = %g", hd);
+  if (hd == 0) hd = ahd;
   if (hd > 0 && hd * m->heads != m->hidden) m->head_dim = hd;
   m->ffn = hf_count(c, obj, p, "intermediate_size", -1, 1, "ffn");
   m->act = hf_act(c, obj, p, "mlp_hidden_act", "relu2");
@@ -790,23 +927,40 @@ static void hf_nemotron_h(hf_ctx *c, const cJSON *obj, hf_model *m) {
                "OctoPipe's Mamba-2 applies SiLU after the convolution");
   hf_flag(c, obj, p, "use_conv_bias", true, true, "OctoPipe's Mamba-2 convolution has a bias");
   hf_flag(c, obj, p, "use_bias", false, false, "OctoPipe's Mamba-2 projections have no bias");
+  hf_flag(c, obj, p, "mamba_proj_bias", false, false,
+          "OctoPipe's Mamba-2 projections have no bias");
   hf_flag(c, obj, p, "mlp_bias", false, false, "OctoPipe's MLP projections have no bias");
   hf_flag(c, obj, p, "attention_bias", false, false, "OctoPipe's attention projections have no bias");
   const cJSON *lim = hf_get(c, obj, p, "time_step_limit");
+  const cJSON *hi = cJSON_GetArrayItem(lim, 1);
+  const cJSON *big = cJSON_GetObjectItemCaseSensitive(hi, "__float__"); /* transformers 5's
+                                                                            infinity */
   if (lim && !(cJSON_IsArray(lim) && cJSON_GetArraySize(lim) == 2 &&
                cJSON_IsNumber(cJSON_GetArrayItem(lim, 0)) &&
                cJSON_GetArrayItem(lim, 0)->valuedouble == 0 &&
-               (cJSON_IsNumber(cJSON_GetArrayItem(lim, 1)) &&
-                    isinf(cJSON_GetArrayItem(lim, 1)->valuedouble))))
+               ((cJSON_IsNumber(hi) && isinf(hi->valuedouble)) ||
+                (cJSON_IsObject(hi) && cJSON_GetArraySize(hi) == 1 && cJSON_IsString(big) &&
+                 strcmp(big->valuestring, "Infinity") == 0))))
     hf_refuse(c, p, "time_step_limit", "OctoPipe's Mamba-2 does not clamp dt (limit [0, inf])");
   else if (lim)
     hf_use(c, p, "time_step_limit", "checked: dt is not clamped");
   m->eps = hf_positive(c, obj, p, "layer_norm_epsilon", c->fam->eps, "norm_eps (RMSNorm)");
   hf_fixed(c, obj, p, "attention_dropout", 0, 0, "OctoPipe has no attention dropout");
   hf_fixed(c, obj, p, "hidden_dropout", 0, 0, "OctoPipe has no dropout");
+  hf_none(c, obj, p, "sliding_window", "Nemotron-H's attention sees every earlier token");
   hf_tie(c, obj, p, c->fam->tied, m);
-  hf_implicit(c, p, "Nemotron-H's attention layers use no positional embedding; OctoPipe's "
-                    "attention always applies the rotary embedding");
+  /* transformers 5 writes its MoE and multi-token-prediction fields into every config */
+  static const char *const moe[] = {
+      "moe_intermediate_size", "moe_latent_size", "moe_shared_expert_intermediate_size",
+      "moe_shared_expert_overlap", "n_group", "n_routed_experts", "n_shared_experts",
+      "norm_topk_prob", "num_experts_per_tok", "output_router_logits", "routed_scaling_factor",
+      "topk_group", "mtp_layers_block_type"};
+  for (size_t i = 0; i < sizeof moe / sizeof *moe; i++)
+    if (hf_get(c, obj, p, moe[i]))
+      hf_use(c, p, moe[i], "unused: no moe layer%s",
+             i + 1 == sizeof moe / sizeof *moe ? " (the multi-token-prediction layers are "
+                                                 "not built)" : "");
+  m->no_rope = true; /* Nemotron-H's attention has no positional embedding; no field says so */
 }
 
 /* LLaVA: CLIP vision tower, projector, and the Llama text model of text_config. */
@@ -954,7 +1108,10 @@ static void hf_write_model(strbuf *s, const hf_model *m, const char *name, doubl
   if (m->ffn > 0) hf_dim(s, "ffn", m->ffn);
   if (strcmp(m->act, "silu") != 0) strbuf_printf(s, "  act = %s", m->act);
   if (!m->gated) strbuf_puts(s, "  gated = false");
-  hf_real(s, "  ", "rope_theta", m->theta, HF_OCTO_THETA);
+  if (m->no_rope)
+    strbuf_puts(s, "  rope = false");
+  else
+    hf_real(s, "  ", "rope_theta", m->theta, HF_OCTO_THETA);
   if (m->rope_factor > 0 && m->rope_factor != 1) {
     hf_real(s, "\n  ", "rope_factor", m->rope_factor, 0);
     hf_real(s, "  ", "rope_low_freq_factor", m->rope_low, 0);

@@ -22,18 +22,25 @@
 #include "safetensors.h"
 
 /* How a tensor of the runtime is stored in a file (ckpt_names.def LAYOUT). */
-enum { CK_AS_IS, CK_T, CK_EXPERT_T, CK_CAT_IN_T, CK_CAT_OUT_T, CK_ROW };
-/* Which naming of a moe layer's router and experts a row has (ckpt_names.def EXPERTS; the
- * values of rt_run_opts.ckpt_experts after ANY). */
-enum { CK_ANY = -1, CK_MIXTRAL = RT_CKPT_MIXTRAL, CK_QWEN_MOE = RT_CKPT_QWEN_MOE };
+enum { CK_AS_IS, CK_T, CK_EXPERT_T, CK_CAT_IN_T, CK_CAT_OUT_T, CK_ROW, CK_CONV1D };
+/* Which naming a row has (ckpt_names.def EXPERTS): a Llama-style model's with either naming of
+ * its moe layers (ANY), with one of them (the values of rt_run_opts.ckpt_experts), or
+ * Nemotron-H's, which the model's structure chooses (ck_names_of). */
+enum {
+  CK_ANY = -1,
+  CK_MIXTRAL = RT_CKPT_MIXTRAL,
+  CK_QWEN_MOE = RT_CKPT_QWEN_MOE,
+  CK_NEMOTRON_H
+};
 
 /* One row of ckpt_names.def. */
 typedef struct ck_row {
   be_kind kind;      /* the layer kind */
   const char *param; /* the kernel's tensor name */
   const char *fmt;   /* the file's name: block, then expert */
-  int layout;        /* CK_AS_IS, CK_T, CK_EXPERT_T, CK_CAT_IN_T, CK_CAT_OUT_T or CK_ROW */
-  int experts;       /* CK_ANY, CK_MIXTRAL or CK_QWEN_MOE */
+  int layout;        /* CK_AS_IS, CK_T, CK_EXPERT_T, CK_CAT_IN_T, CK_CAT_OUT_T, CK_ROW or
+                        CK_CONV1D */
+  int experts;       /* CK_ANY, CK_MIXTRAL, CK_QWEN_MOE or CK_NEMOTRON_H */
 } ck_row;
 
 static const ck_row ck_rows[] = {
@@ -60,55 +67,68 @@ typedef struct ck_part {
 /* The tensors of a model in a file, by the scheme its structure allows. */
 typedef struct ck_names {
   bool hf;       /* Hugging Face's names (ckpt_names.def), else "layers.I.PARAM" */
-  int experts;   /* with hf: the moe layers' names (CK_MIXTRAL or CK_QWEN_MOE) */
+  int experts;   /* with hf: the moe layers' names (CK_MIXTRAL or CK_QWEN_MOE), or
+                    CK_NEMOTRON_H for Nemotron-H's names */
   ck_part *part; /* every part of every layer, in layer and rt_lplan order */
   size_t n;
 } ck_names;
 
-/* The row of (kind, param) in the moe naming 'experts', or NULL. */
+/* The row of (kind, param) in the naming 'experts', or NULL. */
 static const ck_row *ck_row_of(be_kind kind, const char *param, int experts) {
   for (size_t i = 0; i < sizeof ck_rows / sizeof *ck_rows; i++)
     if (ck_rows[i].kind == kind && strcmp(ck_rows[i].param, param) == 0 &&
-        (ck_rows[i].experts == CK_ANY || ck_rows[i].experts == experts))
+        (ck_rows[i].experts == experts ||
+         (ck_rows[i].experts == CK_ANY && experts != CK_NEMOTRON_H)))
       return &ck_rows[i];
   return NULL;
 }
 
-/* Whether m is a Llama-style model that every row of its tensors names: embedding, then
- * (attention, gated mlp or moe) pairs, then lm_head. */
-static bool ck_is_hf(const rt_model *m) {
+/* Whether every row of m's tensors is named in the naming 'experts', and m has its structure:
+ * embedding, then (attention, gated mlp or moe) pairs, then lm_head for the Llama-style
+ * namings; embedding, then mamba2, attention without rotary embedding and plain mlp layers,
+ * then lm_head for CK_NEMOTRON_H. */
+static bool ck_is_hf(const rt_model *m, int experts) {
   int n = rt_model_nlayers(m);
   if (n < 2) return false;
+  bool nemo = experts == CK_NEMOTRON_H;
   for (int i = 0; i < n; i++) {
     rt_layer_info L;
     rt_model_layer(m, i, &L);
     be_kind k = L.k->id, want;
     if (i == 0) want = BE_KIND_EMBEDDING;
     else if (i == n - 1) want = BE_KIND_LM_HEAD;
+    else if (nemo) want = k == BE_KIND_ATTENTION || k == BE_KIND_MAMBA2 ? k : BE_KIND_MLP;
     else if (i % 2 == 1) want = BE_KIND_ATTENTION;
     else want = k == BE_KIND_MOE ? BE_KIND_MOE : BE_KIND_MLP;
-    if (k != want || ((k == BE_KIND_MLP || k == BE_KIND_MOE) && !L.d.gated)) return false;
+    bool ffn = k == BE_KIND_MLP || k == BE_KIND_MOE;
+    if (k != want || (ffn && L.d.gated == nemo) ||
+        (k == BE_KIND_ATTENTION && L.d.no_rope != nemo))
+      return false;
     for (int t = 0; t < L.p.npt; t++)
-      if (!ck_row_of(k, L.p.pt[t].name, CK_MIXTRAL) && !ck_row_of(k, L.p.pt[t].name, CK_QWEN_MOE))
+      if (nemo ? !ck_row_of(k, L.p.pt[t].name, CK_NEMOTRON_H)
+               : !ck_row_of(k, L.p.pt[t].name, CK_MIXTRAL) &&
+                     !ck_row_of(k, L.p.pt[t].name, CK_QWEN_MOE))
         return false;
   }
   return true;
 }
 
-/* Every tensor of m as a file names and shapes it, a moe layer's router and experts with the
- * names of 'experts' (RT_CKPT_MIXTRAL or RT_CKPT_QWEN_MOE). */
+/* Every tensor of m as a file names and shapes it: a Llama-style model's with the moe layers'
+ * router and experts named as 'experts' says (RT_CKPT_MIXTRAL or RT_CKPT_QWEN_MOE), a
+ * Nemotron-H model's with Nemotron-H's names. */
 static void ck_names_of(const rt_model *m, int experts, ck_names *out) {
   memset(out, 0, sizeof *out);
-  out->hf = ck_is_hf(m);
+  out->hf = ck_is_hf(m, experts);
   out->experts = experts;
+  if (!out->hf && ck_is_hf(m, CK_NEMOTRON_H)) out->hf = true, out->experts = CK_NEMOTRON_H;
   size_t cap = 0;
   for (int i = 0, block = -1; i < rt_model_nlayers(m); i++) {
     rt_layer_info L;
     rt_model_layer(m, i, &L);
-    if (L.k->id == BE_KIND_ATTENTION) block++;
+    if (L.k->id == BE_KIND_ATTENTION || (out->experts == CK_NEMOTRON_H && i > 0)) block++;
     for (int t = 0; t < L.p.npt; t++) {
       const rt_ptensor *pt = &L.p.pt[t];
-      const ck_row *row = out->hf ? ck_row_of(L.k->id, pt->name, experts) : NULL;
+      const ck_row *row = out->hf ? ck_row_of(L.k->id, pt->name, out->experts) : NULL;
       int layout = row ? row->layout : CK_AS_IS;
       int parts = layout == CK_EXPERT_T ? pt->dim[0] : 1;
       for (int e = 0; e < parts; e++) {
@@ -129,6 +149,11 @@ static void ck_names_of(const rt_model *m, int experts, ck_names *out) {
           p.ndim = 2;
           p.shape[0] = 1;
           p.shape[1] = pt->dim[0];
+        } else if (layout == CK_CONV1D) {
+          p.ndim = 3;
+          p.shape[0] = pt->dim[0];
+          p.shape[1] = 1;
+          p.shape[2] = pt->dim[1];
         } else if (layout == CK_CAT_IN_T || layout == CK_CAT_OUT_T) {
           int64_t S = pt->dim[0], A = pt->dim[1], Bd = pt->dim[2]; /* [S, A, B] */
           p.ndim = 2;
@@ -156,9 +181,12 @@ static void ck_names_of(const rt_model *m, int experts, ck_names *out) {
   }
 }
 
-/* The manifest's "names" of nm: "hf", "hf-qwen-moe" or "octopipe". */
+/* The manifest's "names" of nm: "hf", "hf-qwen-moe", "hf-nemotron-h" or "octopipe". */
 static const char *ck_scheme_name(const ck_names *nm) {
-  return !nm->hf ? "octopipe" : nm->experts == CK_QWEN_MOE ? "hf-qwen-moe" : "hf";
+  return !nm->hf                         ? "octopipe"
+         : nm->experts == CK_QWEN_MOE    ? "hf-qwen-moe"
+         : nm->experts == CK_NEMOTRON_H ? "hf-nemotron-h"
+                                         : "hf";
 }
 
 /* "[2, 3]" of a shape. */
@@ -195,9 +223,10 @@ static int ck_cmp_str(const void *a, const void *b) {
 static int ck_check_set(const st_set *set, const char *path, const ck_names *nm,
                         const char *const *suf, int nsuf, const be_stream *s, const rt_model *m,
                         const char *what, strbuf *err) {
-  const char *scheme = !nm->hf ? "the runtime's own"
-                       : nm->experts == CK_QWEN_MOE ? "Hugging Face's, Qwen-MoE's for experts"
-                                                    : "Hugging Face's";
+  const char *scheme = !nm->hf                        ? "the runtime's own"
+                       : nm->experts == CK_QWEN_MOE   ? "Hugging Face's, Qwen-MoE's for experts"
+                       : nm->experts == CK_NEMOTRON_H ? "Hugging Face's, Nemotron-H's"
+                                                      : "Hugging Face's";
   size_t nwant = nm->n * (size_t)nsuf;
   char **want = xcalloc(nwant ? nwant : 1, sizeof *want);
   int rc = 0;
@@ -272,7 +301,7 @@ static size_t ck_pt_off(const rt_lplan *p, int t) {
  * and the file's (file: p->floats). */
 static void ck_convert(const ck_part *p, const rt_ptensor *pt, float *ours, float *file,
                        bool to_file) {
-  if (p->layout == CK_AS_IS || p->layout == CK_ROW) {
+  if (p->layout == CK_AS_IS || p->layout == CK_ROW || p->layout == CK_CONV1D) {
     if (to_file) memcpy(file, ours, p->floats * sizeof *file);
     else memcpy(ours, file, p->floats * sizeof *file);
     return;

@@ -138,14 +138,15 @@ void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
                 "\"causal\": %d, \"window\": %d, \"rope_theta\": %s, \"rope_factor\": %s, "
                 "\"rope_low_freq_factor\": %s, \"rope_high_freq_factor\": %s, "
                 "\"rope_original_seq\": %.0f, \"qkv_bias\": %d, "
-                "\"qk_norm\": %d, \"norm_eps\": %s, \"experts\": %d, \"top_k\": %d, \"shared\": %d, "
+                "\"qk_norm\": %d, \"rope\": %d, \"norm_eps\": %s, \"experts\": %d, \"top_k\": %d, \"shared\": %d, "
                 "\"renorm\": %d, \"shared_gate\": %d, "
                 "\"state\": %d, \"groups\": %d, \"conv\": %d, \"inner\": %d, \"chunk\": %d, "
                 "\"vocab\": %d, \"tied\": %d, \"out_w\": %d},\n",
                 d->B, d->S, d->in_S, d->in_w, d->hidden, d->heads, d->kv_heads, d->head_dim,
                 d->ffn, d->gated, rt_act_name(d->act), d->causal, d->window, theta, factor, low,
                 high, d->rope_orig, d->qkv_bias,
-                d->qk_norm, eps, d->experts, d->top_k, d->shared, !d->all_probs, d->shared_gate, d->state, d->groups, d->conv, d->inner,
+                d->qk_norm, !d->no_rope, eps, d->experts, d->top_k, d->shared, !d->all_probs, d->shared_gate,
+                d->state, d->groups, d->conv, d->inner,
                 d->chunk, d->vocab, d->tied, p->out_w);
   strbuf_puts(index, "   \"params\": [");
   for (int i = 0; i < p->npt; i++) {

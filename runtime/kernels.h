@@ -43,6 +43,7 @@ typedef struct rt_ldims {
                                                           (factor 1: none) */
   bool qkv_bias;     /* attention: the q, k and v projections have biases */
   bool qk_norm;      /* attention: RMSNorm (eps norm_eps) of each q and k head before rotary */
+  bool no_rope;      /* attention: no rotary embedding of q and k (rope = false; NoPE) */
   double norm_eps;   /* every kind with a norm (not embedding, custom): its epsilon (> 0) */
   int experts;       /* moe: routed experts */
   int top_k;         /* moe: experts per token */

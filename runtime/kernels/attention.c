@@ -2,8 +2,8 @@
  * b*S + t is token t of sequence b; hd = head_dim; weights are [in, out] (y = x @ W).
  *
  *   attention  dims: B, S (= in_S), hidden (= in_w = out_w), heads, kv_heads (divides heads),
- *              head_dim (even), causal, window (0: none), rope_theta, qkv_bias, qk_norm,
- *              norm_eps.
+ *              head_dim (even with rope), causal, window (0: none), rope, rope_theta,
+ *              qkv_bias, qk_norm, norm_eps.
  *              params, in order: "norm" [hidden] (const 1), "wq" [hidden, heads*hd],
  *              "wk" [hidden, kv_heads*hd], "wv" [hidden, kv_heads*hd], "wo" [heads*hd, hidden];
  *              wq, wk, wv uniform in +-sqrt(3 / hidden), wo in +-0.5 sqrt(3 / (heads*hd));
@@ -12,7 +12,8 @@
  *              h = RMSNorm(x) * norm (eps norm_eps); q = h wq (+ bq), k = h wk (+ bk),
  *              v = h wv (+ bv); with qk_norm each head of q and k is RMS-normalized over its hd
  *              values (eps norm_eps) times q_norm / k_norm (Qwen3);
- *              rotary embedding on q and k per head at position t (0..S-1 within the sequence),
+ *              with rope, the rotary embedding on q and k per head at position t (0..S-1 within
+ *              the sequence),
  *              theta = rope_theta, rotate-half: for i < hd/2, pair (i, i + hd/2) with angle
  *              t * theta^(-2i/hd) (with rope_factor != 1 scaled as Llama 3.1's "llama3" rope
  *              scaling, kb_attention.h attn_rope_table): out_i = x_i cos - x_{i+hd/2} sin,
@@ -120,7 +121,7 @@ static int ka_att_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
     strbuf_printf(err, "heads %d is not a multiple of kv_heads %d", d->heads, d->kv_heads);
     return -1;
   }
-  if (d->head_dim % 2) {
+  if (!d->no_rope && d->head_dim % 2) {
     strbuf_printf(err, "head_dim %d is odd; rotary embedding needs an even head_dim",
                   d->head_dim);
     return -1;
@@ -131,6 +132,16 @@ static int ka_att_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
   }
   ka_att_layout(d, p);
   return 0;
+}
+
+/* The rotary embedding of N tokens' query heads q [N, heads*hd] and key heads k [N, kv*hd] in
+ * place (back: its transpose, for their gradients); nothing with d->no_rope. */
+static void ka_att_rope(const rt_ldims *d, int N, float *q, float *k, bool back) {
+  if (d->no_rope) return;
+  float *sn, *cs = ka_rope_tables(d, &sn);
+  ka_rope(N, d->S, d->heads, d->head_dim, q, cs, sn, back);
+  ka_rope(N, d->S, d->kv_heads, d->head_dim, k, cs, sn, back);
+  rt_scratch_free(cs);
 }
 
 /* F: y = x + attention(RMSNorm(x)) wo. Post: save holds x, rstd, h, rotated q and k, v, o and
@@ -153,10 +164,7 @@ static void ka_att_fwd(const rt_ldims *d, const float *w, const float *x, float 
     rt_rmsnorm_fwd(N * d->kv_heads, d->head_dim, d->norm_eps, save + L.kp, w + L.kn,
                    save + L.k, save + L.rk);
   }
-  float *sn, *cs = ka_rope_tables(d, &sn);
-  ka_rope(N, d->S, d->heads, d->head_dim, save + L.q, cs, sn, false);
-  ka_rope(N, d->S, d->kv_heads, d->head_dim, save + L.k, cs, sn, false);
-  rt_scratch_free(cs);
+  ka_att_rope(d, N, save + L.q, save + L.k, false);
   float *P = rt_scratch((size_t)d->S * d->S);
   ka_core_fwd(&sh, save + L.q, save + L.k, save + L.v, save + L.o, save + L.stat, P);
   rt_scratch_free(P);
@@ -180,10 +188,7 @@ static void ka_att_bwd_in(const rt_ldims *d, const float *w, float *save, const 
               save + L.dk, save + L.dv, P, P + (size_t)d->S * d->S);
   rt_scratch_free(P);
   rt_scratch_free(dO);
-  float *sn, *cs = ka_rope_tables(d, &sn);
-  ka_rope(N, d->S, d->heads, d->head_dim, save + L.dq, cs, sn, true);
-  ka_rope(N, d->S, d->kv_heads, d->head_dim, save + L.dk, cs, sn, true);
-  rt_scratch_free(cs);
+  ka_att_rope(d, N, save + L.dq, save + L.dk, true);
   if (d->qk_norm) { /* dq, dk: from the head norms' outputs to the projections' */
     int hd = d->head_dim;
     rt_copy(save + L.dqn, save + L.dq, (size_t)N * aq);
@@ -225,10 +230,10 @@ static void ka_att_bwd_w(const rt_ldims *d, const float *w, const float *save, f
   }
 }
 
-/* Dimensions: hidden, seq, heads, kv_heads and head_dim (rt_heads_dims, head width even),
- * causal, window, rope_theta, qkv_bias, qk_norm, norm_eps. At scale 1 the layer runs as written: an odd
- * head width, which the rotary embedding cannot split in halves, is refused rather than
- * rounded. */
+/* Dimensions: hidden, seq, heads, kv_heads and head_dim (rt_heads_dims, head width even with
+ * rope), causal, window, rope, rope_theta, qkv_bias, qk_norm, norm_eps. At scale 1 the layer runs
+ * as written: an odd head width, which the rotary embedding cannot split in halves, is refused
+ * rather than rounded (without rope it runs). */
 static int ka_att_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   int k = in->scale;
   rt_dims_tokens(in, BE_LP_ATTENTION_HIDDEN, BE_LP_ATTENTION_SEQ, d);
@@ -236,7 +241,9 @@ static int ka_att_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   double heads = rt_lp(in, BE_LP_ATTENTION_HEADS, 0);
   double kv = rt_lp(in, BE_LP_ATTENTION_KV_HEADS, heads);
   double hd = rt_lp(in, BE_LP_ATTENTION_HEAD_DIM, heads > 0 ? hidden / heads : 0);
-  if (k == 1 && hd >= 1 && fmod(hd, 2) != 0) {
+  d->no_rope = rt_lp(in, BE_LP_ATTENTION_ROPE, 1) == 0;
+  int hq = d->no_rope ? 1 : 2; /* the head width's quantum: the rotary embedding pairs halves */
+  if (!d->no_rope && k == 1 && hd >= 1 && fmod(hd, 2) != 0) {
     strbuf_printf(err, "head_dim %g is odd: the rotary embedding rotates a head's two halves, "
                   "so the runtime cannot run it as written (at scale 1)", hd);
     return -1;
@@ -244,9 +251,9 @@ static int ka_att_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   if (heads < 1 || kv < 1 || fmod(heads, kv) != 0) { /* the plan says why */
     d->heads = (int)heads;
     d->kv_heads = (int)kv;
-    d->head_dim = (int)rt_sdim(hd, k, 2, 2);
+    d->head_dim = (int)rt_sdim(hd, k, hq, hq);
   } else {
-    rt_heads_dims(heads, kv, hd, k, 2, &d->heads, &d->kv_heads, &d->head_dim);
+    rt_heads_dims(heads, kv, hd, k, hq, &d->heads, &d->kv_heads, &d->head_dim);
   }
   d->causal = rt_lp(in, BE_LP_ATTENTION_CAUSAL, 1) != 0;
   long win = (long)rt_lp(in, BE_LP_ATTENTION_WINDOW, 0);

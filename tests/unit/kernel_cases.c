@@ -52,6 +52,9 @@ static const kcase kc_cases[] = {
     {"attn_llama31", "attention", /* Llama 3.1's rope scaling: every band of wavelengths */
      {.B = 2, .S = 12, .hidden = 32, .heads = 2, .kv_heads = 1, .head_dim = 16, .causal = true,
       .rope_theta = 5e5, .rope_factor = 8, .rope_low = 1, .rope_high = 4, .rope_orig = 64}},
+    {"attn_nope", "attention", /* Nemotron-H's attention: no rotary embedding, odd head width */
+     {.B = 2, .S = 6, .hidden = 15, .heads = 3, .kv_heads = 1, .head_dim = 5, .causal = true,
+      .no_rope = true}},
     {"attn_theta", "attention", /* Llama 3's base: long wavelengths, S past the short ones */
      {.B = 2, .S = 12, .hidden = 16, .heads = 4, .kv_heads = 1, .head_dim = 4, .causal = true,
       .rope_theta = 5e5}},

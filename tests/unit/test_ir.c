@@ -133,6 +133,7 @@ static ir_module *build_full_module(void) {
   set_param(l, "qkv_bias", 1);
   set_param(l, "qk_norm", 1);
   set_param(l, "norm_eps", 1e-6);
+  set_param(l, "rope", 1);
   set_field(&l->cost, IR_REC_COST, "f", 1.2e-3);
   set_field(&l->cost, IR_REC_COST, "b", 2.4e-3);
   set_field(&l->cost, IR_REC_COST, "w", 1.2e-3);

@@ -3,6 +3,7 @@
 
 usage: hf_llama_loss.py CKPT_STEP_DIR CONFIG_JSON DATA_FILE STEP SEQS_PER_STEP
                         [--expect=LOSS | --octo-run-output=FILE] [--rtol=1e-5] [--seq=S]
+                        [--transformers-only]
 
 Reads the checkpoint's model.safetensors.index.json and its shards by hand (no safetensors
 package), a Hugging Face LlamaConfig-style config.json, and computes in float64 the mean
@@ -18,6 +19,8 @@ its line "step STEP+1: ..., loss X"), compares: |loss - expect| / |expect| > rto
 transformers is importable, the same loss is also computed with its model loaded from the
 checkpoint by from_pretrained (and must agree within rtol); elsewhere that check is skipped.
 Every checkpoint tensor must be one the forward uses, shaped as the config says.
+--transformers-only: a model whose forward this script does not redo (Nemotron-H): the loss is
+transformers' alone, which must be installed.
 """
 import json
 import os
@@ -250,6 +253,8 @@ def main(argv):
         m = re.match(r"--(expect|octo-run-output|rtol|seq)=(.*)$", a)
         if m:
             opts[m.group(1)] = m.group(2)
+        elif a == "--transformers-only":
+            opts["transformers-only"] = True
         elif a.startswith("--"):
             fail("unknown option %s" % a)
         else:
@@ -266,11 +271,18 @@ def main(argv):
     if S < 1:
         fail("no sequence length: give --seq=N")
     ids, targets = step_tokens(data_file, step, seqs, S, cfg["vocab_size"])
-    loss = forward_loss(read_checkpoint(ckpt), cfg, ids, targets)
-    print("hf loss: %.6f" % loss)
     rc = 0
     hf = transformers_loss(ckpt, cfg_path, ids, targets)
-    if hf is not None:
+    if opts.get("transformers-only"):
+        if hf is None:
+            fail("--transformers-only: transformers is not installed or has no %s"
+                 % cfg.get("model_type"))
+        loss = hf
+        print("transformers loss: %.6f" % loss)
+    else:
+        loss = forward_loss(read_checkpoint(ckpt), cfg, ids, targets)
+        print("hf loss: %.6f" % loss)
+    if hf is not None and not opts.get("transformers-only"):
         rel = abs(hf - loss) / abs(loss)
         print("transformers loss: %.6f (relative difference %.2e)" % (hf, rel))
         if not rel <= rtol:

@@ -1,6 +1,7 @@
 """PyTorch reference of the attention layer kind (runtime/kernels/attention.c): pre-norm (RMSNorm)
 grouped-query self-attention (q, k, v biases with qkv_bias; per-head RMSNorm of q and k with
-qk_norm) with rotary embedding (rotate-half, base rope_theta), causal and sliding-window masks,
+qk_norm) with rotary embedding (rotate-half, base rope_theta; none when rope is 0), causal and
+sliding-window masks,
 and a residual connection. Written as the textbook formulation."""
 import math
 
@@ -68,7 +69,8 @@ def forward(dims, x, p):
         q, k = rmsnorm(q, p["q_norm"], eps(dims)), rmsnorm(k, p["k_norm"], eps(dims))
     q, k = q.transpose(1, 2), k.transpose(1, 2)
     v = v.view(B, S, KV, hd).transpose(1, 2)
-    q, k = _rotary(q, theta, dims), _rotary(k, theta, dims)
+    if dims.get("rope", 1):
+        q, k = _rotary(q, theta, dims), _rotary(k, theta, dims)
     k = k.repeat_interleave(H // KV, dim=1)
     v = v.repeat_interleave(H // KV, dim=1)
 
