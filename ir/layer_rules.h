@@ -167,6 +167,23 @@ static inline int lr_layer_check(int kind, const double *p, lr_report *r) {
     if (LR_KNOWN2(e, k) && k > e) lr_problem(r, "top_k = %g exceeds experts = %g", k, e);
     if (p[LR_P_MOE_SHARED_GATE] == 1 && p[LR_P_MOE_SHARED] == 0)
       lr_problem(r, "shared_gate = true needs shared experts (shared_experts = 0)");
+    if (p[LR_P_MOE_SCORE_BIAS] == 1 && p[LR_P_MOE_SIGMOID] == 0)
+      lr_problem(r, "score_bias = true needs sigmoid = true (the bias shifts sigmoid scores)");
+    double g = p[LR_P_MOE_EXPERT_GROUPS], tg = p[LR_P_MOE_TOPK_GROUPS];
+    if (!LR_KNOWN2(g, tg) || g <= 1)
+      ; /* no group-limited routing */
+    else if (!isnan(e) && fmod(e, g) != 0)
+      lr_problem(r, "expert_groups = %g must divide experts = %g", g, e);
+    else if (tg > g)
+      lr_problem(r, "topk_groups = %g exceeds expert_groups = %g", tg, g);
+    else if (LR_KNOWN2(e, k) && k > tg * (e / g))
+      lr_problem(r, "top_k = %g exceeds the %g experts of topk_groups = %g groups", k,
+                 tg * (e / g), tg);
+    else if (g > 64)
+      lr_problem(r, "expert_groups = %g exceeds 64", g);
+    else if (!isnan(e) && p[LR_P_MOE_SIGMOID] == 1 && e / g < 2)
+      lr_problem(r, "sigmoid routing ranks a group by its two largest scores: expert_groups = %g "
+                 "leaves %g expert per group", g, e / g);
     break;
   }
   case LR_KIND_MAMBA2: {

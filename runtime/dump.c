@@ -132,6 +132,8 @@ void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
   fmt_shortest_scaled(low, d->rope_low, 1.0);
   fmt_shortest_scaled(high, d->rope_high, 1.0);
   fmt_shortest_scaled(eps, d->norm_eps, 1.0);
+  char rscale[40]; /* dims made by hand leave these 0: routed_scale 1, one group */
+  fmt_shortest_scaled(rscale, d->rscale > 0 ? d->rscale : 1.0, 1.0);
   strbuf_printf(index,
                 "\"B\": %d, \"S\": %d, \"in_S\": %d, \"in_w\": %d, \"hidden\": %d, \"heads\": %d, "
                 "\"kv_heads\": %d, \"head_dim\": %d, \"ffn\": %d, \"gated\": %d, \"act\": \"%s\", "
@@ -139,13 +141,16 @@ void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
                 "\"rope_low_freq_factor\": %s, \"rope_high_freq_factor\": %s, "
                 "\"rope_original_seq\": %.0f, \"qkv_bias\": %d, "
                 "\"qk_norm\": %d, \"rope\": %d, \"norm_eps\": %s, \"experts\": %d, \"top_k\": %d, \"shared\": %d, "
-                "\"renorm\": %d, \"shared_gate\": %d, "
+                "\"renorm\": %d, \"shared_gate\": %d, \"sigmoid\": %d, \"score_bias\": %d, "
+                "\"expert_groups\": %d, \"topk_groups\": %d, \"routed_scale\": %s, "
                 "\"state\": %d, \"groups\": %d, \"conv\": %d, \"inner\": %d, \"chunk\": %d, "
                 "\"vocab\": %d, \"tied\": %d, \"out_w\": %d},\n",
                 d->B, d->S, d->in_S, d->in_w, d->hidden, d->heads, d->kv_heads, d->head_dim,
                 d->ffn, d->gated, rt_act_name(d->act), d->causal, d->window, theta, factor, low,
                 high, d->rope_orig, d->qkv_bias,
                 d->qk_norm, !d->no_rope, eps, d->experts, d->top_k, d->shared, !d->all_probs, d->shared_gate,
+                d->sigmoid, d->score_bias, d->egroups > 1 ? d->egroups : 1,
+                d->egroups > 1 ? d->tgroups : 1, rscale,
                 d->state, d->groups, d->conv, d->inner,
                 d->chunk, d->vocab, d->tied, p->out_w);
   strbuf_puts(index, "   \"params\": [");

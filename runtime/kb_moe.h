@@ -7,43 +7,88 @@
 #ifndef OCTO_RT_KB_MOE_H
 #define OCTO_RT_KB_MOE_H
 
+#include <stdint.h>
+
 #include "kb_common.h"
 
-/* Token i: select its top K experts by logit (ties: the lower expert index first; slot k holds
- * the k-th largest) and their weights, in double: the softmax over the K selected logits, or
- * (probs not NULL) the softmax over all E logits at the selected ones, all E probabilities
- * written to probs for the backward. */
+/* Token i: select its top K experts and their weights, in double. Experts are chosen by their
+ * logit (softmax scoring, whose order it is) or by sigmoid(logit) + bias_e (sigmoid); with G > 1
+ * groups of E / G consecutive experts, only in the TG groups of highest group score (the group's
+ * largest choice score; with sigmoid the sum of its two largest). Ties go to the lower index;
+ * slot k holds the k-th largest. Weights: the softmax over the K selected logits, or (probs not
+ * NULL) the softmax over all E logits at the selected ones, all E probabilities written to probs
+ * for the backward; with sigmoid the selected sigmoid(logit) (all E written to probs), divided by
+ * their sum when renorm; then times scale. Pre: G <= 64 divides E, TG <= G, K <= TG * E / G. */
 typedef struct rt_b_moe_select_a {
   int E, K;            /* experts, top_k */
+  int G, TG;           /* expert groups (1: none), groups kept */
+  bool sigmoid;        /* scores by sigmoid (else softmax) */
+  bool renorm;         /* with sigmoid: the weights divided by their sum */
+  double scale;        /* the weights' factor */
   const float *logits; /* N x E router logits */
+  const float *bias;   /* E: the choice's bias (sigmoid), or NULL */
   float *sel, *wt;     /* N x K each: selected expert of each slot (as a float), its weight */
-  float *probs;        /* N x E: the softmax over all experts (weights without renormalization),
-                          or NULL: the weights renormalized over the selected */
+  float *probs;        /* N x E: the softmax over all experts (softmax weights without
+                          renormalization) or the sigmoid scores (sigmoid); or NULL */
 } rt_b_moe_select_a;
+/* The choice score of expert e of token row lr (moe_select). */
+RT_HD static inline double rt_moe_choice(const rt_b_moe_select_a *p, const float *lr, int e) {
+  if (!p->sigmoid) return lr[e];
+  return 1.0 / (1.0 + exp(-(double)lr[e])) + (p->bias ? p->bias[e] : 0.0);
+}
 RT_BODY_FN(moe_select) {
-  int E = p->E, K = p->K;
+  int E = p->E, K = p->K, G = p->G > 1 ? p->G : 1, M = E / G;
   const float *lr = p->logits + (size_t)i * E;
   float *sr = p->sel + (size_t)i * K, *wr = p->wt + (size_t)i * K;
+  uint64_t kept = G > 1 ? 0 : 1; /* bit g: group g may be chosen */
+  for (int t = 0; G > 1 && t < p->TG; t++) {
+    int bg = -1;
+    double bs = 0;
+    for (int g = 0; g < G; g++) {
+      if (kept >> g & 1) continue;
+      double a = -INFINITY, b = -INFINITY; /* the group's largest two choice scores */
+      for (int e = g * M; e < (g + 1) * M; e++) {
+        double c = rt_moe_choice(p, lr, e);
+        if (c > a) b = a, a = c;
+        else if (c > b) b = c;
+      }
+      double gs = p->sigmoid ? a + b : a;
+      if (bg < 0 || gs > bs) bg = g, bs = gs;
+    }
+    kept |= (uint64_t)1 << bg;
+  }
   for (int k = 0; k < K; k++) {
     int best = -1;
+    double bc = 0;
     for (int e = 0; e < E; e++) {
-      if (!(best < 0 || lr[e] > lr[best])) continue;
+      if (!(kept >> (G > 1 ? e / M : 0) & 1)) continue;
+      double c = rt_moe_choice(p, lr, e);
+      if (!(best < 0 || c > bc)) continue;
       bool taken = false; /* selected by an earlier slot of this token */
       for (int q = 0; q < k && !taken; q++) taken = (int)sr[q] == e;
-      if (!taken) best = e;
+      if (!taken) best = e, bc = c;
     }
     sr[k] = (float)best;
   }
-  double mx = lr[(int)sr[0]], sum = 0;
+  double sum = 0;
+  if (p->sigmoid) {
+    float *pr = p->probs + (size_t)i * E;
+    for (int e = 0; e < E; e++) pr[e] = (float)(1.0 / (1.0 + exp(-(double)lr[e])));
+    for (int k = 0; k < K; k++) sum += pr[(int)sr[k]];
+    for (int k = 0; k < K; k++)
+      wr[k] = (float)(p->scale * pr[(int)sr[k]] / (p->renorm ? sum : 1.0));
+    return;
+  }
+  double mx = lr[(int)sr[0]];
   if (p->probs) {
     float *pr = p->probs + (size_t)i * E;
     for (int e = 0; e < E; e++) sum += exp((double)lr[e] - mx);
     for (int e = 0; e < E; e++) pr[e] = (float)(exp((double)lr[e] - mx) / sum);
-    for (int k = 0; k < K; k++) wr[k] = pr[(int)sr[k]];
+    for (int k = 0; k < K; k++) wr[k] = (float)(p->scale * pr[(int)sr[k]]);
     return;
   }
   for (int k = 0; k < K; k++) sum += exp((double)lr[(int)sr[k]] - mx);
-  for (int k = 0; k < K; k++) wr[k] = (float)(exp((double)lr[(int)sr[k]] - mx) / sum);
+  for (int k = 0; k < K; k++) wr[k] = (float)(p->scale * exp((double)lr[(int)sr[k]] - mx) / sum);
 }
 
 /* Expert i: its rows of the grouped order (a stable counting sort of the R = N * K pairs by
@@ -118,13 +163,19 @@ RT_BODY_FN(moe_wgrad) {
   for (int j = 0; j < F; j++) gr[j] *= c0;
 }
 
-/* Token i: the routing softmax's gradient onto its logits, s = sum_k wt_k dwt_k. Renormalized
- * (all false): dlog[i][sel_k] = wt_k (dwt_k - s), the other logits left as they are (zero).
- * Over all experts (all true): dlog holds the E probabilities p_e (moe_select's probs) and
- * becomes p_e (g_e - s) for every e, g_e = dwt_k when e = sel_k, else 0. */
+/* Token i: the routing weights' gradient onto its logits, s = sum_k wt_k dwt_k, c the weights'
+ * scale (wt includes it). Renormalized softmax (all and sigmoid false): dlog[i][sel_k] = wt_k
+ * (dwt_k - s / c), the other logits left as they are (zero). Over all experts (all true): dlog
+ * holds the E probabilities p_e (moe_select's probs) and becomes p_e (c g_e - s) for every e,
+ * g_e = dwt_k when e = sel_k, else 0. Sigmoid: dlog holds the scores q_e and becomes
+ * q_e (1 - q_e) times c g_e, or with renorm (c / Q) (g_e - s / c), Q the selected scores' sum,
+ * at the selected experts and 0 elsewhere. */
 typedef struct rt_b_moe_dlog_a {
   int E, K;                /* experts, top_k */
-  bool all;                /* the weights are the softmax over all experts (dlog: its probs) */
+  bool all;                /* the weights are the softmax over all experts (dlog: its probs);
+                              with sigmoid: the scores as they are (not renormalized) */
+  bool sigmoid;            /* the scores are sigmoids (dlog: them) */
+  double scale;            /* c, the weights' factor */
   const float *sel, *wt;   /* N x K each */
   const double *dwt;       /* N x K: gradient of the routing weights */
   float *dlog;             /* N x E */
@@ -132,21 +183,35 @@ typedef struct rt_b_moe_dlog_a {
 RT_BODY_FN(moe_dlog) {
   int E = p->E, K = p->K;
   size_t t = (size_t)i;
-  double s = 0;
+  double s = 0, c = p->scale;
   for (int k = 0; k < K; k++) s += (double)p->wt[t * K + k] * p->dwt[t * K + k];
+  if (p->sigmoid) {
+    float *dr = p->dlog + t * E;
+    double Q = 0;
+    for (int k = 0; k < K; k++) Q += dr[(int)p->sel[t * K + k]];
+    for (int e = 0; e < E; e++) {
+      double g = 0, q = dr[e];
+      bool on = false;
+      for (int k = 0; k < K; k++)
+        if ((int)p->sel[t * K + k] == e) g = p->dwt[t * K + k], on = true;
+      double dq = !on ? 0 : p->all ? c * g : c / Q * (g - s / c);
+      dr[e] = (float)(dq * q * (1 - q));
+    }
+    return;
+  }
   if (p->all) {
     float *dr = p->dlog + t * E;
     for (int e = 0; e < E; e++) {
       double g = 0;
       for (int k = 0; k < K; k++)
         if ((int)p->sel[t * K + k] == e) g = p->dwt[t * K + k];
-      dr[e] = (float)((double)dr[e] * (g - s));
+      dr[e] = (float)((double)dr[e] * (c * g - s));
     }
     return;
   }
   for (int k = 0; k < K; k++)
     p->dlog[t * E + (int)p->sel[t * K + k]] =
-        (float)(p->wt[t * K + k] * (p->dwt[t * K + k] - s));
+        (float)(p->wt[t * K + k] * (p->dwt[t * K + k] - s / c));
 }
 
 /* The shared experts' sigmoid gate (Qwen2-MoE), g_t = sigmoid(a_t), a_t = h_t . w.

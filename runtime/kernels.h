@@ -50,7 +50,13 @@ typedef struct rt_ldims {
   int shared;        /* moe: shared experts (always active, each of width ffn) */
   bool shared_gate;  /* moe: the shared experts' sum is scaled by sigmoid(h . gate) per token */
   bool all_probs;    /* moe: routing weights are the softmax over all experts' logits at the
-                        selected ones (renorm = false), else over the top_k selected logits */
+                        selected ones (renorm = false), else over the top_k selected logits;
+                        with sigmoid: the selected scores as they are, else divided by their sum */
+  bool sigmoid;      /* moe: the router's scores are sigmoid(logit) (DeepSeek-V3) */
+  bool score_bias;   /* moe: the "router.bias" [experts] added to the scores for the choice only */
+  int egroups;       /* moe: expert groups of group-limited routing (0 or 1: none) */
+  int tgroups;       /* moe: the groups kept (with egroups > 1) */
+  double rscale;     /* moe: the routing weights' scale (0: 1, for dims made by hand) */
   int state;         /* mamba2: SSM state size per group (d_state) */
   int groups;        /* mamba2: B/C groups (divides heads) */
   int conv;          /* mamba2: causal depthwise convolution width */

@@ -15,12 +15,19 @@
  *   "shared.w2"  [shared, ffn, hidden]  as experts.w2
  *   and with shared_gate (Qwen2-MoE's shared_expert_gate):
  *   "shared.gate" [hidden]           uniform in +-sqrt(3 / hidden)
+ *   and with score_bias (DeepSeek-V3's e_score_correction_bias; no gradient trains it):
+ *   "router.bias" [E]                constant 0
  * Forward: h = RMSNorm(x) * norm (rt_rmsnorm_fwd); logits = h router; per token, the K experts of
  * largest logit are selected (ties: the lower expert index first; slot k holds the k-th largest);
  * the routing weights are the softmax over the K selected logits (renorm, the default), or with
  * renorm = false the softmax over all E logits at the K selected (Qwen-MoE's norm_topk_prob =
- * false, DeepSeek-V2: they need not sum to 1); the router gets its gradient through the softmax
- * (the selection itself is not differentiated);
+ * false, DeepSeek-V2: they need not sum to 1); with sigmoid (DeepSeek-V3) the scores are
+ * sigmoid(logit), the experts chosen by score + router.bias (score_bias) and weighted by their
+ * scores, divided by the selected scores' sum unless renorm = false; with expert_groups G > 1
+ * the experts are chosen only in the topk_groups groups (of E / G consecutive experts) of highest
+ * group score (the largest choice score in the group; with sigmoid the sum of its two largest);
+ * the weights are multiplied by routed_scale; the router gets its gradient through the softmax or
+ * the sigmoids (the selection itself is not differentiated);
  *   FFN_e(h) = (act(h W1_e) [* (h W3_e)]) W2_e  (gated: SwiGLU for silu, GeGLU for gelu),
  *   routed = sum_k weight_k * FFN_{e_k}(h),  shared = sum_s FFN_s(h),  y = x + routed + shared,
  *   with shared_gate shared = sigmoid(h . gate) * sum_s FFN_s(h), per token.
@@ -132,6 +139,18 @@ static int moe_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
     strbuf_puts(err, "moe shared_gate needs shared experts");
     return -1;
   }
+  int G = d->egroups > 1 ? d->egroups : 1, TG = G > 1 ? d->tgroups : 1;
+  if (G > 64 || d->experts % G != 0 || TG < 1 || TG > G ||
+      d->top_k > TG * (d->experts / G) || (G > 1 && d->sigmoid && d->experts / G < 2)) {
+    strbuf_printf(err, "moe expert_groups %d (at most 64, dividing experts %d, of at least 2 "
+                  "experts with sigmoid) with topk_groups %d cannot route top_k %d",
+                  d->egroups, d->experts, d->tgroups, d->top_k);
+    return -1;
+  }
+  if (d->score_bias && !d->sigmoid) {
+    strbuf_puts(err, "moe score_bias needs sigmoid scoring");
+    return -1;
+  }
   if (d->in_w != 0 && d->in_w != d->hidden) {
     strbuf_printf(err, "moe input width %d differs from hidden %d", d->in_w, d->hidden);
     return -1;
@@ -163,6 +182,7 @@ static int moe_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
     rt_lplan_add(p, "shared.w2", Sh, F, H, RT_INIT_UNIFORM, s2);
     if (d->shared_gate) rt_lplan_add(p, "shared.gate", H, 0, 0, RT_INIT_UNIFORM, s1);
   }
+  if (d->score_bias) rt_lplan_add(p, "router.bias", E, 0, 0, RT_INIT_CONST, 0.0f);
   p->save_floats = moe_layout_of(d).total;
   p->out_w = H;
   return 0;
@@ -179,6 +199,7 @@ typedef struct moe_params {
   float *sw3;    /* [shared, hidden, ffn], NULL when not gated or shared = 0 */
   float *sw2;    /* [shared, ffn, hidden], NULL when shared = 0 */
   float *sgate;  /* [hidden], NULL without shared_gate */
+  float *rbias;  /* [E], NULL without score_bias */
 } moe_params;
 
 /* Split w (the plan's layout) into its tensors. */
@@ -203,8 +224,13 @@ static moe_params moe_params_of(const rt_ldims *d, const float *w) {
   m.sw2 = Sh ? q : NULL;
   q += Sh * HF;
   m.sgate = d->shared_gate ? q : NULL;
+  q += d->shared_gate ? H : 0;
+  m.rbias = d->score_bias ? q : NULL;
   return m;
 }
+
+/* The routing weights' factor of d: routed_scale (0, in dims made by hand: 1). */
+static double moe_scale(const rt_ldims *d) { return d->rscale > 0 ? d->rscale : 1.0; }
 
 /* The per-expert grouping of the N * K (token, slot) pairs, rebuilt from the saved selection. */
 typedef struct moe_route {
@@ -268,9 +294,11 @@ static void moe_fwd(const rt_ldims *d, const float *w, const float *x, float *y,
   rt_rmsnorm_fwd(N, H, d->norm_eps, save + l.x, m.norm, save + l.h, save + l.rstd);
   float *logits = rt_scratch((size_t)N * E);
   rt_gemm(false, false, N, E, H, 1.0f, save + l.h, H, m.router, E, 0.0f, logits, E);
-  /* each token's top K experts (ties: lower index first) and their softmax weights */
-  RT_FOR(moe_select, N, .E = E, .K = d->top_k, .logits = logits, .sel = save + l.sel,
-         .wt = save + l.wt, .probs = d->all_probs ? save + l.dlog : NULL);
+  /* each token's top K experts (ties: lower index first) and their weights */
+  RT_FOR(moe_select, N, .E = E, .K = d->top_k, .G = d->egroups, .TG = d->tgroups,
+         .sigmoid = d->sigmoid, .renorm = !d->all_probs, .scale = moe_scale(d), .logits = logits,
+         .bias = m.rbias, .sel = save + l.sel, .wt = save + l.wt,
+         .probs = d->all_probs || d->sigmoid ? save + l.dlog : NULL);
   rt_scratch_free(logits);
 
   /* routed experts on their gathered rows, added to y expert by expert */
@@ -333,10 +361,10 @@ static void moe_bwd_in(const rt_ldims *d, const float *w, float *save, const flo
   rt_ffn_bwd_act(&f, R, save + l.ra, save + l.ru, save + l.rda, save + l.rda, save + l.rdu);
 
   /* the routing softmax over the selected logits, then the router */
-  float *dlog = save + l.dlog; /* without renormalization: F's probabilities, used in place */
-  if (!d->all_probs) rt_zero(dlog, (size_t)N * E);
-  RT_FOR(moe_dlog, N, .E = E, .K = K, .all = d->all_probs, .sel = sel, .wt = wt, .dwt = dwt,
-         .dlog = dlog);
+  float *dlog = save + l.dlog; /* F's probabilities or sigmoids where it kept them, in place */
+  if (!d->all_probs && !d->sigmoid) rt_zero(dlog, (size_t)N * E);
+  RT_FOR(moe_dlog, N, .E = E, .K = K, .all = d->all_probs, .sigmoid = d->sigmoid,
+         .scale = moe_scale(d), .sel = sel, .wt = wt, .dwt = dwt, .dlog = dlog);
   rt_scratch_free(dwt);
   rt_gemm(false, true, N, H, E, 1.0f, dlog, E, m.router, E, 0.0f, save + l.dh, H);
 
@@ -412,7 +440,7 @@ static void moe_bwd_w(const rt_ldims *d, const float *w, const float *save, floa
 }
 
 /* Dimensions: hidden, seq, experts, top_k, shared experts, one expert's ffn, gated, act,
- * norm_eps. */
+ * norm_eps, renorm, shared_gate, sigmoid, score_bias, expert_groups, topk_groups, routed_scale. */
 static int moe_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   (void)err;
   rt_dims_tokens(in, BE_LP_MOE_HIDDEN, BE_LP_MOE_SEQ, d);
@@ -425,6 +453,11 @@ static int moe_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   d->norm_eps = rt_lp(in, BE_LP_MOE_NORM_EPS, 1e-5);
   d->all_probs = rt_lp(in, BE_LP_MOE_RENORM, 1) == 0;
   d->shared_gate = rt_lp(in, BE_LP_MOE_SHARED_GATE, 0) == 1;
+  d->sigmoid = rt_lp(in, BE_LP_MOE_SIGMOID, 0) == 1;
+  d->score_bias = rt_lp(in, BE_LP_MOE_SCORE_BIAS, 0) == 1;
+  d->egroups = (int)rt_lp(in, BE_LP_MOE_EXPERT_GROUPS, 1);
+  d->tgroups = (int)rt_lp(in, BE_LP_MOE_TOPK_GROUPS, 1);
+  d->rscale = rt_lp(in, BE_LP_MOE_ROUTED_SCALE, 1);
   return 0;
 }
 

@@ -81,6 +81,17 @@ static const kcase kc_cases[] = {
     {"moe_top1_probs", "moe", /* top 1 without renormalization: the router gets its gradient */
      {.B = 2, .S = 6, .hidden = 16, .experts = 3, .top_k = 1, .ffn = 8, .act = RT_ACT_RELU,
       .all_probs = true}},
+    {"moe_v3", "moe", /* DeepSeek-V3's routing: sigmoid scores, a choice bias, 2 of 4 groups,
+                         renormalized, scaled */
+     {.B = 2, .S = 6, .hidden = 16, .experts = 8, .top_k = 3, .ffn = 8, .shared = 1, .gated = true,
+      .act = RT_ACT_SILU, .sigmoid = true, .score_bias = true, .egroups = 4, .tgroups = 2,
+      .rscale = 2.5}},
+    {"moe_v2", "moe", /* DeepSeek-V2's: the softmax over all experts, 2 of 3 groups, scaled */
+     {.B = 2, .S = 6, .hidden = 12, .experts = 6, .top_k = 2, .ffn = 8, .act = RT_ACT_SILU,
+      .gated = true, .all_probs = true, .egroups = 3, .tgroups = 2, .rscale = 1.5}},
+    {"moe_sigmoid_raw", "moe", /* sigmoid weights as they are (renorm = false) */
+     {.B = 2, .S = 6, .hidden = 16, .experts = 4, .top_k = 2, .ffn = 8, .act = RT_ACT_RELU,
+      .sigmoid = true, .all_probs = true}},
     {"mamba2_chunk4", "mamba2",
      {.B = 2, .S = 10, .hidden = 8, .heads = 4, .head_dim = 4, .inner = 16, .state = 4, .groups = 2,
       .conv = 4, .chunk = 4}},

@@ -160,6 +160,11 @@ static ir_module *build_full_module(void) {
   set_param(l, "norm_eps", 1e-5);
   set_param(l, "shared_gate", 0);
   set_param(l, "renorm", 1);
+  set_param(l, "sigmoid", 1);
+  set_param(l, "score_bias", 1);
+  set_param(l, "expert_groups", 8);
+  set_param(l, "topk_groups", 3);
+  set_param(l, "routed_scale", 2.5);
   l = ir_module_add_layer(m, "mamba", IR_KIND_MAMBA2);
   set_param(l, "hidden", 1024);
   set_param(l, "state", 128);

@@ -2,7 +2,11 @@
 mixture-of-experts block. h = RMSNorm(x) * norm; logits = h router; each token takes the top_k
 experts of largest logit (ties: lower expert index first), weighted by the softmax over the
 selected logits (Mixtral style), or with renorm false by the softmax over all logits at the
-selected ones (the selection is not differentiated, the weights are);
+selected ones; with sigmoid (DeepSeek-V3) the experts are chosen by sigmoid(logit) + router.bias
+and weighted by their sigmoid, divided by the selected ones' sum unless renorm is false; with
+expert_groups > 1 only in the topk_groups best groups (DeepSeek's group-limited routing, a
+group ranked by its largest score, or with sigmoid by the sum of its two largest); the weights
+times routed_scale (the selection is not differentiated, the weights are);
 y = x + sum_k weight_k FFN_{e_k}(h) + sum_s FFN_s(h), FFN(h) = (act(h W1) [* (h W3)]) W2; with
 shared_gate the shared sum is scaled by sigmoid(h gate) per token.
 Dropless, no capacity limit, no auxiliary loss. Written from the definition, not from the C
@@ -25,13 +29,34 @@ def forward(dims, x, p):
     E, K, gated = int(dims["experts"]), int(dims["top_k"]), bool(dims["gated"])
     h = rmsnorm(x, p["norm"], eps(dims))
     logits = h @ p["router"]
+    sigmoid = bool(dims.get("sigmoid"))
+    scores = torch.sigmoid(logits) if sigmoid else None
+    choice = scores.detach() if sigmoid else logits.detach()
+    if dims.get("score_bias"):  # DeepSeek-V3's e_score_correction_bias: the choice only
+        choice = choice + p["router.bias"]
+    G, TG = int(dims.get("expert_groups", 1)), int(dims.get("topk_groups", 1))
     # torch.topk does not promise an order among equal values; a stable descending sort does
     # (lower index first), and its first K columns are the top K in descending order.
-    sel = torch.sort(logits.detach(), dim=-1, descending=True, stable=True).indices[:, :K]
-    if dims.get("renorm", 1):
+    top = lambda t, k: torch.sort(t, dim=-1, descending=True, stable=True).indices[:, :k]
+    if G > 1:
+        grouped = choice.view(-1, G, E // G)
+        if sigmoid:
+            group_score = grouped.sort(dim=-1, descending=True).values[..., :2].sum(dim=-1)
+        else:
+            group_score = grouped.max(dim=-1).values
+        kept = torch.zeros_like(group_score, dtype=torch.bool)
+        kept.scatter_(1, top(group_score, TG), True)
+        choice = choice.masked_fill(~kept.repeat_interleave(E // G, dim=1), float("-inf"))
+    sel = top(choice, K)
+    if sigmoid:
+        weights = scores.gather(1, sel)
+        if dims.get("renorm", 1):
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+    elif dims.get("renorm", 1):
         weights = torch.softmax(logits.gather(1, sel), dim=-1)  # [N, K]
     else:
         weights = torch.softmax(logits, dim=-1).gather(1, sel)
+    weights = weights * float(dims.get("routed_scale", 1))
 
     routed = torch.zeros_like(x)
     for e in range(E):
