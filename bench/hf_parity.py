@@ -96,6 +96,22 @@ CASES = [
                                     use_sliding_window=False), 109, 1000),
     ("llama-tied", "llama", dict(vocab_size=200, rope_theta=500000.0, tie_word_embeddings=True),
      108, 1000),
+    ("deepseek_v2", "deepseek_v2", dict(vocab_size=200, num_key_value_heads=4, head_dim=DROP,
+                                        rope_theta=10000.0,
+                                        q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=16,
+                                        qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=6,
+                                        num_experts_per_tok=2, moe_intermediate_size=32,
+                                        n_shared_experts=2, first_k_dense_replace=1,
+                                        topk_method="group_limited_greedy", n_group=3, topk_group=2,
+                                        routed_scaling_factor=1.5, rope_scaling=None), 111, 1000),
+    ("deepseek_v3", "deepseek_v3", dict(vocab_size=200, num_key_value_heads=4, head_dim=DROP,
+                                        rope_theta=10000.0,
+                                        q_lora_rank=24, kv_lora_rank=32, qk_nope_head_dim=16,
+                                        qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=8,
+                                        num_experts_per_tok=3, moe_intermediate_size=32,
+                                        n_shared_experts=1, first_k_dense_replace=1, n_group=4,
+                                        topk_group=2, norm_topk_prob=True,
+                                        routed_scaling_factor=2.5, rope_scaling=None), 112, 1000),
     ("nemotron_h", "nemotron_h", dict(vocab_size=200, rms_norm_eps=DROP, layer_norm_epsilon=1e-5,
                                       num_hidden_layers=5, hybrid_override_pattern="M*-M-",
                                       mlp_hidden_act="relu2", mamba_num_heads=8,
@@ -104,7 +120,11 @@ CASES = [
 ]
 
 # The ckpt_names.def naming of a model_type's rows (default MIXTRAL).
-NAMING = {"qwen3_moe": "QWEN_MOE", "qwen2_moe": "QWEN_MOE", "nemotron_h": "NEMOTRON_H"}
+NAMING = {"qwen3_moe": "QWEN_MOE", "qwen2_moe": "QWEN_MOE", "nemotron_h": "NEMOTRON_H",
+          "deepseek_v2": "DEEPSEEK", "deepseek_v3": "DEEPSEEK"}
+# Buffers a family's files hold and its router reads (DeepSeek-V3's choice bias): drawn at random
+# too, compared by value, their gradient 0 (no gradient trains them).
+BUFFERS = ("e_score_correction_bias",)
 
 
 class Skip(Exception):
@@ -159,6 +179,9 @@ def build_model(model_type, fields, seed):
                 p.copy_(0.1 * torch.randn_like(p))
             else:
                 p.copy_(0.15 * torch.randn_like(p))
+        for name, b in model.named_buffers():
+            if name.endswith(BUFFERS):
+                b.copy_(0.1 * torch.randn_like(b))
     return model.float()
 
 
@@ -181,6 +204,9 @@ def hf_step(model, inputs, targets):
     loss.backward()
     values = {n: p.detach().clone() for n, p in model.named_parameters()}
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    for n, b in model.named_buffers():
+        if n.endswith(BUFFERS):
+            values[n], grads[n] = b.detach().clone(), torch.zeros_like(b)
     try:  # transformers 5 keeps some tensors fused or renamed in memory; its files do not
         from transformers.core_model_loading import revert_weight_conversion
         values, grads = (revert_weight_conversion(model, values),
@@ -232,7 +258,7 @@ def compare_dump(dump, names, params, targets, tied=False, layer_blocks=False):
     block = -1
     for layer in index["layers"]:
         kind = layer["kind"]
-        if kind == "attention" or (layer_blocks and kind != "embedding"):
+        if kind in ("attention", "mla") or (layer_blocks and kind != "embedding"):
             block += 1
         for prm in layer["params"]:
             key = (kind, prm["name"])
@@ -376,7 +402,7 @@ def main():
         return 0
     torch.set_num_threads(1)
     tools = os.path.join(args.build, "tools")
-    names = {n: read_names(n) for n in ("MIXTRAL", "QWEN_MOE", "NEMOTRON_H")}
+    names = {n: read_names(n) for n in ("MIXTRAL", "QWEN_MOE", "DEEPSEEK", "NEMOTRON_H")}
     if args.keep:
         os.makedirs(args.keep, exist_ok=True)
         root = args.keep

@@ -277,6 +277,44 @@ static void kind_attention(cost_breakdown *bd, const cost_setup *su, const ir_la
   bd->out = su->b * P(ATTENTION_SEQ) * P(ATTENTION_HIDDEN) * su->e;
 }
 
+/* mla: multi-head latent attention (DeepSeek-V2/V3) over the layer's seq, causal: a heads, the
+ * query and key head width d = nope_dim + rope_dim, value heads of v_dim, latents of ranks q_rank
+ * (0: none) and kv_rank, hidden h. Parts attn_norm, q (q_a, q_norm, q_b with a query latent),
+ * kv_a, kv_norm, kv_b, core_qk, [softmax], core_pv, out_proj; outputs b s h e. Parameters as
+ * transformers' DeepseekV2Attention holds them (with its input norm). */
+static void kind_mla(cost_breakdown *bd, const cost_setup *su, const ir_layer *l) {
+  double h = P(MLA_HIDDEN), a = P(MLA_HEADS), s = P(MLA_SEQ), qr = P(MLA_Q_RANK);
+  double kvr = P(MLA_KV_RANK), dr = P(MLA_ROPE_DIM), d = P(MLA_NOPE_DIM) + dr, dv = P(MLA_V_DIM);
+  double tok = su->b * s, e = su->e, sq = su->b * a * s * s, pairs = attn_pairs(s, true, 0);
+  elem(bd, su, "attn_norm", 2 * tok * h * e, 3 * tok * h * e, 0, false, false);
+  if (qr > 0) {
+    gemm(bd, su, "q_a", tok, h, qr, 1, false);
+    elem(bd, su, "q_norm", 2 * tok * qr * e, 3 * tok * qr * e, 0, false, false);
+    gemm(bd, su, "q_b", tok, qr, a * d, 1, true);
+  } else {
+    gemm(bd, su, "q", tok, h, a * d, 1, true);
+  }
+  gemm(bd, su, "kv_a", tok, h, kvr + dr, 1, false);
+  elem(bd, su, "kv_norm", 2 * tok * kvr * e, 3 * tok * kvr * e, 0, false, false);
+  gemm(bd, su, "kv_b", tok, kvr, a * (d - dr + dv), 1, true);
+  core(bd, su, "core_qk", 2 * su->b * pairs * a * d, tok * 2 * a * d * e + (su->flash ? 0 : sq * e),
+       true);
+  if (!su->flash) elem(bd, su, "softmax", 2 * sq * e, 3 * sq * e, 0, true, true);
+  core(bd, su, "core_pv", 2 * su->b * pairs * a * dv, tok * a * dv * e + (su->flash ? 0 : sq * e),
+       true);
+  gemm(bd, su, "out_proj", tok, a * dv, h, 1, true);
+  weights(bd, su, (qr > 0 ? qr * a * d : h * a * d) + kvr * a * (d - dr + dv) + a * dv * h, true);
+  weights(bd, su, h + (qr > 0 ? h * qr + qr : 0) + h * (kvr + dr) + kvr, false);
+  allreduce_fb(bd, su, tok, h);
+  act(bd, su, "attn_norm_in", tok * h * e, COST_ACT_INPUT);
+  act(bd, su, "latents", tok * (qr + kvr + dr) * 2 * e, COST_ACT_W);
+  act(bd, su, "q", tok * a * d * e, COST_ACT_SPLIT);
+  act(bd, su, "kv", tok * a * (d + dv) * e, COST_ACT_SPLIT);
+  if (!su->flash) act(bd, su, "softmax_out", sq * e, COST_ACT_SPLIT | COST_ACT_SCORE);
+  act(bd, su, "out_proj_in", tok * a * dv * e, COST_ACT_SPLIT | COST_ACT_W);
+  bd->out = tok * h * e;
+}
+
 /* mlp: the MLP block with its norm; outputs b s h e. */
 static void kind_mlp(cost_breakdown *bd, const cost_setup *su, const ir_layer *l) {
   mlp_block(bd, su, P(MLP_HIDDEN), P(MLP_FFN), P(MLP_GATED) != 0, P(MLP_SEQ), COST_ACT_INPUT);
@@ -399,6 +437,7 @@ static void breakdown(const ir_layer *l, const cost_setup *su, cost_breakdown *b
   case IR_KIND_MAMBA2: kind_mamba2(bd, su, l); break;
   case IR_KIND_LM_HEAD: kind_lm_head(bd, su, l); break;
   case IR_KIND_VIT: kind_vit(bd, su, l); break;
+  case IR_KIND_MLA: kind_mla(bd, su, l); break;
   case IR_KIND_CUSTOM:
     bd->out = l->p[IR_LP_CUSTOM_OUT];
     bd->params = l->p[IR_LP_CUSTOM_PARAMS];

@@ -391,6 +391,11 @@ typedef struct hf_model {
   bool qk_norm;             /* the attention normalizes each q and k head (Qwen3) */
   bool no_rope;             /* the attention has no positional embedding (Nemotron-H:
                                'rope = false') */
+  bool mla;                 /* the attention is DeepSeek's latent attention (mla layers) */
+  double q_rank, kv_rank, nope_dim, rope_dim, v_dim; /* its ranks and head widths */
+  bool sigmoid, score_bias; /* MoE routing by sigmoid scores with a choice bias (DeepSeek-V3) */
+  double egroups, tgroups;  /* group-limited routing's groups and groups kept (0: none) */
+  double rscale;            /* the routing weights' scale (0: none) */
   bool shared_gate;         /* the shared experts' sum is scaled by a learned sigmoid gate
                                (Qwen2-MoE's shared_expert_gate: 'shared_gate = true') */
   bool no_renorm;           /* MoE routing weights are the softmax over all experts at the
@@ -470,9 +475,11 @@ static void hf_renorm(hf_ctx *c, const cJSON *obj, const char *p, bool dflt, hf_
   if (!hf_bool_or_null(c, v, p, name)) return;
   m->no_renorm = !(v ? cJSON_IsTrue(v) : dflt);
   if (v)
-    hf_use(c, p, name, "%s", m->no_renorm ? "renorm = false (the softmax over all experts, at "
-                                            "the selected ones)"
-                                          : "renorm = true (the softmax over the selected)");
+    hf_use(c, p, name, "%s",
+           m->sigmoid ? (m->no_renorm ? "renorm = false (the selected sigmoid scores as they are)"
+                                      : "renorm = true (the selected sigmoid scores over their sum)")
+           : m->no_renorm ? "renorm = false (the softmax over all experts, at the selected ones)"
+                          : "renorm = true (the softmax over the selected)");
 }
 
 /* Llama 3.1's rope scaling from the fields of object rs at path q (rope_scaling., or
@@ -673,6 +680,75 @@ static void hf_sparse_layers(hf_ctx *c, const cJSON *obj, const char *p, hf_mode
   }
 }
 
+/* DeepSeek's latent attention into m (mla layers): q_lora_rank (null: none), kv_lora_rank, the
+ * head widths; num_key_value_heads must be the heads (the latent gives every head its key) and
+ * a head_dim, which transformers sets to qk_rope_head_dim, that. */
+static void hf_deepseek_mla(hf_ctx *c, const cJSON *obj, const char *p, hf_model *m) {
+  m->mla = true;
+  const cJSON *qr = hf_get(c, obj, p, "q_lora_rank");
+  if (qr && cJSON_IsNull(qr))
+    hf_use(c, p, "q_lora_rank", "null: mla q_rank = 0 (the queries projected directly)");
+  else
+    m->q_rank = hf_count(c, obj, p, "q_lora_rank", 1536, 1, "mla q_rank");
+  m->kv_rank = hf_count(c, obj, p, "kv_lora_rank", 512, 1, "mla kv_rank");
+  m->nope_dim = hf_count(c, obj, p, "qk_nope_head_dim", 128, 1, "mla nope_dim");
+  m->rope_dim = hf_count(c, obj, p, "qk_rope_head_dim", 64, 2, "mla rope_dim");
+  m->v_dim = hf_count(c, obj, p, "v_head_dim", 128, 1, "mla v_dim");
+  const cJSON *qk = hf_get(c, obj, p, "qk_head_dim"); /* transformers 5 writes the sum */
+  if (qk && !(cJSON_IsNumber(qk) && qk->valuedouble == m->nope_dim + m->rope_dim))
+    hf_refuse(c, p, "qk_head_dim", "it must be qk_nope_head_dim + qk_rope_head_dim = %g",
+              m->nope_dim + m->rope_dim);
+  else if (qk)
+    hf_use(c, p, "qk_head_dim", "checked: nope_dim + rope_dim");
+  hf_flag(c, obj, p, "rope_interleave", true, true,
+          "OctoPipe's mla turns the interleaved pairs (2i, 2i + 1) of the rotary parts");
+  if (m->kv_heads != m->heads)
+    hf_refuse(c, p, "num_key_value_heads", "DeepSeek's latent attention gives every head its "
+              "key and value: it must be num_attention_heads = %g", m->heads);
+  const cJSON *hd = cJSON_GetObjectItemCaseSensitive(obj, "head_dim");
+  if (hd && !cJSON_IsNull(hd) && !(cJSON_IsNumber(hd) && hd->valuedouble == m->rope_dim))
+    hf_refuse(c, p, "head_dim", "transformers' DeepSeek models take it as qk_rope_head_dim = %g",
+              m->rope_dim);
+  m->head_dim = 0; /* an attention's parameter; mla layers have their own widths */
+}
+
+/* DeepSeek's router into m: V2 a softmax over all experts (transformers' DeepseekV2TopkRouter
+ * renormalizes nothing), the plain top-k (topk_method "greedy") or the group-limited one
+ * ("group_limited_greedy"); V3 sigmoid scores with the correction bias and groups (its only
+ * router, "noaux_tc"), renormalized by norm_topk_prob; both scaled by routed_scaling_factor. */
+static void hf_deepseek_router(hf_ctx *c, const cJSON *obj, const char *p, bool v3, hf_model *m) {
+  hf_flag(c, obj, p, "output_router_logits", false, false,
+          "with it the loss adds the router's auxiliary loss, which OctoPipe does not compute");
+  hf_string_is(c, obj, p, "scoring_func", v3 ? "sigmoid" : "softmax", v3 ? "sigmoid" : "softmax",
+               v3 ? "transformers' DeepseekV3 router scores by sigmoid"
+                  : "transformers' DeepseekV2 router scores by softmax");
+  const cJSON *tm = hf_get(c, obj, p, "topk_method");
+  const char *method = cJSON_IsString(tm) ? tm->valuestring : v3 ? "noaux_tc" : "greedy";
+  bool groups = v3 || strcmp(method, "group_limited_greedy") == 0;
+  if (v3 ? strcmp(method, "noaux_tc") != 0
+         : strcmp(method, "greedy") != 0 && strcmp(method, "group_limited_greedy") != 0)
+    hf_refuse(c, p, "topk_method", "%s", v3 ? "transformers' DeepseekV3 router is \"noaux_tc\""
+                                            : "OctoPipe imports \"greedy\" and "
+                                              "\"group_limited_greedy\"");
+  else if (tm)
+    hf_use(c, p, "topk_method", groups ? "group-limited top-k (expert_groups, topk_groups)"
+                                       : "checked: the plain top-k");
+  const char *use = groups ? "expert_groups" : "unused: the plain top-k";
+  double g = hf_count(c, obj, p, "n_group", v3 ? 8 : 1, 1, use);
+  double tg = hf_count(c, obj, p, "topk_group", v3 ? 4 : 1, 1,
+                       groups ? "topk_groups" : "unused: the plain top-k");
+  if (groups && g > 1) m->egroups = g, m->tgroups = tg;
+  if (v3) {
+    m->sigmoid = m->score_bias = true;
+    hf_renorm(c, obj, p, true, m); /* the V3 class default: true */
+  } else {
+    m->no_renorm = true;
+    hf_flag(c, obj, p, "norm_topk_prob", false, false,
+            "transformers' DeepseekV2 router does not renormalize the selected weights");
+  }
+  m->rscale = hf_positive(c, obj, p, "routed_scaling_factor", v3 ? 2.5 : 1, "routed_scale");
+}
+
 /* The decoder families. */
 static void hf_decoder(hf_ctx *c, const cJSON *obj, const char *p, hf_family_id f, hf_model *m,
                        double *n) {
@@ -788,16 +864,7 @@ static void hf_decoder(hf_ctx *c, const cJSON *obj, const char *p, hf_family_id 
   case HF_FAM_DEEPSEEK_V2:
   case HF_FAM_DEEPSEEK_V3: {
     bool v3 = f == HF_FAM_DEEPSEEK_V3;
-    const cJSON *kv = hf_get(c, obj, p, "kv_lora_rank");
-    hf_get(c, obj, p, "q_lora_rank");
-    hf_get(c, obj, p, "qk_rope_head_dim");
-    hf_get(c, obj, p, "qk_nope_head_dim");
-    hf_get(c, obj, p, "v_head_dim");
-    if (!kv || !cJSON_IsNull(kv))
-      hf_refuse(c, p, "kv_lora_rank",
-                "DeepSeek's multi-head latent attention (low-rank q/kv projections q_lora_rank, "
-                "kv_lora_rank with their norms; rotary on qk_rope_head_dim of each head only; "
-                "v_head_dim) has no OctoPipe layer kind");
+    hf_deepseek_mla(c, obj, p, m);
     m->experts = hf_count(c, obj, p, "n_routed_experts", v3 ? 256 : 160, 1, "experts");
     m->top_k = hf_count(c, obj, p, "num_experts_per_tok", v3 ? 8 : 6, 1, "top_k");
     m->expert_ffn = hf_count(c, obj, p, "moe_intermediate_size", v3 ? 2048 : 1407, 1, "expert_ffn");
@@ -809,17 +876,7 @@ static void hf_decoder(hf_ctx *c, const cJSON *obj, const char *p, hf_family_id 
       hf_refuse(c, p, "moe_layer_freq", "OctoPipe's import makes every layer after "
                                         "first_k_dense_replace MoE (moe_layer_freq = 1)");
     for (double i = 0; i < *n; i++) m->layers[(size_t)i] = i < dense ? 'D' : 'E';
-    hf_string_is(c, obj, p, "scoring_func", v3 ? "sigmoid" : "softmax", "softmax",
-                 "OctoPipe's router scores with a softmax (no sigmoid scoring)");
-    hf_string_is(c, obj, p, "topk_method", v3 ? "noaux_tc" : "greedy", "greedy",
-                 "OctoPipe's router takes the plain top-k (no group-limited selection, no "
-                 "correction bias)");
-    if (hf_get(c, obj, p, "n_group")) hf_use(c, p, "n_group", "groups of the group-limited top-k");
-    if (hf_get(c, obj, p, "topk_group"))
-      hf_use(c, p, "topk_group", "groups kept by the group-limited top-k");
-    hf_renorm(c, obj, p, v3, m); /* V2's greedy softmax top-k; V3's class default: true */
-    hf_fixed(c, obj, p, "routed_scaling_factor", v3 ? 2.5 : 1, 1,
-             "OctoPipe does not scale the routed experts' output");
+    hf_deepseek_router(c, obj, p, v3, m);
     if (hf_get(c, obj, p, "aux_loss_alpha"))
       hf_use(c, p, "aux_loss_alpha", "unused: the transformers model adds no auxiliary loss");
     if (hf_get(c, obj, p, "seq_aux"))
@@ -1070,7 +1127,12 @@ static void hf_real(strbuf *s, const char *sep, const char *name, double v, doub
 
 /* The items of decoder layer letter 'k' ('D', 'E', 'L', 'W'): attention and feed-forward. */
 static void hf_decoder_items(strbuf *s, const hf_model *m, char k, const char *indent) {
-  if (k == 'L' || k == 'W') {
+  if (m->mla) {
+    strbuf_printf(s, "%slayer attn : mla { ", indent);
+    if (m->q_rank > 0) strbuf_printf(s, "q_rank = %.0f, ", m->q_rank);
+    strbuf_printf(s, "kv_rank = %.0f, nope_dim = %.0f, rope_dim = %.0f, v_dim = %.0f }\n",
+                  m->kv_rank, m->nope_dim, m->rope_dim, m->v_dim);
+  } else if (k == 'L' || k == 'W') {
     strbuf_printf(s, "%slayer attn : attention { window = %.0f", indent, m->window);
     if (m->local_theta != m->theta) hf_real(s, ", ", "rope_theta", m->local_theta, 0);
     strbuf_puts(s, " }\n");
@@ -1129,6 +1191,11 @@ static void hf_write_model(strbuf *s, const hf_model *m, const char *name, doubl
     if (m->shared > 0) hf_dim(s, "shared_experts", m->shared);
     if (m->shared_gate) strbuf_puts(s, "  shared_gate = true");
     if (m->no_renorm) strbuf_puts(s, "  renorm = false");
+    if (m->sigmoid) strbuf_puts(s, "  sigmoid = true");
+    if (m->score_bias) strbuf_puts(s, "  score_bias = true");
+    if (m->egroups > 1)
+      strbuf_printf(s, "  expert_groups = %.0f  topk_groups = %.0f", m->egroups, m->tgroups);
+    if (m->rscale > 0) hf_real(s, "  ", "routed_scale", m->rscale, 1);
     strbuf_putc(s, '\n');
   }
   strbuf_puts(s, "  layer embed : embedding\n");

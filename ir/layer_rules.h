@@ -186,6 +186,12 @@ static inline int lr_layer_check(int kind, const double *p, lr_report *r) {
                  "leaves %g expert per group", g, e / g);
     break;
   }
+  case LR_KIND_MLA: {
+    double rd = p[LR_P_MLA_ROPE_DIM];
+    if (!isnan(rd) && fmod(rd, 2) != 0)
+      lr_problem(r, "rope_dim = %g is odd: the rotary embedding turns pairs", rd);
+    break;
+  }
   case LR_KIND_MAMBA2: {
     double h = p[LR_P_MAMBA2_HEADS], g = p[LR_P_MAMBA2_GROUPS];
     double hd = p[LR_P_MAMBA2_HEAD_DIM];

@@ -23,13 +23,14 @@
 
 /* How a tensor of the runtime is stored in a file (ckpt_names.def LAYOUT). */
 enum { CK_AS_IS, CK_T, CK_EXPERT_T, CK_CAT_IN_T, CK_CAT_OUT_T, CK_ROW, CK_CONV1D };
-/* Which naming a row has (ckpt_names.def EXPERTS): a Llama-style model's with either naming of
- * its moe layers (ANY), with one of them (the values of rt_run_opts.ckpt_experts), or
- * Nemotron-H's, which the model's structure chooses (ck_names_of). */
+/* Which naming a row has (ckpt_names.def EXPERTS): a Llama-style model's with any naming of its
+ * moe layers (ANY), with one of them (the values of rt_run_opts.ckpt_experts, or DeepSeek's), or
+ * Nemotron-H's; the model's structure chooses DeepSeek's and Nemotron-H's (ck_names_of). */
 enum {
   CK_ANY = -1,
   CK_MIXTRAL = RT_CKPT_MIXTRAL,
   CK_QWEN_MOE = RT_CKPT_QWEN_MOE,
+  CK_DEEPSEEK,
   CK_NEMOTRON_H
 };
 
@@ -40,7 +41,7 @@ typedef struct ck_row {
   const char *fmt;   /* the file's name: block, then expert */
   int layout;        /* CK_AS_IS, CK_T, CK_EXPERT_T, CK_CAT_IN_T, CK_CAT_OUT_T, CK_ROW or
                         CK_CONV1D */
-  int experts;       /* CK_ANY, CK_MIXTRAL, CK_QWEN_MOE or CK_NEMOTRON_H */
+  int experts;       /* CK_ANY, CK_MIXTRAL, CK_QWEN_MOE, CK_DEEPSEEK or CK_NEMOTRON_H */
 } ck_row;
 
 static const ck_row ck_rows[] = {
@@ -67,7 +68,7 @@ typedef struct ck_part {
 /* The tensors of a model in a file, by the scheme its structure allows. */
 typedef struct ck_names {
   bool hf;       /* Hugging Face's names (ckpt_names.def), else "layers.I.PARAM" */
-  int experts;   /* with hf: the moe layers' names (CK_MIXTRAL or CK_QWEN_MOE), or
+  int experts;   /* with hf: the moe layers' names (CK_MIXTRAL, CK_QWEN_MOE or CK_DEEPSEEK), or
                     CK_NEMOTRON_H for Nemotron-H's names */
   ck_part *part; /* every part of every layer, in layer and rt_lplan order */
   size_t n;
@@ -84,7 +85,7 @@ static const ck_row *ck_row_of(be_kind kind, const char *param, int experts) {
 }
 
 /* Whether every row of m's tensors is named in the naming 'experts', and m has its structure:
- * embedding, then (attention, gated mlp or moe) pairs, then lm_head for the Llama-style
+ * embedding, then (attention or mla, gated mlp or moe) pairs, then lm_head for the Llama-style
  * namings; embedding, then mamba2, attention without rotary embedding and plain mlp layers,
  * then lm_head for CK_NEMOTRON_H. */
 static bool ck_is_hf(const rt_model *m, int experts) {
@@ -98,16 +99,16 @@ static bool ck_is_hf(const rt_model *m, int experts) {
     if (i == 0) want = BE_KIND_EMBEDDING;
     else if (i == n - 1) want = BE_KIND_LM_HEAD;
     else if (nemo) want = k == BE_KIND_ATTENTION || k == BE_KIND_MAMBA2 ? k : BE_KIND_MLP;
-    else if (i % 2 == 1) want = BE_KIND_ATTENTION;
+    else if (i % 2 == 1) want = k == BE_KIND_MLA ? k : BE_KIND_ATTENTION;
     else want = k == BE_KIND_MOE ? BE_KIND_MOE : BE_KIND_MLP;
     bool ffn = k == BE_KIND_MLP || k == BE_KIND_MOE;
     if (k != want || (ffn && L.d.gated == nemo) ||
         (k == BE_KIND_ATTENTION && L.d.no_rope != nemo))
       return false;
     for (int t = 0; t < L.p.npt; t++)
-      if (nemo ? !ck_row_of(k, L.p.pt[t].name, CK_NEMOTRON_H)
-               : !ck_row_of(k, L.p.pt[t].name, CK_MIXTRAL) &&
-                     !ck_row_of(k, L.p.pt[t].name, CK_QWEN_MOE))
+      if (nemo || experts == CK_DEEPSEEK ? !ck_row_of(k, L.p.pt[t].name, experts)
+                                         : !ck_row_of(k, L.p.pt[t].name, CK_MIXTRAL) &&
+                                               !ck_row_of(k, L.p.pt[t].name, CK_QWEN_MOE))
         return false;
   }
   return true;
@@ -118,6 +119,11 @@ static bool ck_is_hf(const rt_model *m, int experts) {
  * Nemotron-H model's with Nemotron-H's names. */
 static void ck_names_of(const rt_model *m, int experts, ck_names *out) {
   memset(out, 0, sizeof *out);
+  for (int i = 0; i < rt_model_nlayers(m); i++) { /* latent attention: DeepSeek's names */
+    rt_layer_info L;
+    rt_model_layer(m, i, &L);
+    if (L.k->id == BE_KIND_MLA) experts = CK_DEEPSEEK;
+  }
   out->hf = ck_is_hf(m, experts);
   out->experts = experts;
   if (!out->hf && ck_is_hf(m, CK_NEMOTRON_H)) out->hf = true, out->experts = CK_NEMOTRON_H;
@@ -125,7 +131,9 @@ static void ck_names_of(const rt_model *m, int experts, ck_names *out) {
   for (int i = 0, block = -1; i < rt_model_nlayers(m); i++) {
     rt_layer_info L;
     rt_model_layer(m, i, &L);
-    if (L.k->id == BE_KIND_ATTENTION || (out->experts == CK_NEMOTRON_H && i > 0)) block++;
+    if (L.k->id == BE_KIND_ATTENTION || L.k->id == BE_KIND_MLA ||
+        (out->experts == CK_NEMOTRON_H && i > 0))
+      block++;
     for (int t = 0; t < L.p.npt; t++) {
       const rt_ptensor *pt = &L.p.pt[t];
       const ck_row *row = out->hf ? ck_row_of(L.k->id, pt->name, out->experts) : NULL;
@@ -181,10 +189,11 @@ static void ck_names_of(const rt_model *m, int experts, ck_names *out) {
   }
 }
 
-/* The manifest's "names" of nm: "hf", "hf-qwen-moe", "hf-nemotron-h" or "octopipe". */
+/* The manifest's "names" of nm: "hf", "hf-qwen-moe", "hf-deepseek", "hf-nemotron-h" or "octopipe". */
 static const char *ck_scheme_name(const ck_names *nm) {
   return !nm->hf                         ? "octopipe"
          : nm->experts == CK_QWEN_MOE    ? "hf-qwen-moe"
+         : nm->experts == CK_DEEPSEEK    ? "hf-deepseek"
          : nm->experts == CK_NEMOTRON_H ? "hf-nemotron-h"
                                          : "hf";
 }
@@ -225,6 +234,7 @@ static int ck_check_set(const st_set *set, const char *path, const ck_names *nm,
                         const char *what, strbuf *err) {
   const char *scheme = !nm->hf                        ? "the runtime's own"
                        : nm->experts == CK_QWEN_MOE   ? "Hugging Face's, Qwen-MoE's for experts"
+                       : nm->experts == CK_DEEPSEEK   ? "Hugging Face's, DeepSeek's"
                        : nm->experts == CK_NEMOTRON_H ? "Hugging Face's, Nemotron-H's"
                                                       : "Hugging Face's";
   size_t nwant = nm->n * (size_t)nsuf;

@@ -134,6 +134,8 @@ void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
   fmt_shortest_scaled(eps, d->norm_eps, 1.0);
   char rscale[40]; /* dims made by hand leave these 0: routed_scale 1, one group */
   fmt_shortest_scaled(rscale, d->rscale > 0 ? d->rscale : 1.0, 1.0);
+  char leps[40];
+  fmt_shortest_scaled(leps, d->latent_eps, 1.0);
   strbuf_printf(index,
                 "\"B\": %d, \"S\": %d, \"in_S\": %d, \"in_w\": %d, \"hidden\": %d, \"heads\": %d, "
                 "\"kv_heads\": %d, \"head_dim\": %d, \"ffn\": %d, \"gated\": %d, \"act\": \"%s\", "
@@ -143,6 +145,8 @@ void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
                 "\"qk_norm\": %d, \"rope\": %d, \"norm_eps\": %s, \"experts\": %d, \"top_k\": %d, \"shared\": %d, "
                 "\"renorm\": %d, \"shared_gate\": %d, \"sigmoid\": %d, \"score_bias\": %d, "
                 "\"expert_groups\": %d, \"topk_groups\": %d, \"routed_scale\": %s, "
+                "\"q_rank\": %d, \"kv_rank\": %d, \"nope_dim\": %d, \"rope_dim\": %d, "
+                "\"v_dim\": %d, \"latent_eps\": %s, "
                 "\"state\": %d, \"groups\": %d, \"conv\": %d, \"inner\": %d, \"chunk\": %d, "
                 "\"vocab\": %d, \"tied\": %d, \"out_w\": %d},\n",
                 d->B, d->S, d->in_S, d->in_w, d->hidden, d->heads, d->kv_heads, d->head_dim,
@@ -150,7 +154,8 @@ void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
                 high, d->rope_orig, d->qkv_bias,
                 d->qk_norm, !d->no_rope, eps, d->experts, d->top_k, d->shared, !d->all_probs, d->shared_gate,
                 d->sigmoid, d->score_bias, d->egroups > 1 ? d->egroups : 1,
-                d->egroups > 1 ? d->tgroups : 1, rscale,
+                d->egroups > 1 ? d->tgroups : 1, rscale, d->q_rank, d->kv_rank, d->nope_dim,
+                d->rope_dim, d->v_dim, leps,
                 d->state, d->groups, d->conv, d->inner,
                 d->chunk, d->vocab, d->tied, p->out_w);
   strbuf_puts(index, "   \"params\": [");

@@ -7,6 +7,7 @@
 #include "kb_attention.h"
 #include "kb_moe.h"
 #include "kb_mamba2.h"
+#include "kb_mla.h"
 #include "kb_model.h"
 
 #endif

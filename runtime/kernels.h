@@ -57,6 +57,12 @@ typedef struct rt_ldims {
   int egroups;       /* moe: expert groups of group-limited routing (0 or 1: none) */
   int tgroups;       /* moe: the groups kept (with egroups > 1) */
   double rscale;     /* moe: the routing weights' scale (0: 1, for dims made by hand) */
+  int q_rank;        /* mla: rank of the queries' latent (0: none) */
+  int kv_rank;       /* mla: rank of the keys' and values' latent */
+  int nope_dim;      /* mla: a query and key head's width without positional embedding */
+  int rope_dim;      /* mla: its rotary width (even), the shared rotary key's */
+  int v_dim;         /* mla: a value head's width */
+  double latent_eps; /* mla: the latents' RMSNorm epsilon */
   int state;         /* mamba2: SSM state size per group (d_state) */
   int groups;        /* mamba2: B/C groups (divides heads) */
   int conv;          /* mamba2: causal depthwise convolution width */

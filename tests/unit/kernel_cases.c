@@ -107,6 +107,12 @@ static const kcase kc_cases[] = {
     {"vit_gated", "vit",
      {.B = 2, .S = 5, .hidden = 16, .heads = 2, .kv_heads = 2, .head_dim = 8, .ffn = 24,
       .gated = true, .act = RT_ACT_SILU}},
+    {"mla_lite", "mla", /* DeepSeek-V2-Lite's latent attention: queries from the input */
+     {.B = 2, .S = 6, .hidden = 16, .heads = 2, .kv_rank = 8, .nope_dim = 4, .rope_dim = 4,
+      .v_dim = 3, .rope_theta = 1e4, .norm_eps = 1e-6, .latent_eps = 1e-6}},
+    {"mla_q", "mla", /* DeepSeek-V2/V3's: a query latent too, values as wide as the queries */
+     {.B = 2, .S = 5, .hidden = 12, .heads = 3, .q_rank = 6, .kv_rank = 5, .nope_dim = 2,
+      .rope_dim = 4, .v_dim = 6, .rope_theta = 500, .norm_eps = 1e-5, .latent_eps = 0.25}},
 };
 enum { KC_N = sizeof kc_cases / sizeof kc_cases[0] };
 
