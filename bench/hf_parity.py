@@ -89,6 +89,14 @@ CASES = [
                                     use_sliding_window=False), 109, 1000),
     ("llama-tied", "llama", dict(vocab_size=200, rope_theta=500000.0, tie_word_embeddings=True),
      108, 1000),
+    # Gemma 2: caps small enough to bend the scores and logits, a score scale other than
+    # head_dim's, local layers with a window shorter than the sequence, tied embeddings; no
+    # pad_token_id (the class default 0 makes it the embedding's padding_idx, whose row
+    # transformers' lookup never gives a gradient: OctoPipe's embedding has no padding row)
+    ("gemma2", "gemma2", dict(vocab_size=200, rope_theta=10000.0, sliding_window=8,
+                              query_pre_attn_scalar=24, attn_logit_softcapping=2.0,
+                              final_logit_softcapping=3.0, tie_word_embeddings=True,
+                              pad_token_id=None), 110, 1000),
 ]
 
 

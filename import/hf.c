@@ -334,13 +334,6 @@ static void hf_flag(hf_ctx *c, const cJSON *obj, const char *p, const char *name
   if (v) hf_use(c, p, name, "checked: %s", what);
 }
 
-/* Field p+name that must be absent or null (any other value changes the math: 'what'). */
-static void hf_none(hf_ctx *c, const cJSON *obj, const char *p, const char *name, const char *what) {
-  const cJSON *v = hf_get(c, obj, p, name);
-  if (v && !cJSON_IsNull(v)) hf_refuse(c, p, name, "%s", what);
-  else if (v) hf_use(c, p, name, "checked: %s", what);
-}
-
 /* Whether string field p+name is 'want' ('dflt' when absent); refuses any other value with
  * 'what'. */
 static void hf_string_is(hf_ctx *c, const cJSON *obj, const char *p, const char *name,
@@ -395,6 +388,12 @@ typedef struct hf_model {
                                selected ones (norm_topk_prob false: 'renorm = false') */
   bool tied;                /* the LM head's matrix is the embedding's table (tie_word_embeddings:
                                'tied = true' on the lm_head) */
+  bool gemma;               /* Gemma: the embedding scaled by sqrt(hidden), (1 + w) norms,
+                               sandwich norms ('scaled = true', 'norm_plus_one = true',
+                               'post_norm = true') */
+  double attn_cap;          /* the attention scores' softcap (0: none) */
+  double logit_cap;         /* the LM head's logit softcap (0: none) */
+  double score_dim;         /* the scores' scale is score_dim^-0.5 (0: head_dim's) */
   double vit_eps;           /* LayerNorm epsilon of the ViT layers */
   double experts, top_k, expert_ffn, shared; /* MoE dimensions (experts 0: none) */
   char *layers;             /* per decoder layer: 'D' dense, 'E' MoE, 'L' windowed dense,
@@ -473,33 +472,50 @@ static void hf_renorm(hf_ctx *c, const cJSON *obj, const char *p, bool dflt, hf_
                                           : "renorm = true (the softmax over the selected)");
 }
 
+/* Llama 3.1's rope scaling, object rs at path q (field 'field' under prefix p, its type read
+ * from key tn): m->rope_*; errors name the fields. */
+static void hf_rope_llama3(hf_ctx *c, const cJSON *rs, const char *p, const char *q,
+                           const char *field, const char *tn, hf_model *m) {
+  hf_use(c, q, tn, "Llama 3.1's rope scaling");
+  m->rope_factor = hf_positive(c, rs, q, "factor", 0, "rope_factor");
+  m->rope_low = hf_positive(c, rs, q, "low_freq_factor", 0, "rope_low_freq_factor");
+  m->rope_high = hf_positive(c, rs, q, "high_freq_factor", 0, "rope_high_freq_factor");
+  m->rope_orig = hf_count(c, rs, q, "original_max_position_embeddings", -1, 1,
+                          "rope_original_seq");
+  if (m->rope_factor == 0 || m->rope_low == 0 || m->rope_high == 0)
+    hf_refuse(c, p, field, "rope_type llama3 needs factor, low_freq_factor and "
+              "high_freq_factor");
+  else if (m->rope_factor != 1 && !(m->rope_high > m->rope_low))
+    hf_refuse(c, q, "high_freq_factor", "it must exceed low_freq_factor = %g", m->rope_low);
+  hf_leftovers(c, rs, q);
+}
+
 /* RoPE fields: rope_theta (any positive base: m->theta), rope_scaling (none, or Llama 3.1's
- * "llama3": m->rope_*), partial_rotary_factor (1). */
+ * "llama3": m->rope_*), partial_rotary_factor (1). transformers 5 writes the two together as
+ * rope_parameters, {"rope_theta": ..., "rope_type": "default" or "llama3", ...}, read the same
+ * way (rope_type "default": no scaling). */
 static void hf_rope(hf_ctx *c, const cJSON *obj, const char *p, hf_model *m) {
-  m->theta = hf_positive(c, obj, p, "rope_theta", c->fam->theta, "rope_theta");
-  const cJSON *rs = hf_get(c, obj, p, "rope_scaling");
+  const cJSON *rp = hf_get(c, obj, p, "rope_parameters");
+  bool v5 = rp && !cJSON_IsNull(rp);
+  const char *field = v5 ? "rope_parameters" : "rope_scaling";
+  hf_path q = hf_mkpath(p, v5 ? "rope_parameters." : "rope_scaling.");
+  m->theta = hf_positive(c, v5 ? rp : obj, v5 ? q.s : p, "rope_theta", c->fam->theta,
+                         "rope_theta");
+  const cJSON *rs = v5 ? rp : hf_get(c, obj, p, "rope_scaling");
   if (rs && !cJSON_IsNull(rs)) {
-    hf_path q = hf_mkpath(p, "rope_scaling.");
     const char *tn = cJSON_GetObjectItemCaseSensitive(rs, "rope_type") ? "rope_type" : "type";
     const cJSON *ty = hf_get(c, rs, q.s, tn);
-    if (!cJSON_IsObject(rs) || !cJSON_IsString(ty) || strcmp(ty->valuestring, "llama3") != 0) {
-      hf_refuse(c, p, "rope_scaling", "OctoPipe's rope scaling is Llama 3.1's (rope_type "
-                "\"llama3\"), not linear, dynamic, yarn or longrope");
+    const char *type = cJSON_IsObject(rs) && cJSON_IsString(ty) ? ty->valuestring : "";
+    if (v5 && strcmp(type, "default") == 0) {
+      hf_use(c, q.s, tn, "no rope scaling");
+      hf_leftovers(c, rs, q.s);
+    } else if (strcmp(type, "llama3") != 0) {
+      hf_refuse(c, p, field, "OctoPipe's rope scaling is Llama 3.1's (rope_type \"llama3\"), "
+                "not linear, dynamic, yarn or longrope");
       return;
+    } else {
+      hf_rope_llama3(c, rs, p, q.s, field, tn, m);
     }
-    hf_use(c, q.s, tn, "Llama 3.1's rope scaling");
-    m->rope_factor = hf_positive(c, rs, q.s, "factor", 0, "rope_factor");
-    m->rope_low = hf_positive(c, rs, q.s, "low_freq_factor", 0, "rope_low_freq_factor");
-    m->rope_high = hf_positive(c, rs, q.s, "high_freq_factor", 0, "rope_high_freq_factor");
-    m->rope_orig = hf_count(c, rs, q.s, "original_max_position_embeddings", -1, 1,
-                            "rope_original_seq");
-    if (m->rope_factor == 0 || m->rope_low == 0 || m->rope_high == 0)
-      hf_refuse(c, p, "rope_scaling", "rope_type llama3 needs factor, low_freq_factor and "
-                "high_freq_factor");
-    else if (m->rope_factor != 1 && !(m->rope_high > m->rope_low))
-      hf_refuse(c, q.s, "high_freq_factor", "it must exceed low_freq_factor = %g",
-                m->rope_low);
-    hf_leftovers(c, rs, q.s);
   } else if (rs) {
     hf_use(c, p, "rope_scaling", "checked: no scaling");
   }
@@ -594,6 +610,48 @@ static void hf_sparse_layers(hf_ctx *c, const cJSON *obj, const char *p, hf_mode
   }
 }
 
+/* Softcap field p+name (Gemma's attn_logit_softcapping, final_logit_softcapping): its value,
+ * 'dflt' when absent (the config class's default), 0 (none) when null, as transformers skips a
+ * None cap. Returns 0 after an error. */
+static double hf_softcap(hf_ctx *c, const cJSON *obj, const char *p, const char *name,
+                         double dflt, const char *how) {
+  const cJSON *v = hf_get(c, obj, p, name);
+  if (v && cJSON_IsNull(v)) {
+    hf_use(c, p, name, "null: no softcapping");
+    return 0;
+  }
+  return hf_positive(c, obj, p, name, dflt, how);
+}
+
+/* Gemma's local/global layers into m->layers ('L': windowed, when m->window > 0): layer_types
+ * when given (transformers 5: "sliding_attention" or "full_attention" per layer), else layer i
+ * local when (i + 1) mod 'every' is not 0 (Gemma 2: every = 2, layer 0 local; Gemma 3:
+ * sliding_window_pattern). */
+static void hf_gemma_layers(hf_ctx *c, const cJSON *obj, const char *p, hf_model *m, double n,
+                            double every) {
+  const cJSON *lt = hf_get(c, obj, p, "layer_types");
+  bool listed = lt && !cJSON_IsNull(lt);
+  if (listed && (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != (int)n)) {
+    hf_refuse(c, p, "layer_types", "expected a list of num_hidden_layers = %g entries", n);
+    return;
+  }
+  if (listed) hf_use(c, p, "layer_types", "windowed (sliding_attention) and full layers");
+  for (int i = 0; i < (int)n; i++) {
+    bool local = fmod(i + 1, every) != 0;
+    if (listed) {
+      const cJSON *e = cJSON_GetArrayItem(lt, i);
+      const char *t = cJSON_IsString(e) ? e->valuestring : "";
+      local = strcmp(t, "sliding_attention") == 0;
+      if (!local && strcmp(t, "full_attention") != 0) {
+        hf_refuse(c, p, "layer_types", "entry %d is not \"sliding_attention\" or "
+                  "\"full_attention\"", i);
+        return;
+      }
+    }
+    if (local && m->window > 0) m->layers[i] = 'L';
+  }
+}
+
 /* The decoder families. */
 static void hf_decoder(hf_ctx *c, const cJSON *obj, const char *p, hf_family_id f, hf_model *m,
                        double *n) {
@@ -663,41 +721,27 @@ static void hf_decoder(hf_ctx *c, const cJSON *obj, const char *p, hf_family_id 
   case HF_FAM_GEMMA2:
   case HF_FAM_GEMMA3_TEXT: {
     bool g3 = f == HF_FAM_GEMMA3_TEXT;
-    hf_implicit(c, p, "Gemma scales the embedding output by sqrt(hidden_size), normalizes with "
-                      "RMSNorm times (1 + weight), and adds a norm after attention and after the "
-                      "MLP (four norms per layer); OctoPipe computes none of these");
-    if (g3)
-      hf_implicit(c, p, "Gemma 3 normalizes queries and keys per head (QK-norm); OctoPipe's "
-                        "attention has no QK-norm");
-    hf_none(c, obj, p, "final_logit_softcapping", "OctoPipe's LM head has no logit softcapping");
-    hf_none(c, obj, p, "attn_logit_softcapping", "OctoPipe's attention has no score softcapping");
-    if (!g3) { /* Gemma 2's defaults are 30 and 50: absent means softcapped */
-      if (!hf_find_key(c, hf_mkpath(p, "final_logit_softcapping").s))
-        hf_refuse(c, p, "final_logit_softcapping",
-                  "the gemma2 default is 30: OctoPipe's LM head has no logit softcapping");
-      if (!hf_find_key(c, hf_mkpath(p, "attn_logit_softcapping").s))
-        hf_refuse(c, p, "attn_logit_softcapping",
-                  "the gemma2 default is 50: OctoPipe's attention has no score softcapping");
-    }
+    m->gemma = true; /* embedding scale, (1 + w) norms, sandwich norms: no field says so */
+    if (g3) m->qk_norm = true; /* Gemma 3's QK-norm; no field says so */
+    m->attn_cap = hf_softcap(c, obj, p, "attn_logit_softcapping", g3 ? 0 : 50,
+                             "softcap of the attention layers");
+    m->logit_cap = hf_softcap(c, obj, p, "final_logit_softcapping", g3 ? 0 : 30,
+                              "softcap of the lm_head");
     double hd = m->head_dim > 0 ? m->head_dim : m->heads > 0 ? m->hidden / m->heads : 0;
-    double q = hf_count(c, obj, p, "query_pre_attn_scalar", 256, 1, "checked against head_dim");
-    if (q != hd)
-      hf_refuse(c, p, "query_pre_attn_scalar",
-                "scores are scaled by query_pre_attn_scalar^-0.5; OctoPipe scales by "
-                "head_dim^-0.5 = %g^-0.5", hd);
-    if (g3) {
+    double q = hf_positive(c, obj, p, "query_pre_attn_scalar", 256,
+                           "score_dim (written when not head_dim)");
+    if (q != hd) m->score_dim = q;
+    hf_flag(c, obj, p, "use_bidirectional_attention", false, false,
+            "OctoPipe's Gemma attention is causal");
+    if (g3)
       m->local_theta = hf_positive(c, obj, p, "rope_local_base_freq", 1e4,
                                    "rope_theta of the local layers");
-    }
     double w = hf_count(c, obj, p, "sliding_window", 4096, 1, "window of the local layers");
     double every = g3 ? hf_count(c, obj, p, "sliding_window_pattern", 6, 1,
                                  "every pattern-th layer is global")
                       : 2;
     if (w < m->seq) m->window = w;
-    for (double i = 0; i < *n; i++) {
-      bool local = g3 ? fmod(i + 1, every) != 0 : fmod(i, 2) == 0;
-      if (local && m->window > 0) m->layers[(size_t)i] = 'L';
-    }
+    if (every > 0) hf_gemma_layers(c, obj, p, m, *n, every);
     break;
   }
   case HF_FAM_DEEPSEEK_V2:
@@ -916,13 +960,20 @@ static void hf_real(strbuf *s, const char *sep, const char *name, double v, doub
 
 /* The items of decoder layer letter 'k' ('D', 'E', 'L', 'W'): attention and feed-forward. */
 static void hf_decoder_items(strbuf *s, const hf_model *m, char k, const char *indent) {
+  strbuf a = {0}; /* the attention's parameters, each with a leading ", " */
   if (k == 'L' || k == 'W') {
-    strbuf_printf(s, "%slayer attn : attention { window = %.0f", indent, m->window);
-    if (m->local_theta != m->theta) hf_real(s, ", ", "rope_theta", m->local_theta, 0);
-    strbuf_puts(s, " }\n");
+    strbuf_printf(&a, ", window = %.0f", m->window);
+    if (m->local_theta != m->theta) hf_real(&a, ", ", "rope_theta", m->local_theta, 0);
+    if (m->local_theta > 0 && m->rope_factor > 0 && m->rope_factor != 1) /* Gemma 3: scaled */
+      strbuf_puts(&a, ", rope_factor = 1"); /* are the global layers only */
   }
+  hf_real(&a, ", ", "score_dim", m->score_dim, 0);
+  hf_real(&a, ", ", "softcap", m->attn_cap, 0);
+  if (a.len)
+    strbuf_printf(s, "%slayer attn : attention { %s }\n", indent, strbuf_cstr(&a) + 2);
   else
     strbuf_printf(s, "%slayer attn : attention\n", indent);
+  strbuf_free(&a);
   strbuf_printf(s, "%slayer %s\n", indent, k == 'E' || k == 'W' ? "moe : moe" : "mlp : mlp");
 }
 
@@ -964,6 +1015,7 @@ static void hf_write_model(strbuf *s, const hf_model *m, const char *name, doubl
   hf_real(s, "  ", "norm_eps", m->eps, HF_OCTO_EPS);
   if (m->qkv_bias) strbuf_puts(s, "  qkv_bias = true");
   if (m->qk_norm) strbuf_puts(s, "  qk_norm = true");
+  if (m->gemma) strbuf_puts(s, "  norm_plus_one = true  post_norm = true");
   strbuf_putc(s, '\n');
   if (m->experts > 0) {
     hf_dim(s, "experts", m->experts);
@@ -974,7 +1026,7 @@ static void hf_write_model(strbuf *s, const hf_model *m, const char *name, doubl
     if (m->no_renorm) strbuf_puts(s, "  renorm = false");
     strbuf_putc(s, '\n');
   }
-  strbuf_puts(s, "  layer embed : embedding\n");
+  strbuf_printf(s, "  layer embed : embedding%s\n", m->gemma ? " { scaled = true }" : "");
   if (m->vit_layers > 0) {
     strbuf_printf(s, "  repeat %.0f {\n    layer vision : vit { hidden = %.0f, heads = %.0f, ffn = "
                   "%.0f, patch = %.0f, image = %.0f", m->vit_layers, m->vit_hidden,
@@ -998,7 +1050,12 @@ static void hf_write_model(strbuf *s, const hf_model *m, const char *name, doubl
       if (used[k]) strbuf_printf(s, "    %c = %s_%s\n", letters[k], name, blocks[k]);
     strbuf_puts(s, "  }\n");
   }
-  strbuf_printf(s, "  layer head : lm_head%s\n}\n", m->tied ? " { tied = true }" : "");
+  strbuf head = {0}; /* the head's parameters, each with a leading ", " */
+  if (m->tied) strbuf_puts(&head, ", tied = true");
+  hf_real(&head, ", ", "softcap", m->logit_cap, 0);
+  if (head.len) strbuf_printf(s, "  layer head : lm_head { %s }\n}\n", strbuf_cstr(&head) + 2);
+  else strbuf_puts(s, "  layer head : lm_head\n}\n");
+  strbuf_free(&head);
 }
 
 /* Keywords of the language, which a model name may not be. */

@@ -89,6 +89,7 @@ static inline int lr_enum_count(enum lr_type t) {
  * missing, the kind's relations say why they could not be derived. */
 static inline bool lr_derived(int p) {
   return p == LR_P_ATTENTION_KV_HEADS || p == LR_P_ATTENTION_HEAD_DIM ||
+         p == LR_P_ATTENTION_SCORE_DIM ||
          p == LR_P_MAMBA2_HEADS || p == LR_P_VIT_HEAD_DIM || p == LR_P_VIT_TOKENS;
 }
 
@@ -117,7 +118,7 @@ static inline void lr_problem(lr_report *r, const char *fmt, ...) {
 /* Check a layer of kind 'kind' (in range) whose parameters are p[0..LR_P_N) (NAN: not set;
  * only the kind's own are read): each non-derived one present, each value finite, non-negative,
  * whole when its type is, at least 1 for a count whose default is not 0, positive for a number
- * (rope_theta, norm_eps), 0 or 1 for a boolean, a
+ * whose default is not 0 (rope_theta, norm_eps; softcap's 0 is none), 0 or 1 for a boolean, a
  * value of its enumerated type; then the kind's relations. Each problem goes to r. Returns the
  * number found. */
 static inline int lr_layer_check(int kind, const double *p, lr_report *r) {
@@ -138,7 +139,7 @@ static inline int lr_layer_check(int kind, const double *p, lr_report *r) {
       lr_problem(r, "'%s' must be a whole number", pi->name);
     else if (pi->type == LR_T_COUNT && v == 0 && pi->def != 0)
       lr_problem(r, "'%s' must be at least 1", pi->name);
-    else if (pi->type == LR_T_REAL && v == 0) /* a base or an epsilon: 0 divides by zero */
+    else if (pi->type == LR_T_REAL && v == 0 && pi->def != 0) /* a base, an epsilon */
       lr_problem(r, "'%s' must be positive", pi->name);
     else if (pi->type == LR_T_BOOL && v > 1)
       lr_problem(r, "'%s' must be true or false", pi->name);

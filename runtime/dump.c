@@ -126,27 +126,31 @@ void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
   strbuf_puts(index, ", \"kind\": ");
   strbuf_json_str(index, kind);
   strbuf_puts(index, ", \"dims\": {");
-  char theta[40], eps[40], factor[40], low[40], high[40]; /* shortest exact texts */
+  char theta[40], eps[40], factor[40], low[40], high[40], sdim[40], cap[40]; /* shortest exact */
   fmt_shortest_scaled(theta, d->rope_theta, 1.0);
   fmt_shortest_scaled(factor, d->rope_factor, 1.0);
   fmt_shortest_scaled(low, d->rope_low, 1.0);
   fmt_shortest_scaled(high, d->rope_high, 1.0);
   fmt_shortest_scaled(eps, d->norm_eps, 1.0);
+  fmt_shortest_scaled(sdim, d->score_dim, 1.0);
+  fmt_shortest_scaled(cap, d->softcap, 1.0);
   strbuf_printf(index,
                 "\"B\": %d, \"S\": %d, \"in_S\": %d, \"in_w\": %d, \"hidden\": %d, \"heads\": %d, "
                 "\"kv_heads\": %d, \"head_dim\": %d, \"ffn\": %d, \"gated\": %d, \"act\": \"%s\", "
                 "\"causal\": %d, \"window\": %d, \"rope_theta\": %s, \"rope_factor\": %s, "
                 "\"rope_low_freq_factor\": %s, \"rope_high_freq_factor\": %s, "
                 "\"rope_original_seq\": %.0f, \"qkv_bias\": %d, "
-                "\"qk_norm\": %d, \"norm_eps\": %s, \"experts\": %d, \"top_k\": %d, \"shared\": %d, "
-                "\"renorm\": %d, \"shared_gate\": %d, "
+                "\"qk_norm\": %d, \"norm_eps\": %s, \"norm_plus_one\": %d, \"post_norm\": %d, "
+                "\"score_dim\": %s, \"softcap\": %s, \"scaled\": %d, \"experts\": %d, "
+                "\"top_k\": %d, \"shared\": %d, \"renorm\": %d, \"shared_gate\": %d, "
                 "\"state\": %d, \"groups\": %d, \"conv\": %d, \"inner\": %d, \"chunk\": %d, "
                 "\"vocab\": %d, \"tied\": %d, \"out_w\": %d},\n",
                 d->B, d->S, d->in_S, d->in_w, d->hidden, d->heads, d->kv_heads, d->head_dim,
                 d->ffn, d->gated, rt_act_name(d->act), d->causal, d->window, theta, factor, low,
                 high, d->rope_orig, d->qkv_bias,
-                d->qk_norm, eps, d->experts, d->top_k, d->shared, !d->all_probs, d->shared_gate, d->state, d->groups, d->conv, d->inner,
-                d->chunk, d->vocab, d->tied, p->out_w);
+                d->qk_norm, eps, d->norm_shift != 0, d->post_norm, sdim, cap, d->scaled,
+                d->experts, d->top_k, d->shared, !d->all_probs, d->shared_gate, d->state,
+                d->groups, d->conv, d->inner, d->chunk, d->vocab, d->tied, p->out_w);
   strbuf_puts(index, "   \"params\": [");
   for (int i = 0; i < p->npt; i++) {
     const rt_ptensor *pt = &p->pt[i];
