@@ -97,6 +97,13 @@ CASES = [
                               query_pre_attn_scalar=24, attn_logit_softcapping=2.0,
                               final_logit_softcapping=3.0, tie_word_embeddings=True,
                               pad_token_id=None), 110, 1000),
+    # Gemma 3: (1 + w) QK-norm, no softcapping, a local layer (base rope_local_base_freq,
+    # window 8) and a global one (rope_theta)
+    ("gemma3", "gemma3_text", dict(vocab_size=200, rope_theta=1000000.0,
+                                   rope_local_base_freq=10000.0, sliding_window=8,
+                                   query_pre_attn_scalar=24, tie_word_embeddings=True,
+                                   layer_types=["sliding_attention", "full_attention"],
+                                   pad_token_id=None), 111, 1000),
 ]
 
 

@@ -490,15 +490,39 @@ static void hf_rope_llama3(hf_ctx *c, const cJSON *rs, const char *p, const char
   hf_leftovers(c, rs, q);
 }
 
+/* Gemma 3's rope_parameters under transformers 5 (object rp, under prefix p): one object per
+ * layer type. The local layers' ("sliding_attention": unscaled) base goes to m->local_theta;
+ * returns the global layers' object ("full_attention"), the model's, and sets *fq to its path. */
+static const cJSON *hf_rope_types(hf_ctx *c, const cJSON *rp, const char *p, hf_path *fq,
+                                  hf_model *m) {
+  hf_path q = hf_mkpath(p, "rope_parameters.");
+  const cJSON *full = hf_get(c, rp, q.s, "full_attention");
+  const cJSON *loc = hf_get(c, rp, q.s, "sliding_attention");
+  hf_path lq = hf_mkpath(p, "rope_parameters.sliding_attention.");
+  if (cJSON_IsObject(loc)) {
+    m->local_theta = hf_positive(c, loc, lq.s, "rope_theta", 1e4, "rope_theta of the local layers");
+    hf_string_is(c, loc, lq.s, "rope_type", "default", "default",
+                 "OctoPipe scales no local layer's rotary embedding");
+    hf_leftovers(c, loc, lq.s);
+  } else if (loc) {
+    hf_refuse(c, q.s, "sliding_attention", "expected an object");
+  }
+  hf_leftovers(c, rp, q.s);
+  *fq = hf_mkpath(p, "rope_parameters.full_attention.");
+  return full;
+}
+
 /* RoPE fields: rope_theta (any positive base: m->theta), rope_scaling (none, or Llama 3.1's
  * "llama3": m->rope_*), partial_rotary_factor (1). transformers 5 writes the two together as
  * rope_parameters, {"rope_theta": ..., "rope_type": "default" or "llama3", ...}, read the same
- * way (rope_type "default": no scaling). */
+ * way (rope_type "default": no scaling), or per layer type for Gemma 3 (hf_rope_types). */
 static void hf_rope(hf_ctx *c, const cJSON *obj, const char *p, hf_model *m) {
   const cJSON *rp = hf_get(c, obj, p, "rope_parameters");
   bool v5 = rp && !cJSON_IsNull(rp);
   const char *field = v5 ? "rope_parameters" : "rope_scaling";
   hf_path q = hf_mkpath(p, v5 ? "rope_parameters." : "rope_scaling.");
+  if (v5 && cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(rp, "full_attention")))
+    rp = hf_rope_types(c, rp, p, &q, m);
   m->theta = hf_positive(c, v5 ? rp : obj, v5 ? q.s : p, "rope_theta", c->fam->theta,
                          "rope_theta");
   const cJSON *rs = v5 ? rp : hf_get(c, obj, p, "rope_scaling");
@@ -733,12 +757,15 @@ static void hf_decoder(hf_ctx *c, const cJSON *obj, const char *p, hf_family_id 
     if (q != hd) m->score_dim = q;
     hf_flag(c, obj, p, "use_bidirectional_attention", false, false,
             "OctoPipe's Gemma attention is causal");
-    if (g3)
+    if (g3 && m->local_theta == 0) /* else rope_parameters gave it */
       m->local_theta = hf_positive(c, obj, p, "rope_local_base_freq", 1e4,
                                    "rope_theta of the local layers");
     double w = hf_count(c, obj, p, "sliding_window", 4096, 1, "window of the local layers");
-    double every = g3 ? hf_count(c, obj, p, "sliding_window_pattern", 6, 1,
-                                 "every pattern-th layer is global")
+    const char *pat = hf_find_key(c, hf_mkpath(p, "_sliding_window_pattern").s)
+                          ? "_sliding_window_pattern" /* transformers 5 writes it so */
+                          : "sliding_window_pattern";
+    double every = g3 ? hf_count(c, obj, p, pat, 6, 1, "every pattern-th layer is global (unless "
+                                 "layer_types)")
                       : 2;
     if (w < m->seq) m->window = w;
     if (every > 0) hf_gemma_layers(c, obj, p, m, *n, every);
