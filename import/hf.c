@@ -391,6 +391,8 @@ typedef struct hf_model {
   bool gemma;               /* Gemma: the embedding scaled by sqrt(hidden), (1 + w) norms,
                                sandwich norms ('scaled = true', 'norm_plus_one = true',
                                'post_norm = true') */
+  bool padded;              /* the embedding has a padding token (pad_token_id: 'pad_id') */
+  double pad_id;            /* that token */
   double attn_cap;          /* the attention scores' softcap (0: none) */
   double logit_cap;         /* the LM head's logit softcap (0: none) */
   double score_dim;         /* the scores' scale is score_dim^-0.5 (0: head_dim's) */
@@ -547,6 +549,26 @@ static void hf_rope(hf_ctx *c, const cJSON *obj, const char *p, hf_model *m) {
            "OctoPipe rotates the whole head (no partial rotary)");
 }
 
+/* pad_token_id under prefix p: transformers makes it the embedding's padding_idx, whose row the
+ * lookup gives no gradient: m->padded and m->pad_id ('pad_id' on the embedding). Null or absent:
+ * none. Post: a token outside the vocabulary (transformers refuses it too) is an error. */
+static void hf_pad(hf_ctx *c, const cJSON *obj, const char *p, hf_model *m) {
+  const cJSON *v = hf_get(c, obj, p, "pad_token_id");
+  if (!v) return;
+  if (cJSON_IsNull(v)) {
+    hf_use(c, p, "pad_token_id", "null: no padding token");
+    return;
+  }
+  if (!hf_count_of(c, v, p, "pad_token_id", 0, &m->pad_id)) return;
+  if (m->vocab > 0 && m->pad_id >= m->vocab) {
+    hf_refuse(c, p, "pad_token_id", "it is not a token of vocab_size = %g", m->vocab);
+    return;
+  }
+  m->padded = true;
+  hf_use(c, p, "pad_token_id", "pad_id of the embedding (transformers' padding_idx: the lookup "
+         "gives its row no gradient)");
+}
+
 /* Fields every decoder family shares. Fills the attention and dense-MLP dimensions of *m and
  * the number of decoder layers *n. */
 static void hf_decoder_common(hf_ctx *c, const cJSON *obj, const char *p, hf_model *m, double *n,
@@ -567,6 +589,7 @@ static void hf_decoder_common(hf_ctx *c, const cJSON *obj, const char *p, hf_mod
   hf_flag(c, obj, p, "mlp_bias", false, false, "OctoPipe's MLP projections have no bias");
   hf_fixed(c, obj, p, "attention_dropout", 0, 0, "OctoPipe has no attention dropout");
   hf_tie(c, obj, p, c->fam->tied, m);
+  hf_pad(c, obj, p, m);
 }
 
 /* Sliding-window fields of Mistral/Mixtral (every layer) or Qwen (use_sliding_window, layers from
@@ -985,6 +1008,14 @@ static void hf_real(strbuf *s, const char *sep, const char *name, double v, doub
   strbuf_printf(s, "%s%s = %s", sep, name, buf);
 }
 
+/* Append the line "INDENT TEXT { ITEMS }" (without the braces when 'items' is empty; each item is
+ * written with a leading ", ") and free items. */
+static void hf_line(strbuf *s, const char *indent, const char *text, strbuf *items) {
+  if (items->len) strbuf_printf(s, "%s%s { %s }\n", indent, text, strbuf_cstr(items) + 2);
+  else strbuf_printf(s, "%s%s\n", indent, text);
+  strbuf_free(items);
+}
+
 /* The items of decoder layer letter 'k' ('D', 'E', 'L', 'W'): attention and feed-forward. */
 static void hf_decoder_items(strbuf *s, const hf_model *m, char k, const char *indent) {
   strbuf a = {0}; /* the attention's parameters, each with a leading ", " */
@@ -996,11 +1027,7 @@ static void hf_decoder_items(strbuf *s, const hf_model *m, char k, const char *i
   }
   hf_real(&a, ", ", "score_dim", m->score_dim, 0);
   hf_real(&a, ", ", "softcap", m->attn_cap, 0);
-  if (a.len)
-    strbuf_printf(s, "%slayer attn : attention { %s }\n", indent, strbuf_cstr(&a) + 2);
-  else
-    strbuf_printf(s, "%slayer attn : attention\n", indent);
-  strbuf_free(&a);
+  hf_line(s, indent, "layer attn : attention", &a);
   strbuf_printf(s, "%slayer %s\n", indent, k == 'E' || k == 'W' ? "moe : moe" : "mlp : mlp");
 }
 
@@ -1053,7 +1080,10 @@ static void hf_write_model(strbuf *s, const hf_model *m, const char *name, doubl
     if (m->no_renorm) strbuf_puts(s, "  renorm = false");
     strbuf_putc(s, '\n');
   }
-  strbuf_printf(s, "  layer embed : embedding%s\n", m->gemma ? " { scaled = true }" : "");
+  strbuf e = {0}; /* the embedding's parameters, each with a leading ", " */
+  if (m->gemma) strbuf_puts(&e, ", scaled = true");
+  if (m->padded) strbuf_printf(&e, ", pad_id = %.0f", m->pad_id);
+  hf_line(s, "  ", "layer embed : embedding", &e);
   if (m->vit_layers > 0) {
     strbuf_printf(s, "  repeat %.0f {\n    layer vision : vit { hidden = %.0f, heads = %.0f, ffn = "
                   "%.0f, patch = %.0f, image = %.0f", m->vit_layers, m->vit_hidden,
@@ -1080,9 +1110,8 @@ static void hf_write_model(strbuf *s, const hf_model *m, const char *name, doubl
   strbuf head = {0}; /* the head's parameters, each with a leading ", " */
   if (m->tied) strbuf_puts(&head, ", tied = true");
   hf_real(&head, ", ", "softcap", m->logit_cap, 0);
-  if (head.len) strbuf_printf(s, "  layer head : lm_head { %s }\n}\n", strbuf_cstr(&head) + 2);
-  else strbuf_puts(s, "  layer head : lm_head\n}\n");
-  strbuf_free(&head);
+  hf_line(s, "  ", "layer head : lm_head", &head);
+  strbuf_puts(s, "}\n");
 }
 
 /* Keywords of the language, which a model name may not be. */

@@ -141,16 +141,18 @@ void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
                 "\"rope_low_freq_factor\": %s, \"rope_high_freq_factor\": %s, "
                 "\"rope_original_seq\": %.0f, \"qkv_bias\": %d, "
                 "\"qk_norm\": %d, \"norm_eps\": %s, \"norm_plus_one\": %d, \"post_norm\": %d, "
-                "\"score_dim\": %s, \"softcap\": %s, \"scaled\": %d, \"experts\": %d, "
-                "\"top_k\": %d, \"shared\": %d, \"renorm\": %d, \"shared_gate\": %d, "
+                "\"score_dim\": %s, \"softcap\": %s, \"scaled\": %d, \"pad_id\": %d, "
+                "\"experts\": %d, \"top_k\": %d, \"shared\": %d, \"renorm\": %d, "
+                "\"shared_gate\": %d, "
                 "\"state\": %d, \"groups\": %d, \"conv\": %d, \"inner\": %d, \"chunk\": %d, "
                 "\"vocab\": %d, \"tied\": %d, \"out_w\": %d},\n",
                 d->B, d->S, d->in_S, d->in_w, d->hidden, d->heads, d->kv_heads, d->head_dim,
                 d->ffn, d->gated, rt_act_name(d->act), d->causal, d->window, theta, factor, low,
                 high, d->rope_orig, d->qkv_bias,
                 d->qk_norm, eps, d->norm_shift != 0, d->post_norm, sdim, cap, d->scaled,
-                d->experts, d->top_k, d->shared, !d->all_probs, d->shared_gate, d->state,
-                d->groups, d->conv, d->inner, d->chunk, d->vocab, d->tied, p->out_w);
+                d->padded ? d->pad_id : -1, d->experts, d->top_k, d->shared, !d->all_probs,
+                d->shared_gate, d->state, d->groups, d->conv, d->inner, d->chunk, d->vocab,
+                d->tied, p->out_w);
   strbuf_puts(index, "   \"params\": [");
   for (int i = 0; i < p->npt; i++) {
     const rt_ptensor *pt = &p->pt[i];

@@ -313,19 +313,22 @@ RT_BODY_FN(emb_gather) {
   p->y[i] = p->table[(size_t)rt_token(p->ids[r], p->vocab) * p->h + k] * p->scale;
 }
 
-/* Column i of the table's gradient: g[tok[r]][i] += dy[r][i] * scale for r = 0, 1, ... in order
- * (one thread per column: no two write the same element, and the sum order is fixed). */
+/* Column i of the table's gradient: g[tok[r]][i] += dy[r][i] * scale for r = 0, 1, ... in order,
+ * but for the padding token's rows (one thread per column: no two write the same element, and
+ * the sum order is fixed). */
 typedef struct rt_b_emb_scatter_a {
   long T;                /* tokens */
   int h, vocab;          /* row width, vocabulary */
   float scale;           /* the forward's */
+  int pad;               /* the padding token, whose row gets nothing; -1: none */
   const float *ids, *dy; /* [T], T x h */
   float *g;              /* [vocab, h] */
 } rt_b_emb_scatter_a;
 RT_BODY_FN(emb_scatter) {
-  for (long r = 0; r < p->T; r++)
-    p->g[(size_t)rt_token(p->ids[r], p->vocab) * p->h + i] +=
-        p->dy[(size_t)r * p->h + i] * p->scale;
+  for (long r = 0; r < p->T; r++) {
+    int t = rt_token(p->ids[r], p->vocab);
+    if (t != p->pad) p->g[(size_t)t * p->h + i] += p->dy[(size_t)r * p->h + i] * p->scale;
+  }
 }
 
 /* custom: a[i] = tanh(a[i]); y[i] = a[i] (+ x[i] when the widths agree). */

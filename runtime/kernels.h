@@ -51,6 +51,8 @@ typedef struct rt_ldims {
   double softcap;    /* attention: scores, lm_head: logits capped to softcap tanh(./softcap);
                         0: none */
   bool scaled;       /* embedding: the output is multiplied by sqrt(hidden) (Gemma) */
+  bool padded;       /* embedding: token pad_id's row gets no gradient from the lookup */
+  int pad_id;        /* embedding: that token, with padded (Hugging Face's padding_idx) */
   int experts;       /* moe: routed experts */
   int top_k;         /* moe: experts per token */
   int shared;        /* moe: shared experts (always active, each of width ffn) */

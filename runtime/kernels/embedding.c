@@ -1,7 +1,8 @@
 /* embedding.c -- the "embedding" layer kind (kernels.h): y[r] = table[tok[r]] (scaled: times
  * sqrt(hidden) as a float, Gemma's normalizer); the input holds token ids as floats (an id
  * outside [0, vocab) reads row 0); W adds each row of dy (times the same factor) to its token's
- * row of the table. Its input is the data's token ids (RT_ROLE_IDS). */
+ * row of the table, but for the padding token's (pad_id: torch's padding_idx). Its input is the
+ * data's token ids (RT_ROLE_IDS). */
 #include <math.h>
 
 #include "kernels.h"
@@ -44,16 +45,19 @@ static void kb_emb_bwd_w(const rt_ldims *d, const float *w, const float *save, f
   (void)w;
   size_t T = (size_t)d->B * d->S, h = (size_t)d->hidden;
   RT_FOR(emb_scatter, h, .T = (long)T, .h = (int)h, .vocab = d->vocab, .scale = kb_emb_scale(d),
-         .ids = save, .dy = save + T, .g = g);
+         .pad = d->padded ? d->pad_id : -1, .ids = save, .dy = save + T, .g = g);
 }
 
-/* Dimensions: hidden, seq, vocab (at least 8) and scaled; the input is one token id per
- * position. */
+/* Dimensions: hidden, seq, vocab (at least 8), scaled and pad_id (a token the run's vocabulary
+ * has: at a scale that drops it, none); the input is one token id per position. */
 static int kb_emb_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   (void)err;
   rt_dims_tokens(in, BE_LP_EMBEDDING_HIDDEN, BE_LP_EMBEDDING_SEQ, d);
   d->vocab = (int)rt_sdim(rt_lp(in, BE_LP_EMBEDDING_VOCAB, 0), in->scale, 8, 1);
   d->scaled = rt_lp(in, BE_LP_EMBEDDING_SCALED, 0) != 0;
+  double pad = rt_lp(in, BE_LP_EMBEDDING_PAD_ID, -1);
+  d->padded = pad >= 0 && pad < d->vocab;
+  d->pad_id = d->padded ? (int)pad : 0;
   d->in_w = 1;
   return 0;
 }

@@ -5,10 +5,13 @@ used (no missing or unexpected key), and the mean cross-entropy of the first SEQ
 octo-run's --data stream (bench/hf_parity.py's stream: the token at position p is
 data[p % len] % vocab, sequence g's inputs positions g*S .. g*S+S-1, its targets one further).
 
-usage: hf_load_loss.py CKPT_STEP_DIR CONFIG_JSON DATA_FILE SEQS SEQ_LEN
+usage: hf_load_loss.py CKPT_STEP_DIR CONFIG_JSON DATA_FILE SEQS SEQ_LEN OCTO_RUN_OUTPUT
 
-Prints "hf loss: X" and "keys: ok", or "keys: missing [...] unexpected [...]" (exit status 1)."""
+Prints "hf loss: X", then "keys: ok" or "keys: {missing or unexpected ...}", then "match: octo-run's
+loss Y" when the loss of OCTO_RUN_OUTPUT's line "step 1: ..., loss Y" is within 1e-5 of X
+(relative), else "MISMATCH: ..."; exit status 1 unless both hold."""
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -22,7 +25,7 @@ import hf_parity  # noqa: E402
 
 
 def main():
-    ckpt, config, data, seqs, seq = sys.argv[1:6]
+    ckpt, config, data, seqs, seq, octo_out = sys.argv[1:7]
     cfg = transformers.AutoConfig.from_pretrained(config)
     # a folder as save_pretrained writes one: the checkpoint's files and the config
     folder = tempfile.mkdtemp(prefix="hf_load_loss.")
@@ -44,7 +47,12 @@ def main():
                                                  torch.tensor(targets).reshape(-1))
     print("hf loss: %.6f" % float(loss))
     print("keys: ok" if not bad else "keys: %s" % bad)
-    return 1 if bad else 0
+    with open(octo_out) as f:
+        octo = float(re.search(r"^step 1: .*, loss (\S+)$", f.read(), re.M).group(1))
+    rel = abs(octo - float(loss)) / abs(float(loss))
+    print("%s: octo-run's loss %.6f (relative difference %.1e)"
+          % ("match" if rel <= 1e-5 else "MISMATCH", octo, rel))
+    return 1 if bad or rel > 1e-5 else 0
 
 
 if __name__ == "__main__":
