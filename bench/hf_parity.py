@@ -117,6 +117,20 @@ CASES = [
                                       mlp_hidden_act="relu2", mamba_num_heads=8,
                                       mamba_head_dim=16, ssm_state_size=16, n_groups=2,
                                       conv_kernel=4, expand=2, chunk_size=8), 110, 1000),
+    # Gemma 2: caps small enough to bend the scores and logits, a score scale other than
+    # head_dim's, local layers with a window shorter than the sequence, tied embeddings, the
+    # class default pad_token_id 0 (the embedding's padding_idx, whose row the lookup gives no
+    # gradient: pad_id = 0; token 0 is in the data)
+    ("gemma2", "gemma2", dict(vocab_size=200, rope_theta=10000.0, sliding_window=8,
+                              query_pre_attn_scalar=24, attn_logit_softcapping=2.0,
+                              final_logit_softcapping=3.0, tie_word_embeddings=True), 110, 1000),
+    # Gemma 3: (1 + w) QK-norm, no softcapping, a local layer (base rope_local_base_freq,
+    # window 8) and a global one (rope_theta)
+    ("gemma3", "gemma3_text", dict(vocab_size=200, rope_theta=1000000.0,
+                                   rope_local_base_freq=10000.0, sliding_window=8,
+                                   query_pre_attn_scalar=24, tie_word_embeddings=True,
+                                   layer_types=["sliding_attention", "full_attention"]),
+     111, 1000),
 ]
 
 # The ckpt_names.def naming of a model_type's rows (default MIXTRAL).

@@ -266,15 +266,35 @@ static void mlp_block(cost_breakdown *bd, const cost_setup *su, double h, double
   if (su->dropout) act(bd, su, "mlp_dropout_mask", tok * h, 0);
 }
 
+/* Gemma's norm of a block's output before the residual add (post_norm), over s tokens of width
+ * h: part and input term 'name' (an RMSNorm like the block's input norm) and its weight. */
+static void post_norm(cost_breakdown *bd, const cost_setup *su, const char *name, double h,
+                      double s) {
+  double tok = su->b * s, e = su->e;
+  elem(bd, su, name, 2 * tok * h * e, 3 * tok * h * e, 0, false, false);
+  act(bd, su, name, tok * h * e, COST_ACT_W);
+  weights(bd, su, h, false);
+}
+
 /* Parameter value of l as a double. */
 #define P(ID) (l->p[IR_LP_##ID])
 
-/* attention: the attention block over the layer's seq; outputs b s h e. */
+/* attention: the attention block over the layer's seq; outputs b s h e. Gemma's variants: the
+ * score softcapping (softcap > 0) reads and writes the materialized scores once more in F and B
+ * and keeps the tanh's output for B (fused into the flash kernel: nothing); post_norm (above).
+ * score_dim only changes a factor; norm_plus_one changes no figure. */
 static void kind_attention(cost_breakdown *bd, const cost_setup *su, const ir_layer *l) {
-  attention_block(bd, su, P(ATTENTION_HIDDEN), P(ATTENTION_HEADS), P(ATTENTION_KV_HEADS),
-                  P(ATTENTION_HEAD_DIM), P(ATTENTION_SEQ), P(ATTENTION_CAUSAL) != 0,
-                  P(ATTENTION_WINDOW), P(ATTENTION_QKV_BIAS) != 0, P(ATTENTION_QK_NORM) != 0);
-  bd->out = su->b * P(ATTENTION_SEQ) * P(ATTENTION_HIDDEN) * su->e;
+  double s = P(ATTENTION_SEQ), h = P(ATTENTION_HIDDEN);
+  attention_block(bd, su, h, P(ATTENTION_HEADS), P(ATTENTION_KV_HEADS), P(ATTENTION_HEAD_DIM),
+                  s, P(ATTENTION_CAUSAL) != 0, P(ATTENTION_WINDOW), P(ATTENTION_QKV_BIAS) != 0,
+                  P(ATTENTION_QK_NORM) != 0);
+  if (P(ATTENTION_SOFTCAP) > 0 && !su->flash) {
+    double sq = su->b * P(ATTENTION_HEADS) * s * s * su->e; /* score-matrix bytes */
+    elem(bd, su, "softcap", 2 * sq, 3 * sq, 0, true, true);
+    act(bd, su, "softcap_out", sq, COST_ACT_SPLIT | COST_ACT_SCORE);
+  }
+  if (P(ATTENTION_POST_NORM) == 1) post_norm(bd, su, "attn_post_norm", h, s);
+  bd->out = su->b * s * h * su->e;
 }
 
 /* mla: multi-head latent attention (DeepSeek-V2/V3) over the layer's seq, causal: a heads, the
@@ -315,9 +335,10 @@ static void kind_mla(cost_breakdown *bd, const cost_setup *su, const ir_layer *l
   bd->out = tok * h * e;
 }
 
-/* mlp: the MLP block with its norm; outputs b s h e. */
+/* mlp: the MLP block with its norm (and Gemma's post_norm); outputs b s h e. */
 static void kind_mlp(cost_breakdown *bd, const cost_setup *su, const ir_layer *l) {
   mlp_block(bd, su, P(MLP_HIDDEN), P(MLP_FFN), P(MLP_GATED) != 0, P(MLP_SEQ), COST_ACT_INPUT);
+  if (P(MLP_POST_NORM) == 1) post_norm(bd, su, "mlp_post_norm", P(MLP_HIDDEN), P(MLP_SEQ));
   bd->out = su->b * P(MLP_SEQ) * P(MLP_HIDDEN) * su->e;
 }
 
@@ -398,6 +419,10 @@ static void kind_lm_head(cost_breakdown *bd, const cost_setup *su, const ir_laye
   }
   act(bd, su, "head_in", tok * h * e, COST_ACT_INPUT | COST_ACT_W);
   if (loss) act(bd, su, "logits_fp32", tok * V * 4, COST_ACT_SPLIT);
+  if (P(LM_HEAD_SOFTCAP) > 0) { /* Gemma 2: the fp32 logits capped, the tanh's output kept */
+    elem(bd, su, "logit_softcap", 2 * tok * V * 4, 3 * tok * V * 4, 0, true, false);
+    act(bd, su, "logits_capped", tok * V * 4, COST_ACT_SPLIT);
+  }
   bd->out = loss ? 0 : tok * V * e;
 }
 
@@ -408,6 +433,8 @@ static void kind_embedding(cost_breakdown *bd, const cost_setup *su, const ir_la
   double h = P(EMBEDDING_HIDDEN), V = P(EMBEDDING_VOCAB), s = P(EMBEDDING_SEQ);
   double tok = su->b * s, e = su->e;
   elem(bd, su, "gather", 2 * tok * h * e, 0, 3 * tok * h * e, false, false);
+  if (P(EMBEDDING_SCALED) == 1) /* Gemma's sqrt(hidden) factor: one more pass in F and W */
+    elem(bd, su, "embed_scale", 2 * tok * h * e, 0, 2 * tok * h * e, false, false);
   weights(bd, su, V * h, true);
   if (su->t > 1) {
     bd->allreduces[COST_F]++;

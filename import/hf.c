@@ -402,6 +402,14 @@ typedef struct hf_model {
                                selected ones (norm_topk_prob false: 'renorm = false') */
   bool tied;                /* the LM head's matrix is the embedding's table (tie_word_embeddings:
                                'tied = true' on the lm_head) */
+  bool gemma;               /* Gemma: the embedding scaled by sqrt(hidden), (1 + w) norms,
+                               sandwich norms ('scaled = true', 'norm_plus_one = true',
+                               'post_norm = true') */
+  bool padded;              /* the embedding has a padding token (pad_token_id: 'pad_id') */
+  double pad_id;            /* that token */
+  double attn_cap;          /* the attention scores' softcap (0: none) */
+  double logit_cap;         /* the LM head's logit softcap (0: none) */
+  double score_dim;         /* the scores' scale is score_dim^-0.5 (0: head_dim's) */
   double vit_eps;           /* LayerNorm epsilon of the ViT layers */
   double experts, top_k, expert_ffn, shared; /* MoE dimensions (experts 0: none) */
   char *layers;             /* per decoder layer: 'D' dense, 'E' MoE, 'L' windowed dense,
@@ -482,11 +490,11 @@ static void hf_renorm(hf_ctx *c, const cJSON *obj, const char *p, bool dflt, hf_
                           : "renorm = true (the softmax over the selected)");
 }
 
-/* Llama 3.1's rope scaling from the fields of object rs at path q (rope_scaling., or
- * rope_parameters. with rope_type "llama3"): m->rope_*; a missing factor is refused at field (of
- * p). */
-static void hf_rope_llama3(hf_ctx *c, const cJSON *rs, const char *p, const char *field,
-                           const char *q, hf_model *m) {
+/* Llama 3.1's rope scaling, object rs at path q (field 'field' under prefix p, its type read
+ * from key tn): m->rope_*; errors name the fields. */
+static void hf_rope_llama3(hf_ctx *c, const cJSON *rs, const char *p, const char *q,
+                           const char *field, const char *tn, hf_model *m) {
+  hf_use(c, q, tn, "Llama 3.1's rope scaling");
   m->rope_factor = hf_positive(c, rs, q, "factor", 0, "rope_factor");
   m->rope_low = hf_positive(c, rs, q, "low_freq_factor", 0, "rope_low_freq_factor");
   m->rope_high = hf_positive(c, rs, q, "high_freq_factor", 0, "rope_high_freq_factor");
@@ -497,58 +505,96 @@ static void hf_rope_llama3(hf_ctx *c, const cJSON *rs, const char *p, const char
               "high_freq_factor");
   else if (m->rope_factor != 1 && !(m->rope_high > m->rope_low))
     hf_refuse(c, q, "high_freq_factor", "it must exceed low_freq_factor = %g", m->rope_low);
+  hf_leftovers(c, rs, q);
 }
 
-/* The rope type of object rs at path q (its "rope_type", or "type" in older rope_scaling
- * objects): "default" (none: rope_parameters), or "llama3" read by hf_rope_llama3; false after
- * refusing any other at 'field' (of p). */
-static bool hf_rope_type(hf_ctx *c, const cJSON *rs, const char *p, const char *field,
-                         const char *q, bool dflt_ok, hf_model *m) {
-  const char *tn = cJSON_GetObjectItemCaseSensitive(rs, "rope_type") ? "rope_type" : "type";
-  const cJSON *ty = hf_get(c, rs, q, tn);
-  bool dflt = dflt_ok && cJSON_IsString(ty) && strcmp(ty->valuestring, "default") == 0;
-  if (!cJSON_IsObject(rs) || !cJSON_IsString(ty) ||
-      (!dflt && strcmp(ty->valuestring, "llama3") != 0)) {
-    hf_refuse(c, p, field, "OctoPipe's rope scaling is Llama 3.1's (rope_type \"llama3\"), not "
-              "linear, dynamic, yarn or longrope");
-    return false;
+/* Gemma 3's rope_parameters under transformers 5 (object rp, under prefix p): one object per
+ * layer type. The local layers' ("sliding_attention": unscaled) base goes to m->local_theta;
+ * returns the global layers' object ("full_attention"), the model's, and sets *fq to its path. */
+static const cJSON *hf_rope_types(hf_ctx *c, const cJSON *rp, const char *p, hf_path *fq,
+                                  hf_model *m) {
+  hf_path q = hf_mkpath(p, "rope_parameters.");
+  const cJSON *full = hf_get(c, rp, q.s, "full_attention");
+  const cJSON *loc = hf_get(c, rp, q.s, "sliding_attention");
+  hf_path lq = hf_mkpath(p, "rope_parameters.sliding_attention.");
+  if (cJSON_IsObject(loc)) {
+    m->local_theta = hf_positive(c, loc, lq.s, "rope_theta", 1e4, "rope_theta of the local layers");
+    hf_string_is(c, loc, lq.s, "rope_type", "default", "default",
+                 "OctoPipe scales no local layer's rotary embedding");
+    hf_leftovers(c, loc, lq.s);
+  } else if (loc) {
+    hf_refuse(c, q.s, "sliding_attention", "expected an object");
   }
-  hf_use(c, q, tn, dflt ? "no rope scaling" : "Llama 3.1's rope scaling");
-  if (!dflt) hf_rope_llama3(c, rs, p, field, q, m);
-  return true;
+  hf_leftovers(c, rp, q.s);
+  *fq = hf_mkpath(p, "rope_parameters.full_attention.");
+  return full;
 }
 
 /* RoPE fields: rope_theta (any positive base: m->theta), rope_scaling (none, or Llama 3.1's
- * "llama3": m->rope_*), partial_rotary_factor (1); or, as transformers 5 writes them, the one
- * object rope_parameters holding the type, the base and the scaling's factors. */
+ * "llama3": m->rope_*), partial_rotary_factor (1). transformers 5 writes the two together as
+ * rope_parameters, {"rope_theta": ..., "rope_type": "default" or "llama3", ...}, read the same
+ * way (rope_type "default": no scaling), or per layer type for Gemma 3 (hf_rope_types). */
 static void hf_rope(hf_ctx *c, const cJSON *obj, const char *p, hf_model *m) {
   const cJSON *rp = hf_get(c, obj, p, "rope_parameters");
-  if (rp && !cJSON_IsNull(rp)) {
-    hf_path q = hf_mkpath(p, "rope_parameters.");
-    if (!hf_rope_type(c, rp, p, "rope_parameters", q.s, true, m)) return;
-    m->theta = hf_positive(c, rp, q.s, "rope_theta", c->fam->theta, "rope_theta");
-    hf_leftovers(c, rp, q.s);
-    const cJSON *top = hf_get(c, obj, p, "rope_theta");
-    if (top && !(cJSON_IsNumber(top) && top->valuedouble == m->theta))
-      hf_refuse(c, p, "rope_theta", "it differs from rope_parameters.rope_theta = %g",
-                m->theta);
-    else if (top)
-      hf_use(c, p, "rope_theta", "checked: rope_parameters.rope_theta");
-  } else {
-    m->theta = hf_positive(c, obj, p, "rope_theta", c->fam->theta, "rope_theta");
-  }
-  const cJSON *rs = hf_get(c, obj, p, "rope_scaling");
-  if (rs && !cJSON_IsNull(rs) && rp && !cJSON_IsNull(rp)) {
-    hf_refuse(c, p, "rope_scaling", "rope_parameters gives the rope scaling");
-  } else if (rs && !cJSON_IsNull(rs)) {
-    hf_path q = hf_mkpath(p, "rope_scaling.");
-    if (!hf_rope_type(c, rs, p, "rope_scaling", q.s, false, m)) return;
-    hf_leftovers(c, rs, q.s);
+  bool v5 = rp && !cJSON_IsNull(rp);
+  const char *field = v5 ? "rope_parameters" : "rope_scaling";
+  hf_path q = hf_mkpath(p, v5 ? "rope_parameters." : "rope_scaling.");
+  if (v5 && cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(rp, "full_attention")))
+    rp = hf_rope_types(c, rp, p, &q, m);
+  m->theta = hf_positive(c, v5 ? rp : obj, v5 ? q.s : p, "rope_theta", c->fam->theta,
+                         "rope_theta");
+  const cJSON *rs = v5 ? rp : hf_get(c, obj, p, "rope_scaling");
+  if (rs && !cJSON_IsNull(rs)) {
+    const char *tn = cJSON_GetObjectItemCaseSensitive(rs, "rope_type") ? "rope_type" : "type";
+    const cJSON *ty = hf_get(c, rs, q.s, tn);
+    const char *type = cJSON_IsObject(rs) && cJSON_IsString(ty) ? ty->valuestring : "";
+    if (v5 && strcmp(type, "default") == 0) {
+      hf_use(c, q.s, tn, "no rope scaling");
+      hf_leftovers(c, rs, q.s);
+    } else if (strcmp(type, "llama3") != 0) {
+      hf_refuse(c, p, field, "OctoPipe's rope scaling is Llama 3.1's (rope_type \"llama3\"), "
+                "not linear, dynamic, yarn or longrope");
+      return;
+    } else {
+      hf_rope_llama3(c, rs, p, q.s, field, tn, m);
+    }
   } else if (rs) {
     hf_use(c, p, "rope_scaling", "checked: no scaling");
   }
+  if (v5) { /* beside rope_parameters, the older fields may only repeat it */
+    const cJSON *top = hf_get(c, obj, p, "rope_theta");
+    if (top && !(cJSON_IsNumber(top) && top->valuedouble == m->theta))
+      hf_refuse(c, p, "rope_theta", "it differs from rope_parameters.rope_theta = %g", m->theta);
+    else if (top)
+      hf_use(c, p, "rope_theta", "checked: rope_parameters.rope_theta");
+    const cJSON *old = hf_get(c, obj, p, "rope_scaling");
+    if (old && !cJSON_IsNull(old))
+      hf_refuse(c, p, "rope_scaling", "rope_parameters gives the rope scaling");
+    else if (old)
+      hf_use(c, p, "rope_scaling", "checked: no scaling (rope_parameters gives it)");
+  }
   hf_fixed(c, obj, p, "partial_rotary_factor", 1, 1,
            "OctoPipe rotates the whole head (no partial rotary)");
+}
+
+/* pad_token_id under prefix p: transformers makes it the embedding's padding_idx, whose row the
+ * lookup gives no gradient: m->padded and m->pad_id ('pad_id' on the embedding). Null or absent:
+ * none. Post: a token outside the vocabulary (transformers refuses it too) is an error. */
+static void hf_pad(hf_ctx *c, const cJSON *obj, const char *p, hf_model *m) {
+  const cJSON *v = hf_get(c, obj, p, "pad_token_id");
+  if (!v) return;
+  if (cJSON_IsNull(v)) {
+    hf_use(c, p, "pad_token_id", "null: no padding token");
+    return;
+  }
+  if (!hf_count_of(c, v, p, "pad_token_id", 0, &m->pad_id)) return;
+  if (m->vocab > 0 && m->pad_id >= m->vocab) {
+    hf_refuse(c, p, "pad_token_id", "it is not a token of vocab_size = %g", m->vocab);
+    return;
+  }
+  m->padded = true;
+  hf_use(c, p, "pad_token_id", "pad_id of the embedding (transformers' padding_idx: the lookup "
+         "gives its row no gradient)");
 }
 
 /* Fields every decoder family shares. Fills the attention and dense-MLP dimensions of *m and
@@ -571,6 +617,7 @@ static void hf_decoder_common(hf_ctx *c, const cJSON *obj, const char *p, hf_mod
   hf_flag(c, obj, p, "mlp_bias", false, false, "OctoPipe's MLP projections have no bias");
   hf_fixed(c, obj, p, "attention_dropout", 0, 0, "OctoPipe has no attention dropout");
   hf_tie(c, obj, p, c->fam->tied, m);
+  hf_pad(c, obj, p, m);
 }
 
 /* layer_types (transformers 5's list of "full_attention" and "sliding_attention", one per
@@ -578,7 +625,7 @@ static void hf_decoder_common(hf_ctx *c, const cJSON *obj, const char *p, hf_mod
  * refusing a list of another length or with another type. */
 static bool hf_layer_types(hf_ctx *c, const cJSON *types, const char *p, hf_model *m, double n) {
   if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != n) {
-    hf_refuse(c, p, "layer_types", "expected a list of num_hidden_layers = %g layer types", n);
+    hf_refuse(c, p, "layer_types", "expected a list of num_hidden_layers = %g entries", n);
     return false;
   }
   int i = 0;
@@ -586,14 +633,14 @@ static bool hf_layer_types(hf_ctx *c, const cJSON *types, const char *p, hf_mode
   cJSON_ArrayForEach(t, types) {
     bool slide = cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0;
     if (!slide && !(cJSON_IsString(t) && strcmp(t->valuestring, "full_attention") == 0)) {
-      hf_refuse(c, p, "layer_types", "OctoPipe imports the layer types full_attention and "
-                "sliding_attention");
+      hf_refuse(c, p, "layer_types", "entry %d is not \"sliding_attention\" or "
+                "\"full_attention\"", i);
       return false;
     }
     if (slide) m->layers[i] = m->layers[i] == 'E' ? 'W' : 'L';
     i++;
   }
-  hf_use(c, p, "layer_types", "windowed layers (sliding_attention)");
+  hf_use(c, p, "layer_types", "windowed (sliding_attention) and full layers");
   return true;
 }
 
@@ -749,6 +796,35 @@ static void hf_deepseek_router(hf_ctx *c, const cJSON *obj, const char *p, bool 
   m->rscale = hf_positive(c, obj, p, "routed_scaling_factor", v3 ? 2.5 : 1, "routed_scale");
 }
 
+/* Softcap field p+name (Gemma's attn_logit_softcapping, final_logit_softcapping): its value,
+ * 'dflt' when absent (the config class's default), 0 (none) when null, as transformers skips a
+ * None cap. Returns 0 after an error. */
+static double hf_softcap(hf_ctx *c, const cJSON *obj, const char *p, const char *name,
+                         double dflt, const char *how) {
+  const cJSON *v = hf_get(c, obj, p, name);
+  if (v && cJSON_IsNull(v)) {
+    hf_use(c, p, name, "null: no softcapping");
+    return 0;
+  }
+  return hf_positive(c, obj, p, name, dflt, how);
+}
+
+/* Gemma's local/global layers into m->layers ('L': windowed, when m->window > 0): layer_types
+ * when given (transformers 5: "sliding_attention" or "full_attention" per layer), else layer i
+ * local when (i + 1) mod 'every' is not 0 (Gemma 2: every = 2, layer 0 local; Gemma 3:
+ * sliding_window_pattern). */
+static void hf_gemma_layers(hf_ctx *c, const cJSON *obj, const char *p, hf_model *m, double n,
+                            double every) {
+  const cJSON *lt = hf_get(c, obj, p, "layer_types");
+  if (lt && !cJSON_IsNull(lt)) {
+    if (hf_layer_types(c, lt, p, m, n) && m->window <= 0) /* no window: all layers full */
+      for (char *l = m->layers; *l; l++) *l = *l == 'L' ? 'D' : *l;
+    return;
+  }
+  for (int i = 0; i < (int)n; i++)
+    if (fmod(i + 1, every) != 0 && m->window > 0) m->layers[i] = 'L';
+}
+
 /* The decoder families. */
 static void hf_decoder(hf_ctx *c, const cJSON *obj, const char *p, hf_family_id f, hf_model *m,
                        double *n) {
@@ -824,41 +900,30 @@ static void hf_decoder(hf_ctx *c, const cJSON *obj, const char *p, hf_family_id 
   case HF_FAM_GEMMA2:
   case HF_FAM_GEMMA3_TEXT: {
     bool g3 = f == HF_FAM_GEMMA3_TEXT;
-    hf_implicit(c, p, "Gemma scales the embedding output by sqrt(hidden_size), normalizes with "
-                      "RMSNorm times (1 + weight), and adds a norm after attention and after the "
-                      "MLP (four norms per layer); OctoPipe computes none of these");
-    if (g3)
-      hf_implicit(c, p, "Gemma 3 normalizes queries and keys per head (QK-norm); OctoPipe's "
-                        "attention has no QK-norm");
-    hf_none(c, obj, p, "final_logit_softcapping", "OctoPipe's LM head has no logit softcapping");
-    hf_none(c, obj, p, "attn_logit_softcapping", "OctoPipe's attention has no score softcapping");
-    if (!g3) { /* Gemma 2's defaults are 30 and 50: absent means softcapped */
-      if (!hf_find_key(c, hf_mkpath(p, "final_logit_softcapping").s))
-        hf_refuse(c, p, "final_logit_softcapping",
-                  "the gemma2 default is 30: OctoPipe's LM head has no logit softcapping");
-      if (!hf_find_key(c, hf_mkpath(p, "attn_logit_softcapping").s))
-        hf_refuse(c, p, "attn_logit_softcapping",
-                  "the gemma2 default is 50: OctoPipe's attention has no score softcapping");
-    }
+    m->gemma = true; /* embedding scale, (1 + w) norms, sandwich norms: no field says so */
+    if (g3) m->qk_norm = true; /* Gemma 3's QK-norm; no field says so */
+    m->attn_cap = hf_softcap(c, obj, p, "attn_logit_softcapping", g3 ? 0 : 50,
+                             "softcap of the attention layers");
+    m->logit_cap = hf_softcap(c, obj, p, "final_logit_softcapping", g3 ? 0 : 30,
+                              "softcap of the lm_head");
     double hd = m->head_dim > 0 ? m->head_dim : m->heads > 0 ? m->hidden / m->heads : 0;
-    double q = hf_count(c, obj, p, "query_pre_attn_scalar", 256, 1, "checked against head_dim");
-    if (q != hd)
-      hf_refuse(c, p, "query_pre_attn_scalar",
-                "scores are scaled by query_pre_attn_scalar^-0.5; OctoPipe scales by "
-                "head_dim^-0.5 = %g^-0.5", hd);
-    if (g3) {
+    double q = hf_positive(c, obj, p, "query_pre_attn_scalar", 256,
+                           "score_dim (written when not head_dim)");
+    if (q != hd) m->score_dim = q;
+    hf_flag(c, obj, p, "use_bidirectional_attention", false, false,
+            "OctoPipe's Gemma attention is causal");
+    if (g3 && m->local_theta == 0) /* else rope_parameters gave it */
       m->local_theta = hf_positive(c, obj, p, "rope_local_base_freq", 1e4,
                                    "rope_theta of the local layers");
-    }
     double w = hf_count(c, obj, p, "sliding_window", 4096, 1, "window of the local layers");
-    double every = g3 ? hf_count(c, obj, p, "sliding_window_pattern", 6, 1,
-                                 "every pattern-th layer is global")
+    const char *pat = hf_find_key(c, hf_mkpath(p, "_sliding_window_pattern").s)
+                          ? "_sliding_window_pattern" /* transformers 5 writes it so */
+                          : "sliding_window_pattern";
+    double every = g3 ? hf_count(c, obj, p, pat, 6, 1, "every pattern-th layer is global (unless "
+                                 "layer_types)")
                       : 2;
     if (w < m->seq) m->window = w;
-    for (double i = 0; i < *n; i++) {
-      bool local = g3 ? fmod(i + 1, every) != 0 : fmod(i, 2) == 0;
-      if (local && m->window > 0) m->layers[(size_t)i] = 'L';
-    }
+    if (every > 0) hf_gemma_layers(c, obj, p, m, *n, every);
     break;
   }
   case HF_FAM_DEEPSEEK_V2:
@@ -1125,20 +1190,30 @@ static void hf_real(strbuf *s, const char *sep, const char *name, double v, doub
   strbuf_printf(s, "%s%s = %s", sep, name, buf);
 }
 
+/* Append the line "INDENT TEXT { ITEMS }" (without the braces when 'items' is empty; each item is
+ * written with a leading ", ") and free items. */
+static void hf_line(strbuf *s, const char *indent, const char *text, strbuf *items) {
+  if (items->len) strbuf_printf(s, "%s%s { %s }\n", indent, text, strbuf_cstr(items) + 2);
+  else strbuf_printf(s, "%s%s\n", indent, text);
+  strbuf_free(items);
+}
+
 /* The items of decoder layer letter 'k' ('D', 'E', 'L', 'W'): attention and feed-forward. */
 static void hf_decoder_items(strbuf *s, const hf_model *m, char k, const char *indent) {
+  strbuf a = {0}; /* the attention's parameters, each with a leading ", " */
   if (m->mla) {
-    strbuf_printf(s, "%slayer attn : mla { ", indent);
-    if (m->q_rank > 0) strbuf_printf(s, "q_rank = %.0f, ", m->q_rank);
-    strbuf_printf(s, "kv_rank = %.0f, nope_dim = %.0f, rope_dim = %.0f, v_dim = %.0f }\n",
+    hf_real(&a, ", ", "q_rank", m->q_rank, 0);
+    strbuf_printf(&a, ", kv_rank = %.0f, nope_dim = %.0f, rope_dim = %.0f, v_dim = %.0f",
                   m->kv_rank, m->nope_dim, m->rope_dim, m->v_dim);
   } else if (k == 'L' || k == 'W') {
-    strbuf_printf(s, "%slayer attn : attention { window = %.0f", indent, m->window);
-    if (m->local_theta != m->theta) hf_real(s, ", ", "rope_theta", m->local_theta, 0);
-    strbuf_puts(s, " }\n");
+    strbuf_printf(&a, ", window = %.0f", m->window);
+    if (m->local_theta != m->theta) hf_real(&a, ", ", "rope_theta", m->local_theta, 0);
+    if (m->local_theta > 0 && m->rope_factor > 0 && m->rope_factor != 1) /* Gemma 3: scaled */
+      strbuf_puts(&a, ", rope_factor = 1"); /* are the global layers only */
   }
-  else
-    strbuf_printf(s, "%slayer attn : attention\n", indent);
+  hf_real(&a, ", ", "score_dim", m->score_dim, 0);
+  hf_real(&a, ", ", "softcap", m->attn_cap, 0);
+  hf_line(s, indent, m->mla ? "layer attn : mla" : "layer attn : attention", &a);
   strbuf_printf(s, "%slayer %s\n", indent, k == 'E' || k == 'W' ? "moe : moe" : "mlp : mlp");
 }
 
@@ -1183,6 +1258,7 @@ static void hf_write_model(strbuf *s, const hf_model *m, const char *name, doubl
   hf_real(s, "  ", "norm_eps", m->eps, HF_OCTO_EPS);
   if (m->qkv_bias) strbuf_puts(s, "  qkv_bias = true");
   if (m->qk_norm) strbuf_puts(s, "  qk_norm = true");
+  if (m->gemma) strbuf_puts(s, "  norm_plus_one = true  post_norm = true");
   strbuf_putc(s, '\n');
   if (m->experts > 0) {
     hf_dim(s, "experts", m->experts);
@@ -1198,7 +1274,10 @@ static void hf_write_model(strbuf *s, const hf_model *m, const char *name, doubl
     if (m->rscale > 0) hf_real(s, "  ", "routed_scale", m->rscale, 1);
     strbuf_putc(s, '\n');
   }
-  strbuf_puts(s, "  layer embed : embedding\n");
+  strbuf e = {0}; /* the embedding's parameters, each with a leading ", " */
+  if (m->gemma) strbuf_puts(&e, ", scaled = true");
+  if (m->padded) strbuf_printf(&e, ", pad_id = %.0f", m->pad_id);
+  hf_line(s, "  ", "layer embed : embedding", &e);
   if (m->vit_layers > 0) {
     strbuf_printf(s, "  repeat %.0f {\n    layer vision : vit { hidden = %.0f, heads = %.0f, ffn = "
                   "%.0f, patch = %.0f, image = %.0f", m->vit_layers, m->vit_hidden,
@@ -1222,7 +1301,11 @@ static void hf_write_model(strbuf *s, const hf_model *m, const char *name, doubl
       if (used[k]) strbuf_printf(s, "    %c = %s_%s\n", letters[k], name, blocks[k]);
     strbuf_puts(s, "  }\n");
   }
-  strbuf_printf(s, "  layer head : lm_head%s\n}\n", m->tied ? " { tied = true }" : "");
+  strbuf head = {0}; /* the head's parameters, each with a leading ", " */
+  if (m->tied) strbuf_puts(&head, ", tied = true");
+  hf_real(&head, ", ", "softcap", m->logit_cap, 0);
+  hf_line(s, "  ", "layer head : lm_head", &head);
+  strbuf_puts(s, "}\n");
 }
 
 /* Keywords of the language, which a model name may not be. */

@@ -89,8 +89,13 @@ static inline int lr_enum_count(enum lr_type t) {
  * missing, the kind's relations say why they could not be derived. */
 static inline bool lr_derived(int p) {
   return p == LR_P_ATTENTION_KV_HEADS || p == LR_P_ATTENTION_HEAD_DIM ||
+         p == LR_P_ATTENTION_SCORE_DIM ||
          p == LR_P_MAMBA2_HEADS || p == LR_P_VIT_HEAD_DIM || p == LR_P_VIT_TOKENS;
 }
+
+/* Parameters that may stay unset, meaning none (an embedding's padding token): no default, and a
+ * count of them may be 0. */
+static inline bool lr_optional(int p) { return p == LR_P_EMBEDDING_PAD_ID; }
 
 /* Receiver of the problems one check finds: each message once, without the layer's name. */
 typedef struct lr_report {
@@ -115,9 +120,9 @@ static inline void lr_problem(lr_report *r, const char *fmt, ...) {
 #define LR_KNOWN2(a, b) (!isnan(a) && !isnan(b))
 
 /* Check a layer of kind 'kind' (in range) whose parameters are p[0..LR_P_N) (NAN: not set;
- * only the kind's own are read): each non-derived one present, each value finite, non-negative,
+ * only the kind's own are read): each one present unless derived or optional, each value finite, non-negative,
  * whole when its type is, at least 1 for a count whose default is not 0, positive for a number
- * (rope_theta, norm_eps), 0 or 1 for a boolean, a
+ * whose default is not 0 (rope_theta, norm_eps; softcap's 0 is none), 0 or 1 for a boolean, a
  * value of its enumerated type; then the kind's relations. Each problem goes to r. Returns the
  * number found. */
 static inline int lr_layer_check(int kind, const double *p, lr_report *r) {
@@ -127,7 +132,8 @@ static inline int lr_layer_check(int kind, const double *p, lr_report *r) {
     double v = p[i];
     if ((int)pi->kind != kind) continue;
     if (isnan(v)) {
-      if (!lr_derived(i)) lr_problem(r, "missing '%s' (%s)", pi->name, pi->doc);
+      if (!lr_derived(i) && !lr_optional(i))
+        lr_problem(r, "missing '%s' (%s)", pi->name, pi->doc);
       continue;
     }
     int values = lr_enum_count(pi->type); /* 0 unless an enumeration */
@@ -136,9 +142,9 @@ static inline int lr_layer_check(int kind, const double *p, lr_report *r) {
       lr_problem(r, "'%s' must be a finite non-negative %s", pi->name, lr_type_names[pi->type]);
     else if (integral && v != floor(v))
       lr_problem(r, "'%s' must be a whole number", pi->name);
-    else if (pi->type == LR_T_COUNT && v == 0 && pi->def != 0)
+    else if (pi->type == LR_T_COUNT && v == 0 && pi->def != 0 && !lr_optional(i))
       lr_problem(r, "'%s' must be at least 1", pi->name);
-    else if (pi->type == LR_T_REAL && v == 0) /* a base or an epsilon: 0 divides by zero */
+    else if (pi->type == LR_T_REAL && v == 0 && pi->def != 0) /* a base, an epsilon */
       lr_problem(r, "'%s' must be positive", pi->name);
     else if (pi->type == LR_T_BOOL && v > 1)
       lr_problem(r, "'%s' must be true or false", pi->name);
@@ -146,6 +152,12 @@ static inline int lr_layer_check(int kind, const double *p, lr_report *r) {
       lr_problem(r, "'%s' has no %s numbered %g", pi->name, lr_type_names[pi->type], v);
   }
   switch (kind) {
+  case LR_KIND_EMBEDDING: {
+    double pad = p[LR_P_EMBEDDING_PAD_ID], v = p[LR_P_EMBEDDING_VOCAB];
+    if (LR_KNOWN2(pad, v) && pad >= v)
+      lr_problem(r, "pad_id = %g is not a token of vocab = %g", pad, v);
+    break;
+  }
   case LR_KIND_ATTENTION: {
     double h = p[LR_P_ATTENTION_HEADS], kv = p[LR_P_ATTENTION_KV_HEADS];
     double hid = p[LR_P_ATTENTION_HIDDEN];

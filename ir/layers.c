@@ -30,6 +30,7 @@ void ir_layer_derive(ir_layer *l, void (*note)(void *ctx, int param, const char 
     derive(l, IR_LP_ATTENTION_HEAD_DIM,
            exact_div(p[IR_LP_ATTENTION_HIDDEN], p[IR_LP_ATTENTION_HEADS]),
            "hidden / heads", note, ctx);
+    derive(l, IR_LP_ATTENTION_SCORE_DIM, p[IR_LP_ATTENTION_HEAD_DIM], "head_dim", note, ctx);
     break;
   case IR_KIND_MAMBA2:
     derive(l, IR_LP_MAMBA2_HEADS,

@@ -126,7 +126,7 @@ void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
   strbuf_puts(index, ", \"kind\": ");
   strbuf_json_str(index, kind);
   strbuf_puts(index, ", \"dims\": {");
-  char theta[40], eps[40], factor[40], low[40], high[40]; /* shortest exact texts */
+  char theta[40], eps[40], factor[40], low[40], high[40], sdim[40], cap[40]; /* shortest exact */
   fmt_shortest_scaled(theta, d->rope_theta, 1.0);
   fmt_shortest_scaled(factor, d->rope_factor, 1.0);
   fmt_shortest_scaled(low, d->rope_low, 1.0);
@@ -136,14 +136,18 @@ void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
   fmt_shortest_scaled(rscale, d->rscale > 0 ? d->rscale : 1.0, 1.0);
   char leps[40];
   fmt_shortest_scaled(leps, d->latent_eps, 1.0);
+  fmt_shortest_scaled(sdim, d->score_dim, 1.0);
+  fmt_shortest_scaled(cap, d->softcap, 1.0);
   strbuf_printf(index,
                 "\"B\": %d, \"S\": %d, \"in_S\": %d, \"in_w\": %d, \"hidden\": %d, \"heads\": %d, "
                 "\"kv_heads\": %d, \"head_dim\": %d, \"ffn\": %d, \"gated\": %d, \"act\": \"%s\", "
                 "\"causal\": %d, \"window\": %d, \"rope_theta\": %s, \"rope_factor\": %s, "
                 "\"rope_low_freq_factor\": %s, \"rope_high_freq_factor\": %s, "
                 "\"rope_original_seq\": %.0f, \"qkv_bias\": %d, "
-                "\"qk_norm\": %d, \"rope\": %d, \"norm_eps\": %s, \"experts\": %d, \"top_k\": %d, \"shared\": %d, "
-                "\"renorm\": %d, \"shared_gate\": %d, \"sigmoid\": %d, \"score_bias\": %d, "
+                "\"qk_norm\": %d, \"rope\": %d, \"norm_eps\": %s, \"norm_plus_one\": %d, "
+                "\"post_norm\": %d, \"score_dim\": %s, \"softcap\": %s, \"scaled\": %d, "
+                "\"pad_id\": %d, \"experts\": %d, \"top_k\": %d, \"shared\": %d, \"renorm\": %d, "
+                "\"shared_gate\": %d, \"sigmoid\": %d, \"score_bias\": %d, "
                 "\"expert_groups\": %d, \"topk_groups\": %d, \"routed_scale\": %s, "
                 "\"q_rank\": %d, \"kv_rank\": %d, \"nope_dim\": %d, \"rope_dim\": %d, "
                 "\"v_dim\": %d, \"latent_eps\": %s, "
@@ -152,12 +156,12 @@ void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
                 d->B, d->S, d->in_S, d->in_w, d->hidden, d->heads, d->kv_heads, d->head_dim,
                 d->ffn, d->gated, rt_act_name(d->act), d->causal, d->window, theta, factor, low,
                 high, d->rope_orig, d->qkv_bias,
-                d->qk_norm, !d->no_rope, eps, d->experts, d->top_k, d->shared, !d->all_probs, d->shared_gate,
-                d->sigmoid, d->score_bias, d->egroups > 1 ? d->egroups : 1,
-                d->egroups > 1 ? d->tgroups : 1, rscale, d->q_rank, d->kv_rank, d->nope_dim,
-                d->rope_dim, d->v_dim, leps,
-                d->state, d->groups, d->conv, d->inner,
-                d->chunk, d->vocab, d->tied, p->out_w);
+                d->qk_norm, !d->no_rope, eps, d->norm_shift != 0, d->post_norm, sdim, cap,
+                d->scaled, d->padded ? d->pad_id : -1, d->experts, d->top_k, d->shared,
+                !d->all_probs, d->shared_gate, d->sigmoid, d->score_bias,
+                d->egroups > 1 ? d->egroups : 1, d->egroups > 1 ? d->tgroups : 1, rscale, d->q_rank,
+                d->kv_rank, d->nope_dim, d->rope_dim, d->v_dim, leps, d->state, d->groups, d->conv,
+                d->inner, d->chunk, d->vocab, d->tied, p->out_w);
   strbuf_puts(index, "   \"params\": [");
   for (int i = 0; i < p->npt; i++) {
     const rt_ptensor *pt = &p->pt[i];

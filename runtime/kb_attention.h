@@ -74,13 +74,21 @@ RT_BODY_FN(attn_rope) {
 
 /* ---- Softmax of one (sequence, head)'s S x S score block ------------------------------------- */
 
-/* Row t = i of P: the scores q k^T / sqrt(hd) in, the probabilities out (0 outside the visible
- * span); st[2t], st[2t+1] receive the row's maximum and 1 / sum (the sum of expf in double, in
- * key order). */
+/* The visible scores row[lo..hi] capped in place to cap * tanh(s / cap) (Gemma 2's
+ * attn_logit_softcapping, as transformers computes it); nothing when cap is 0. */
+RT_HD static inline void rt_attn_cap_row(int lo, int hi, float cap, float *row) {
+  if (cap > 0)
+    for (int j = lo; j <= hi; j++) row[j] = cap * tanhf(row[j] / cap);
+}
+
+/* Row t = i of P: the scores q k^T * scale in, capped (cap > 0), the probabilities out (0
+ * outside the visible span); st[2t], st[2t+1] receive the row's maximum and 1 / sum (the sum of
+ * expf in double, in key order). */
 typedef struct rt_b_attn_softmax_fwd_a {
   int S;       /* tokens per sequence */
   bool causal; /* keys after the query are hidden */
   int window;  /* sliding window in tokens (0: none) */
+  float cap;   /* score softcapping (0: none) */
   float *P;    /* S x S, in place */
   float *st;   /* [S * 2]: (max, 1/sum) per row */
 } rt_b_attn_softmax_fwd_a;
@@ -88,6 +96,7 @@ RT_BODY_FN(attn_softmax_fwd) {
   int S = p->S, t = (int)i, lo, hi;
   rt_attn_span(S, p->causal, p->window, t, &lo, &hi);
   float *row = p->P + (size_t)t * S, *st = p->st;
+  rt_attn_cap_row(lo, hi, p->cap, row);
   float m = row[lo];
   for (int j = lo + 1; j <= hi; j++)
     if (row[j] > m) m = row[j];
@@ -98,13 +107,15 @@ RT_BODY_FN(attn_softmax_fwd) {
   rt_attn_prob_row(S, lo, hi, m, st[2 * t + 1], row);
 }
 
-/* Row t = i: P's scores turned into F's probabilities again from st (the same arithmetic, so
- * bit-identical), then dP's row dO v^T turned into the score gradient in place:
- * dS = P (dP - rowsum(P dP)), the row sum in double in key order; 0 where P is 0. */
+/* Row t = i: P's scores capped and turned into F's probabilities again from st (the same
+ * arithmetic, so bit-identical), then dP's row dO v^T turned into the score gradient in place:
+ * dS = P (dP - rowsum(P dP)), times 1 - (c / cap)^2 at a capped score c (cap > 0), the row sum
+ * in double in key order; 0 where P is 0. */
 typedef struct rt_b_attn_softmax_bwd_a {
   int S;           /* tokens per sequence */
   bool causal;     /* as in attn_softmax_fwd */
   int window;      /* as in attn_softmax_fwd */
+  float cap;       /* as in attn_softmax_fwd */
   const float *st; /* [S * 2] of attn_softmax_fwd */
   float *P, *dP;   /* S x S each, in place */
 } rt_b_attn_softmax_bwd_a;
@@ -112,10 +123,17 @@ RT_BODY_FN(attn_softmax_bwd) {
   int S = p->S, t = (int)i, lo, hi;
   rt_attn_span(S, p->causal, p->window, t, &lo, &hi);
   float *pr = p->P + (size_t)t * S, *dr = p->dP + (size_t)t * S;
-  rt_attn_prob_row(S, lo, hi, p->st[2 * t], p->st[2 * t + 1], pr);
-  double dot = 0;
-  for (int j = 0; j < S; j++) dot += (double)pr[j] * dr[j];
-  for (int j = 0; j < S; j++) dr[j] = pr[j] == 0.0f ? 0.0f : (float)(pr[j] * (dr[j] - dot));
+  float m = p->st[2 * t], inv = p->st[2 * t + 1];
+  rt_attn_cap_row(lo, hi, p->cap, pr);
+  double dot = 0; /* rowsum(P dP), P as rt_attn_prob_row computes it (0 outside [lo, hi]) */
+  for (int j = lo; j <= hi; j++) dot += (double)(expf(pr[j] - m) * inv) * dr[j];
+  for (int j = 0; j < S; j++) {
+    float c = pr[j], pj = j >= lo && j <= hi ? expf(c - m) * inv : 0.0f;
+    double v = pj * (dr[j] - dot);
+    if (p->cap > 0) v *= 1.0 - (double)(c / p->cap) * (c / p->cap);
+    pr[j] = pj;
+    dr[j] = pj == 0.0f ? 0.0f : (float)v;
+  }
 }
 
 /* ---- vit's feed-forward block ---------------------------------------------------------------- */

@@ -86,12 +86,14 @@ RT_HD static inline float rt_act_grad(int a, float z) {
   return 1.0f;
 }
 
-/* ---- RMSNorm: y = x / rms(x) * gamma, rms = sqrt(mean(x^2) + eps), per row of width n ------- */
+/* ---- RMSNorm: y = x / rms(x) * (gamma + shift), rms = sqrt(mean(x^2) + eps), per row of width
+ * n; shift is 0, or 1 for Gemma's (1 + weight) ----------------------------------------------- */
 
 /* Row i: y and rstd[i] = 1 / rms. */
 typedef struct rt_b_rmsnorm_fwd_a {
   int n;                    /* row width */
   double eps;               /* epsilon (> 0) */
+  float shift;              /* added to every gamma (0 or 1) */
   const float *x, *gamma;   /* rows x n, [n] */
   float *y, *rstd;          /* rows x n, [rows] */
 } rt_b_rmsnorm_fwd_a;
@@ -103,12 +105,13 @@ RT_BODY_FN(rmsnorm_fwd) {
   float rs = (float)(1.0 / sqrt(ss / n + p->eps));
   p->rstd[i] = rs;
   float *yr = p->y + (size_t)i * n;
-  for (int k = 0; k < n; k++) yr[k] = xr[k] * rs * p->gamma[k];
+  for (int k = 0; k < n; k++) yr[k] = xr[k] * rs * (p->gamma[k] + p->shift);
 }
 
 /* Row i of the input gradient: dx (+)= d/dx given dy (accumulate when acc). */
 typedef struct rt_b_rmsnorm_bwd_in_a {
   int n;                                /* row width */
+  float shift;                          /* as the forward's */
   const float *x, *gamma, *rstd, *dy;   /* as the forward saw them, and the output gradient */
   float *dx;                            /* rows x n */
   bool acc;                             /* add to dx instead of overwriting it */
@@ -118,16 +121,17 @@ RT_BODY_FN(rmsnorm_bwd_in) {
   const float *xr = p->x + (size_t)i * n, *dyr = p->dy + (size_t)i * n;
   float *dxr = p->dx + (size_t)i * n;
   double rs = p->rstd[i], dot = 0;
-  for (int k = 0; k < n; k++) dot += (double)dyr[k] * p->gamma[k] * xr[k];
-  /* d/dx (x * rs * g) = rs * (g * dy - x * rs^2 * mean(g * dy * x)) */
+  for (int k = 0; k < n; k++) dot += (double)dyr[k] * (p->gamma[k] + p->shift) * xr[k];
+  /* d/dx (x * rs * g) = rs * (g * dy - x * rs^2 * mean(g * dy * x)), g = gamma + shift */
   double c = dot * rs * rs / n;
   for (int k = 0; k < n; k++) {
-    float v = (float)(rs * ((double)dyr[k] * p->gamma[k] - (double)xr[k] * c));
+    float v = (float)(rs * ((double)dyr[k] * (p->gamma[k] + p->shift) - (double)xr[k] * c));
     dxr[k] = p->acc ? dxr[k] + v : v;
   }
 }
 
-/* Column i of the weight gradient: dgamma[i] += sum over rows of dy * x * rstd. */
+/* Column i of the weight gradient: dgamma[i] += sum over rows of dy * x * rstd (whatever the
+ * shift). */
 typedef struct rt_b_rmsnorm_bwd_w_a {
   int rows, n;                 /* rows and row width */
   const float *x, *rstd, *dy;  /* as in rmsnorm_bwd_in */
@@ -265,6 +269,31 @@ RT_BODY_FN(col_sum) {
   p->g[i] += (float)s;
 }
 
+/* y[i] = cap * tanh(y[i] / cap) in place, c[i] = y[i] kept when c is not NULL (Gemma 2's logit
+ * softcapping, as transformers computes it: divide, tanh, multiply). */
+typedef struct rt_b_softcap_fwd_a {
+  float cap;  /* > 0 */
+  float *y;   /* capped in place */
+  float *c;   /* copy of the capped values, or NULL */
+} rt_b_softcap_fwd_a;
+RT_BODY_FN(softcap_fwd) {
+  float v = p->cap * tanhf(p->y[i] / p->cap);
+  p->y[i] = v;
+  if (p->c) p->c[i] = v;
+}
+
+/* dx[i] = dy[i] * (1 - (c[i] / cap)^2): the gradient through c = cap tanh(x / cap), given c
+ * (dx may be dy). */
+typedef struct rt_b_softcap_bwd_a {
+  float cap;              /* > 0 */
+  const float *c, *dy;    /* capped values, their gradient */
+  float *dx;              /* gradient of the values before the cap */
+} rt_b_softcap_bwd_a;
+RT_BODY_FN(softcap_bwd) {
+  float t = p->c[i] / p->cap;
+  p->dx[i] = p->dy[i] * (1.0f - t * t);
+}
+
 /* ---- embedding, custom ------------------------------------------------------------------------ */
 
 /* Token id stored in a float, 0 when it is not an id of [0, vocab). */
@@ -272,28 +301,34 @@ RT_HD static inline int rt_token(float f, int vocab) {
   return f >= 0 && f < (float)vocab ? (int)f : 0;
 }
 
-/* Element i of y (T x h): y[r][k] = table[tok[r]][k]. */
+/* Element i of y (T x h): y[r][k] = table[tok[r]][k] * scale. */
 typedef struct rt_b_emb_gather_a {
   int h, vocab;             /* row width, vocabulary */
+  float scale;              /* 1, or Gemma's sqrt(hidden) */
   const float *ids, *table; /* [T] token ids as floats, [vocab, h] */
   float *y;                 /* T x h */
 } rt_b_emb_gather_a;
 RT_BODY_FN(emb_gather) {
   long r = i / p->h, k = i % p->h;
-  p->y[i] = p->table[(size_t)rt_token(p->ids[r], p->vocab) * p->h + k];
+  p->y[i] = p->table[(size_t)rt_token(p->ids[r], p->vocab) * p->h + k] * p->scale;
 }
 
-/* Column i of the table's gradient: g[tok[r]][i] += dy[r][i] for r = 0, 1, ... in order (one
- * thread per column: no two write the same element, and the sum order is fixed). */
+/* Column i of the table's gradient: g[tok[r]][i] += dy[r][i] * scale for r = 0, 1, ... in order,
+ * but for the padding token's rows (one thread per column: no two write the same element, and
+ * the sum order is fixed). */
 typedef struct rt_b_emb_scatter_a {
   long T;                /* tokens */
   int h, vocab;          /* row width, vocabulary */
+  float scale;           /* the forward's */
+  int pad;               /* the padding token, whose row gets nothing; -1: none */
   const float *ids, *dy; /* [T], T x h */
   float *g;              /* [vocab, h] */
 } rt_b_emb_scatter_a;
 RT_BODY_FN(emb_scatter) {
-  for (long r = 0; r < p->T; r++)
-    p->g[(size_t)rt_token(p->ids[r], p->vocab) * p->h + i] += p->dy[(size_t)r * p->h + i];
+  for (long r = 0; r < p->T; r++) {
+    int t = rt_token(p->ids[r], p->vocab);
+    if (t != p->pad) p->g[(size_t)t * p->h + i] += p->dy[(size_t)r * p->h + i] * p->scale;
+  }
 }
 
 /* custom: a[i] = tanh(a[i]); y[i] = a[i] (+ x[i] when the widths agree). */

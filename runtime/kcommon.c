@@ -219,15 +219,16 @@ void rt_sync(void) {
 
 /* ---- Norms (bodies in kb_common.h) ----------------------------------------------------------- */
 
-void rt_rmsnorm_fwd(int rows, int n, double eps, const float *x, const float *gamma, float *y,
-                    float *rstd) {
-  RT_FOR(rmsnorm_fwd, rows, .n = n, .eps = eps, .x = x, .gamma = gamma, .y = y, .rstd = rstd);
+void rt_rmsnorm_fwd(int rows, int n, double eps, const float *x, const float *gamma, float shift,
+                    float *y, float *rstd) {
+  RT_FOR(rmsnorm_fwd, rows, .n = n, .eps = eps, .shift = shift, .x = x, .gamma = gamma, .y = y,
+         .rstd = rstd);
 }
 
-void rt_rmsnorm_bwd_in(int rows, int n, const float *x, const float *gamma, const float *rstd,
-                       const float *dy, float *dx, bool acc) {
-  RT_FOR(rmsnorm_bwd_in, rows, .n = n, .x = x, .gamma = gamma, .rstd = rstd, .dy = dy, .dx = dx,
-         .acc = acc);
+void rt_rmsnorm_bwd_in(int rows, int n, const float *x, const float *gamma, float shift,
+                       const float *rstd, const float *dy, float *dx, bool acc) {
+  RT_FOR(rmsnorm_bwd_in, rows, .n = n, .shift = shift, .x = x, .gamma = gamma, .rstd = rstd,
+         .dy = dy, .dx = dx, .acc = acc);
 }
 
 void rt_rmsnorm_bwd_w(int rows, int n, const float *x, const float *rstd, const float *dy,

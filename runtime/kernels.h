@@ -45,6 +45,15 @@ typedef struct rt_ldims {
   bool qk_norm;      /* attention: RMSNorm (eps norm_eps) of each q and k head before rotary */
   bool no_rope;      /* attention: no rotary embedding of q and k (rope = false; NoPE) */
   double norm_eps;   /* every kind with a norm (not embedding, custom): its epsilon (> 0) */
+  float norm_shift;  /* attention / mlp / lm_head: 1 with norm_plus_one (each RMSNorm multiplies
+                        by 1 + weight, Gemma), else 0 */
+  bool post_norm;    /* attention / mlp: an RMSNorm of the block's output before the residual */
+  double score_dim;  /* attention: scores are q.k / sqrt(score_dim) (> 0; head_dim by default) */
+  double softcap;    /* attention: scores, lm_head: logits capped to softcap tanh(./softcap);
+                        0: none */
+  bool scaled;       /* embedding: the output is multiplied by sqrt(hidden) (Gemma) */
+  bool padded;       /* embedding: token pad_id's row gets no gradient from the lookup */
+  int pad_id;        /* embedding: that token, with padded (Hugging Face's padding_idx) */
   int experts;       /* moe: routed experts */
   int top_k;         /* moe: experts per token */
   int shared;        /* moe: shared experts (always active, each of width ffn) */
@@ -296,14 +305,14 @@ double rt_blas_seconds(void);
 
 /* The norms (their bodies are in kb_common.h), over 'rows' rows of width n on the current
  * device (kdev.h), with epsilon eps (> 0, the layer's norm_eps).
- * RMSNorm: y = x / rms(x) * gamma, rms = sqrt(mean(x^2) + eps); rstd (one per row) receives
- * 1 / rms. */
-void rt_rmsnorm_fwd(int rows, int n, double eps, const float *x, const float *gamma, float *y,
-                    float *rstd);
+ * RMSNorm: y = x / rms(x) * (gamma + shift), rms = sqrt(mean(x^2) + eps), shift 0 or 1 (the
+ * layer's norm_shift: Gemma's 1 + weight); rstd (one per row) receives 1 / rms. */
+void rt_rmsnorm_fwd(int rows, int n, double eps, const float *x, const float *gamma, float shift,
+                    float *y, float *rstd);
 /* Input gradient of rt_rmsnorm_fwd: dx (+)= d/dx given dy; accumulate into dx when acc. */
-void rt_rmsnorm_bwd_in(int rows, int n, const float *x, const float *gamma, const float *rstd,
-                       const float *dy, float *dx, bool acc);
-/* Weight gradient: dgamma += sum over rows of dy * x * rstd. */
+void rt_rmsnorm_bwd_in(int rows, int n, const float *x, const float *gamma, float shift,
+                       const float *rstd, const float *dy, float *dx, bool acc);
+/* Weight gradient (of gamma, whatever the shift): dgamma += sum over rows of dy * x * rstd. */
 void rt_rmsnorm_bwd_w(int rows, int n, const float *x, const float *rstd, const float *dy,
                       float *dgamma);
 

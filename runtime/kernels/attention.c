@@ -3,12 +3,14 @@
  *
  *   attention  dims: B, S (= in_S), hidden (= in_w = out_w), heads, kv_heads (divides heads),
  *              head_dim (even with rope), causal, window (0: none), rope, rope_theta,
- *              qkv_bias, qk_norm, norm_eps.
+ *              qkv_bias, qk_norm, norm_eps, norm_plus_one, post_norm, score_dim, softcap.
  *              params, in order: "norm" [hidden] (const 1), "wq" [hidden, heads*hd],
  *              "wk" [hidden, kv_heads*hd], "wv" [hidden, kv_heads*hd], "wo" [heads*hd, hidden];
  *              wq, wk, wv uniform in +-sqrt(3 / hidden), wo in +-0.5 sqrt(3 / (heads*hd));
  *              with qkv_bias then "bq" [heads*hd], "bk", "bv" [kv_heads*hd] (const 0); with
- *              qk_norm then "q_norm", "k_norm" [hd] (const 1).
+ *              qk_norm then "q_norm", "k_norm" [hd] (const 1); with post_norm then
+ *              "post_norm" [hidden] (const 1). With norm_plus_one every norm weight starts at 0
+ *              and multiplies as (1 + weight) (Gemma).
  *              h = RMSNorm(x) * norm (eps norm_eps); q = h wq (+ bq), k = h wk (+ bk),
  *              v = h wv (+ bv); with qk_norm each head of q and k is RMS-normalized over its hd
  *              values (eps norm_eps) times q_norm / k_norm (Qwen3);
@@ -19,9 +21,12 @@
  *              scaling, kb_attention.h attn_rope_table): out_i = x_i cos - x_{i+hd/2} sin,
  *              out_{i+hd/2} = x_{i+hd/2} cos + x_i sin;
  *              query head qh reads kv head qh / (heads / kv_heads);
- *              scores = q k^T / sqrt(hd); key j visible from query t iff (causal: j <= t) and
- *              (window > 0: t - window < j, and when not causal also |t - j| < window);
- *              P = softmax over visible keys; o = P v; heads concatenated; y = x + o wo.
+ *              scores = q k^T / sqrt(score_dim) (score_dim: head_dim unless given), capped to
+ *              softcap * tanh(scores / softcap) when softcap > 0 (Gemma 2); key j visible from
+ *              query t iff (causal: j <= t) and (window > 0: t - window < j, and when not
+ *              causal also |t - j| < window); P = softmax over visible keys; o = P v; heads
+ *              concatenated; y = x + o wo, or with post_norm y = x + RMSNorm(o wo) * post_norm
+ *              (Gemma's sandwich norm).
  * The attention core runs per (sequence, head) with two products (rt_gemm) and a materialized
  * S x S score block in scratch, whose softmax is a body per query row. F keeps each softmax
  * row's maximum and 1 / sum, and B recomputes the probabilities from q and k with the same
@@ -39,7 +44,8 @@
 typedef struct ka_att {
   size_t norm, wq, wk, wv, wo; /* parameters, in layout order */
   size_t bq, bk, bv;           /* with qkv_bias: the biases, after wo (else 0, unused) */
-  size_t qn, kn;               /* with qk_norm: the head norms' weights, last (else 0) */
+  size_t qn, kn;               /* with qk_norm: the head norms' weights (else 0) */
+  size_t pn;                   /* with post_norm: the output norm's weight, last (else 0) */
   size_t x;                    /* F: input [N, hidden] */
   size_t rstd;                 /* F: RMSNorm 1/rms [N] */
   size_t h;                    /* F: normalized input [N, hidden] */
@@ -51,6 +57,8 @@ typedef struct ka_att {
   size_t dh;                   /* B: gradient of h [N, hidden] */
   size_t dq, dk, dv;           /* B: gradients of h wq, h wk, h wv (before rotary) */
   size_t dqn, dkn;             /* B, qk_norm: gradients of the head norms' outputs */
+  size_t ao, rstd2, dao;       /* post_norm: F's o wo [N, hidden] and its 1/rms [N], B's
+                                  gradient of o wo */
   size_t save;                 /* floats of the save block */
 } ka_att;
 
@@ -62,7 +70,8 @@ static ka_att ka_att_layout(const rt_ldims *d, rt_lplan *p) {
   ka_att L;
   size_t off = 0, N = (size_t)d->B * d->S, hid = (size_t)d->hidden;
   int aq = d->heads * d->head_dim, ak = d->kv_heads * d->head_dim;
-  L.norm = ka_pt(p, &off, "norm", d->hidden, 0, RT_INIT_CONST, 1.0f);
+  float one = 1.0f - d->norm_shift; /* a norm's weight that starts as the identity */
+  L.norm = ka_pt(p, &off, "norm", d->hidden, 0, RT_INIT_CONST, one);
   L.wq = ka_pt(p, &off, "wq", d->hidden, aq, RT_INIT_UNIFORM, ka_bound(d->hidden));
   L.wk = ka_pt(p, &off, "wk", d->hidden, ak, RT_INIT_UNIFORM, ka_bound(d->hidden));
   L.wv = ka_pt(p, &off, "wv", d->hidden, ak, RT_INIT_UNIFORM, ka_bound(d->hidden));
@@ -75,10 +84,12 @@ static ka_att ka_att_layout(const rt_ldims *d, rt_lplan *p) {
   }
   L.qn = L.kn = 0;
   if (d->qk_norm) {
-    L.qn = ka_pt(p, &off, "q_norm", d->head_dim, 0, RT_INIT_CONST, 1.0f);
-    L.kn = ka_pt(p, &off, "k_norm", d->head_dim, 0, RT_INIT_CONST, 1.0f);
+    L.qn = ka_pt(p, &off, "q_norm", d->head_dim, 0, RT_INIT_CONST, one);
+    L.kn = ka_pt(p, &off, "k_norm", d->head_dim, 0, RT_INIT_CONST, one);
   }
+  L.pn = d->post_norm ? ka_pt(p, &off, "post_norm", d->hidden, 0, RT_INIT_CONST, one) : 0;
   size_t s = 0, qk = d->qk_norm ? 1 : 0; /* the head norms' state only with qk_norm */
+  size_t po = d->post_norm ? 1 : 0;      /* the output norm's only with post_norm */
   L.x = s, s += N * hid;
   L.rstd = s, s += N;
   L.h = s, s += N * hid;
@@ -98,6 +109,9 @@ static ka_att ka_att_layout(const rt_ldims *d, rt_lplan *p) {
   L.rk = s, s += qk * N * d->kv_heads;
   L.dqn = s, s += qk * N * aq;
   L.dkn = s, s += qk * N * ak;
+  L.ao = s, s += po * N * hid;
+  L.rstd2 = s, s += po * N;
+  L.dao = s, s += po * N * hid;
   L.save = s;
   p->save_floats = s;
   p->out_w = d->hidden;
@@ -106,7 +120,8 @@ static ka_att ka_att_layout(const rt_ldims *d, rt_lplan *p) {
 
 /* The core shape of an attention layer. */
 static ka_shape ka_att_shape(const rt_ldims *d) {
-  ka_shape sh = {d->B, d->S, d->heads, d->kv_heads, d->head_dim, d->causal, d->window};
+  ka_shape sh = {d->B, d->S, d->heads, d->kv_heads, d->head_dim, d->causal, d->window,
+                 (float)(1.0 / sqrt(d->score_dim)), (float)d->softcap};
   return sh;
 }
 
@@ -144,8 +159,8 @@ static void ka_att_rope(const rt_ldims *d, int N, float *q, float *k, bool back)
   rt_scratch_free(cs);
 }
 
-/* F: y = x + attention(RMSNorm(x)) wo. Post: save holds x, rstd, h, rotated q and k, v, o and
- * the softmax statistics. */
+/* F: y = x + attention(RMSNorm(x)) wo (post_norm: x + RMSNorm(attention(.) wo)). Post: save
+ * holds x, rstd, h, rotated q and k, v, o and the softmax statistics (post_norm: ao, rstd2). */
 static void ka_att_fwd(const rt_ldims *d, const float *w, const float *x, float *y,
                        float *save) {
   ka_att L = ka_att_layout(d, NULL);
@@ -153,27 +168,34 @@ static void ka_att_fwd(const rt_ldims *d, const float *w, const float *x, float 
   int N = d->B * d->S, hid = d->hidden, aq = d->heads * d->head_dim;
   int ak = d->kv_heads * d->head_dim;
   rt_copy(save + L.x, x, (size_t)N * hid);
-  rt_rmsnorm_fwd(N, hid, d->norm_eps, x, w + L.norm, save + L.h, save + L.rstd);
+  float shift = d->norm_shift; /* 1: Gemma's (1 + w) norms */
+  rt_rmsnorm_fwd(N, hid, d->norm_eps, x, w + L.norm, shift, save + L.h, save + L.rstd);
   bool b = d->qkv_bias, qk = d->qk_norm;
   ka_proj(N, hid, aq, save + L.h, w + L.wq, b ? w + L.bq : NULL, save + (qk ? L.qp : L.q));
   ka_proj(N, hid, ak, save + L.h, w + L.wk, b ? w + L.bk : NULL, save + (qk ? L.kp : L.k));
   ka_proj(N, hid, ak, save + L.h, w + L.wv, b ? w + L.bv : NULL, save + L.v);
   if (qk) { /* each head a row of hd values */
-    rt_rmsnorm_fwd(N * d->heads, d->head_dim, d->norm_eps, save + L.qp, w + L.qn, save + L.q,
-                   save + L.rq);
-    rt_rmsnorm_fwd(N * d->kv_heads, d->head_dim, d->norm_eps, save + L.kp, w + L.kn,
+    rt_rmsnorm_fwd(N * d->heads, d->head_dim, d->norm_eps, save + L.qp, w + L.qn, shift,
+                   save + L.q, save + L.rq);
+    rt_rmsnorm_fwd(N * d->kv_heads, d->head_dim, d->norm_eps, save + L.kp, w + L.kn, shift,
                    save + L.k, save + L.rk);
   }
   ka_att_rope(d, N, save + L.q, save + L.k, false);
   float *P = rt_scratch((size_t)d->S * d->S);
   ka_core_fwd(&sh, save + L.q, save + L.k, save + L.v, save + L.o, save + L.stat, P);
   rt_scratch_free(P);
-  rt_copy(y, x, (size_t)N * hid);
-  rt_gemm(false, false, N, hid, aq, 1.0f, save + L.o, aq, w + L.wo, hid, 1.0f, y, hid);
+  if (!d->post_norm) {
+    rt_copy(y, x, (size_t)N * hid);
+    rt_gemm(false, false, N, hid, aq, 1.0f, save + L.o, aq, w + L.wo, hid, 1.0f, y, hid);
+    return;
+  }
+  rt_gemm(false, false, N, hid, aq, 1.0f, save + L.o, aq, w + L.wo, hid, 0.0f, save + L.ao, hid);
+  rt_rmsnorm_fwd(N, hid, d->norm_eps, save + L.ao, w + L.pn, shift, y, save + L.rstd2);
+  RT_FOR(add, (size_t)N * hid, .x = save + L.x, .y = y);
 }
 
 /* B: dx (when not NULL) from dy. Pre: ka_att_fwd ran on save. Post: save also holds dy, dh and
- * the gradients of h wq, h wk, h wv (before rotary), all W needs. */
+ * the gradients of h wq, h wk, h wv (before rotary) (post_norm: and of o wo), all W needs. */
 static void ka_att_bwd_in(const rt_ldims *d, const float *w, float *save, const float *dy,
                           float *dx) {
   ka_att L = ka_att_layout(d, NULL);
@@ -181,8 +203,14 @@ static void ka_att_bwd_in(const rt_ldims *d, const float *w, float *save, const 
   int N = d->B * d->S, hid = d->hidden, aq = d->heads * d->head_dim;
   int ak = d->kv_heads * d->head_dim;
   rt_copy(save + L.dy, dy, (size_t)N * hid);
+  const float *dao = dy; /* the gradient of o wo */
+  if (d->post_norm) {
+    rt_rmsnorm_bwd_in(N, hid, save + L.ao, w + L.pn, d->norm_shift, save + L.rstd2, dy,
+                      save + L.dao, false);
+    dao = save + L.dao;
+  }
   float *dO = rt_scratch((size_t)N * aq);
-  rt_gemm(false, true, N, aq, hid, 1.0f, dy, hid, w + L.wo, hid, 0.0f, dO, aq);
+  rt_gemm(false, true, N, aq, hid, 1.0f, dao, hid, w + L.wo, hid, 0.0f, dO, aq);
   float *P = rt_scratch(2 * (size_t)d->S * d->S);
   ka_core_bwd(&sh, save + L.q, save + L.k, save + L.v, save + L.stat, dO, save + L.dq,
               save + L.dk, save + L.dv, P, P + (size_t)d->S * d->S);
@@ -193,10 +221,10 @@ static void ka_att_bwd_in(const rt_ldims *d, const float *w, float *save, const 
     int hd = d->head_dim;
     rt_copy(save + L.dqn, save + L.dq, (size_t)N * aq);
     rt_copy(save + L.dkn, save + L.dk, (size_t)N * ak);
-    rt_rmsnorm_bwd_in(N * d->heads, hd, save + L.qp, w + L.qn, save + L.rq, save + L.dqn,
-                      save + L.dq, false);
-    rt_rmsnorm_bwd_in(N * d->kv_heads, hd, save + L.kp, w + L.kn, save + L.rk, save + L.dkn,
-                      save + L.dk, false);
+    rt_rmsnorm_bwd_in(N * d->heads, hd, save + L.qp, w + L.qn, d->norm_shift, save + L.rq,
+                      save + L.dqn, save + L.dq, false);
+    rt_rmsnorm_bwd_in(N * d->kv_heads, hd, save + L.kp, w + L.kn, d->norm_shift, save + L.rk,
+                      save + L.dkn, save + L.dk, false);
   }
   float *dh = save + L.dh;
   rt_gemm(false, true, N, hid, aq, 1.0f, save + L.dq, aq, w + L.wq, aq, 0.0f, dh, hid);
@@ -204,7 +232,7 @@ static void ka_att_bwd_in(const rt_ldims *d, const float *w, float *save, const 
   rt_gemm(false, true, N, hid, ak, 1.0f, save + L.dv, ak, w + L.wv, ak, 1.0f, dh, hid);
   if (!dx) return;
   rt_copy(dx, dy, (size_t)N * hid);
-  rt_rmsnorm_bwd_in(N, hid, save + L.x, w + L.norm, save + L.rstd, dh, dx, true);
+  rt_rmsnorm_bwd_in(N, hid, save + L.x, w + L.norm, d->norm_shift, save + L.rstd, dh, dx, true);
 }
 
 /* W: g += the weight gradients, from save alone. Pre: ka_att_bwd_in ran on save. */
@@ -217,7 +245,10 @@ static void ka_att_bwd_w(const rt_ldims *d, const float *w, const float *save, f
   rt_gemm(true, false, hid, aq, N, 1.0f, save + L.h, hid, save + L.dq, aq, 1.0f, g + L.wq, aq);
   rt_gemm(true, false, hid, ak, N, 1.0f, save + L.h, hid, save + L.dk, ak, 1.0f, g + L.wk, ak);
   rt_gemm(true, false, hid, ak, N, 1.0f, save + L.h, hid, save + L.dv, ak, 1.0f, g + L.wv, ak);
-  rt_gemm(true, false, aq, hid, N, 1.0f, save + L.o, aq, save + L.dy, hid, 1.0f, g + L.wo, hid);
+  const float *dao = save + (d->post_norm ? L.dao : L.dy); /* the gradient of o wo */
+  rt_gemm(true, false, aq, hid, N, 1.0f, save + L.o, aq, dao, hid, 1.0f, g + L.wo, hid);
+  if (d->post_norm)
+    rt_rmsnorm_bwd_w(N, hid, save + L.ao, save + L.rstd2, save + L.dy, g + L.pn);
   if (d->qkv_bias) {
     ka_colsum_acc(N, aq, save + L.dq, g + L.bq);
     ka_colsum_acc(N, ak, save + L.dk, g + L.bk);
@@ -231,9 +262,10 @@ static void ka_att_bwd_w(const rt_ldims *d, const float *w, const float *save, f
 }
 
 /* Dimensions: hidden, seq, heads, kv_heads and head_dim (rt_heads_dims, head width even with
- * rope), causal, window, rope, rope_theta, qkv_bias, qk_norm, norm_eps. At scale 1 the layer runs
- * as written: an odd head width, which the rotary embedding cannot split in halves, is refused
- * rather than rounded (without rope it runs). */
+ * rope), causal, window, rope, rope_theta, qkv_bias, qk_norm, norm_eps, norm_plus_one, post_norm,
+ * softcap and score_dim (at scale k, in proportion to the run's head_dim). At scale 1 the layer
+ * runs as written: an odd head width, which the rotary embedding cannot split in halves, is
+ * refused rather than rounded (without rope it runs). */
 static int ka_att_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   int k = in->scale;
   rt_dims_tokens(in, BE_LP_ATTENTION_HIDDEN, BE_LP_ATTENTION_SEQ, d);
@@ -266,6 +298,11 @@ static int ka_att_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   d->qkv_bias = rt_lp(in, BE_LP_ATTENTION_QKV_BIAS, 0) != 0;
   d->qk_norm = rt_lp(in, BE_LP_ATTENTION_QK_NORM, 0) != 0;
   d->norm_eps = rt_lp(in, BE_LP_ATTENTION_NORM_EPS, 1e-5);
+  d->norm_shift = rt_lp(in, BE_LP_ATTENTION_NORM_PLUS1, 0) != 0 ? 1.0f : 0.0f;
+  d->post_norm = rt_lp(in, BE_LP_ATTENTION_POST_NORM, 0) != 0;
+  d->softcap = rt_lp(in, BE_LP_ATTENTION_SOFTCAP, 0);
+  double sd = rt_lp(in, BE_LP_ATTENTION_SCORE_DIM, hd);
+  d->score_dim = hd > 0 && sd > 0 ? sd * d->head_dim / hd : d->head_dim;
   return 0;
 }
 

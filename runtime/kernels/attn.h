@@ -32,20 +32,22 @@ typedef struct ka_shape {
   int hd;      /* head width */
   bool causal; /* keys after the query are hidden */
   int window;  /* sliding window in tokens (0: none) */
+  float scale; /* the scores' factor: 1 / sqrt(hd), or 1 / sqrt(score_dim) */
+  float cap;   /* scores capped to cap tanh(s / cap) before the softmax (0: none) */
 } ka_shape;
 
-/* Scores of sequence b, query head qh into P (S x S): q k^T / sqrt(hd). */
+/* Scores of sequence b, query head qh into P (S x S): q k^T * scale (uncapped). */
 static inline void ka_scores(const ka_shape *sh, int b, int qh, const float *q, const float *k,
                       float *P) {
   int wq = sh->heads * sh->hd, wk = sh->kv * sh->hd, kh = qh / (sh->heads / sh->kv);
   const float *Q = q + (size_t)b * sh->S * wq + (size_t)qh * sh->hd;
   const float *K = k + (size_t)b * sh->S * wk + (size_t)kh * sh->hd;
-  rt_gemm(false, true, sh->S, sh->S, sh->hd, (float)(1.0 / sqrt((double)sh->hd)), Q, wq, K, wk,
-          0.0f, P, sh->S);
+  rt_gemm(false, true, sh->S, sh->S, sh->hd, sh->scale, Q, wq, K, wk, 0.0f, P, sh->S);
 }
 
 /* Forward of the core: o [N, heads*hd] from q, k, v; stat [B*heads*S*2] receives each softmax
- * row's (max, 1/sum) (body attn_softmax_fwd, visible keys as rt_attn_span). P is S x S scratch. */
+ * row's (max, 1/sum) (body attn_softmax_fwd, scores capped when sh->cap > 0, visible keys as
+ * rt_attn_span). P is S x S scratch. */
 static inline void ka_core_fwd(const ka_shape *sh, const float *q, const float *k, const float *v,
                         float *o, float *stat, float *P) {
   int S = sh->S, wq = sh->heads * sh->hd, wk = sh->kv * sh->hd;
@@ -54,8 +56,8 @@ static inline void ka_core_fwd(const ka_shape *sh, const float *q, const float *
       int kh = qh / (sh->heads / sh->kv);
       ka_scores(sh, b, qh, q, k, P);
       float *st = stat + ((size_t)b * sh->heads + qh) * S * 2;
-      RT_FOR(attn_softmax_fwd, S, .S = S, .causal = sh->causal, .window = sh->window, .P = P,
-             .st = st);
+      RT_FOR(attn_softmax_fwd, S, .S = S, .causal = sh->causal, .window = sh->window,
+             .cap = sh->cap, .P = P, .st = st);
       rt_gemm(false, false, S, sh->hd, S, 1.0f, P, S, v + (size_t)b * S * wk + (size_t)kh * sh->hd,
               wk, 0.0f, o + (size_t)b * S * wq + (size_t)qh * sh->hd, wq);
     }
@@ -68,7 +70,7 @@ static inline void ka_core_bwd(const ka_shape *sh, const float *q, const float *
                         const float *stat, const float *dO, float *dq, float *dk, float *dv,
                         float *P, float *dP) {
   int S = sh->S, wq = sh->heads * sh->hd, wk = sh->kv * sh->hd;
-  float scale = (float)(1.0 / sqrt((double)sh->hd));
+  float scale = sh->scale;
   rt_zero(dk, (size_t)sh->B * S * wk);
   rt_zero(dv, (size_t)sh->B * S * wk);
   for (int b = 0; b < sh->B; b++)
@@ -80,8 +82,8 @@ static inline void ka_core_bwd(const ka_shape *sh, const float *q, const float *
       const float *st = stat + ((size_t)b * sh->heads + qh) * S * 2;
       /* dP = dO v^T; then per row P from the scores and dS = P (dP - rowsum(P dP)) in place */
       rt_gemm(false, true, S, S, sh->hd, 1.0f, dO + qo, wq, v + ko, wk, 0.0f, dP, S);
-      RT_FOR(attn_softmax_bwd, S, .S = S, .causal = sh->causal, .window = sh->window, .st = st,
-             .P = P, .dP = dP);
+      RT_FOR(attn_softmax_bwd, S, .S = S, .causal = sh->causal, .window = sh->window,
+             .cap = sh->cap, .st = st, .P = P, .dP = dP);
       rt_gemm(false, false, S, sh->hd, S, scale, dP, S, k + ko, wk, 0.0f, dq + qo, wq);
       rt_gemm(true, false, S, sh->hd, S, scale, dP, S, q + qo, wq, 1.0f, dk + ko, wk);
       rt_gemm(true, false, S, sh->hd, S, 1.0f, P, S, dO + qo, wq, 1.0f, dv + ko, wk);

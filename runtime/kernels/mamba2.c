@@ -385,7 +385,7 @@ static void m2_fwd(const rt_ldims *d, const float *w, const float *x, float *y, 
   float *dt = save + so.dt, *ys = save + so.ys, *yg = save + so.yg, *ygn = save + so.ygn;
   float *xbc = save + so.xbc;
   rt_copy(xs, x, (size_t)T * hd);
-  rt_rmsnorm_fwd(T, hd, d->norm_eps, xs, w + o.norm, hn, rstd1);
+  rt_rmsnorm_fwd(T, hd, d->norm_eps, xs, w + o.norm, 0.0f, hn, rstd1);
   rt_gemm(false, false, T, W, hd, 1.0f, hn, hd, w + o.in_proj, W, 0.0f, zx, W);
   /* causal depthwise convolution of the xBC columns, then silu */
   RT_FOR(m2_conv_fwd, (long)T * CD, .S = m.S, .K = m.K, .CD = CD, .W = W, .in = zx + I,
@@ -435,7 +435,7 @@ static void m2_bwd_in(const rt_ldims *d, const float *w, float *save, const floa
   rt_gemm(false, true, T, hd, W, 1.0f, dzx, W, w + o.in_proj, W, 0.0f, dh, hd);
   if (dx) {
     rt_copy(dx, dys_save, (size_t)T * hd);
-    rt_rmsnorm_bwd_in(T, hd, save + so.x, w + o.norm, save + so.rstd1, dh, dx, true);
+    rt_rmsnorm_bwd_in(T, hd, save + so.x, w + o.norm, 0.0f, save + so.rstd1, dh, dx, true);
   }
 }
 

@@ -154,17 +154,17 @@ static void km_fwd(const rt_ldims *d, const float *w, const float *x, float *y, 
   int dv = d->v_dim, dq = dn + dr, kvr = d->kv_rank, qr = d->q_rank, wc = kvr + dr;
   int aq = H * dq, akv = H * (dn + dv), ao = H * dv;
   rt_copy(save + L.x, x, (size_t)N * hid);
-  rt_rmsnorm_fwd(N, hid, d->norm_eps, x, w + L.norm, save + L.h, save + L.rstd);
+  rt_rmsnorm_fwd(N, hid, d->norm_eps, x, w + L.norm, 0.0f, save + L.h, save + L.rstd);
   if (qr) {
     ka_proj(N, hid, qr, save + L.h, w + L.wqa, NULL, save + L.qa);
-    rt_rmsnorm_fwd(N, qr, d->latent_eps, save + L.qa, w + L.qan, save + L.qn, save + L.rq);
+    rt_rmsnorm_fwd(N, qr, d->latent_eps, save + L.qa, w + L.qan, 0.0f, save + L.qn, save + L.rq);
     ka_proj(N, qr, aq, save + L.qn, w + L.wqb, NULL, save + L.q);
   } else {
     ka_proj(N, hid, aq, save + L.h, w + L.wq, NULL, save + L.q);
   }
   ka_proj(N, hid, wc, save + L.h, w + L.wkva, NULL, save + L.ckv);
   km_copy(N, 1, kvr, RT_MLA_SAME, save + L.cp, kvr, 0, 0, save + L.ckv, wc, 0, 0);
-  rt_rmsnorm_fwd(N, kvr, d->latent_eps, save + L.cp, w + L.kvan, save + L.c, save + L.rc);
+  rt_rmsnorm_fwd(N, kvr, d->latent_eps, save + L.cp, w + L.kvan, 0.0f, save + L.c, save + L.rc);
   ka_proj(N, kvr, akv, save + L.c, w + L.wkvb, NULL, save + L.kv);
 
   /* the rotary parts in halves order, turned, then every head's query, key and padded value */
@@ -183,7 +183,7 @@ static void km_fwd(const rt_ldims *d, const float *w, const float *x, float *y, 
   rt_scratch_free(kpe);
   rt_scratch_free(qpe);
 
-  ka_shape sh = {d->B, d->S, H, H, dq, true, 0};
+  ka_shape sh = {d->B, d->S, H, H, dq, true, 0, (float)(1.0 / sqrt((double)dq)), 0.0f};
   float *P = rt_scratch((size_t)d->S * d->S);
   ka_core_fwd(&sh, Q, K, V, save + L.O, save + L.stat, P);
   rt_scratch_free(P);
@@ -208,7 +208,7 @@ static void km_bwd_in(const rt_ldims *d, const float *w, float *save, const floa
   rt_scratch_free(dov);
   float *dQ = rt_scratch((size_t)N * aq), *dK = rt_scratch((size_t)N * aq);
   float *dV = rt_scratch((size_t)N * aq), *P = rt_scratch(2 * (size_t)d->S * d->S);
-  ka_shape sh = {d->B, d->S, H, H, dq, true, 0};
+  ka_shape sh = {d->B, d->S, H, H, dq, true, 0, (float)(1.0 / sqrt((double)dq)), 0.0f};
   ka_core_bwd(&sh, save + L.Q, save + L.K, save + L.V, save + L.stat, dO, dQ, dK, dV, P,
               P + (size_t)d->S * d->S);
   rt_scratch_free(P);
@@ -237,7 +237,7 @@ static void km_bwd_in(const rt_ldims *d, const float *w, float *save, const floa
   rt_gemm(false, true, N, kvr, akv, 1.0f, save + L.dkv, akv, w + L.wkvb, akv, 0.0f, save + L.dc,
           kvr);
   float *dcp = rt_scratch((size_t)N * kvr);
-  rt_rmsnorm_bwd_in(N, kvr, save + L.cp, w + L.kvan, save + L.rc, save + L.dc, dcp, false);
+  rt_rmsnorm_bwd_in(N, kvr, save + L.cp, w + L.kvan, 0.0f, save + L.rc, save + L.dc, dcp, false);
   km_copy(N, 1, kvr, RT_MLA_SAME, save + L.dckv, wc, 0, 0, dcp, kvr, 0, 0);
   rt_scratch_free(dcp);
 
@@ -245,7 +245,7 @@ static void km_bwd_in(const rt_ldims *d, const float *w, float *save, const floa
   rt_gemm(false, true, N, hid, wc, 1.0f, save + L.dckv, wc, w + L.wkva, wc, 0.0f, dh, hid);
   if (qr) {
     rt_gemm(false, true, N, qr, aq, 1.0f, save + L.dq, aq, w + L.wqb, aq, 0.0f, save + L.dqn, qr);
-    rt_rmsnorm_bwd_in(N, qr, save + L.qa, w + L.qan, save + L.rq, save + L.dqn, save + L.dqa,
+    rt_rmsnorm_bwd_in(N, qr, save + L.qa, w + L.qan, 0.0f, save + L.rq, save + L.dqn, save + L.dqa,
                       false);
     rt_gemm(false, true, N, hid, qr, 1.0f, save + L.dqa, qr, w + L.wqa, qr, 1.0f, dh, hid);
   } else {
@@ -253,7 +253,7 @@ static void km_bwd_in(const rt_ldims *d, const float *w, float *save, const floa
   }
   if (!dx) return;
   rt_copy(dx, dy, (size_t)N * hid);
-  rt_rmsnorm_bwd_in(N, hid, save + L.x, w + L.norm, save + L.rstd, dh, dx, true);
+  rt_rmsnorm_bwd_in(N, hid, save + L.x, w + L.norm, 0.0f, save + L.rstd, dh, dx, true);
 }
 
 /* W: g += the weight gradients, from save alone. Pre: km_bwd_in ran on save. */

@@ -3,13 +3,17 @@
  *
  * Definition. Dimensions: hidden (= in_w = out_w), ffn, gated, act, B, S; N = B * S tokens, token
  * t of sequence b is row b * S + t. Parameters, in layout order:
- *   "norm" [hidden]       RMSNorm weight, constant 1
+ *   "norm" [hidden]       RMSNorm weight, constant 1 (named "pre_norm" with post_norm: Gemma's
+ *                         pre_feedforward_layernorm, beside its post_feedforward_layernorm)
  *   "w1"   [hidden, ffn]  uniform in +-sqrt(3 / hidden)
  *   "w3"   [hidden, ffn]  (gated only) uniform in +-sqrt(3 / hidden)
  *   "w2"   [ffn, hidden]  uniform in +-0.5 * sqrt(3 / ffn)
- * Forward: h = RMSNorm(x) * norm (rt_rmsnorm_fwd, eps norm_eps); a = h w1;
+ *   "post_norm" [hidden]  (post_norm only) RMSNorm weight of the output, constant 1 (0 with
+ *                         norm_plus_one)
+ * Forward: h = RMSNorm(x) * norm (rt_rmsnorm_fwd, eps norm_eps; * (1 + norm) with
+ *   norm_plus_one, Gemma); a = h w1;
  *   gated: z = act(a) * (h w3)  (SwiGLU for silu, GeGLU for gelu);  plain: z = act(a);
- *   y = x + z w2.
+ *   y = x + z w2; with post_norm y = x + RMSNorm(z w2) * post_norm (Gemma's sandwich norm).
  * Split backward: bwd_in computes dh and dx and leaves dy, dh, da (and du = dL/d(h w3)) in the
  * save block; bwd_w accumulates the gradients of norm, w1, w3, w2 from the save block only.
  * Every projection goes through rt_gemm (BLAS); reductions of the norm run in double. */
@@ -31,12 +35,16 @@ typedef struct mlp_layout {
   size_t dh;    /* N x hidden: gradient of h (bwd_in) */
   size_t da;    /* N x ffn: gradient of a (bwd_in) */
   size_t du;    /* N x ffn: gradient of u, gated only (bwd_in) */
+  size_t o;     /* N x hidden, post_norm only: z w2 (fwd) */
+  size_t rstd2; /* N, post_norm only: 1 / rms of each row of o (fwd) */
+  size_t dout;  /* N x hidden, post_norm only: gradient of o (bwd_in) */
   size_t total; /* floats of the whole block */
 } mlp_layout;
 
 /* The save layout for dimensions d. Pre: d passed mlp_plan. */
 static mlp_layout mlp_layout_of(const rt_ldims *d) {
   size_t N = (size_t)d->B * d->S, nh = N * d->hidden, nf = N * d->ffn, uf = d->gated ? nf : 0;
+  size_t pn = d->post_norm ? 1 : 0; /* the post norm's state only with post_norm */
   mlp_layout l;
   l.x = 0;
   l.rstd = l.x + nh;
@@ -48,7 +56,10 @@ static mlp_layout mlp_layout_of(const rt_ldims *d) {
   l.dh = l.dy + nh;
   l.da = l.dh + nh;
   l.du = l.da + nf;
-  l.total = l.du + uf;
+  l.o = l.du + uf;
+  l.rstd2 = l.o + pn * nh;
+  l.dout = l.rstd2 + pn * N;
+  l.total = l.dout + pn * nh;
   return l;
 }
 
@@ -80,10 +91,12 @@ static int mlp_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
   int H = d->hidden, F = d->ffn;
   float s1 = sqrtf(3.0f / H), s2 = 0.5f * sqrtf(3.0f / F);
   p->npt = 0;
-  rt_lplan_add(p, "norm", H, 0, 0, RT_INIT_CONST, 1.0f);
+  float one = 1.0f - d->norm_shift; /* a norm's weight that starts as the identity */
+  rt_lplan_add(p, d->post_norm ? "pre_norm" : "norm", H, 0, 0, RT_INIT_CONST, one);
   rt_lplan_add(p, "w1", H, F, 0, RT_INIT_UNIFORM, s1);
   if (d->gated) rt_lplan_add(p, "w3", H, F, 0, RT_INIT_UNIFORM, s1);
   rt_lplan_add(p, "w2", F, H, 0, RT_INIT_UNIFORM, s2);
+  if (d->post_norm) rt_lplan_add(p, "post_norm", H, 0, 0, RT_INIT_CONST, one);
   p->save_floats = mlp_layout_of(d).total;
   p->out_w = H;
   return 0;
@@ -95,6 +108,7 @@ typedef struct mlp_params {
   float *w1;   /* [hidden, ffn] */
   float *w3;   /* [hidden, ffn], NULL when not gated */
   float *w2;   /* [ffn, hidden] */
+  float *post; /* [hidden], NULL without post_norm */
 } mlp_params;
 
 /* Split w (the plan's layout) into its tensors. */
@@ -106,11 +120,13 @@ static mlp_params mlp_params_of(const rt_ldims *d, const float *w) {
   m.w1 = base + H;
   m.w3 = d->gated ? m.w1 + HF : NULL;
   m.w2 = m.w1 + (d->gated ? 2 : 1) * HF;
+  m.post = d->post_norm ? m.w2 + HF : NULL;
   return m;
 }
 
-/* F: y = x + FFN(RMSNorm(x) * norm). Pre: save holds save_floats. Post: save has x, rstd, h, a,
- * u, z. x and y may be the same array. */
+/* F: y = x + FFN(RMSNorm(x) * norm) (post_norm: x + RMSNorm(FFN(.)) * post_norm). Pre: save
+ * holds save_floats. Post: save has x, rstd, h, a, u, z (post_norm: o, rstd2). x and y may be
+ * the same array. */
 static void mlp_fwd(const rt_ldims *d, const float *w, const float *x, float *y, float *save) {
   mlp_layout l = mlp_layout_of(d);
   mlp_params m = mlp_params_of(d, w);
@@ -118,15 +134,24 @@ static void mlp_fwd(const rt_ldims *d, const float *w, const float *x, float *y,
   int N = d->B * d->S;
   size_t nh = (size_t)N * d->hidden;
   rt_copy(save + l.x, x, nh);
-  rt_rmsnorm_fwd(N, d->hidden, d->norm_eps, save + l.x, m.norm, save + l.h, save + l.rstd);
-  rt_copy(y, save + l.x, nh);
-  rt_ffn_fwd(&f, N, save + l.h, m.w1, m.w3, m.w2, save + l.a, save + l.u, save + l.z, y, 1.0f);
+  rt_rmsnorm_fwd(N, d->hidden, d->norm_eps, save + l.x, m.norm, d->norm_shift, save + l.h,
+                 save + l.rstd);
+  if (!d->post_norm) {
+    rt_copy(y, save + l.x, nh);
+    rt_ffn_fwd(&f, N, save + l.h, m.w1, m.w3, m.w2, save + l.a, save + l.u, save + l.z, y, 1.0f);
+    return;
+  }
+  rt_ffn_fwd(&f, N, save + l.h, m.w1, m.w3, m.w2, save + l.a, save + l.u, save + l.z, save + l.o,
+             0.0f);
+  rt_rmsnorm_fwd(N, d->hidden, d->norm_eps, save + l.o, m.post, d->norm_shift, y, save + l.rstd2);
+  RT_FOR(add, nh, .x = save + l.x, .y = y);
 }
 
-/* B: dz = dy w2^T; da = dz * act'(a) [* u], du = dz * act(a); dh = da w1^T [+ du w3^T];
- * dx = dy + the RMSNorm input gradient of dh.
- * Pre: mlp_fwd ran on save. Post: save has dy, dh, da, du; dx (when not NULL) written; dx and dy
- * may be the same array. */
+/* B: dz = do w2^T (do = dy, or with post_norm the post norm's input gradient of dy); da = dz *
+ * act'(a) [* u], du = dz * act(a); dh = da w1^T [+ du w3^T]; dx = dy + the RMSNorm input
+ * gradient of dh.
+ * Pre: mlp_fwd ran on save. Post: save has dy, dh, da, du (post_norm: dout); dx (when not NULL)
+ * written; dx and dy may be the same array. */
 static void mlp_bwd_in(const rt_ldims *d, const float *w, float *save, const float *dy,
                        float *dx) {
   mlp_layout l = mlp_layout_of(d);
@@ -135,17 +160,25 @@ static void mlp_bwd_in(const rt_ldims *d, const float *w, float *save, const flo
   int N = d->B * d->S, H = d->hidden, F = d->ffn;
   size_t nh = (size_t)N * H;
   rt_copy(save + l.dy, dy, nh);
+  size_t dout = l.dy; /* the gradient of z w2 */
+  if (d->post_norm) {
+    rt_rmsnorm_bwd_in(N, H, save + l.o, m.post, d->norm_shift, save + l.rstd2, save + l.dy,
+                      save + l.dout, false);
+    dout = l.dout;
+  }
   /* dz is built in the da slot, then turned into da in place (elementwise) */
-  rt_gemm(false, true, N, F, H, 1.0f, save + l.dy, H, m.w2, H, 0.0f, save + l.da, F);
+  rt_gemm(false, true, N, F, H, 1.0f, save + dout, H, m.w2, H, 0.0f, save + l.da, F);
   rt_ffn_bwd_act(&f, N, save + l.a, save + l.u, save + l.da, save + l.da, save + l.du);
   rt_ffn_bwd_h(&f, N, m.w1, m.w3, save + l.da, save + l.du, save + l.dh, 0.0f);
   if (dx) {
     rt_copy(dx, save + l.dy, nh);
-    rt_rmsnorm_bwd_in(N, H, save + l.x, m.norm, save + l.rstd, save + l.dh, dx, true);
+    rt_rmsnorm_bwd_in(N, H, save + l.x, m.norm, d->norm_shift, save + l.rstd, save + l.dh, dx,
+                      true);
   }
 }
 
-/* W: g += the gradients of norm, w1, w3, w2. Pre: mlp_bwd_in ran on save. Reads save only. */
+/* W: g += the gradients of norm, w1, w3, w2 (and post_norm). Pre: mlp_bwd_in ran on save. Reads
+ * save only. */
 static void mlp_bwd_w(const rt_ldims *d, const float *w, const float *save, float *g) {
   (void)w;
   mlp_layout l = mlp_layout_of(d);
@@ -153,11 +186,13 @@ static void mlp_bwd_w(const rt_ldims *d, const float *w, const float *save, floa
   rt_ffn f = mlp_ffn(d);
   int N = d->B * d->S;
   rt_rmsnorm_bwd_w(N, d->hidden, save + l.x, save + l.rstd, save + l.dh, gp.norm);
-  rt_ffn_bwd_w(&f, N, save + l.h, save + l.da, save + l.du, save + l.z, save + l.dy, gp.w1, gp.w3,
-               gp.w2);
+  rt_ffn_bwd_w(&f, N, save + l.h, save + l.da, save + l.du, save + l.z,
+               save + (d->post_norm ? l.dout : l.dy), gp.w1, gp.w3, gp.w2);
+  if (d->post_norm)
+    rt_rmsnorm_bwd_w(N, d->hidden, save + l.o, save + l.rstd2, save + l.dy, gp.post);
 }
 
-/* Dimensions: hidden, seq, ffn, gated, act, norm_eps. */
+/* Dimensions: hidden, seq, ffn, gated, act, norm_eps, norm_plus_one, post_norm. */
 static int mlp_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   (void)err;
   rt_dims_tokens(in, BE_LP_MLP_HIDDEN, BE_LP_MLP_SEQ, d);
@@ -165,6 +200,8 @@ static int mlp_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   d->gated = rt_lp(in, BE_LP_MLP_GATED, 1) != 0;
   d->act = (rt_act)(int)rt_lp(in, BE_LP_MLP_ACT, RT_ACT_SILU);
   d->norm_eps = rt_lp(in, BE_LP_MLP_NORM_EPS, 1e-5);
+  d->norm_shift = rt_lp(in, BE_LP_MLP_NORM_PLUS1, 0) != 0 ? 1.0f : 0.0f;
+  d->post_norm = rt_lp(in, BE_LP_MLP_POST_NORM, 0) != 0;
   return 0;
 }
 

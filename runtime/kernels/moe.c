@@ -291,7 +291,7 @@ static void moe_fwd(const rt_ldims *d, const float *w, const float *x, float *y,
   int N = d->B * d->S, H = d->hidden, F = d->ffn, E = d->experts;
   size_t nh = (size_t)N * H, HF = (size_t)H * F, NF = (size_t)N * F;
   rt_copy(save + l.x, x, nh);
-  rt_rmsnorm_fwd(N, H, d->norm_eps, save + l.x, m.norm, save + l.h, save + l.rstd);
+  rt_rmsnorm_fwd(N, H, d->norm_eps, save + l.x, m.norm, 0.0f, save + l.h, save + l.rstd);
   float *logits = rt_scratch((size_t)N * E);
   rt_gemm(false, false, N, E, H, 1.0f, save + l.h, H, m.router, E, 0.0f, logits, E);
   /* each token's top K experts (ties: lower index first) and their weights */
@@ -399,7 +399,7 @@ static void moe_bwd_in(const rt_ldims *d, const float *w, float *save, const flo
 
   if (dx) {
     rt_copy(dx, save + l.dy, nh); /* nothing when dx is dy */
-    rt_rmsnorm_bwd_in(N, H, save + l.x, m.norm, save + l.rstd, save + l.dh, dx, true);
+    rt_rmsnorm_bwd_in(N, H, save + l.x, m.norm, 0.0f, save + l.rstd, save + l.dh, dx, true);
   }
 }
 

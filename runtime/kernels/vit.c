@@ -124,7 +124,8 @@ static int ka_vit_plan(const rt_ldims *d, rt_lplan *p, strbuf *err) {
 
 /* The core shape of a vit layer: every head its own kv head, every key visible. */
 static ka_shape ka_vit_shape(const rt_ldims *d) {
-  ka_shape sh = {d->B, d->S, d->heads, d->heads, d->head_dim, false, 0};
+  ka_shape sh = {d->B, d->S, d->heads, d->heads, d->head_dim, false, 0,
+                 (float)(1.0 / sqrt((double)d->head_dim)), 0.0f};
   return sh;
 }
 

@@ -30,6 +30,10 @@ typedef struct kcase {
 static const kcase kc_cases[] = {
     {"embedding", "embedding", {.B = 2, .S = 6, .in_w = 1, .hidden = 8, .vocab = 11}},
     {"lm_head", "lm_head", {.B = 2, .S = 6, .hidden = 8, .vocab = 13}},
+    {"embedding_scaled", "embedding", /* Gemma's sqrt(hidden) factor */
+     {.B = 2, .S = 6, .in_w = 1, .hidden = 8, .vocab = 11, .scaled = true}},
+    {"lm_head_gemma", "lm_head", /* Gemma 2's (1 + w) norm and logit softcapping */
+     {.B = 2, .S = 6, .hidden = 8, .vocab = 13, .norm_shift = 1, .softcap = 0.75}},
     {"custom_res", "custom", {.B = 2, .S = 4, .in_w = 8, .out_w = 8}},
     {"custom_proj", "custom", {.B = 2, .S = 4, .in_w = 8, .out_w = 5}},
     {"attn_gqa", "attention",
@@ -49,6 +53,13 @@ static const kcase kc_cases[] = {
     {"attn_qknorm", "attention", /* Qwen3's RMSNorm of each query and key head */
      {.B = 2, .S = 6, .hidden = 16, .heads = 4, .kv_heads = 2, .head_dim = 4, .causal = true,
       .rope_theta = 1e6, .qk_norm = true, .norm_eps = 1e-6}},
+    {"attn_gemma", "attention", /* Gemma 2: (1 + w) norms, sandwich norm, score_dim, softcap */
+     {.B = 2, .S = 8, .hidden = 16, .heads = 4, .kv_heads = 2, .head_dim = 4, .causal = true,
+      .window = 3, .rope_theta = 1e4, .norm_eps = 1e-6, .norm_shift = 1, .post_norm = true,
+      .score_dim = 6, .softcap = 0.75}},
+    {"attn_gemma3", "attention", /* Gemma 3: its (1 + w) QK-norm, no softcapping */
+     {.B = 2, .S = 6, .hidden = 16, .heads = 4, .kv_heads = 2, .head_dim = 4, .causal = true,
+      .rope_theta = 1e6, .qk_norm = true, .norm_shift = 1, .post_norm = true}},
     {"attn_llama31", "attention", /* Llama 3.1's rope scaling: every band of wavelengths */
      {.B = 2, .S = 12, .hidden = 32, .heads = 2, .kv_heads = 1, .head_dim = 16, .causal = true,
       .rope_theta = 5e5, .rope_factor = 8, .rope_low = 1, .rope_high = 4, .rope_orig = 64}},
@@ -66,6 +77,9 @@ static const kcase kc_cases[] = {
      {.B = 2, .S = 6, .hidden = 16, .ffn = 24, .gated = true, .act = RT_ACT_GELU_TANH}},
     {"mlp_eps", "mlp", /* an epsilon large enough to show in every output */
      {.B = 2, .S = 6, .hidden = 16, .ffn = 24, .gated = true, .act = RT_ACT_SILU, .norm_eps = 0.25}},
+    {"mlp_gemma", "mlp", /* Gemma's sandwich: (1 + w) pre_norm and post_norm, GeGLU-tanh */
+     {.B = 2, .S = 6, .hidden = 16, .ffn = 24, .gated = true, .act = RT_ACT_GELU_TANH,
+      .norm_eps = 1e-6, .norm_shift = 1, .post_norm = true}},
     {"moe_shared", "moe",
      {.B = 2, .S = 6, .hidden = 16, .experts = 4, .top_k = 2, .ffn = 8, .shared = 1, .gated = true,
       .act = RT_ACT_SILU}},
@@ -148,6 +162,7 @@ static bool kc_setup(const kcase *c, krun *r) {
   if (!r->d.in_S) r->d.in_S = r->d.S;
   if (!r->d.in_w) r->d.in_w = r->d.hidden;
   if (!r->d.norm_eps) r->d.norm_eps = 1e-5; /* the language's default (layer_params.def) */
+  if (!r->d.score_dim) r->d.score_dim = r->d.head_dim; /* derived so (ir/layers.c) */
   if (!r->d.rope_factor) { /* no rope scaling, as the language's defaults */
     r->d.rope_factor = r->d.rope_low = 1;
     r->d.rope_high = 4;

@@ -117,6 +117,7 @@ static ir_module *build_full_module(void) {
   set_param(l, "hidden", 1024);
   set_param(l, "vocab", 32000);
   set_param(l, "seq", 4096);
+  set_param(l, "scaled", 1);
   l = ir_module_add_layer(m, "attn \"0\"\n\tnext\\", IR_KIND_ATTENTION);
   set_param(l, "hidden", 1024);
   set_param(l, "heads", 16);
@@ -133,6 +134,10 @@ static ir_module *build_full_module(void) {
   set_param(l, "qkv_bias", 1);
   set_param(l, "qk_norm", 1);
   set_param(l, "norm_eps", 1e-6);
+  set_param(l, "norm_plus_one", 1);
+  set_param(l, "post_norm", 1);
+  set_param(l, "score_dim", 48);
+  set_param(l, "softcap", 50);
   set_param(l, "rope", 1);
   set_field(&l->cost, IR_REC_COST, "f", 1.2e-3);
   set_field(&l->cost, IR_REC_COST, "b", 2.4e-3);
@@ -148,6 +153,8 @@ static ir_module *build_full_module(void) {
   set_param(l, "act", IR_ACT_SILU);
   set_param(l, "seq", 4096);
   set_param(l, "norm_eps", 1e-6);
+  set_param(l, "norm_plus_one", 0);
+  set_param(l, "post_norm", 1);
   l = ir_module_add_layer(m, "moe", IR_KIND_MOE);
   set_param(l, "hidden", 1024);
   set_param(l, "experts", 64);
@@ -200,6 +207,8 @@ static ir_module *build_full_module(void) {
   set_param(l, "seq", 4096);
   set_param(l, "loss", 1);
   set_param(l, "norm_eps", 1e-6);
+  set_param(l, "norm_plus_one", 1);
+  set_param(l, "softcap", 30);
   set_param(l, "tied", 0);
 
   ir_module_add_stage(m, 0, 4)->device = 0;

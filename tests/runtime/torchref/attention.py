@@ -1,13 +1,14 @@
 """PyTorch reference of the attention layer kind (runtime/kernels/attention.c): pre-norm (RMSNorm)
 grouped-query self-attention (q, k, v biases with qkv_bias; per-head RMSNorm of q and k with
 qk_norm) with rotary embedding (rotate-half, base rope_theta; none when rope is 0), causal and
-sliding-window masks,
-and a residual connection. Written as the textbook formulation."""
+sliding-window masks, and a residual connection; Gemma's variants: (1 + w) norms
+(norm_plus_one), scores scaled by score_dim^-0.5 and softcapped before the mask (softcap), the
+output normalized before the residual (post_norm). Written as the textbook formulation."""
 import math
 
 import torch
 
-from common import eps, rmsnorm
+from common import eps, norm_weight, rmsnorm, softcap
 
 
 def _rotate_half(t):
@@ -60,13 +61,14 @@ def forward(dims, x, p):
     causal, window = bool(dims["causal"]), int(dims["window"])
     theta = float(dims.get("rope_theta", 10000.0))
 
-    h = rmsnorm(x, p["norm"], eps(dims))
+    nw = lambda w: norm_weight(dims, w)  # noqa: E731
+    h = rmsnorm(x, nw(p["norm"]), eps(dims))
     q, k, v = h @ p["wq"], h @ p["wk"], h @ p["wv"]
     if dims.get("qkv_bias"):
         q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]
     q, k = q.view(B, S, H, hd), k.view(B, S, KV, hd)
     if dims.get("qk_norm"):
-        q, k = rmsnorm(q, p["q_norm"], eps(dims)), rmsnorm(k, p["k_norm"], eps(dims))
+        q, k = rmsnorm(q, nw(p["q_norm"]), eps(dims)), rmsnorm(k, nw(p["k_norm"]), eps(dims))
     q, k = q.transpose(1, 2), k.transpose(1, 2)
     v = v.view(B, S, KV, hd).transpose(1, 2)
     if dims.get("rope", 1):
@@ -74,8 +76,12 @@ def forward(dims, x, p):
     k = k.repeat_interleave(H // KV, dim=1)
     v = v.repeat_interleave(H // KV, dim=1)
 
-    scores = q @ k.transpose(-1, -2) / math.sqrt(hd)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(float(dims.get("score_dim", hd)))
+    scores = softcap(scores, float(dims.get("softcap", 0)))
     scores = scores.masked_fill(~_mask(S, causal, window), float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     o = (probs @ v).transpose(1, 2).reshape(B * S, H * hd)
-    return x + o @ p["wo"]
+    out = o @ p["wo"]
+    if dims.get("post_norm"):
+        out = rmsnorm(out, nw(p["post_norm"]), eps(dims))
+    return x + out

@@ -28,3 +28,13 @@ def eps(dims):
 def rmsnorm(x, w, eps):
     """RMSNorm over the last axis with epsilon eps, times weight w."""
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def norm_weight(dims, w):
+    """The factor of an RMSNorm with weight w: 1 + w with norm_plus_one (Gemma), else w."""
+    return 1 + w if dims.get("norm_plus_one") else w
+
+
+def softcap(z, cap):
+    """cap * tanh(z / cap) (Gemma 2's softcapping); z itself when cap is 0."""
+    return cap * torch.tanh(z / cap) if cap else z
