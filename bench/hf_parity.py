@@ -111,7 +111,11 @@ CASES = [
                                         num_experts_per_tok=3, moe_intermediate_size=32,
                                         n_shared_experts=1, first_k_dense_replace=1, n_group=4,
                                         topk_group=2, norm_topk_prob=True,
-                                        routed_scaling_factor=2.5, rope_scaling=None), 112, 1000),
+                                        routed_scaling_factor=2.5, rope_scaling={
+                                            "rope_type": "yarn", "factor": 4.0,
+                                            "original_max_position_embeddings": 8,
+                                            "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 0.9,
+                                            "mscale_all_dim": 0.6}), 112, 1000),
     ("nemotron_h", "nemotron_h", dict(vocab_size=200, rms_norm_eps=DROP, layer_norm_epsilon=1e-5,
                                       num_hidden_layers=5, hybrid_override_pattern="M*-M-",
                                       mlp_hidden_act="relu2", mamba_num_heads=8,

@@ -335,7 +335,8 @@ static void hf_flag(hf_ctx *c, const cJSON *obj, const char *p, const char *name
 }
 
 /* Field p+name that must be absent or null (any other value changes the math: 'what'). */
-static void hf_none(hf_ctx *c, const cJSON *obj, const char *p, const char *name, const char *what) {
+static void hf_none(hf_ctx *c, const cJSON *obj, const char *p, const char *name,
+                    const char *what) {
   const cJSON *v = hf_get(c, obj, p, name);
   if (v && !cJSON_IsNull(v)) hf_refuse(c, p, name, "%s", what);
   else if (v) hf_use(c, p, name, "checked: %s", what);
@@ -396,6 +397,8 @@ typedef struct hf_model {
   bool sigmoid, score_bias; /* MoE routing by sigmoid scores with a choice bias (DeepSeek-V3) */
   double egroups, tgroups;  /* group-limited routing's groups and groups kept (0: none) */
   double rscale;            /* the routing weights' scale (0: none) */
+  double yarn_factor;       /* DeepSeek's YaRN rope scaling on the mla layers (0: none), its */
+  double yarn_orig, yarn_fast, yarn_slow, yarn_ms, yarn_msa; /* context, betas, mscales */
   bool shared_gate;         /* the shared experts' sum is scaled by a learned sigmoid gate
                                (Qwen2-MoE's shared_expert_gate: 'shared_gate = true') */
   bool no_renorm;           /* MoE routing weights are the softmax over all experts at the
@@ -484,8 +487,8 @@ static void hf_renorm(hf_ctx *c, const cJSON *obj, const char *p, bool dflt, hf_
   m->no_renorm = !(v ? cJSON_IsTrue(v) : dflt);
   if (v)
     hf_use(c, p, name, "%s",
-           m->sigmoid ? (m->no_renorm ? "renorm = false (the selected sigmoid scores as they are)"
-                                      : "renorm = true (the selected sigmoid scores over their sum)")
+           m->sigmoid ? (m->no_renorm ? "renorm = false (the selected sigmoid scores)"
+                                      : "renorm = true (the sigmoid scores over their sum)")
            : m->no_renorm ? "renorm = false (the softmax over all experts, at the selected ones)"
                           : "renorm = true (the softmax over the selected)");
 }
@@ -505,6 +508,26 @@ static void hf_rope_llama3(hf_ctx *c, const cJSON *rs, const char *p, const char
               "high_freq_factor");
   else if (m->rope_factor != 1 && !(m->rope_high > m->rope_low))
     hf_refuse(c, q, "high_freq_factor", "it must exceed low_freq_factor = %g", m->rope_low);
+  hf_leftovers(c, rs, q);
+}
+
+/* DeepSeek's YaRN rope scaling, object rs at path q (field 'field' under prefix p, its type read
+ * from key tn): m->yarn_*, written on the mla layers. Both magnitude scales must be given (the
+ * rotary factor is then their ratio, transformers' rule), no attention_factor, truncate true. */
+static void hf_rope_yarn(hf_ctx *c, const cJSON *rs, const char *p, const char *q,
+                         const char *field, const char *tn, hf_model *m) {
+  hf_use(c, q, tn, "YaRN on the mla layers (yarn_*)");
+  m->yarn_factor = hf_positive(c, rs, q, "factor", 0, "yarn_factor");
+  m->yarn_orig = hf_count(c, rs, q, "original_max_position_embeddings", -1, 1,
+                          "yarn_original_seq");
+  m->yarn_fast = hf_positive(c, rs, q, "beta_fast", 32, "yarn_beta_fast");
+  m->yarn_slow = hf_positive(c, rs, q, "beta_slow", 1, "yarn_beta_slow");
+  m->yarn_ms = hf_positive(c, rs, q, "mscale", 0, "yarn_mscale");
+  m->yarn_msa = hf_positive(c, rs, q, "mscale_all_dim", 0, "yarn_mscale_all_dim");
+  if (m->yarn_factor == 0 || m->yarn_ms == 0 || m->yarn_msa == 0)
+    hf_refuse(c, p, field, "OctoPipe's YaRN needs factor, mscale and mscale_all_dim");
+  hf_none(c, rs, q, "attention_factor", "the rotary factor is mscale's over mscale_all_dim's");
+  hf_flag(c, rs, q, "truncate", true, true, "the ramp's bounds are whole dimensions");
   hf_leftovers(c, rs, q);
 }
 
@@ -551,6 +574,8 @@ static void hf_rope(hf_ctx *c, const cJSON *obj, const char *p, hf_model *m) {
     if (v5 && strcmp(type, "default") == 0) {
       hf_use(c, q.s, tn, "no rope scaling");
       hf_leftovers(c, rs, q.s);
+    } else if (strcmp(type, "yarn") == 0 && strncmp(c->fam->type, "deepseek_v", 10) == 0) {
+      hf_rope_yarn(c, rs, p, q.s, field, tn, m);
     } else if (strcmp(type, "llama3") != 0) {
       hf_refuse(c, p, field, "OctoPipe's rope scaling is Llama 3.1's (rope_type \"llama3\"), "
                 "not linear, dynamic, yarn or longrope");
@@ -1205,6 +1230,14 @@ static void hf_decoder_items(strbuf *s, const hf_model *m, char k, const char *i
     hf_real(&a, ", ", "q_rank", m->q_rank, 0);
     strbuf_printf(&a, ", kv_rank = %.0f, nope_dim = %.0f, rope_dim = %.0f, v_dim = %.0f",
                   m->kv_rank, m->nope_dim, m->rope_dim, m->v_dim);
+    if (m->yarn_factor > 0) {
+      hf_real(&a, ", ", "yarn_factor", m->yarn_factor, 0);
+      strbuf_printf(&a, ", yarn_original_seq = %.0f", m->yarn_orig);
+      hf_real(&a, ", ", "yarn_beta_fast", m->yarn_fast, 0);
+      hf_real(&a, ", ", "yarn_beta_slow", m->yarn_slow, 0);
+      hf_real(&a, ", ", "yarn_mscale", m->yarn_ms, 0);
+      hf_real(&a, ", ", "yarn_mscale_all_dim", m->yarn_msa, 0);
+    }
   } else if (k == 'L' || k == 'W') {
     strbuf_printf(&a, ", window = %.0f", m->window);
     if (m->local_theta != m->theta) hf_real(&a, ", ", "rope_theta", m->local_theta, 0);

@@ -134,8 +134,11 @@ void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
   fmt_shortest_scaled(eps, d->norm_eps, 1.0);
   char rscale[40]; /* dims made by hand leave these 0: routed_scale 1, one group */
   fmt_shortest_scaled(rscale, d->rscale > 0 ? d->rscale : 1.0, 1.0);
-  char leps[40];
+  char leps[40], yarn[6][40]; /* YaRN's: factor 1 (none) in dims made by hand */
   fmt_shortest_scaled(leps, d->latent_eps, 1.0);
+  const double yv[6] = {d->yarn_factor > 1 ? d->yarn_factor : 1, d->yarn_orig, d->yarn_beta_fast,
+                        d->yarn_beta_slow, d->yarn_mscale, d->yarn_mscale_all};
+  for (int k = 0; k < 6; k++) fmt_shortest_scaled(yarn[k], yv[k], 1.0);
   fmt_shortest_scaled(sdim, d->score_dim, 1.0);
   fmt_shortest_scaled(cap, d->softcap, 1.0);
   strbuf_printf(index,
@@ -150,7 +153,9 @@ void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
                 "\"shared_gate\": %d, \"sigmoid\": %d, \"score_bias\": %d, "
                 "\"expert_groups\": %d, \"topk_groups\": %d, \"routed_scale\": %s, "
                 "\"q_rank\": %d, \"kv_rank\": %d, \"nope_dim\": %d, \"rope_dim\": %d, "
-                "\"v_dim\": %d, \"latent_eps\": %s, "
+                "\"v_dim\": %d, \"latent_eps\": %s, \"yarn_factor\": %s, "
+                "\"yarn_original_seq\": %s, \"yarn_beta_fast\": %s, \"yarn_beta_slow\": %s, "
+                "\"yarn_mscale\": %s, \"yarn_mscale_all_dim\": %s, "
                 "\"state\": %d, \"groups\": %d, \"conv\": %d, \"inner\": %d, \"chunk\": %d, "
                 "\"vocab\": %d, \"tied\": %d, \"out_w\": %d},\n",
                 d->B, d->S, d->in_S, d->in_w, d->hidden, d->heads, d->kv_heads, d->head_dim,
@@ -160,7 +165,7 @@ void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
                 d->scaled, d->padded ? d->pad_id : -1, d->experts, d->top_k, d->shared,
                 !d->all_probs, d->shared_gate, d->sigmoid, d->score_bias,
                 d->egroups > 1 ? d->egroups : 1, d->egroups > 1 ? d->tgroups : 1, rscale, d->q_rank,
-                d->kv_rank, d->nope_dim, d->rope_dim, d->v_dim, leps, d->state, d->groups, d->conv,
+                d->kv_rank, d->nope_dim, d->rope_dim, d->v_dim, leps, yarn[0], yarn[1], yarn[2], yarn[3], yarn[4], yarn[5], d->state, d->groups, d->conv,
                 d->inner, d->chunk, d->vocab, d->tied, p->out_w);
   strbuf_puts(index, "   \"params\": [");
   for (int i = 0; i < p->npt; i++) {

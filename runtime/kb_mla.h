@@ -54,4 +54,25 @@ RT_BODY_FN(mla_head_sum) {
   p->dst[n * p->dld + p->doff + j] = (float)s;
 }
 
+/* Entry i of the YaRN rotary tables [S, r/2] (r = rope_dim; DeepSeek's rope_scaling "yarn", as
+ * transformers' _compute_yarn_parameters): pair k at position t turns by t * w_k, w_k = the
+ * extrapolated theta^(-2k/r) where the ramp (k - low) / (high - low), clamped to [0, 1], is 0,
+ * the interpolated w_k / factor where it is 1, blended between; cos and sin times af. */
+typedef struct rt_b_mla_yarn_table_a {
+  int r;                    /* rotary width (even) */
+  double theta, factor;     /* base, extension factor */
+  double low, high;         /* the ramp's bounds (high > low) */
+  double af;                /* the tables' factor (attention_factor) */
+  float *cs, *sn;           /* [S, r/2] each */
+} rt_b_mla_yarn_table_a;
+RT_BODY_FN(mla_yarn_table) {
+  long half = p->r / 2, t = i / half, k = i % half;
+  double ramp = ((double)k - p->low) / (p->high - p->low);
+  ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+  double ext = 1.0 / pow(p->theta, 2.0 * (double)k / p->r); /* extrapolated */
+  double w = ext / p->factor * ramp + ext * (1 - ramp);
+  p->cs[i] = (float)(cos((double)t * w) * p->af);
+  p->sn[i] = (float)(sin((double)t * w) * p->af);
+}
+
 #endif

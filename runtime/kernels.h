@@ -72,6 +72,9 @@ typedef struct rt_ldims {
   int rope_dim;      /* mla: its rotary width (even), the shared rotary key's */
   int v_dim;         /* mla: a value head's width */
   double latent_eps; /* mla: the latents' RMSNorm epsilon */
+  double yarn_factor; /* mla: YaRN's context extension (<= 1, 0 in dims made by hand: none) */
+  double yarn_orig, yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all; /* YaRN's
+                       pretraining context, ramp bounds and magnitude scales (mla) */
   int state;         /* mamba2: SSM state size per group (d_state) */
   int groups;        /* mamba2: B/C groups (divides heads) */
   int conv;          /* mamba2: causal depthwise convolution width */

@@ -4,7 +4,9 @@
  * dr = rope_dim (even), dv = v_dim, dq = dn + dr; weights are [in, out] (y = x @ W).
  *
  *   dims: B, S, hidden (= in_w = out_w), heads, q_rank (0: no query latent), kv_rank, nope_dim,
- *         rope_dim, v_dim (at most dq), rope_theta, norm_eps, latent_eps.
+ *         rope_dim, v_dim (at most dq), rope_theta, norm_eps, latent_eps, and YaRN's yarn_factor
+ *         (> 1: on), yarn_original_seq, yarn_beta_fast, yarn_beta_slow, yarn_mscale,
+ *         yarn_mscale_all_dim.
  *   params, in order: "norm" [hidden] (const 1); without q_rank "wq" [hidden, H*dq], with it
  *         "wq_a" [hidden, q_rank], "q_a_norm" [q_rank] (const 1), "wq_b" [q_rank, H*dq];
  *         "wkv_a" [hidden, kv_rank + dr], "kv_a_norm" [kv_rank] (const 1),
@@ -16,6 +18,11 @@
  *   [k_nope | k_pe] (k_pe shared by the heads), its value v; q_pe and k_pe turn by the rotary
  *   embedding of interleaved pairs (2i, 2i + 1) at angle t * rope_theta^(-2i/dr) (t the position
  *   in the sequence); scores q k^T / sqrt(dq), causal; P = softmax; o = P v; y = x + o wo.
+ *   With YaRN (yarn_factor f > 1; transformers' _compute_yarn_parameters and yarn_apply_mscale):
+ *   pair i turns at the blend of theta^(-2i/dr) and it divided by f by a ramp over i from
+ *   floor(c(beta_fast)) to ceil(c(beta_slow)), c(b) = dr ln(orig / (2 pi b)) / (2 ln theta); the
+ *   rotary parts are scaled by m(mscale) / m(mscale_all_dim) and the scores by m(mscale_all_dim)^2,
+ *   m(x) = 0.1 x ln f + 1.
  * Implementation: the rotary columns are copied in the rotate-half order of the attention core's
  * rotary embedding (attn.h; a common permutation of a query's and a key's columns leaves their
  * product as it is) and back for the gradients; every head's value is padded with zeros to dq
@@ -43,7 +50,7 @@ typedef struct km_mla {
   size_t stat;                      /* F: softmax rows' (max, 1/sum) [N*H*2] */
   size_t dy, dh;                    /* B: output gradient, gradient of h */
   size_t dq, dckv, dkv, dc;         /* B: gradients of q, of h wkv_a, of c wkv_b, of c */
-  size_t dqn, dqa;                  /* B, q_rank: gradients of the normalized latent and of h wq_a */
+  size_t dqn, dqa;                  /* B, q_rank: gradients of the normalized latent, of h wq_a */
   size_t save;                      /* floats of the save block */
 } km_mla;
 
@@ -137,14 +144,47 @@ static void km_copy(int N, int H, int w, int order, float *dst, long dld, long d
          .doff = doff, .sld = sld, .shs = shs, .soff = soff, .src = src, .dst = dst);
 }
 
-/* The rotary embedding of dims d on X [N, heads*dr] (back: its transpose). */
+/* YaRN's magnitude scale of extension factor f: 0.1 m ln f + 1 (1 when f <= 1). */
+static double km_mscale(double f, double m) { return f <= 1 ? 1.0 : 0.1 * m * log(f) + 1.0; }
+
+/* The dimension at which a wavelength turns 'rot' times in YaRN's pretraining context. */
+static double km_corr_dim(const rt_ldims *d, double rot) {
+  return d->rope_dim * log(d->yarn_orig / (rot * 2 * M_PI)) / (2 * log(d->rope_theta));
+}
+
+/* The rotary embedding of dims d on X [N, heads*dr] (back: its transpose): plain, or with YaRN's
+ * scaling (file comment) when yarn_factor > 1. */
 static void km_rope(const rt_ldims *d, int N, int heads, float *X, bool back) {
-  rt_ldims r = *d;
-  r.head_dim = d->rope_dim;
-  r.rope_factor = 1; /* no rope scaling */
-  float *sn, *cs = ka_rope_tables(&r, &sn);
+  float *sn, *cs;
+  if (d->yarn_factor > 1) {
+    size_t n = (size_t)d->S * (d->rope_dim / 2);
+    cs = rt_scratch(2 * n);
+    sn = cs + n;
+    double lo = fmax(floor(km_corr_dim(d, d->yarn_beta_fast)), 0);
+    double hi = fmin(ceil(km_corr_dim(d, d->yarn_beta_slow)), d->rope_dim - 1);
+    RT_FOR(mla_yarn_table, n, .r = d->rope_dim, .theta = d->rope_theta, .factor = d->yarn_factor,
+           .low = lo, .high = hi == lo ? hi + 0.001 : hi,
+           .af = km_mscale(d->yarn_factor, d->yarn_mscale) /
+                 km_mscale(d->yarn_factor, d->yarn_mscale_all),
+           .cs = cs, .sn = sn);
+  } else {
+    rt_ldims r = *d;
+    r.head_dim = d->rope_dim;
+    r.rope_factor = 1; /* no Llama 3.1 scaling */
+    cs = ka_rope_tables(&r, &sn);
+  }
   ka_rope(N, d->S, heads, d->rope_dim, X, cs, sn, back);
   rt_scratch_free(cs);
+}
+
+/* The core's shape: H heads of dq, causal, scores scaled by dq^-0.5 (times YaRN's
+ * mscale_all_dim factor squared). */
+static ka_shape km_shape(const rt_ldims *d) {
+  int dq = d->nope_dim + d->rope_dim;
+  double m = d->yarn_factor > 1 ? km_mscale(d->yarn_factor, d->yarn_mscale_all) : 1;
+  ka_shape sh = {d->B, d->S, d->heads, d->heads, dq, true, 0,
+                 (float)(m * m / sqrt((double)dq)), 0.0f};
+  return sh;
 }
 
 /* F: y = x + MLA(RMSNorm(x)) wo (file comment). Post: save holds what B and W read. */
@@ -183,7 +223,7 @@ static void km_fwd(const rt_ldims *d, const float *w, const float *x, float *y, 
   rt_scratch_free(kpe);
   rt_scratch_free(qpe);
 
-  ka_shape sh = {d->B, d->S, H, H, dq, true, 0, (float)(1.0 / sqrt((double)dq)), 0.0f};
+  ka_shape sh = km_shape(d);
   float *P = rt_scratch((size_t)d->S * d->S);
   ka_core_fwd(&sh, Q, K, V, save + L.O, save + L.stat, P);
   rt_scratch_free(P);
@@ -208,7 +248,7 @@ static void km_bwd_in(const rt_ldims *d, const float *w, float *save, const floa
   rt_scratch_free(dov);
   float *dQ = rt_scratch((size_t)N * aq), *dK = rt_scratch((size_t)N * aq);
   float *dV = rt_scratch((size_t)N * aq), *P = rt_scratch(2 * (size_t)d->S * d->S);
-  ka_shape sh = {d->B, d->S, H, H, dq, true, 0, (float)(1.0 / sqrt((double)dq)), 0.0f};
+  ka_shape sh = km_shape(d);
   ka_core_bwd(&sh, save + L.Q, save + L.K, save + L.V, save + L.stat, dO, dQ, dK, dV, P,
               P + (size_t)d->S * d->S);
   rt_scratch_free(P);
@@ -279,7 +319,8 @@ static void km_bwd_w(const rt_ldims *d, const float *w, const float *save, float
 }
 
 /* Dimensions: hidden, seq, heads, q_rank, kv_rank, nope_dim, rope_dim, v_dim, rope_theta,
- * norm_eps, latent_eps. At a scale K > 1 the head widths and the latents' ranks are divided by K
+ * norm_eps, latent_eps, YaRN's. At a scale K > 1 the head widths and the latents' ranks are
+ * divided by K
  * (the rotary width stays even), the heads kept. */
 static int km_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   (void)err;
@@ -296,6 +337,12 @@ static int km_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   d->rope_theta = rt_lp(in, BE_LP_MLA_ROPE_THETA, 1e4);
   d->norm_eps = rt_lp(in, BE_LP_MLA_NORM_EPS, 1e-5);
   d->latent_eps = rt_lp(in, BE_LP_MLA_LATENT_EPS, 1e-6);
+  d->yarn_factor = rt_lp(in, BE_LP_MLA_YARN_FACTOR, 1);
+  d->yarn_orig = rt_lp(in, BE_LP_MLA_YARN_ORIG, 4096); /* positions are not scaled */
+  d->yarn_beta_fast = rt_lp(in, BE_LP_MLA_YARN_BETA_FAST, 32);
+  d->yarn_beta_slow = rt_lp(in, BE_LP_MLA_YARN_BETA_SLOW, 1);
+  d->yarn_mscale = rt_lp(in, BE_LP_MLA_YARN_MSCALE, 1);
+  d->yarn_mscale_all = rt_lp(in, BE_LP_MLA_YARN_MSCALE_ALL, 1);
   return 0;
 }
 

@@ -127,6 +127,12 @@ static const kcase kc_cases[] = {
     {"mla_q", "mla", /* DeepSeek-V2/V3's: a query latent too, values as wide as the queries */
      {.B = 2, .S = 5, .hidden = 12, .heads = 3, .q_rank = 6, .kv_rank = 5, .nope_dim = 2,
       .rope_dim = 4, .v_dim = 6, .rope_theta = 500, .norm_eps = 1e-5, .latent_eps = 0.25}},
+    {"mla_yarn", "mla", /* DeepSeek's YaRN: a pretraining context of 8 tokens extended 4 times,
+                           magnitude scales that differ; pair 0 kept, 1 and 2 blended, 3 slowed */
+     {.B = 2, .S = 8, .hidden = 12, .heads = 2, .kv_rank = 6, .nope_dim = 4, .rope_dim = 8,
+      .v_dim = 4, .rope_theta = 100, .norm_eps = 1e-6, .latent_eps = 1e-6, .yarn_factor = 4,
+      .yarn_orig = 8, .yarn_beta_fast = 4, .yarn_beta_slow = 0.05, .yarn_mscale = 0.9,
+      .yarn_mscale_all = 0.6}},
 };
 enum { KC_N = sizeof kc_cases / sizeof kc_cases[0] };
 
