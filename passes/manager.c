@@ -2,8 +2,6 @@
  * typed access to pass options, and the pass manager that runs a pipeline with verification and
  * IR dumps and collects the passes' figures (pass_results). */
 #include <ctype.h>
-#include <errno.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,19 +146,13 @@ static void bad_value(diag_engine *d, const pass_options *opts, const pass_optio
              o->value, o->key, opts->pass ? opts->pass : "?", expected);
 }
 
-/* Parse a leading decimal number of 'text'; *end is set past it. False when there is none. */
-static bool parse_number(const char *text, double *v, const char **end) {
-  /* strtod also accepts hex, inf and nan, which no option means: require a decimal start */
-  const char *p = text;
-  if (*p == '+' || *p == '-') p++;
-  if (!isdigit((unsigned char)*p) && !(*p == '.' && isdigit((unsigned char)p[1]))) return false;
-  if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) return false;
-  char *e;
-  errno = 0;
-  *v = strtod(text, &e);
-  if (errno == ERANGE || !isfinite(*v)) return false;
-  *end = e;
-  return true;
+/* Convert option o's value to type t with ir_value_convert (the value grammar of the DSL and the
+ * IR: units of units.def, scaled exactly); a quoted value is no number. Signs are allowed. */
+static ir_value_error opt_convert(const pass_option *o, ir_type t, double *out) {
+  ir_value_text v;
+  size_t n = strlen(o->value);
+  if (o->quoted || ir_value_scan(o->value, n, &v) != n) return IR_VALUE_WORD;
+  return ir_value_convert(&v, t, IR_VALUE_SIGNED | IR_VALUE_INT64, out, NULL);
 }
 
 int pass_opt_int(const pass_options *opts, const char *key, int64_t def, int64_t *out,
@@ -168,25 +160,13 @@ int pass_opt_int(const pass_options *opts, const char *key, int64_t def, int64_t
   *out = def;
   const pass_option *o = pass_opt_find(opts, key);
   if (!o) return 0;
-  const char *p = o->value, *end = NULL;
-  double v = 0;
-  bool ok = !o->quoted && parse_number(p, &v, &end);
-  if (ok) {
-    if (*end) {
-      const ir_unit_info *u = ir_unit_lookup(end, strlen(end));
-      ok = u && u->dim == IR_DIM_NONE;
-      if (ok) v *= u->scale;
-    }
-    ok = ok && v == floor(v) && fabs(v) < 9.0e18;
-    /* plain digits that a double would round (2^53 + 1) are refused, not silently changed */
-    const char *digits = p + (*p == '+' || *p == '-');
-    size_t nd = strspn(digits, "0123456789");
-    if (ok && !*end && digits[nd] == 0 && !support_digits_exact(digits, nd, fabs(v))) {
-      bad_value(d, opts, o, "an exact whole number (above 2^53 not every one is held)");
-      return -1;
-    }
+  double v;
+  ir_value_error e = opt_convert(o, IR_T_COUNT, &v);
+  if (e == IR_VALUE_INEXACT) {
+    bad_value(d, opts, o, "an exact whole number (above 2^53 not every one is held)");
+    return -1;
   }
-  if (!ok) {
+  if (e != IR_VALUE_OK) {
     bad_value(d, opts, o, "a whole number (K, M, G suffixes allowed)");
     return -1;
   }
@@ -199,9 +179,8 @@ int pass_opt_real(const pass_options *opts, const char *key, double def, double 
   *out = def;
   const pass_option *o = pass_opt_find(opts, key);
   if (!o) return 0;
-  const char *end = NULL;
-  double v = 0;
-  if (o->quoted || !parse_number(o->value, &v, &end) || *end) {
+  double v;
+  if (opt_convert(o, IR_T_REAL, &v) != IR_VALUE_OK) {
     bad_value(d, opts, o, "a number");
     return -1;
   }
@@ -214,15 +193,20 @@ int pass_opt_bool(const pass_options *opts, const char *key, bool def, bool *out
   *out = def;
   const pass_option *o = pass_opt_find(opts, key);
   if (!o) return 0;
-  if (!o->quoted && strcmp(o->value, "true") == 0) {
-    *out = true;
-  } else if (!o->quoted && strcmp(o->value, "false") == 0) {
-    *out = false;
-  } else {
+  double v;
+  if (opt_convert(o, IR_T_BOOL, &v) != IR_VALUE_OK) {
     bad_value(d, opts, o, "true or false");
     return -1;
   }
+  *out = v != 0;
   return 0;
+}
+
+/* The type of ir_types whose values have dimension dim (IR_T_REAL for none). */
+static ir_type type_of_dim(ir_dim dim) {
+  for (int t = 0; t < IR_T_COUNT_; t++)
+    if (dim != IR_DIM_NONE && ir_types[t].dim == dim) return (ir_type)t;
+  return IR_T_REAL;
 }
 
 int pass_opt_quantity(const pass_options *opts, const char *key, ir_dim dim, double def,
@@ -230,17 +214,8 @@ int pass_opt_quantity(const pass_options *opts, const char *key, ir_dim dim, dou
   *out = def;
   const pass_option *o = pass_opt_find(opts, key);
   if (!o) return 0;
-  const char *end = NULL;
-  double v = 0;
-  const ir_unit_info *u = NULL;
-  bool ok = !o->quoted && parse_number(o->value, &v, &end);
-  if (ok && *end) {
-    u = ir_unit_lookup(end, strlen(end));
-    ok = u && u->dim == dim;
-  } else if (ok) {
-    ok = dim == IR_DIM_NONE; /* a bare number is a quantity only without dimension */
-  }
-  if (!ok) {
+  double v;
+  if (opt_convert(o, type_of_dim(dim), &v) != IR_VALUE_OK) {
     char expected[96];
     const char *example = dim == IR_DIM_TIME ? "10s" : dim == IR_DIM_BYTES ? "2GiB"
                           : dim == IR_DIM_FLOPS ? "989TFLOPS" : dim == IR_DIM_BW ? "450GB/s"
@@ -249,7 +224,7 @@ int pass_opt_quantity(const pass_options *opts, const char *key, ir_dim dim, dou
     bad_value(d, opts, o, expected);
     return -1;
   }
-  *out = u ? v * u->scale : v;
+  *out = v;
   return 0;
 }
 
