@@ -174,6 +174,27 @@ int pass_opt_int(const pass_options *opts, const char *key, int64_t def, int64_t
   return 0;
 }
 
+int pass_opt_seed(const pass_options *opts, const char *key, uint64_t def, uint64_t *out,
+                  diag_engine *d) {
+  *out = def;
+  const pass_option *o = pass_opt_find(opts, key);
+  if (!o) return 0;
+  size_t n = strlen(o->value);
+  uint64_t v = 0;
+  bool ok = !o->quoted && n > 0 && strspn(o->value, "0123456789") == n;
+  for (size_t i = 0; ok && i < n; i++) {
+    unsigned digit = (unsigned)(o->value[i] - '0');
+    ok = v <= (UINT64_MAX - digit) / 10;
+    v = v * 10 + digit;
+  }
+  if (!ok) {
+    bad_value(d, opts, o, "a whole number from 0 to 18446744073709551615");
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
 int pass_opt_real(const pass_options *opts, const char *key, double def, double *out,
                   diag_engine *d) {
   *out = def;
@@ -601,11 +622,32 @@ void pass_pipeline_free(pass_pipeline *pl) {
 
 /* ---- Pass manager -----------------------------------------------------------------------------*/
 
+void pass_results_put(pass_results *r, pass_id id, void *figures, void (*free_figures)(void *)) {
+  if (!r) {
+    free_figures(figures);
+    return;
+  }
+  for (int i = 0; i < r->count; i++)
+    if (r->items[i].pass == id) {
+      r->items[i].free_figures(r->items[i].figures);
+      r->items[i].figures = figures;
+      r->items[i].free_figures = free_figures;
+      return;
+    }
+  pass_result x = {id, figures, free_figures};
+  VEC_PUSH(r->items, r->count, r->cap, x);
+}
+
+const void *pass_results_get(const pass_results *r, pass_id id) {
+  for (int i = 0; r && i < r->count; i++)
+    if (r->items[i].pass == id) return r->items[i].figures;
+  return NULL;
+}
+
 void pass_results_free(pass_results *r) {
-  if (r->tuned) pass_tune_stats_free(&r->tune);
-  r->tuned = false;
-  if (r->configured) pass_config_stats_free(&r->config);
-  r->configured = false;
+  for (int i = 0; i < r->count; i++) r->items[i].free_figures(r->items[i].figures);
+  free(r->items);
+  memset(r, 0, sizeof *r);
 }
 
 bool pass_name_in_list(const char *name, const char *list) {

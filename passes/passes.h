@@ -30,8 +30,9 @@ typedef struct pass_options {
   diag_loc loc;       /* span of the pass name in the pipeline text (file 0 when built in code) */
   pass_option *items; /* options in the order written; keys are unique */
   int count;          /* number of options */
-  struct pass_results *results; /* where a pass leaves its figures (the pass manager sets it
-                                   from pass_manager_opts.results; NULL: nowhere) */
+  struct pass_results *results; /* where a pass leaves its figures (pass_results_put; the pass
+                                   manager sets it from pass_manager_opts.results; NULL:
+                                   nowhere) */
 } pass_options;
 
 /* Run function of a pass. Pre: m is a module (verified unless the user asked otherwise); opts
@@ -102,6 +103,10 @@ const char *pass_opt_str(const pass_options *opts, const char *key, const char *
 /* A whole number, optionally with a count suffix K, M or G (10K = 10000). */
 int pass_opt_int(const pass_options *opts, const char *key, int64_t def, int64_t *out,
                  diag_engine *d);
+/* A seed: a whole number from 0 to 2^64 - 1, plain digits (a bit pattern, not a quantity: the
+ * one option the value grammar's doubles do not hold exactly). */
+int pass_opt_seed(const pass_options *opts, const char *key, uint64_t def, uint64_t *out,
+                  diag_engine *d);
 /* A real number without unit. */
 int pass_opt_real(const pass_options *opts, const char *key, double def, double *out,
                   diag_engine *d);
@@ -341,13 +346,25 @@ int pass_config(ir_module *m, const pass_config_opts *o, pass_config_stats *st, 
                 diag_loc where);
 void pass_config_stats_free(pass_config_stats *st);
 
-/* Figures passes leave for the tools' reports. Zero-initialize; free with pass_results_free. */
+/* Figures one pass left for the tools' reports: the tune pass's pass_tune_stats, the config
+ * pass's pass_config_stats. The manager keeps them without knowing their type. */
+typedef struct pass_result {
+  pass_id pass;                 /* the pass that left them */
+  void *figures;                /* its figures (owned; of the type the pass documents) */
+  void (*free_figures)(void *); /* frees what figures holds and figures itself */
+} pass_result;
+
+/* The figures passes left in a pipeline run, the last of each pass. Zero-initialize; free with
+ * pass_results_free. */
 typedef struct pass_results {
-  bool tuned;           /* a tune pass ran and succeeded */
-  pass_tune_stats tune; /* the last one's figures */
-  bool configured;      /* a config pass ran and succeeded */
-  pass_config_stats config; /* its figures */
+  pass_result *items; /* one per pass that left figures */
+  int count, cap;
 } pass_results;
+/* Keep 'figures' (malloc'ed, freed by free_figures) as pass id's, replacing (and freeing) what
+ * it left before. r NULL: nobody asked for them, they are freed at once. */
+void pass_results_put(pass_results *r, pass_id id, void *figures, void (*free_figures)(void *));
+/* The figures pass id left in r, or NULL (r NULL, or the pass did not run or failed). */
+const void *pass_results_get(const pass_results *r, pass_id id);
 void pass_results_free(pass_results *r);
 
 /* ---- Pipelines ------------------------------------------------------------------------------*/

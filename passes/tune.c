@@ -1001,18 +1001,24 @@ void pass_tune_stats_free(pass_tune_stats *st) {
 const pass_tune_opts pass_tune_defaults = {.evals = 1000, .budget = 0, .jobs = 0, .seed = 1,
                                            .restarts = 60, .max_stages = 0, .progress = false};
 
-/* tune: the tuner as a pass; its figures go to opts->results when given. */
+/* Free a heap pass_tune_stats and what it holds (pass_results' free_figures). */
+static void tune_stats_delete(void *p) {
+  pass_tune_stats_free(p);
+  free(p);
+}
+
+/* tune: the tuner as a pass; its figures (pass_tune_stats) go to opts->results when given. */
 int pass_run_tune(ir_module *m, const pass_options *opts, diag_engine *d) {
   static const char *const progress[] = {"auto", "true", "false"};
   const pass_tune_opts *def = &pass_tune_defaults;
   pass_tune_opts o = *def;
-  int64_t seed, restarts, max_stages, evals, jobs;
+  int64_t restarts, max_stages, evals, jobs;
   int pr;
   bool recompute;
   if (pass_opt_int(opts, "evals", def->evals, &evals, d) ||
       pass_opt_quantity(opts, "budget", IR_DIM_TIME, def->budget, &o.budget, d) ||
       pass_opt_int(opts, "jobs", def->jobs, &jobs, d) ||
-      pass_opt_int(opts, "seed", (int64_t)def->seed, &seed, d) ||
+      pass_opt_seed(opts, "seed", def->seed, &o.seed, d) ||
       pass_opt_int(opts, "restarts", def->restarts, &restarts, d) ||
       pass_opt_int(opts, "max_stages", def->max_stages, &max_stages, d) ||
       pass_opt_choice(opts, "progress", progress, 3, 0, &pr, d) ||
@@ -1020,7 +1026,7 @@ int pass_run_tune(ir_module *m, const pass_options *opts, diag_engine *d) {
     return 1;
   o.no_recompute = !recompute;
   if (o.budget < 0 || evals < 0 || evals > 1000000000 || jobs < 0 || jobs > 1024 ||
-      restarts < 0 || restarts > 1000000 || max_stages < 0 || max_stages > 1000000 || seed < 0) {
+      restarts < 0 || restarts > 1000000 || max_stages < 0 || max_stages > 1000000) {
     diag_error(d, opts->loc, "tune: budget must not be negative, evals between 0 and 1e9, jobs "
                "between 0 and 1024, restarts and max_stages between 0 and 1000000, seed "
                "non-negative");
@@ -1028,18 +1034,15 @@ int pass_run_tune(ir_module *m, const pass_options *opts, diag_engine *d) {
   }
   o.evals = (int)evals;
   o.jobs = (int)jobs;
-  o.seed = (uint64_t)seed;
   o.restarts = (int)restarts;
   o.max_stages = (int)max_stages;
   o.progress = pr == 1 || (pr == 0 && isatty(2));
-  pass_tune_stats st;
-  int rc = pass_tune(m, &o, &st, d, opts->loc);
-  if (rc == 0 && opts->results) {
-    if (opts->results->tuned) pass_tune_stats_free(&opts->results->tune);
-    opts->results->tune = st;
-    opts->results->tuned = true;
-  } else {
-    pass_tune_stats_free(&st);
-  }
+  pass_tune_stats *st = xmalloc(sizeof *st);
+  diag_loc where = opts->loc.file ? opts->loc : ir_diag_loc(m->loc);
+  int rc = pass_tune(m, &o, st, d, where);
+  if (rc == 0)
+    pass_results_put(opts->results, PASS_ID_TUNE, st, tune_stats_delete);
+  else
+    tune_stats_delete(st);
   return rc;
 }

@@ -180,8 +180,8 @@ static int emit_artifact(void *ctx, const ir_module *m, const pass_results *res,
                          diag_loc where, strbuf *out) {
   const cmdline *cl = ctx;
   report_opts ro = cl->ropts;
-  if (res->tuned) ro.tuner = &res->tune; /* the tune pass's figures, as octoc reports them */
-  if (res->configured) ro.config = &res->config;
+  ro.tuner = pass_results_get(res, PASS_ID_TUNE); /* the tune pass's figures, as in octoc */
+  ro.config = pass_results_get(res, PASS_ID_CONFIG);
   return report_emit(m, cl->emit, &ro, out, d, where);
 }
 

@@ -56,7 +56,10 @@ static void usage(FILE *f) {
         "                         ZB-V, adaptive) to the report (or --emit=html), with their\n"
         "                         speedup\n"
         "  --evals=N              plans the tuner may simulate (default 1000; 0: no limit);\n"
-        "                         the plan is the same on every machine\n"
+        "                         the plan is the same on every machine; with\n"
+        "                         --search=config, the long tune of each of the best\n"
+        "                         configurations (config's long_evals; the short tunes keep\n"
+        "                         theirs)\n"
         "  --budget=SECONDS       time the tuner may take (default: no limit); the plan then\n"
         "                         depends on the machine's speed and load\n"
         "  --jobs=N               the tuner's threads (default 0: every core); the plan does\n"
@@ -98,59 +101,42 @@ static void usage(FILE *f) {
         f);
 }
 
-/* The plan octoc makes when --passes is not given: costs, then (with devices to plan for) the
- * tuner's plan (which is never slower than the best classic plan), simulated; *st receives the
- * tuner's figures. A partition given in the spec is kept instead: one stage per device runs
- * 1F1B, more are placed in Megatron's loop and scheduled by the adaptive scheduler. */
-static pass_status default_plan(ir_module *m, const octoc_opts *o, pass_tune_stats *st,
-                                bool *tuned, pass_results *res, diag_engine *d) {
-  *tuned = false;
+/* The pipeline octoc runs when --passes is not given, into 'text': with --search=config the
+ * config pass (--evals its long tunes' effort, long_evals; 0: no limit), then simulate; else,
+ * with devices to plan for, the cost pass, the tuner's plan (never slower than the best classic
+ * plan) and simulate. A partition given in the spec is kept instead of tuned: one stage per
+ * device runs 1F1B, more are placed in Megatron's loop and scheduled by the adaptive scheduler.
+ * Without devices the pipeline is empty (nothing to cost on, nothing to plan). */
+static void default_pipeline(const ir_module *m, const octoc_opts *o, strbuf *text) {
   if (o->search_config) {
-    pass_config_opts co = pass_config_defaults;
-    co.long_evals = o->evals ? o->evals : 1000000000;
-    co.jobs = o->jobs;
-    co.seed = o->seed;
-    co.megatron = o->megatron;
-    if (pass_config(m, &co, &res->config, d, ir_diag_loc(m->train_loc)) != 0) {
-      pass_config_stats_free(&res->config);
-      return PASS_FAILED;
-    }
-    res->configured = true;
-    /* the chosen configuration's plan (with --megatron, the megatron pass's) is simulated again
-     * for the report */
-    return pass_run_text(m, "simulate", d);
-  }
-  if (m->ndevices == 0) return PASS_OK; /* nothing to cost on, nothing to plan */
-  pass_status ps = pass_run_text(m, "cost", d);
-  if (ps != PASS_OK) return ps;
-  if (m->nstages > 0) {
+    strbuf_printf(text, "config{long_evals=%d, jobs=%d, seed=%llu%s},simulate",
+                  o->evals ? o->evals : 1000000000, o->jobs, (unsigned long long)o->seed,
+                  o->megatron ? ", megatron=true" : "");
+  } else if (m->ndevices > 0 && m->nstages > 0) {
     int v = m->nstages / m->ndevices; /* the front end checked that it divides */
-    strbuf text = {0};
-    strbuf_printf(&text, "partition{method=explicit, chunks=%d},place{method=%s},"
+    strbuf_printf(text, "cost,partition{method=explicit, chunks=%d},place{method=%s},"
                   "schedule{method=%s},simulate", v, v > 1 ? "interleaved" : "sequential",
                   v > 1 ? "adaptive" : "1f1b");
-    ps = pass_run_text(m, strbuf_cstr(&text), d);
-    strbuf_free(&text);
-    return ps;
+  } else if (m->ndevices > 0) {
+    strbuf_printf(text, "cost,tune{evals=%d, jobs=%d, seed=%llu, progress=%s", o->evals, o->jobs,
+                  (unsigned long long)o->seed, o->verify_diags ? "false" : "auto");
+    if (o->budget > 0) strbuf_printf(text, ", budget=%.17gs", o->budget);
+    strbuf_puts(text, "},simulate");
   }
-  pass_tune_opts to = pass_tune_defaults;
-  to.budget = o->budget;
-  to.evals = o->evals;
-  to.jobs = o->jobs;
-  to.seed = o->seed;
-  to.progress = isatty(2) && !o->verify_diags;
-  *tuned = true;
-  if (pass_tune(m, &to, st, d, ir_diag_loc(m->loc)) != 0) return PASS_FAILED;
-  return pass_run_text(m, "simulate", d);
 }
 
-/* Run the pipeline 'text' on m, leaving the figures of its passes in *res. */
-static pass_status run_passes(ir_module *m, const char *text, pass_results *res, diag_engine *d) {
+/* Run the pipeline 'text' on m, leaving the figures of its passes in *res. A built-in pipeline
+ * (octoc's default) has no place in the user's text: its passes report at the module. */
+static pass_status run_passes(ir_module *m, const char *text, bool builtin, pass_results *res,
+                              diag_engine *d) {
   pass_pipeline pl = {0};
   pass_status st = PASS_FAILED;
   pass_manager_opts pm = {0};
   pm.results = res;
-  if (pass_pipeline_parse(&pl, text, d) == 0) st = pass_pipeline_run(&pl, m, &pm, d);
+  if (pass_pipeline_parse(&pl, text, d) == 0) {
+    for (int i = 0; builtin && i < pl.count; i++) pl.entries[i].opts.loc = diag_mkloc(0, 0, 0, 0);
+    st = pass_pipeline_run(&pl, m, &pm, d);
+  }
   pass_pipeline_free(&pl);
   return st;
 }
@@ -167,11 +153,12 @@ static int compile_one(diag_engine *d, uint32_t src, const octoc_opts *o, strbuf
   if (ir_verify(m, d, diag_mkloc(src, 0, 0, 0)) != 0) {
     rc = 1;
   } else {
-    pass_tune_stats ts = {0};
     pass_results res = {0};
-    bool tuned = false;
-    pass_status st = o->passes ? run_passes(m, o->passes, &res, d)
-                               : default_plan(m, o, &ts, &tuned, &res, d);
+    strbuf plan = {0};
+    if (!o->passes) default_pipeline(m, o, &plan);
+    pass_status st = run_passes(m, o->passes ? o->passes : strbuf_cstr(&plan), !o->passes, &res,
+                                d);
+    strbuf_free(&plan);
     if (st == PASS_OK && m->ndevices == 0 && report_kinds[o->emit].needs != REPORT_NEEDS_NOTHING) {
       /* nothing to plan for: say what is missing rather than that the plan is */
       diag_error(d, where, "cannot write --emit=%s: the spec has no cluster, so there is no plan "
@@ -182,8 +169,8 @@ static int compile_one(diag_engine *d, uint32_t src, const octoc_opts *o, strbuf
     if (st != PASS_OK) {
       rc = st == PASS_INTERNAL ? 2 : 1;
     } else {
-      report_opts ro = {o->debuginfo, o->compare, tuned ? &ts : res.tuned ? &res.tune : NULL,
-                        res.configured ? &res.config : NULL};
+      report_opts ro = {o->debuginfo, o->compare, pass_results_get(&res, PASS_ID_TUNE),
+                        pass_results_get(&res, PASS_ID_CONFIG)};
       strbuf text = {0};
       if (report_emit(m, o->emit, &ro, &text, d, where) != 0)
         rc = 1;
@@ -191,7 +178,6 @@ static int compile_one(diag_engine *d, uint32_t src, const octoc_opts *o, strbuf
         strbuf_append(out, strbuf_cstr(&text), text.len);
       strbuf_free(&text);
     }
-    pass_tune_stats_free(&ts);
     pass_results_free(&res);
   }
   ir_module_free(m);
