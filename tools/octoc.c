@@ -23,10 +23,12 @@ typedef struct octoc_opts {
   const char *output;     /* -o FILE, NULL for stdout */
   report_kind emit;       /* --emit=KIND (--report selects REPORT_TEXT or REPORT_JSON) */
   const char *passes;     /* --passes: the pipeline after the front end, NULL for the default */
-  double budget;          /* --budget: seconds the tuner may take (default plan); 0: no limit */
-  int evals;              /* --evals: plans the tuner may simulate; 0: no limit */
-  int jobs;               /* --jobs: the tuner's threads; 0: every core */
-  uint64_t seed;          /* --seed: the tuner's seed */
+  const char *budget;     /* --budget: the tune pass's budget ("30s"), NULL when not given (the
+                             pass's default); --seed likewise */
+  const char *seed;       /* --seed: the tune (config) pass's seed */
+  int64_t evals;          /* --evals: the tune pass's evals (config's long_evals); -1: not
+                             given; --jobs likewise */
+  int64_t jobs;           /* --jobs: the tune (config) pass's jobs */
   bool compare;           /* --compare: run the classic plans too */
   bool search_config;     /* --search=config: the train fields the spec omits are chosen */
   bool megatron;          /* --megatron with --search=config: every configuration is planned
@@ -109,18 +111,23 @@ static void usage(FILE *f) {
  * Without devices the pipeline is empty (nothing to cost on, nothing to plan). */
 static void default_pipeline(const ir_module *m, const octoc_opts *o, strbuf *text) {
   if (o->search_config) {
-    strbuf_printf(text, "config{long_evals=%d, jobs=%d, seed=%llu%s},simulate",
-                  o->evals ? o->evals : 1000000000, o->jobs, (unsigned long long)o->seed,
-                  o->megatron ? ", megatron=true" : "");
+    strbuf_puts(text, "config{");
+    if (o->evals >= 0) /* 0: no limit, the most long_evals allows */
+      strbuf_printf(text, "long_evals=%lld, ", (long long)(o->evals ? o->evals : 1000000000));
+    if (o->jobs >= 0) strbuf_printf(text, "jobs=%lld, ", (long long)o->jobs);
+    if (o->seed) strbuf_printf(text, "seed=%s, ", o->seed);
+    strbuf_printf(text, "megatron=%s},simulate", o->megatron ? "true" : "false");
   } else if (m->ndevices > 0 && m->nstages > 0) {
     int v = m->nstages / m->ndevices; /* the front end checked that it divides */
     strbuf_printf(text, "cost,partition{method=explicit, chunks=%d},place{method=%s},"
                   "schedule{method=%s},simulate", v, v > 1 ? "interleaved" : "sequential",
                   v > 1 ? "adaptive" : "1f1b");
   } else if (m->ndevices > 0) {
-    strbuf_printf(text, "cost,tune{evals=%d, jobs=%d, seed=%llu, progress=%s", o->evals, o->jobs,
-                  (unsigned long long)o->seed, o->verify_diags ? "false" : "auto");
-    if (o->budget > 0) strbuf_printf(text, ", budget=%.17gs", o->budget);
+    strbuf_printf(text, "cost,tune{progress=%s", o->verify_diags ? "false" : "auto");
+    if (o->evals >= 0) strbuf_printf(text, ", evals=%lld", (long long)o->evals);
+    if (o->budget) strbuf_printf(text, ", budget=%s", o->budget);
+    if (o->jobs >= 0) strbuf_printf(text, ", jobs=%lld", (long long)o->jobs);
+    if (o->seed) strbuf_printf(text, ", seed=%s", o->seed);
     strbuf_puts(text, "},simulate");
   }
 }
@@ -184,15 +191,34 @@ static int compile_one(diag_engine *d, uint32_t src, const octoc_opts *o, strbuf
   return rc;
 }
 
+/* Read v as a whole number (the value grammar's) within the range of the tune pass's option
+ * 'key' (options.def) into *out; prints "FLAG expects ..." and returns false when it is not. */
+static bool tune_count(const char *flag, const char *key, const char *v, int64_t *out) {
+  const pass_option_info *r = pass_option_find(&pass_registry[PASS_ID_TUNE], key);
+  ir_value_text t;
+  double x = 0;
+  size_t n = strlen(v);
+  bool ok = ir_value_scan(v, n, &t) == n &&
+            ir_value_convert(&t, IR_T_COUNT, IR_VALUE_SIGNED, &x, NULL) == IR_VALUE_OK &&
+            x >= r->min && x <= r->max;
+  if (!ok)
+    fprintf(stderr, "octoc: error: %s expects a whole number from %.0f to %.0f, got '%s'\n", flag,
+            r->min, r->max, v);
+  *out = (int64_t)x;
+  return ok;
+}
+
+/* Whether the digits v are at most 2^64 - 1. */
+static bool seed_ok(const char *v) {
+  errno = 0;
+  strtoull(v, NULL, 10);
+  return errno != ERANGE;
+}
+
 int main(int argc, char **argv) {
   cli_init();
   be_register_passes();
-  octoc_opts o = {.emit = REPORT_TEXT,
-                  .budget = pass_tune_defaults.budget,
-                  .evals = pass_tune_defaults.evals,
-                  .jobs = pass_tune_defaults.jobs,
-                  .seed = pass_tune_defaults.seed,
-                  .error_limit = 20};
+  octoc_opts o = {.emit = REPORT_TEXT, .evals = -1, .jobs = -1, .error_limit = 20};
   static const char *const flags[] = {"--emit=",         "--report",
                                       "--compare",       "--passes=",
                                       "--budget=",       "--seed=",
@@ -258,27 +284,21 @@ int main(int argc, char **argv) {
         fprintf(stderr, "octoc: error: --budget expects seconds (e.g. 30 or 30s), got '%s'\n", v);
         return 1;
       }
-      o.budget = b;
+      static char budget[48]; /* the tune pass's budget: seconds with their unit */
+      snprintf(budget, sizeof budget, "%.17gs", b);
+      o.budget = budget;
     } else if (cli_starts(a, "--evals=", &v) || cli_starts(a, "--jobs=", &v)) {
       bool evals = a[2] == 'e';
-      char *end;
-      long x = strtol(v, &end, 10);
-      if (end == v || *end || x < 0 || x > (evals ? 1000000000L : 1024L)) {
-        fprintf(stderr, "octoc: error: %s expects a whole number from 0 to %s, got '%s'\n",
-                evals ? "--evals" : "--jobs", evals ? "1000000000" : "1024", v);
+      if (!tune_count(evals ? "--evals" : "--jobs", evals ? "evals" : "jobs", v,
+                      evals ? &o.evals : &o.jobs))
         return 1;
-      }
-      *(evals ? &o.evals : &o.jobs) = (int)x;
     } else if (cli_starts(a, "--seed=", &v)) {
-      char *end;
-      errno = 0;
-      unsigned long long sd = strtoull(v, &end, 10);
-      if (end == v || *end || *v == '-' || *v == '+' || errno == ERANGE) {
+      if (*v == 0 || strspn(v, "0123456789") != strlen(v) || !seed_ok(v)) {
         fprintf(stderr, "octoc: error: --seed expects a whole number from 0 to %llu, got '%s'\n",
                 (unsigned long long)UINT64_MAX, v);
         return 1;
       }
-      o.seed = sd;
+      o.seed = v;
     } else if (cli_starts(a, "--report=", &v)) {
       fprintf(stderr, "octoc: error: unknown --report format '%s' (expected text or json)\n", v);
       return 1;
