@@ -95,7 +95,10 @@ void cli_usage(FILE *out, const cli_flag *flags, int n, int width) {
       snprintf(left, sizeof left, "%s", f->name);
     const char *h = f->help;
     size_t len = strcspn(h, "\n");
-    fprintf(out, "  %-*s %.*s\n", width, left, (int)len, h);
+    if (len)
+      fprintf(out, "  %-*s %.*s\n", width, left, (int)len, h);
+    else /* the help starts on the next line */
+      fprintf(out, "  %s\n", left);
     for (h += len; *h; h += len) {
       h++; /* the '\n' */
       len = strcspn(h, "\n");
