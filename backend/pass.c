@@ -15,7 +15,7 @@ static const pass_info be_passes[] = {
     {PASS_ID_COUNT, "check-stream",
      "lower the plan to per-rank instruction streams and prove them valid and deadlock-free "
      "(the module is unchanged)",
-     "", run_check_stream},
+     run_check_stream},
 };
 
 void be_register_passes(void) {

@@ -36,6 +36,7 @@ typedef struct fe_num {
   bool integral;            /* written without '.' or exponent */
   const ir_unit_info *unit; /* unit after it, or NULL */
   const char *text;         /* the written text, unit included */
+  size_t num_len;           /* the number's length in it (the unit follows) */
   bool bad;                 /* the lexer reported it (unknown unit, out of range) */
 } fe_num;
 

@@ -15,7 +15,6 @@
 #define SEMA_MAX_IMPORT_DEPTH 32
 #define SEMA_MAX_EXPAND_DEPTH 256 /* repeats and block uses inside one another while expanding */
 #define SEMA_MAX_EXPANDED 10000000 /* expansion steps: items, repeat rounds, pattern characters */
-#define SEMA_MAX_INT 9007199254740992.0 /* 2^53: the largest whole number allowed */
 
 /* A named top-level definition. */
 typedef struct sema_def {
@@ -126,9 +125,6 @@ static void explain(sema *s, fe_loc at, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* "a" or "an" before a word. */
-static const char *an(const char *word) { return strchr("aeiou", word[0]) ? "an" : "a"; }
-
 /* What a value of kind k is called in messages. */
 static const char *value_kind_name(const fe_value *v) {
   switch (v->kind) {
@@ -142,16 +138,6 @@ static const char *value_kind_name(const fe_value *v) {
   return "value";
 }
 
-/* Units of a dimension as a short list for messages. */
-static void unit_examples(strbuf *sb, ir_dim dim) {
-  int n = 0;
-  for (int i = 0; i < ir_unit_count; i++)
-    if (ir_units[i].dim == dim && ir_units[i].printable) {
-      strbuf_printf(sb, "%s%s", n ? ", " : "", ir_units[i].name);
-      n++;
-    }
-}
-
 /* Error of convert(), unless the compilation is in quiet mode. */
 static void conv_error(sema *s, diag_loc at, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -163,91 +149,101 @@ static void conv_error(sema *s, diag_loc at, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* Convert value v to type t. Reports and returns false when it does not fit. 'what' names the
- * field in messages. Post: *out holds the value in base units (enums: their number). */
+/* Convert value v to type t with ir_value_convert (the value grammar the IR reader and pass
+ * options share). Reports and returns false when it does not fit. 'what' names the field in
+ * messages. Post: *out holds the value in base units (enums: their number). */
 static bool convert(sema *s, const fe_value *v, ir_type t, const char *what, double *out) {
   const ir_type_info *ti = &ir_types[t];
-  if (t == IR_T_BOOL) {
-    if (v->kind != FE_V_BOOL) {
-      conv_error(s, L(v->loc), "'%s' expects true or false, got a %s", what,
-                 value_kind_name(v));
-      return false;
+  ir_value_text vt = {0};
+  if (v->kind == FE_V_BOOL) {
+    vt.word = true;
+    vt.num = v->boolean ? "true" : "false";
+  } else if (v->kind == FE_V_IDENT) {
+    vt.word = true;
+    vt.num = v->str;
+  } else if (v->kind == FE_V_NUMBER) {
+    if (v->number.bad) return false; /* the lexer has reported it */
+    vt.num = v->number.text;
+    vt.num_len = v->number.num_len;
+    if (v->number.unit) {
+      vt.unit = v->number.unit->name;
+      vt.unit_len = strlen(vt.unit);
     }
-    *out = v->boolean ? 1 : 0;
-    return true;
   }
-  if (ir_type_is_enum(t)) {
-    int e = v->kind == FE_V_IDENT ? ir_enum_lookup(t, v->str) : -1;
-    if (e >= 0) {
-      *out = e;
-      return true;
+  if (vt.word) vt.num_len = strlen(vt.num);
+  ir_value_error e = IR_VALUE_OK;
+  const ir_unit_info *u = NULL;
+  if (vt.num) {
+    e = ir_value_convert(&vt, t, 0, out, &u);
+  } else { /* a string, a link or a list: no value of a field's type */
+    e = t == IR_T_BOOL || ir_type_is_enum(t) ? IR_VALUE_NUMBER : IR_VALUE_WORD;
+  }
+  const char *got = value_kind_name(v), *text = v->kind == FE_V_NUMBER ? v->number.text : "";
+  strbuf sb = {0};
+  switch (e) {
+  case IR_VALUE_OK: return true;
+  case IR_VALUE_NOT_BOOL:
+  case IR_VALUE_NUMBER:
+    if (t == IR_T_BOOL) {
+      conv_error(s, L(v->loc), "'%s' expects true or false, got a %s", what, got);
+      break;
     }
-    strbuf names = {0};
-    suggest sg;
-    suggest_init(&sg, v->kind == FE_V_IDENT ? v->str : "");
-    for (int i = 0; i < ir_enum_value_count; i++)
-      if (ir_enum_values[i].type == t) {
-        strbuf_printf(&names, "%s%s", names.len ? ", " : "", ir_enum_values[i].name);
-        suggest_add(&sg, ir_enum_values[i].name);
-      }
-    if (v->kind == FE_V_IDENT)
-      conv_error(s, L(v->loc), "unknown %s '%s' for '%s'; expected one of %s", ti->name, v->str,
-                 what, strbuf_cstr(&names));
-    else
+    ir_enum_names(&sb, t);
+    conv_error(s, L(v->loc), "'%s' expects a %s (one of %s), got a %s", what, ti->name,
+               strbuf_cstr(&sb), got);
+    break;
+  case IR_VALUE_NOT_ENUM: {
+    ir_enum_names(&sb, t);
+    if (v->kind != FE_V_IDENT) { /* true or false */
       conv_error(s, L(v->loc), "'%s' expects a %s (one of %s), got a %s", what, ti->name,
-                 strbuf_cstr(&names), value_kind_name(v));
-    if (v->kind == FE_V_IDENT && !s->quiet) note_suggestion(s, v->loc, &sg);
-    strbuf_free(&names);
-    return false;
-  }
-  if (v->kind != FE_V_NUMBER) {
-    conv_error(s, L(v->loc), "'%s' expects %s %s, got %s %s", what, an(ti->name), ti->name,
-               an(value_kind_name(v)), value_kind_name(v));
-    return false;
-  }
-  const fe_num *n = &v->number;
-  if (n->bad) return false; /* the lexer has reported it */
-  if (ti->dim == IR_DIM_NONE) {
-    if (n->unit && n->unit->dim == IR_DIM_NONE && t != IR_T_COUNT) {
-      conv_error(s, L(v->loc), "'%s' expects %s %s without the count suffix '%s'", what,
-                 an(ti->name), ti->name, n->unit->name);
-      return false;
+                 strbuf_cstr(&sb), got);
+      break;
     }
-    if (n->unit && n->unit->dim != IR_DIM_NONE) {
-      conv_error(s, L(v->loc), "'%s' expects a plain %s, got a %s in '%s'", what, ti->name,
-                 ir_dim_name(n->unit->dim), n->unit->name);
-      return false;
-    }
-  } else if (!n->unit) {
-    strbuf ex = {0};
-    unit_examples(&ex, ti->dim);
+    conv_error(s, L(v->loc), "unknown %s '%s' for '%s'; expected one of %s", ti->name, v->str,
+               what, strbuf_cstr(&sb));
+    suggest sg;
+    suggest_init(&sg, v->str);
+    for (int i = 0; i < ir_enum_value_count; i++)
+      if (ir_enum_values[i].type == t) suggest_add(&sg, ir_enum_values[i].name);
+    if (!s->quiet) note_suggestion(s, v->loc, &sg);
+    break;
+  }
+  case IR_VALUE_NOT_FINITE:
+  case IR_VALUE_WORD:
+    conv_error(s, L(v->loc), "'%s' expects %s %s, got %s %s", what, ir_article(ti->name),
+               ti->name, ir_article(got), got);
+    break;
+  case IR_VALUE_SUFFIX:
+    conv_error(s, L(v->loc), "'%s' expects %s %s without the count suffix '%s'", what,
+               ir_article(ti->name), ti->name, u->name);
+    break;
+  case IR_VALUE_WRONG_DIM:
+    conv_error(s, L(v->loc), "'%s' expects a %s%s, got a %s in '%s'", what,
+               ti->dim == IR_DIM_NONE ? "plain " : "", ti->name, ir_dim_name(u->dim), u->name);
+    break;
+  case IR_VALUE_NO_UNIT:
+    ir_unit_names(&sb, ti->dim, true);
     conv_error(s, L(v->loc), "'%s' expects a %s with a unit (%s), got the plain number %s",
-               what, ti->name, strbuf_cstr(&ex), n->text);
-    strbuf_free(&ex);
-    return false;
-  } else if (n->unit->dim != ti->dim) {
-    conv_error(s, L(v->loc), "'%s' expects a %s, got a %s in '%s'", what, ti->name,
-               ir_dim_name(n->unit->dim), n->unit->name);
-    return false;
+               what, ti->name, strbuf_cstr(&sb), text);
+    break;
+  case IR_VALUE_FRACTION:
+    conv_error(s, L(v->loc), "'%s' expects a whole number, got %s", what, text);
+    break;
+  case IR_VALUE_TOO_LARGE:
+    conv_error(s, L(v->loc), "'%s' = %s is too large (at most 2^53)", what, text);
+    break;
+  case IR_VALUE_INEXACT:
+    conv_error(s, L(v->loc), "'%s' = %s is not exact: above 2^53 not every whole number is "
+               "held (it would read as %.0f)", what, text, *out);
+    break;
+  case IR_VALUE_NEGATIVE:     /* the language has no sign */
+  case IR_VALUE_UNKNOWN_UNIT: /* the lexer reported it */
+  case IR_VALUE_RANGE:        /* the lexer reported it */
+    break;
   }
-  double x = n->num;
-  if (t == IR_T_COUNT) {
-    if (x != floor(x)) {
-      conv_error(s, L(v->loc), "'%s' expects a whole number, got %s", what, n->text);
-      return false;
-    }
-    if (x > SEMA_MAX_INT) {
-      conv_error(s, L(v->loc), "'%s' = %s is too large (at most 2^53)", what, n->text);
-      return false;
-    }
-    if (n->integral && !n->unit && !support_digits_exact(n->text, strlen(n->text), x)) {
-      conv_error(s, L(v->loc), "'%s' = %s is not exact: above 2^53 not every whole number is "
-                 "held (it would read as %.0f)", what, n->text, x);
-      return false;
-    }
-  }
-  *out = x;
-  return true;
+  strbuf_free(&sb);
+  *out = 0;
+  return false;
 }
 
 /* ---- Loading: parse files and their imports, register definitions ---- */
@@ -1124,7 +1120,7 @@ static void spec_stages(sema *s) {
     at = s->stages->val.loc;
     if (s->stages->val.kind != FE_V_LIST) {
       diag_error(s->d, L(at), "'stages' expects a list of layer counts like [9, 9, 8, 6], got %s "
-                 "%s", an(value_kind_name(&s->stages->val)), value_kind_name(&s->stages->val));
+                 "%s", ir_article(value_kind_name(&s->stages->val)), value_kind_name(&s->stages->val));
       return;
     }
     /* Counts go up to 2^53 each: sum them as doubles (exact while the sum is small enough to

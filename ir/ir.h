@@ -341,6 +341,62 @@ const ir_unit_info *ir_unit_for_values(ir_dim dim, const double *vals, int n);
  * == v. */
 bool ir_format_in_unit(strbuf *sb, double v, const ir_unit_info *u);
 
+/* ---- Values as written (value.c): the one grammar of the DSL, the IR and pass options ---- */
+
+/* A value as written: ['+' | '-'] number [blanks] [unit], or a word. The texts point into the
+ * caller's buffer. */
+typedef struct ir_value_text {
+  bool word;        /* a word: true, false, an enum value, or a word where a number belongs */
+  bool negative;    /* written with a leading '-' */
+  const char *num;  /* the number (digits [. digits] [e [+-] digits]) or the word */
+  size_t num_len;   /* its length */
+  const char *unit; /* the unit's spelling (NULL: none) */
+  size_t unit_len;  /* its length (0: none) */
+} ir_value_text;
+
+/* Why a value does not fit its type, in the order ir_value_convert checks. */
+typedef enum ir_value_error {
+  IR_VALUE_OK,           /* it fits */
+  IR_VALUE_NOT_BOOL,     /* a word other than true or false for a boolean */
+  IR_VALUE_NOT_ENUM,     /* a word that is none of the enumerated type's spellings */
+  IR_VALUE_NOT_FINITE,   /* nan, inf, ... where a number belongs */
+  IR_VALUE_WORD,         /* another word where a number belongs */
+  IR_VALUE_NUMBER,       /* a number for a boolean or an enumerated type */
+  IR_VALUE_NEGATIVE,     /* a negative number (other than -0) where values are non-negative */
+  IR_VALUE_UNKNOWN_UNIT, /* the unit is not in units.def */
+  IR_VALUE_SUFFIX,       /* a count suffix (K, M, G) on a plain type other than a count */
+  IR_VALUE_WRONG_DIM,    /* a unit of another dimension (*unit tells which) */
+  IR_VALUE_NO_UNIT,      /* a quantity of a dimension written without unit */
+  IR_VALUE_RANGE,        /* the scaled value is not a finite double */
+  IR_VALUE_FRACTION,     /* a count that is not whole */
+  IR_VALUE_TOO_LARGE,    /* a count above 2^53 */
+  IR_VALUE_INEXACT,      /* plain digits of a count that a double rounds (2^53 + 1) */
+} ir_value_error;
+
+/* Flags of ir_value_convert: negative values allowed; counts up to 9e18, not 2^53. */
+#define IR_VALUE_SIGNED 1u
+#define IR_VALUE_INT64 2u
+/* Split s[0, n) into a value: a sign, a number and (after optional blanks) the rest as its
+ * unit, or a word ([A-Za-z_][A-Za-z0-9_]*, the bytes after it not taken). Returns the bytes
+ * taken (n for a number), or 0 when s starts with neither. */
+size_t ir_value_scan(const char *s, size_t n, ir_value_text *v);
+/* The number text s[0, n) (digits [. digits] [e [+-] digits]) as strtod reads it; plain digits
+ * of up to 15 without strtod. */
+double ir_value_number(const char *s, size_t n);
+/* Convert v to a value of type t: booleans 0 or 1, enums their index, numbers the written number
+ * times the unit's scale by scale_apply (exactly the text the printer checks), in base units.
+ * A negative value is refused unless flags has IR_VALUE_SIGNED; a count is at most 2^53, or
+ * 9e18 (exact as written) with IR_VALUE_INT64 (pass options held in int64_t). Returns IR_VALUE_OK with *out set, or why v
+ * does not fit (*out: the value it would read as when that is known, else 0). *unit (when
+ * non-NULL) receives the unit found in units.def, NULL when none. */
+ir_value_error ir_value_convert(const ir_value_text *v, ir_type t, unsigned flags, double *out,
+                                const ir_unit_info **unit);
+/* For messages: "a" or "an" before 'word'; the spellings of enumerated type t as "a, b, c"; the
+ * units of dimension dim (the printable ones only when printable_only) as "s, ms". */
+const char *ir_article(const char *word);
+void ir_enum_names(strbuf *sb, ir_type t);
+void ir_unit_names(strbuf *sb, ir_dim dim, bool printable_only);
+
 /* ---- Module --------------------------------------------------------------------------------*/
 
 /* Source position of an IR entity: where the spec or IR text defined it. */

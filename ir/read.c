@@ -587,33 +587,6 @@ static bool rd_parse_value(rd_parser *p, rd_value *v, const char *what) {
   return false;
 }
 
-/* "a"/"an" for a type name. */
-static const char *rd_article(const char *noun) {
-  return strchr("aeiou", noun[0]) ? "an" : "a";
-}
-
-/* Append the spellings of every value of enumerated type t, comma-separated. */
-static void rd_enum_list(strbuf *sb, ir_type t) {
-  bool first = true;
-  for (int i = 0; i < ir_enum_value_count; i++) {
-    if (ir_enum_values[i].type != t) continue;
-    strbuf_puts(sb, first ? "" : ", ");
-    strbuf_puts(sb, ir_enum_values[i].name);
-    first = false;
-  }
-}
-
-/* Append every unit of dimension dim, comma-separated. */
-static void rd_unit_list(strbuf *sb, ir_dim dim) {
-  bool first = true;
-  for (int i = 0; i < ir_unit_count; i++) {
-    if (ir_units[i].dim != dim) continue;
-    strbuf_puts(sb, first ? "" : ", ");
-    strbuf_puts(sb, ir_units[i].name);
-    first = false;
-  }
-}
-
 /* Write the text of value v (number or word, with its unit) into buf for messages: printable
  * ASCII as is, other bytes as \xNN, long texts cut with "...". */
 static const char *rd_value_text(const rd_parser *p, const rd_value *v, char *buf, size_t n) {
@@ -639,185 +612,125 @@ static const char *rd_value_text(const rd_parser *p, const rd_value *v, char *bu
   return buf;
 }
 
-/* Value of number text s[0, n) (a lexed number: digits, optional fraction and exponent) as
- * strtod gives it. Plain integers of up to 15 digits are converted directly (exactly). */
-static double rd_number(const char *s, size_t n) {
-  if (n <= 15) {
-    int64_t v = 0;
-    size_t i = 0;
-    while (i < n && rd_digit((unsigned char)s[i])) v = v * 10 + (s[i++] - '0');
-    if (i == n) return (double)v;
+/* Report an unknown unit of v, suggesting a unit equal but for case, else the closest spelling
+ * (among the units of dimension want, or all of them when it is IR_DIM_NONE). */
+static void rd_unknown_unit(rd_parser *p, const rd_value *v, ir_dim want) {
+  strbuf unit = {0};
+  rd_put_text(&unit, p->text + v->unit_off, v->unit_len, 40);
+  const char *best = NULL;
+  char ubuf[64];
+  if (v->unit_len < sizeof ubuf) {
+    memcpy(ubuf, p->text + v->unit_off, v->unit_len);
+    ubuf[v->unit_len] = 0;
+    for (int i = 0; i < ir_unit_count && !best; i++) {
+      const char *a = ir_units[i].name, *b = ubuf;
+      while (*a && *b && (*a | 0x20) == (*b | 0x20)) a++, b++;
+      if (!*a && !*b && (want == IR_DIM_NONE || ir_units[i].dim == want)) best = ir_units[i].name;
+    }
+    if (!best) {
+      suggest sg;
+      suggest_init(&sg, ubuf);
+      for (int i = 0; i < ir_unit_count; i++)
+        if (want == IR_DIM_NONE || ir_units[i].dim == want) suggest_add(&sg, ir_units[i].name);
+      best = suggest_result(&sg);
+    }
   }
-  char small[64];
-  char *num = n < sizeof small ? small : xmalloc(n + 1);
-  memcpy(num, s, n);
-  num[n] = 0;
-  double x = strtod(num, NULL);
-  if (num != small) free(num);
-  return x;
+  if (best)
+    rd_error(p, v->unit_loc, "unknown unit '%s'; did you mean '%s'?", strbuf_cstr(&unit), best);
+  else
+    rd_error(p, v->unit_loc, "unknown unit '%s'", strbuf_cstr(&unit));
+  strbuf_free(&unit);
 }
 
-/* Check value v against type t of field 'what' and compute it: numbers are strtod(text) scaled
- * by scale_apply with the unit's scale (exactly the computation ir_format_value's text is
- * checked with, so printed values read back identically). Returns false after reporting why v
- * is not a valid value. */
+/* Check value v against type t of field 'what' and compute it with ir_value_convert (the value
+ * grammar the DSL and pass options share: the printed text reads back identically). Returns
+ * false after reporting why v is not a valid value. */
 static bool rd_convert(rd_parser *p, const rd_value *v, ir_type t, const char *what,
                        double *out) {
   const char *tname = ir_types[t].name;
-  char text[128]; /* the value's text with its unit, for messages (filled by TEXT) */
-#define TEXT rd_value_text(p, v, text, sizeof text)
-  bool ok = false;
-  if (v->ident) {
+  char text[128]; /* the value's text with its unit, for messages */
+  ir_value_text vt = {v->ident, v->negative, p->text + v->off, v->len,
+                      v->unit_len ? p->text + v->unit_off : NULL, v->unit_len};
+  const ir_unit_info *u = NULL;
+  double x = 0;
+  ir_value_error e = ir_value_convert(&vt, t, 0, &x, &u);
+  if (e == IR_VALUE_OK) {
+    *out = x;
+    return true;
+  }
+  rd_value_text(p, v, text, sizeof text);
+  strbuf sb = {0};
+  switch (e) {
+  case IR_VALUE_OK: break;
+  case IR_VALUE_NOT_BOOL:
+    rd_error(p, v->loc, "expected true or false for '%s', found '%s'", what, text);
+    break;
+  case IR_VALUE_NOT_ENUM: {
     char word[64];
     bool fits = v->len < sizeof word;
     memcpy(word, p->text + v->off, fits ? v->len : 0);
     word[fits ? v->len : 0] = 0;
-    if (t == IR_T_BOOL) {
-      if (strcmp(word, "true") == 0 || strcmp(word, "false") == 0) {
-        *out = word[0] == 't';
-        ok = true;
-      } else {
-        rd_error(p, v->loc, "expected true or false for '%s', found '%s'", what, TEXT);
-      }
-    } else if (ir_type_is_enum(t)) {
-      int e = fits ? ir_enum_lookup(t, word) : -1;
-      if (e >= 0) {
-        *out = e;
-        ok = true;
-      } else {
-        suggest sg;
-        suggest_init(&sg, word);
-        for (int i = 0; i < ir_enum_value_count; i++)
-          if (ir_enum_values[i].type == t) suggest_add(&sg, ir_enum_values[i].name);
-        strbuf list = {0};
-        if (suggest_result(&sg))
-          strbuf_printf(&list, "did you mean '%s'?", suggest_result(&sg));
-        else {
-          strbuf_puts(&list, "expected one of ");
-          rd_enum_list(&list, t);
-        }
-        rd_error(p, v->loc, "unknown %s '%s' for '%s'; %s", tname, TEXT, what,
-                 strbuf_cstr(&list));
-        strbuf_free(&list);
-      }
+    suggest sg;
+    suggest_init(&sg, word);
+    for (int i = 0; i < ir_enum_value_count; i++)
+      if (ir_enum_values[i].type == t) suggest_add(&sg, ir_enum_values[i].name);
+    if (suggest_result(&sg)) {
+      strbuf_printf(&sb, "did you mean '%s'?", suggest_result(&sg));
     } else {
-      bool special = false;
-      static const char *const specials[] = {"nan", "NaN", "NAN", "inf", "Inf", "INF",
-                                             "infinity", "Infinity"};
-      for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
-        if (strcmp(word, specials[i]) == 0) special = true;
-      if (special)
-        rd_error(p, v->loc, "'%s' is not a valid %s for '%s': values must be finite numbers",
-                 TEXT, tname, what);
-      else
-        rd_error(p, v->loc, "expected %s %s for '%s', found '%s'", rd_article(tname), tname, what,
-                 TEXT);
+      strbuf_puts(&sb, "expected one of ");
+      ir_enum_names(&sb, t);
     }
-    return ok;
+    rd_error(p, v->loc, "unknown %s '%s' for '%s'; %s", tname, text, what, strbuf_cstr(&sb));
+    break;
   }
-
-  /* A number. */
-  if (t == IR_T_BOOL || ir_type_is_enum(t)) {
-    strbuf list = {0};
-    if (t == IR_T_BOOL)
-      strbuf_puts(&list, "true or false");
-    else {
-      strbuf_printf(&list, "%s %s (", rd_article(tname), tname);
-      rd_enum_list(&list, t);
-      strbuf_putc(&list, ')');
+  case IR_VALUE_NOT_FINITE:
+    rd_error(p, v->loc, "'%s' is not a valid %s for '%s': values must be finite numbers", text,
+             tname, what);
+    break;
+  case IR_VALUE_WORD:
+    rd_error(p, v->loc, "expected %s %s for '%s', found '%s'", ir_article(tname), tname, what,
+             text);
+    break;
+  case IR_VALUE_NUMBER:
+    if (t == IR_T_BOOL) {
+      strbuf_puts(&sb, "true or false");
+    } else {
+      strbuf_printf(&sb, "%s %s (", ir_article(tname), tname);
+      ir_enum_names(&sb, t);
+      strbuf_putc(&sb, ')');
     }
-    rd_error(p, v->loc, "expected %s for '%s', found '%s'", strbuf_cstr(&list), what,
-             TEXT);
-    strbuf_free(&list);
-    return false;
+    rd_error(p, v->loc, "expected %s for '%s', found '%s'", strbuf_cstr(&sb), what, text);
+    break;
+  case IR_VALUE_NEGATIVE: rd_error(p, v->loc, "'%s' cannot be negative", what); break;
+  case IR_VALUE_UNKNOWN_UNIT: rd_unknown_unit(p, v, ir_types[t].dim); break;
+  case IR_VALUE_SUFFIX:
+  case IR_VALUE_WRONG_DIM: {
+    const char *got = u->dim == IR_DIM_NONE ? "count suffix" : ir_dim_name(u->dim);
+    rd_put_text(&sb, p->text + v->unit_off, v->unit_len, 40);
+    rd_error(p, v->unit_loc, "expected %s %s for '%s', got %s %s '%s'", ir_article(tname), tname,
+             what, ir_article(got), got, strbuf_cstr(&sb));
+    break;
   }
-  double x = rd_number(p->text + v->off, v->len);
-  if (v->negative && x != 0) {
-    rd_error(p, v->loc, "'%s' cannot be negative", what);
-    goto done;
-  }
-  if (v->negative) x = -x; /* negative zero reads back as itself */
-  double scale = 1.0;
-  ir_dim want = ir_types[t].dim;
-  if (v->unit_len) {
-    const ir_unit_info *u = ir_unit_lookup(p->text + v->unit_off, v->unit_len);
-    strbuf unit = {0};
-    rd_put_text(&unit, p->text + v->unit_off, v->unit_len, 40);
-    if (!u) {
-      /* Suggest: a unit equal but for case, else the closest spelling. */
-      const char *best = NULL;
-      char ubuf[64];
-      bool fits = v->unit_len < sizeof ubuf;
-      if (fits) {
-        memcpy(ubuf, p->text + v->unit_off, v->unit_len);
-        ubuf[v->unit_len] = 0;
-        for (int i = 0; i < ir_unit_count && !best; i++) {
-          const char *a = ir_units[i].name, *b = ubuf;
-          while (*a && *b && (*a | 0x20) == (*b | 0x20)) a++, b++;
-          if (!*a && !*b && (want == IR_DIM_NONE || ir_units[i].dim == want))
-            best = ir_units[i].name;
-        }
-        if (!best) {
-          suggest sg;
-          suggest_init(&sg, ubuf);
-          for (int i = 0; i < ir_unit_count; i++)
-            if (want == IR_DIM_NONE || ir_units[i].dim == want) suggest_add(&sg, ir_units[i].name);
-          best = suggest_result(&sg);
-        }
-      }
-      if (best)
-        rd_error(p, v->unit_loc, "unknown unit '%s'; did you mean '%s'?", strbuf_cstr(&unit), best);
-      else
-        rd_error(p, v->unit_loc, "unknown unit '%s'", strbuf_cstr(&unit));
-      strbuf_free(&unit);
-      goto done;
-    }
-    bool fits_type = want == IR_DIM_NONE ? (t == IR_T_COUNT && u->dim == IR_DIM_NONE)
-                                         : u->dim == want;
-    if (!fits_type) {
-      const char *got = u->dim == IR_DIM_NONE ? "count suffix" : ir_dim_name(u->dim);
-      rd_error(p, v->unit_loc, "expected %s %s for '%s', got %s %s '%s'", rd_article(tname), tname,
-               what, rd_article(got), got, strbuf_cstr(&unit));
-      strbuf_free(&unit);
-      goto done;
-    }
-    strbuf_free(&unit);
-    scale = u->scale;
-  } else if (want != IR_DIM_NONE) {
-    strbuf units = {0};
-    rd_unit_list(&units, want);
+  case IR_VALUE_NO_UNIT:
+    ir_unit_names(&sb, ir_types[t].dim, false);
     rd_error(p, v->loc, "missing unit on '%s': %s needs one of %s", what, tname,
-             strbuf_cstr(&units));
-    strbuf_free(&units);
-    goto done;
+             strbuf_cstr(&sb));
+    break;
+  case IR_VALUE_RANGE: rd_error(p, v->loc, "number '%s' is out of range", text); break;
+  case IR_VALUE_FRACTION:
+    rd_error(p, v->loc, "expected an integer for '%s', found %s", what, text);
+    break;
+  case IR_VALUE_TOO_LARGE:
+    rd_error(p, v->loc, "'%s' = %s is too large: integers are at most 2^53 = 9007199254740992",
+             what, text);
+    break;
+  case IR_VALUE_INEXACT:
+    rd_error(p, v->loc, "'%s' = %s is not exact: above 2^53 not every integer is held (it "
+             "would read as %.0f)", what, text, x);
+    break;
   }
-  double val = scale == 1.0 ? x : scale_apply(x, scale);
-  if (!isfinite(val)) {
-    rd_error(p, v->loc, "number '%s' is out of range", TEXT);
-    goto done;
-  }
-  if (t == IR_T_COUNT) {
-    if (val != floor(val)) {
-      rd_error(p, v->loc, "expected an integer for '%s', found %s", what, TEXT);
-      goto done;
-    }
-    if (val > 9007199254740992.0) {
-      rd_error(p, v->loc, "'%s' = %s is too large: integers are at most 2^53 = 9007199254740992",
-               what, TEXT);
-      goto done;
-    }
-    size_t nd = strspn(p->text + v->off, "0123456789");
-    if (scale == 1.0 && nd == v->len && !support_digits_exact(p->text + v->off, nd, x)) {
-      rd_error(p, v->loc, "'%s' = %s is not exact: above 2^53 not every integer is held (it "
-               "would read as %.0f)", what, TEXT, x);
-      goto done;
-    }
-  }
-  *out = val;
-  ok = true;
-done:
-  return ok;
-#undef TEXT
+  strbuf_free(&sb);
+  return false;
 }
 
 /* ---- Record bodies ------------------------------------------------------------------------ */

@@ -14,10 +14,6 @@
 #include "passes.h"
 #include "sim.h"
 
-const pass_config_opts pass_config_defaults = {
-    .evals = 60, .long_evals = 1000, .top = 3, .max_micro_batch = 8, .fewer = true,
-    .exhaustive = false, .baselines = true, .jobs = 0, .seed = 1};
-
 /* One configuration under evaluation. */
 typedef struct cfg_cand {
   pass_config_row row; /* its choice and figures */
@@ -205,7 +201,7 @@ static void row_figures(const cfg_ctx *x, pass_config_row *r, const ir_module *c
 static void cand_tune(const cfg_ctx *x, cfg_cand *k, int evals, int jobs) {
   pass_quiet q;
   if (!k->m || !pass_quiet_begin(&q)) return;
-  pass_tune_opts to = pass_tune_defaults;
+  pass_tune_opts to = pass_tune_defaults();
   to.evals = evals;
   to.jobs = jobs;
   to.seed = x->o.seed;
@@ -542,44 +538,36 @@ void pass_config_stats_free(pass_config_stats *st) {
   st->nrows = 0;
 }
 
-/* config: the configuration search as a pass; its figures go to opts->results when given. */
+/* Free a heap pass_config_stats and what it holds (pass_results' free_figures). */
+static void config_stats_delete(void *p) {
+  pass_config_stats_free(p);
+  free(p);
+}
+
+/* config: the configuration search as a pass; its figures (pass_config_stats) go to
+ * opts->results when given. */
 int pass_run_config(ir_module *m, const pass_options *opts, diag_engine *d) {
-  const pass_config_opts *def = &pass_config_defaults;
-  pass_config_opts o = *def;
-  int64_t evals, long_evals, top, max_mb, jobs, seed;
-  if (pass_opt_int(opts, "evals", def->evals, &evals, d) ||
-      pass_opt_int(opts, "long_evals", def->long_evals, &long_evals, d) ||
-      pass_opt_int(opts, "top", def->top, &top, d) ||
-      pass_opt_int(opts, "max_micro_batch", def->max_micro_batch, &max_mb, d) ||
-      pass_opt_bool(opts, "fewer", def->fewer, &o.fewer, d) ||
-      pass_opt_bool(opts, "exhaustive", def->exhaustive, &o.exhaustive, d) ||
-      pass_opt_bool(opts, "baselines", def->baselines, &o.baselines, d) ||
-      pass_opt_bool(opts, "megatron", def->megatron, &o.megatron, d) ||
-      pass_opt_int(opts, "jobs", def->jobs, &jobs, d) ||
-      pass_opt_int(opts, "seed", (int64_t)def->seed, &seed, d))
+  pass_config_opts o = {0};
+  int64_t evals, long_evals, top, max_mb, jobs;
+  if (pass_opt_int(opts, "evals", &evals, d) || pass_opt_int(opts, "long_evals", &long_evals, d) ||
+      pass_opt_int(opts, "top", &top, d) || pass_opt_int(opts, "max_micro_batch", &max_mb, d) ||
+      pass_opt_bool(opts, "fewer", &o.fewer, d) ||
+      pass_opt_bool(opts, "exhaustive", &o.exhaustive, d) ||
+      pass_opt_bool(opts, "baselines", &o.baselines, d) ||
+      pass_opt_bool(opts, "megatron", &o.megatron, d) || pass_opt_int(opts, "jobs", &jobs, d) ||
+      pass_opt_seed(opts, "seed", &o.seed, d))
     return 1;
-  if (evals < 1 || evals > 1000000000 || long_evals < 1 || long_evals > 1000000000 || top < 0 ||
-      top > 1000000 || max_mb < 1 || max_mb > 1000000 || jobs < 0 || jobs > 1024 || seed < 0) {
-    diag_error(d, opts->loc, "config: evals and long_evals must be between 1 and 1e9, top "
-               "between 0 and 1000000, max_micro_batch between 1 and 1000000, jobs between 0 "
-               "and 1024, seed non-negative");
-    return 1;
-  }
   o.evals = (int)evals;
   o.long_evals = (int)long_evals;
   o.top = (int)top;
   o.max_micro_batch = (int)max_mb;
   o.jobs = (int)jobs;
-  o.seed = (uint64_t)seed;
-  pass_config_stats st;
+  pass_config_stats *st = xmalloc(sizeof *st);
   diag_loc where = opts->loc.file ? opts->loc : ir_diag_loc(m->train_loc);
-  int rc = pass_config(m, &o, &st, d, where);
-  if (rc == 0 && opts->results) {
-    if (opts->results->configured) pass_config_stats_free(&opts->results->config);
-    opts->results->config = st;
-    opts->results->configured = true;
-  } else {
-    pass_config_stats_free(&st);
-  }
+  int rc = pass_config(m, &o, st, d, where);
+  if (rc == 0)
+    pass_results_put(opts->results, PASS_ID_CONFIG, st, config_stats_delete);
+  else
+    config_stats_delete(st);
   return rc;
 }

@@ -7,6 +7,6 @@
  * is already complete keep it. Returns non-zero after reporting errors. */
 int pass_run_cost(ir_module *m, const pass_options *opts, diag_engine *d) {
   bool overwrite;
-  if (pass_opt_bool(opts, "overwrite", true, &overwrite, d)) return 1;
+  if (pass_opt_bool(opts, "overwrite", &overwrite, d)) return 1;
   return cost_run(m, overwrite, d) > 0;
 }

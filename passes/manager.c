@@ -1,9 +1,8 @@
-/* manager.c -- the pass registry generated from passes.def, the pipeline text parser and printer,
- * typed access to pass options, and the pass manager that runs a pipeline with verification and
- * IR dumps and collects the passes' figures (pass_results). */
+/* manager.c -- the pass registry generated from passes.def and the options declared in
+ * options.def, the pipeline text parser and printer, typed access to pass options (their types,
+ * defaults and ranges from options.def), and the pass manager that runs a pipeline with
+ * verification and IR dumps and keeps the passes' figures (pass_results). */
 #include <ctype.h>
-#include <errno.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,10 +12,19 @@
 /* ---- Registry -----------------------------------------------------------------------------*/
 
 const pass_info pass_registry[PASS_ID_COUNT] = {
-#define PASS(ID, NAME, SUMMARY, OPTIONS, RUN) {PASS_ID_##ID, NAME, SUMMARY, OPTIONS, RUN},
+#define PASS(ID, NAME, SUMMARY, RUN) {PASS_ID_##ID, NAME, SUMMARY, RUN},
 #include "passes.def"
 #undef PASS
 };
+
+/* Every declared option (options.def), its pass's rows in --list-passes order. */
+static const pass_option_info pass_option_rows[] = {
+#define PASS_OPTION(PASS, KEY, TYPE, SYNTAX, DEFAULT, MIN, MAX, HELP) \
+  {PASS_ID_##PASS, #KEY, PASS_OPT_##TYPE, SYNTAX, DEFAULT, MIN, MAX, HELP},
+#include "options.def"
+#undef PASS_OPTION
+};
+enum { NOPTION_ROWS = sizeof pass_option_rows / sizeof pass_option_rows[0] };
 
 /* Passes that libraries above this one registered (pass_register_extra). */
 static const pass_info *extra_passes;
@@ -46,70 +54,61 @@ const char *pass_suggest(const char *name) {
   return suggest_result(&s);
 }
 
-/* Cursor over the declared options of a pass (the lines of its options string). */
-typedef struct opt_iter {
-  const char *next;  /* start of the next line; NULL when done */
-  const char *name;  /* current option's name (not NUL-terminated) */
-  size_t name_len;   /* its length */
-  const char *line;  /* the whole current line */
-  size_t line_len;   /* its length */
-} opt_iter;
-
-static void opt_iter_init(opt_iter *it, const pass_info *p) {
-  memset(it, 0, sizeof *it);
-  it->next = p->options_help && *p->options_help ? p->options_help : NULL;
+/* The next declared option of p after 'prev' (NULL: its first), or NULL. */
+static const pass_option_info *next_option(const pass_info *p, const pass_option_info *prev) {
+  for (const pass_option_info *o = prev ? prev + 1 : pass_option_rows;
+       o < pass_option_rows + NOPTION_ROWS; o++)
+    if (o->pass == p->id) return o;
+  return NULL;
 }
 
-/* Advance to the next declared option; false when there is none. */
-static bool opt_iter_next(opt_iter *it) {
-  if (!it->next) return false;
-  const char *nl = strchr(it->next, '\n');
-  it->line = it->next;
-  it->line_len = nl ? (size_t)(nl - it->next) : strlen(it->next);
-  it->next = nl ? nl + 1 : NULL;
-  size_t n = 0;
-  while (n < it->line_len && it->line[n] != '=' && it->line[n] != ':') n++;
-  it->name = it->line;
-  it->name_len = n;
-  return true;
+const pass_option_info *pass_option_find(const pass_info *p, const char *key) {
+  for (const pass_option_info *o = next_option(p, NULL); o; o = next_option(p, o))
+    if (strcmp(o->key, key) == 0) return o;
+  return NULL;
 }
 
 bool pass_declares_option(const pass_info *p, const char *key, size_t len) {
-  opt_iter it;
-  opt_iter_init(&it, p);
-  while (opt_iter_next(&it))
-    if (it.name_len == len && memcmp(it.name, key, len) == 0) return true;
+  for (const pass_option_info *o = next_option(p, NULL); o; o = next_option(p, o))
+    if (strlen(o->key) == len && memcmp(o->key, key, len) == 0) return true;
   return false;
 }
 
 void pass_option_names(const pass_info *p, strbuf *sb) {
-  opt_iter it;
-  opt_iter_init(&it, p);
-  for (bool first = true; opt_iter_next(&it); first = false) {
-    if (!first) strbuf_puts(sb, ", ");
-    strbuf_append(sb, it.name, it.name_len);
-  }
+  for (const pass_option_info *o = next_option(p, NULL); o; o = next_option(p, o))
+    strbuf_printf(sb, "%s%s", o == next_option(p, NULL) ? "" : ", ", o->key);
 }
 
 bool pass_option_suggest(const pass_info *p, const char *key, strbuf *sb) {
   suggest s;
   suggest_init(&s, key);
-  char cand[128], best[128] = "";
-  opt_iter it;
-  opt_iter_init(&it, p);
-  while (opt_iter_next(&it)) {
-    if (it.name_len >= sizeof cand) continue;
-    memcpy(cand, it.name, it.name_len);
-    cand[it.name_len] = 0;
-    suggest_add(&s, cand);
-    if (s.best == cand) { /* new best: keep a copy, the buffer is reused */
-      memcpy(best, cand, it.name_len + 1);
-      s.best = best;
-    }
-  }
+  for (const pass_option_info *o = next_option(p, NULL); o; o = next_option(p, o))
+    suggest_add(&s, o->key);
   if (!suggest_result(&s)) return false;
-  strbuf_puts(sb, best);
+  strbuf_puts(sb, suggest_result(&s));
   return true;
+}
+
+/* Append the word of index i of a choice's syntax ("a|b|c"). */
+static void choice_word(strbuf *sb, const char *syntax, int i) {
+  for (; i > 0 && syntax; i--) {
+    syntax = strchr(syntax, '|');
+    if (syntax) syntax++;
+  }
+  if (syntax) strbuf_append(sb, syntax, strcspn(syntax, "|"));
+}
+
+/* Append option o's default as its help shows it. */
+static void default_text(strbuf *sb, const pass_option_info *o) {
+  char num[40];
+  switch (o->type) {
+  case PASS_OPT_BOOL: strbuf_puts(sb, o->def != 0 ? "true" : "false"); break;
+  case PASS_OPT_CHOICE: choice_word(sb, o->syntax, (int)o->def); break;
+  default:
+    fmt_shortest_scaled(num, o->def, 1.0);
+    strbuf_puts(sb, num);
+    break;
+  }
 }
 
 void pass_list(FILE *out) {
@@ -117,14 +116,26 @@ void pass_list(FILE *out) {
   for (int i = 0; i < pass_count(); i++)
     if (strlen(pass_at(i)->name) > width) width = strlen(pass_at(i)->name);
   fprintf(out, "Available passes:\n");
+  strbuf help = {0};
   for (int i = 0; i < pass_count(); i++) {
     const pass_info *p = pass_at(i);
     fprintf(out, "  %-*s  %s\n", (int)width, p->name, p->summary);
-    opt_iter it;
-    opt_iter_init(&it, p);
-    while (opt_iter_next(&it))
-      fprintf(out, "  %-*s    %.*s\n", (int)width, "", (int)it.line_len, it.line);
+    for (const pass_option_info *o = next_option(p, NULL); o; o = next_option(p, o)) {
+      help.len = 0;
+      for (const char *h = o->help; *h;) {
+        const char *at = strstr(h, "{D}");
+        size_t n = at ? (size_t)(at - h) : strlen(h);
+        strbuf_append(&help, h, n);
+        h += n;
+        if (at) {
+          default_text(&help, o);
+          h += 3;
+        }
+      }
+      fprintf(out, "  %-*s    %s=%s: %s\n", (int)width, "", o->key, o->syntax, strbuf_cstr(&help));
+    }
   }
+  strbuf_free(&help);
 }
 
 /* ---- Options --------------------------------------------------------------------------------*/
@@ -148,134 +159,177 @@ static void bad_value(diag_engine *d, const pass_options *opts, const pass_optio
              o->value, o->key, opts->pass ? opts->pass : "?", expected);
 }
 
-/* Parse a leading decimal number of 'text'; *end is set past it. False when there is none. */
-static bool parse_number(const char *text, double *v, const char **end) {
-  /* strtod also accepts hex, inf and nan, which no option means: require a decimal start */
-  const char *p = text;
-  if (*p == '+' || *p == '-') p++;
-  if (!isdigit((unsigned char)*p) && !(*p == '.' && isdigit((unsigned char)p[1]))) return false;
-  if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) return false;
-  char *e;
-  errno = 0;
-  *v = strtod(text, &e);
-  if (errno == ERANGE || !isfinite(*v)) return false;
-  *end = e;
-  return true;
+/* The declaration of option 'key' of opts's pass, which must have type t; NULL after reporting
+ * an internal error (a pass reading an option options.def does not declare so). */
+static const pass_option_info *declared(const pass_options *opts, const char *key,
+                                        pass_opt_type t, diag_engine *d) {
+  const pass_info *p = opts && opts->pass ? pass_lookup(opts->pass) : NULL;
+  const pass_option_info *r = p ? pass_option_find(p, key) : NULL;
+  if (!r || r->type != t) {
+    diag_error(d, opts ? opts->loc : diag_mkloc(0, 0, 0, 0),
+               "internal error: pass '%s' reads option '%s', which options.def does not declare "
+               "with that type", opts && opts->pass ? opts->pass : "?", key);
+    return NULL;
+  }
+  return r;
 }
 
-int pass_opt_int(const pass_options *opts, const char *key, int64_t def, int64_t *out,
-                 diag_engine *d) {
-  *out = def;
+/* Append a bound of option r in its unit. */
+static void bound_text(strbuf *sb, const pass_option_info *r, double v) {
+  char num[40];
+  double scale = 1.0;
+  const char *unit = r->type == PASS_OPT_TIME ? "s" : r->type == PASS_OPT_BYTES ? "B"
+                     : r->type == PASS_OPT_BW ? "B/s" : "";
+  fmt_shortest_scaled(num, v, scale);
+  strbuf_printf(sb, "%s%s", num, unit);
+}
+
+/* Check value v of the given option o against r's range: 0, or -1 after reporting at it. */
+static int check_range(diag_engine *d, const pass_option *o, const pass_option_info *r,
+                       double v) {
+  if (v >= r->min && v <= r->max) return 0;
+  strbuf sb = {0};
+  if (isfinite(r->min) && isfinite(r->max)) {
+    strbuf_puts(&sb, "between ");
+    bound_text(&sb, r, r->min);
+    strbuf_puts(&sb, " and ");
+    bound_text(&sb, r, r->max);
+  } else {
+    strbuf_puts(&sb, isfinite(r->min) ? "at least " : "at most ");
+    bound_text(&sb, r, isfinite(r->min) ? r->min : r->max);
+  }
+  diag_error(d, o->value_loc, "%s must be %s", o->key, strbuf_cstr(&sb));
+  strbuf_free(&sb);
+  return -1;
+}
+
+/* The ir_type an option type reads its values as. */
+static ir_type value_type(pass_opt_type t) {
+  switch (t) {
+  case PASS_OPT_COUNT: return IR_T_COUNT;
+  case PASS_OPT_BOOL: return IR_T_BOOL;
+  case PASS_OPT_TIME: return IR_T_TIME;
+  case PASS_OPT_BYTES: return IR_T_BYTES;
+  case PASS_OPT_BW: return IR_T_BW;
+  default: return IR_T_REAL;
+  }
+}
+
+/* Read the option 'key' of type t: *out its value or default; *given whether it was given.
+ * Returns 0, or -1 after reporting (a malformed value: 'expected'; out of range). */
+static int read_number(const pass_options *opts, const char *key, pass_opt_type t,
+                       const char *expected, double *out, diag_engine *d) {
+  const pass_option_info *r = declared(opts, key, t, d);
+  *out = r ? r->def : 0;
+  if (!r) return -1;
   const pass_option *o = pass_opt_find(opts, key);
   if (!o) return 0;
-  const char *p = o->value, *end = NULL;
-  double v = 0;
-  bool ok = !o->quoted && parse_number(p, &v, &end);
-  if (ok) {
-    if (*end) {
-      const ir_unit_info *u = ir_unit_lookup(end, strlen(end));
-      ok = u && u->dim == IR_DIM_NONE;
-      if (ok) v *= u->scale;
-    }
-    ok = ok && v == floor(v) && fabs(v) < 9.0e18;
-    /* plain digits that a double would round (2^53 + 1) are refused, not silently changed */
-    const char *digits = p + (*p == '+' || *p == '-');
-    size_t nd = strspn(digits, "0123456789");
-    if (ok && !*end && digits[nd] == 0 && !support_digits_exact(digits, nd, fabs(v))) {
-      bad_value(d, opts, o, "an exact whole number (above 2^53 not every one is held)");
-      return -1;
-    }
-  }
-  if (!ok) {
-    bad_value(d, opts, o, "a whole number (K, M, G suffixes allowed)");
+  ir_value_text v;
+  size_t n = strlen(o->value);
+  double x = 0;
+  ir_value_error e = IR_VALUE_WORD;
+  if (!o->quoted && ir_value_scan(o->value, n, &v) == n)
+    e = ir_value_convert(&v, value_type(t), IR_VALUE_SIGNED | IR_VALUE_INT64, &x, NULL);
+  if (e == IR_VALUE_INEXACT) {
+    bad_value(d, opts, o, "an exact whole number (above 2^53 not every one is held)");
     return -1;
   }
-  *out = (int64_t)v;
+  if (e != IR_VALUE_OK) {
+    bad_value(d, opts, o, expected);
+    return -1;
+  }
+  if (t != PASS_OPT_BOOL && check_range(d, o, r, x)) return -1;
+  *out = x;
   return 0;
 }
 
-int pass_opt_real(const pass_options *opts, const char *key, double def, double *out,
-                  diag_engine *d) {
-  *out = def;
+int pass_opt_int(const pass_options *opts, const char *key, int64_t *out, diag_engine *d) {
+  double v;
+  int rc = read_number(opts, key, PASS_OPT_COUNT, "a whole number (K, M, G suffixes allowed)",
+                       &v, d);
+  *out = (int64_t)v;
+  return rc;
+}
+
+int pass_opt_real(const pass_options *opts, const char *key, double *out, diag_engine *d) {
+  return read_number(opts, key, PASS_OPT_REAL, "a number", out, d);
+}
+
+int pass_opt_bool(const pass_options *opts, const char *key, bool *out, diag_engine *d) {
+  double v;
+  int rc = read_number(opts, key, PASS_OPT_BOOL, "true or false", &v, d);
+  *out = v != 0;
+  return rc;
+}
+
+int pass_opt_quantity(const pass_options *opts, const char *key, double *out, diag_engine *d) {
+  const pass_info *p = opts && opts->pass ? pass_lookup(opts->pass) : NULL;
+  const pass_option_info *r = p ? pass_option_find(p, key) : NULL;
+  pass_opt_type t = r ? r->type : PASS_OPT_TIME;
+  ir_dim dim = ir_types[value_type(t)].dim;
+  char expected[96];
+  const char *example = dim == IR_DIM_TIME ? "10s" : dim == IR_DIM_BYTES ? "2GiB" : "450GB/s";
+  snprintf(expected, sizeof expected, "a %s with a unit (e.g. %s)", ir_dim_name(dim), example);
+  if (t != PASS_OPT_BYTES && t != PASS_OPT_BW) t = PASS_OPT_TIME; /* else: declared() reports */
+  return read_number(opts, key, t, expected, out, d);
+}
+
+int pass_opt_seed(const pass_options *opts, const char *key, uint64_t *out, diag_engine *d) {
+  const pass_option_info *r = declared(opts, key, PASS_OPT_SEED, d);
+  *out = r ? (uint64_t)r->def : 0;
+  if (!r) return -1;
   const pass_option *o = pass_opt_find(opts, key);
   if (!o) return 0;
-  const char *end = NULL;
-  double v = 0;
-  if (o->quoted || !parse_number(o->value, &v, &end) || *end) {
-    bad_value(d, opts, o, "a number");
+  size_t n = strlen(o->value);
+  uint64_t v = 0;
+  bool ok = !o->quoted && n > 0 && strspn(o->value, "0123456789") == n;
+  for (size_t i = 0; ok && i < n; i++) {
+    unsigned digit = (unsigned)(o->value[i] - '0');
+    ok = v <= (UINT64_MAX - digit) / 10;
+    v = v * 10 + digit;
+  }
+  if (!ok) {
+    bad_value(d, opts, o, "a whole number from 0 to 18446744073709551615");
     return -1;
   }
   *out = v;
   return 0;
 }
 
-int pass_opt_bool(const pass_options *opts, const char *key, bool def, bool *out,
-                  diag_engine *d) {
-  *out = def;
+int pass_opt_choice(const pass_options *opts, const char *key, int *out, diag_engine *d) {
+  const pass_option_info *r = declared(opts, key, PASS_OPT_CHOICE, d);
+  *out = r ? (int)r->def : 0;
+  if (!r) return -1;
   const pass_option *o = pass_opt_find(opts, key);
   if (!o) return 0;
-  if (!o->quoted && strcmp(o->value, "true") == 0) {
-    *out = true;
-  } else if (!o->quoted && strcmp(o->value, "false") == 0) {
-    *out = false;
-  } else {
-    bad_value(d, opts, o, "true or false");
-    return -1;
-  }
-  return 0;
-}
-
-int pass_opt_quantity(const pass_options *opts, const char *key, ir_dim dim, double def,
-                      double *out, diag_engine *d) {
-  *out = def;
-  const pass_option *o = pass_opt_find(opts, key);
-  if (!o) return 0;
-  const char *end = NULL;
-  double v = 0;
-  const ir_unit_info *u = NULL;
-  bool ok = !o->quoted && parse_number(o->value, &v, &end);
-  if (ok && *end) {
-    u = ir_unit_lookup(end, strlen(end));
-    ok = u && u->dim == dim;
-  } else if (ok) {
-    ok = dim == IR_DIM_NONE; /* a bare number is a quantity only without dimension */
-  }
-  if (!ok) {
-    char expected[96];
-    const char *example = dim == IR_DIM_TIME ? "10s" : dim == IR_DIM_BYTES ? "2GiB"
-                          : dim == IR_DIM_FLOPS ? "989TFLOPS" : dim == IR_DIM_BW ? "450GB/s"
-                          : "1.5";
-    snprintf(expected, sizeof expected, "a %s with a unit (e.g. %s)", ir_dim_name(dim), example);
-    bad_value(d, opts, o, expected);
-    return -1;
-  }
-  *out = u ? v * u->scale : v;
-  return 0;
-}
-
-int pass_opt_choice(const pass_options *opts, const char *key, const char *const *choices,
-                    int nchoices, int def, int *out, diag_engine *d) {
-  *out = def;
-  const pass_option *o = pass_opt_find(opts, key);
-  if (!o) return 0;
-  for (int i = 0; i < nchoices; i++)
-    if (strcmp(choices[i], o->value) == 0) {
-      *out = i;
-      return 0;
-    }
-  strbuf sb = {0};
-  for (int i = 0; i < nchoices; i++) {
-    if (i) strbuf_puts(&sb, i + 1 == nchoices ? " or " : ", ");
-    strbuf_puts(&sb, choices[i]);
-  }
-  bad_value(d, opts, o, strbuf_cstr(&sb));
-  strbuf_free(&sb);
+  strbuf words = {0}, word = {0};
   suggest s;
   suggest_init(&s, o->value);
-  for (int i = 0; i < nchoices; i++) suggest_add(&s, choices[i]);
-  if (suggest_result(&s))
-    diag_note(d, diag_mkloc(0, 0, 0, 0), "did you mean '%s'?", suggest_result(&s));
-  return -1;
+  int n = 0;
+  for (const char *w = r->syntax; w; w = strchr(w, '|') ? strchr(w, '|') + 1 : NULL) n++;
+  char **cand = xmalloc((size_t)n * sizeof *cand);
+  int found = -1;
+  for (int i = 0; i < n; i++) {
+    word.len = 0;
+    choice_word(&word, r->syntax, i);
+    cand[i] = xstrdup(strbuf_cstr(&word));
+    if (strcmp(cand[i], o->value) == 0) found = i;
+    if (i) strbuf_puts(&words, i + 1 == n ? " or " : ", ");
+    strbuf_puts(&words, cand[i]);
+    suggest_add(&s, cand[i]);
+  }
+  if (found >= 0) {
+    *out = found;
+  } else {
+    bad_value(d, opts, o, strbuf_cstr(&words));
+    if (suggest_result(&s))
+      diag_note(d, diag_mkloc(0, 0, 0, 0), "did you mean '%s'?", suggest_result(&s));
+  }
+  for (int i = 0; i < n; i++) free(cand[i]);
+  free(cand);
+  strbuf_free(&words);
+  strbuf_free(&word);
+  return found >= 0 ? 0 : -1;
 }
 
 /* ---- Pipeline text ----------------------------------------------------------------------------*/
@@ -626,11 +680,32 @@ void pass_pipeline_free(pass_pipeline *pl) {
 
 /* ---- Pass manager -----------------------------------------------------------------------------*/
 
+void pass_results_put(pass_results *r, pass_id id, void *figures, void (*free_figures)(void *)) {
+  if (!r) {
+    free_figures(figures);
+    return;
+  }
+  for (int i = 0; i < r->count; i++)
+    if (r->items[i].pass == id) {
+      r->items[i].free_figures(r->items[i].figures);
+      r->items[i].figures = figures;
+      r->items[i].free_figures = free_figures;
+      return;
+    }
+  pass_result x = {id, figures, free_figures};
+  VEC_PUSH(r->items, r->count, r->cap, x);
+}
+
+const void *pass_results_get(const pass_results *r, pass_id id) {
+  for (int i = 0; r && i < r->count; i++)
+    if (r->items[i].pass == id) return r->items[i].figures;
+  return NULL;
+}
+
 void pass_results_free(pass_results *r) {
-  if (r->tuned) pass_tune_stats_free(&r->tune);
-  r->tuned = false;
-  if (r->configured) pass_config_stats_free(&r->config);
-  r->configured = false;
+  for (int i = 0; i < r->count; i++) r->items[i].free_figures(r->items[i].figures);
+  free(r->items);
+  memset(r, 0, sizeof *r);
 }
 
 bool pass_name_in_list(const char *name, const char *list) {

@@ -63,7 +63,7 @@ static void mg_plan(const ir_module *m, int rc, mg_try *t) {
 
 int pass_run_megatron(ir_module *m, const pass_options *opts, diag_engine *d) {
   bool recompute;
-  if (pass_opt_bool(opts, "recompute", true, &recompute, d)) return 1;
+  if (pass_opt_bool(opts, "recompute", &recompute, d)) return 1;
   int own = (int)ir_field_value(&m->train, IR_F_TRAIN_recompute);
   int policies[2] = {own, IR_RECOMPUTE_FULL};
   int n = recompute && own != IR_RECOMPUTE_FULL ? 2 : 1;

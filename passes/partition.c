@@ -29,7 +29,7 @@ typedef struct part_ctx {
   bool k_given;             /* stages=N was given */
 } part_ctx;
 
-/* The methods, in the order of the 'method' option's spellings. */
+/* The methods, in the order of the 'method' option's words (options.def). */
 enum { PART_UNIFORM, PART_BALANCED, PART_EXPLICIT, PART_NMETHODS };
 
 /* Where a pass error points: the option when given, else the pass name. */
@@ -258,7 +258,7 @@ static int part_balanced_megatron(part_ctx *c, const int *uend, int n, double ca
                                   int *ends) {
   ir_module *m = c->m;
   bool fit;
-  if (pass_opt_bool(c->opts, "fit", true, &fit, c->d)) return 1;
+  if (pass_opt_bool(c->opts, "fit", &fit, c->d)) return 1;
   int k = c->k, p = m->ndevices;
   int64_t *cost = xcalloc((size_t)k * (size_t)n, sizeof *cost);
   double *mem = xcalloc((size_t)k * (size_t)n, sizeof *mem);
@@ -301,13 +301,13 @@ static int part_balanced(part_ctx *c) {
   ir_module *m = c->m;
   if (need_costs(c, "balanced")) return 1;
   bool megatron;
-  if (pass_opt_bool(c->opts, "megatron", false, &megatron, c->d)) return 1;
+  if (pass_opt_bool(c->opts, "megatron", &megatron, c->d)) return 1;
   if (!megatron && pass_opt_find(c->opts, "fit")) {
     diag_error(c->d, pass_opt_find(c->opts, "fit")->key_loc, "'fit' is for megatron=true");
     return 1;
   }
   double cap;
-  if (pass_opt_quantity(c->opts, "mem_cap", IR_DIM_BYTES, 0, &cap, c->d)) return 1;
+  if (pass_opt_quantity(c->opts, "mem_cap", &cap, c->d)) return 1;
   if (pass_opt_find(c->opts, "mem_cap") && !(cap > 0)) { /* 0 would mean "no cap" below */
     diag_error(c->d, opt_loc(c, "mem_cap"), "mem_cap must be a positive size");
     return 1;
@@ -594,22 +594,13 @@ static int part_explicit(part_ctx *c) {
 }
 
 int pass_run_partition(ir_module *m, const pass_options *opts, diag_engine *d) {
-  static const char *const methods[PART_NMETHODS] = {"uniform", "balanced", "explicit"};
   int method;
   int64_t stages, chunks;
-  if (pass_opt_choice(opts, "method", methods, PART_NMETHODS, PART_BALANCED, &method, d) ||
-      pass_opt_int(opts, "stages", 0, &stages, d) || pass_opt_int(opts, "chunks", 1, &chunks, d))
+  if (pass_opt_choice(opts, "method", &method, d) || pass_opt_int(opts, "stages", &stages, d) ||
+      pass_opt_int(opts, "chunks", &chunks, d))
     return 1;
   part_ctx c = {m, opts, d, 0, 1, stages > 0};
-  if (chunks < 1 || chunks > 1024) {
-    diag_error(d, opt_loc(&c, "chunks"), "chunks must be between 1 and 1024");
-    return 1;
-  }
   c.chunks = (int)chunks;
-  if (pass_opt_find(opts, "stages") && (stages < 1 || stages > 1000000)) {
-    diag_error(d, opt_loc(&c, "stages"), "stages must be between 1 and 1000000");
-    return 1;
-  }
   if (pass_opt_find(opts, "stages") && pass_opt_find(opts, "chunks")) {
     diag_error(d, opt_loc(&c, "chunks"), "give either stages or chunks, not both");
     return 1;

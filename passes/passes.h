@@ -30,8 +30,9 @@ typedef struct pass_options {
   diag_loc loc;       /* span of the pass name in the pipeline text (file 0 when built in code) */
   pass_option *items; /* options in the order written; keys are unique */
   int count;          /* number of options */
-  struct pass_results *results; /* where a pass leaves its figures (the pass manager sets it
-                                   from pass_manager_opts.results; NULL: nowhere) */
+  struct pass_results *results; /* where a pass leaves its figures (pass_results_put; the pass
+                                   manager sets it from pass_manager_opts.results; NULL:
+                                   nowhere) */
 } pass_options;
 
 /* Run function of a pass. Pre: m is a module (verified unless the user asked otherwise); opts
@@ -43,14 +44,14 @@ typedef int (*pass_run_fn)(ir_module *m, const pass_options *opts, diag_engine *
 
 /* Registry index of each pass: PASS_ID_<ID> in table order. */
 typedef enum pass_id {
-#define PASS(ID, NAME, SUMMARY, OPTIONS, RUN) PASS_ID_##ID,
+#define PASS(ID, NAME, SUMMARY, RUN) PASS_ID_##ID,
 #include "passes.def"
 #undef PASS
   PASS_ID_COUNT
 } pass_id;
 
 /* Run functions named in passes.def (each defined in one file of passes/). */
-#define PASS(ID, NAME, SUMMARY, OPTIONS, RUN) \
+#define PASS(ID, NAME, SUMMARY, RUN) \
   int RUN(ir_module *m, const pass_options *opts, diag_engine *d);
 #include "passes.def"
 #undef PASS
@@ -60,11 +61,37 @@ typedef struct pass_info {
   pass_id id;               /* its registry index */
   const char *name;         /* spelling in pipelines */
   const char *summary;      /* one line for --list-passes and docs */
-  const char *options_help; /* declared options: "" or lines "key=SYNTAX: meaning" joined by '\n' */
   pass_run_fn run;          /* what it does */
 } pass_info;
 
 extern const pass_info pass_registry[PASS_ID_COUNT];
+
+/* How a pass option's value is read (options.def's TYPE column). */
+typedef enum pass_opt_type {
+  PASS_OPT_COUNT,  /* a whole number, K/M/G suffixes allowed (pass_opt_int) */
+  PASS_OPT_REAL,   /* a number without unit (pass_opt_real) */
+  PASS_OPT_BOOL,   /* true or false (pass_opt_bool) */
+  PASS_OPT_TIME,   /* a time with a unit (pass_opt_quantity) */
+  PASS_OPT_BYTES,  /* a size with a unit (pass_opt_quantity) */
+  PASS_OPT_BW,     /* a bandwidth with a unit (pass_opt_quantity) */
+  PASS_OPT_CHOICE, /* one of the words of its syntax (pass_opt_choice) */
+  PASS_OPT_SEED,   /* a whole number from 0 to 2^64 - 1 (pass_opt_seed) */
+  PASS_OPT_TEXT,   /* any text (pass_opt_str) */
+} pass_opt_type;
+
+/* One declared option of a pass: a row of options.def. */
+typedef struct pass_option_info {
+  pass_id pass;       /* the pass it belongs to */
+  const char *key;    /* its name in pipelines */
+  pass_opt_type type; /* how its value is read */
+  const char *syntax; /* what --list-passes shows after '=' (a choice: its words joined by '|') */
+  double def;         /* its value when not given (a choice: the index of its word) */
+  double min, max;    /* the values allowed when given (closed; infinite: no bound) */
+  const char *help;   /* its meaning ("{D}" stands for the default) */
+} pass_option_info;
+
+/* The declared option 'key' of pass p, or NULL. */
+const pass_option_info *pass_option_find(const pass_info *p, const char *key);
 
 /* Add passes defined by a library above this one (the backend's check-stream) to the registry,
  * after passes.def's: tools call it once at start-up, before parsing pipelines. 'passes' must
@@ -90,31 +117,32 @@ bool pass_option_suggest(const pass_info *p, const char *key, strbuf *sb);
 void pass_list(FILE *out);
 
 /* ---- Typed access to options (for run functions) ----------------------------------------------
- * Each helper looks 'key' up in opts. When it is absent, *out = def and the helper returns 0.
- * When it is present and well-formed, *out is its value and the helper returns 0. Otherwise it
- * reports "invalid value ... for option 'key' of pass 'p': expected ..." at the value and returns
- * -1, leaving *out = def. */
+ * Each helper reads the option 'key' of opts's pass, which options.def must declare with the
+ * helper's type. When it is absent, *out is its declared default and the helper returns 0. When
+ * it is present, well-formed and within its declared range, *out is its value and the helper
+ * returns 0. Otherwise it reports at the value ("invalid value ... for option 'key' of pass 'p':
+ * expected ...", or "key must be between MIN and MAX") and returns -1, leaving *out the
+ * default. Values are read by the value grammar of the DSL and the IR (ir_value_convert). */
 
 /* The option 'key', or NULL when it was not given. */
 const pass_option *pass_opt_find(const pass_options *opts, const char *key);
 /* Its raw value text, or def. */
 const char *pass_opt_str(const pass_options *opts, const char *key, const char *def);
-/* A whole number, optionally with a count suffix K, M or G (10K = 10000). */
-int pass_opt_int(const pass_options *opts, const char *key, int64_t def, int64_t *out,
-                 diag_engine *d);
-/* A real number without unit. */
-int pass_opt_real(const pass_options *opts, const char *key, double def, double *out,
-                  diag_engine *d);
-/* true or false. */
-int pass_opt_bool(const pass_options *opts, const char *key, bool def, bool *out,
-                  diag_engine *d);
-/* A quantity of dimension 'dim' with a unit of units.def ("10s", "1.5GiB", "450GB/s"), in base
- * units (seconds, bytes, FLOP/s, bytes/s). A bare number is rejected for dimensioned values. */
-int pass_opt_quantity(const pass_options *opts, const char *key, ir_dim dim, double def,
-                      double *out, diag_engine *d);
-/* One of 'nchoices' spellings; *out is its index. A misspelling gets a "did you mean" note. */
-int pass_opt_choice(const pass_options *opts, const char *key, const char *const *choices,
-                    int nchoices, int def, int *out, diag_engine *d);
+/* A whole number (COUNT), optionally with a count suffix K, M or G (10K = 10000). */
+int pass_opt_int(const pass_options *opts, const char *key, int64_t *out, diag_engine *d);
+/* A seed (SEED): a whole number from 0 to 2^64 - 1, plain digits (a bit pattern, not a
+ * quantity: the one option the value grammar's doubles do not hold exactly). */
+int pass_opt_seed(const pass_options *opts, const char *key, uint64_t *out, diag_engine *d);
+/* A real number without unit (REAL). */
+int pass_opt_real(const pass_options *opts, const char *key, double *out, diag_engine *d);
+/* true or false (BOOL). */
+int pass_opt_bool(const pass_options *opts, const char *key, bool *out, diag_engine *d);
+/* A quantity with a unit of units.def ("10s", "1.5GiB", "450GB/s") of the option's dimension
+ * (TIME, BYTES, BW), in base units (seconds, bytes, bytes/s). */
+int pass_opt_quantity(const pass_options *opts, const char *key, double *out, diag_engine *d);
+/* One of the words of the option's syntax (CHOICE); *out is its index. A misspelling gets a
+ * "did you mean" note. */
+int pass_opt_choice(const pass_options *opts, const char *key, int *out, diag_engine *d);
 
 /* ---- Planning algorithms (for the passes and their unit tests) ----------------------------- */
 
@@ -148,8 +176,8 @@ typedef struct pass_adaptive_opts {
   double mem_margin; /* fraction of the memory limit above which W is preferred */
 } pass_adaptive_opts;
 
-/* The adaptive scheduler's defaults: split B and W, W first above 90% of the limit. */
-extern const pass_adaptive_opts pass_adaptive_default;
+/* The adaptive scheduler's defaults: the schedule pass's split and mem_margin (options.def). */
+pass_adaptive_opts pass_adaptive_default(void);
 
 /* Run the adaptive scheduler on problem p, built by sim_model_build from m (stages all placed,
  * costs complete), into r (priority mode; r->order holds the order chosen). Reports nothing.
@@ -242,9 +270,8 @@ typedef struct pass_tune_opts {
                         recompute policy is none; see docs/tuner.md) */
 } pass_tune_opts;
 
-/* The tuner's defaults (the tune pass's and octoc's): 1000 plans, no time limit, every core,
- * seed 1, 60 restarts, 4p stages. */
-extern const pass_tune_opts pass_tune_defaults;
+/* The tuner's defaults: the tune pass's options' (options.def), no progress line. */
+pass_tune_opts pass_tune_defaults(void);
 
 /* What the tuner did. */
 typedef struct pass_tune_stats {
@@ -292,9 +319,6 @@ typedef struct pass_config_opts {
   uint64_t seed;      /* the tuner's seed */
 } pass_config_opts;
 
-/* The search's defaults: short tunes of 60 plans, long tunes of 1000 for the best 3, micro_batch
- * up to 8, fewer GPUs allowed, baselines on. */
-extern const pass_config_opts pass_config_defaults;
 
 /* One configuration: the choice of the free train fields and what it gives. */
 typedef struct pass_config_row {
@@ -341,13 +365,25 @@ int pass_config(ir_module *m, const pass_config_opts *o, pass_config_stats *st, 
                 diag_loc where);
 void pass_config_stats_free(pass_config_stats *st);
 
-/* Figures passes leave for the tools' reports. Zero-initialize; free with pass_results_free. */
+/* Figures one pass left for the tools' reports: the tune pass's pass_tune_stats, the config
+ * pass's pass_config_stats. The manager keeps them without knowing their type. */
+typedef struct pass_result {
+  pass_id pass;                 /* the pass that left them */
+  void *figures;                /* its figures (owned; of the type the pass documents) */
+  void (*free_figures)(void *); /* frees what figures holds and figures itself */
+} pass_result;
+
+/* The figures passes left in a pipeline run, the last of each pass. Zero-initialize; free with
+ * pass_results_free. */
 typedef struct pass_results {
-  bool tuned;           /* a tune pass ran and succeeded */
-  pass_tune_stats tune; /* the last one's figures */
-  bool configured;      /* a config pass ran and succeeded */
-  pass_config_stats config; /* its figures */
+  pass_result *items; /* one per pass that left figures */
+  int count, cap;
 } pass_results;
+/* Keep 'figures' (malloc'ed, freed by free_figures) as pass id's, replacing (and freeing) what
+ * it left before. r NULL: nobody asked for them, they are freed at once. */
+void pass_results_put(pass_results *r, pass_id id, void *figures, void (*free_figures)(void *));
+/* The figures pass id left in r, or NULL (r NULL, or the pass did not run or failed). */
+const void *pass_results_get(const pass_results *r, pass_id id);
 void pass_results_free(pass_results *r);
 
 /* ---- Pipelines ------------------------------------------------------------------------------*/

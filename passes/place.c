@@ -12,7 +12,7 @@
 
 #include "passes.h"
 
-/* The methods, in the order of the 'method' option's spellings. */
+/* The methods, in the order of the 'method' option's words (options.def). */
 enum { PLACE_SEQUENTIAL, PLACE_INTERLEAVED, PLACE_VSHAPE, PLACE_EXPLICIT, PLACE_NMETHODS };
 
 /* explicit: devices="a,b,...", one device index per stage (a '$d' prefix is allowed). */
@@ -55,12 +55,9 @@ static int place_list(ir_module *m, const pass_option *o, diag_engine *d) {
 }
 
 int pass_run_place(ir_module *m, const pass_options *opts, diag_engine *d) {
-  static const char *const methods[PLACE_NMETHODS] = {"sequential", "interleaved", "vshape",
-                                                      "explicit"};
   int method;
   int64_t v;
-  if (pass_opt_choice(opts, "method", methods, PLACE_NMETHODS, PLACE_SEQUENTIAL, &method, d) ||
-      pass_opt_int(opts, "v", 0, &v, d))
+  if (pass_opt_choice(opts, "method", &method, d) || pass_opt_int(opts, "v", &v, d))
     return 1;
   const pass_option *list = pass_opt_find(opts, "devices");
   const pass_option *vopt = pass_opt_find(opts, "v");
@@ -70,10 +67,6 @@ int pass_run_place(ir_module *m, const pass_options *opts, diag_engine *d) {
   }
   if (vopt && method != PLACE_INTERLEAVED) {
     diag_error(d, vopt->key_loc, "'v' is for method=interleaved");
-    return 1;
-  }
-  if (vopt && (v < 1 || v > 1024)) {
-    diag_error(d, vopt->value_loc, "v must be between 1 and 1024");
     return 1;
   }
   int p = m->ndevices, n = m->nstages;

@@ -265,6 +265,7 @@ typedef struct sched_method {
   int (*build)(const sched_shape *sh, const sched_params *prm, diag_engine *d); /* writes */
 } sched_method;
 
+/* The methods, in the order of the 'method' option's words (options.def). */
 static const sched_method sched_methods[] = {
     {"gpipe", sched_check_seq, sched_build_gpipe},
     {"1f1b", sched_check_seq, sched_build_1f1b},
@@ -273,8 +274,8 @@ static const sched_method sched_methods[] = {
     {"zbv", sched_check_zbv, sched_build_zbv},
     {"adaptive", sched_check_any, sched_build_adaptive},
 };
-/* Indices into sched_methods: how many, the default (1f1b), and adaptive (the last entry). */
-enum { SCHED_NMETHODS = sizeof sched_methods / sizeof sched_methods[0], SCHED_DEFAULT = 1 };
+/* Indices into sched_methods: how many, and adaptive (the last entry). */
+enum { SCHED_NMETHODS = sizeof sched_methods / sizeof sched_methods[0] };
 enum { SCHED_ADAPTIVE = SCHED_NMETHODS - 1 };
 
 /* Append " — use A, B or C" (bad shape) or ", or use ..." (bad count) naming the other methods
@@ -377,13 +378,10 @@ static int sched_check_order(const sched_shape *sh, const char *method, diag_loc
 /* Parse the options. Post: 0 with *method and prm filled, or non-zero after reporting. */
 static int sched_parse_options(const pass_options *opts, int *method, sched_params *prm,
                                diag_engine *d) {
-  const char *names[SCHED_NMETHODS];
-  for (int i = 0; i < SCHED_NMETHODS; i++) names[i] = sched_methods[i].name;
   int bad = 0;
-  bad += pass_opt_choice(opts, "method", names, SCHED_NMETHODS, SCHED_DEFAULT, method, d) != 0;
-  const pass_adaptive_opts *def = &pass_adaptive_default;
-  bad += pass_opt_bool(opts, "split", def->split, &prm->adaptive.split, d) != 0;
-  bad += pass_opt_real(opts, "mem_margin", def->mem_margin, &prm->adaptive.mem_margin, d) != 0;
+  bad += pass_opt_choice(opts, "method", method, d) != 0;
+  bad += pass_opt_bool(opts, "split", &prm->adaptive.split, d) != 0;
+  bad += pass_opt_real(opts, "mem_margin", &prm->adaptive.mem_margin, d) != 0;
   if (bad) return 1;
   const pass_option *mm = pass_opt_find(opts, "mem_margin");
   if (mm && !(prm->adaptive.mem_margin > 0 && prm->adaptive.mem_margin <= 1)) {

@@ -154,7 +154,12 @@ static void sched_adapt_init(sched_adapt *a, const ir_module *m, int p,
   }
 }
 
-const pass_adaptive_opts pass_adaptive_default = {true, 0.9};
+pass_adaptive_opts pass_adaptive_default(void) {
+  const pass_info *p = &pass_registry[PASS_ID_SCHEDULE];
+  pass_adaptive_opts o = {pass_option_find(p, "split")->def != 0,
+                          pass_option_find(p, "mem_margin")->def};
+  return o;
+}
 
 sim_status pass_adaptive_run(const sim_model *p, const ir_module *m, const pass_adaptive_opts *o,
                              sim_result *r, int *overflow_dev, double *overflow) {

@@ -128,7 +128,7 @@ static void plan_init(tune_plan *pl, int cap) {
   pl->ends = xmalloc((size_t)cap * sizeof *pl->ends);
   pl->dev = xmalloc((size_t)cap * sizeof *pl->dev);
   pl->rc = xcalloc((size_t)cap, sizeof *pl->rc);
-  pl->knobs = pass_adaptive_default;
+  pl->knobs = pass_adaptive_default();
 }
 
 static void plan_free(tune_plan *pl) {
@@ -580,7 +580,7 @@ static void tune_enumerate(tuner *t, tune_plan *pl, int k, int at, int *n, tune_
                            tune_score *bs) {
   if (at == t->n) {
     pl->k = k;
-    pl->knobs = pass_adaptive_default;
+    pl->knobs = pass_adaptive_default();
     plan_copy(&t->slots[(*n)++].plan, pl);
     if (*n == TUNE_BATCH && !tune_spent(t)) enum_flush(t, n, best, bs);
     return;
@@ -837,7 +837,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
       memcpy(best.ends, b->stage_end, (size_t)b->nstages * sizeof *best.ends);
       memcpy(best.dev, b->stage_dev, (size_t)b->nstages * sizeof *best.dev);
       memset(best.rc, 0, (size_t)b->nstages * sizeof *best.rc);
-      best.knobs = pass_adaptive_default;
+      best.knobs = pass_adaptive_default();
       classic = i;
     }
     tune_plan *sp = &t.slots[nstart++].plan;
@@ -845,7 +845,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
     memcpy(sp->ends, b->stage_end, (size_t)b->nstages * sizeof *sp->ends);
     memcpy(sp->dev, b->stage_dev, (size_t)b->nstages * sizeof *sp->dev);
     memset(sp->rc, 0, (size_t)b->nstages * sizeof *sp->rc);
-    sp->knobs = pass_adaptive_default;
+    sp->knobs = pass_adaptive_default();
   }
   /* More starts under the adaptive scheduler: balanced partitions with more stages per device
    * (a shorter fill and drain), in Megatron's loop and in a V. */
@@ -998,48 +998,48 @@ void pass_tune_stats_free(pass_tune_stats *st) {
   st->nbaselines = 0;
 }
 
-const pass_tune_opts pass_tune_defaults = {.evals = 1000, .budget = 0, .jobs = 0, .seed = 1,
-                                           .restarts = 60, .max_stages = 0, .progress = false};
+pass_tune_opts pass_tune_defaults(void) {
+  static const char *const keys[] = {"evals", "budget", "jobs", "seed", "restarts", "max_stages",
+                                     "recompute"};
+  const pass_info *p = &pass_registry[PASS_ID_TUNE];
+  double v[7];
+  for (int i = 0; i < 7; i++) v[i] = pass_option_find(p, keys[i])->def;
+  pass_tune_opts o = {.evals = (int)v[0], .budget = v[1], .jobs = (int)v[2],
+                      .seed = (uint64_t)v[3], .restarts = (int)v[4], .max_stages = (int)v[5],
+                      .progress = false, .no_recompute = v[6] == 0};
+  return o;
+}
 
-/* tune: the tuner as a pass; its figures go to opts->results when given. */
+/* Free a heap pass_tune_stats and what it holds (pass_results' free_figures). */
+static void tune_stats_delete(void *p) {
+  pass_tune_stats_free(p);
+  free(p);
+}
+
+/* tune: the tuner as a pass; its figures (pass_tune_stats) go to opts->results when given. */
 int pass_run_tune(ir_module *m, const pass_options *opts, diag_engine *d) {
-  static const char *const progress[] = {"auto", "true", "false"};
-  const pass_tune_opts *def = &pass_tune_defaults;
-  pass_tune_opts o = *def;
-  int64_t seed, restarts, max_stages, evals, jobs;
+  pass_tune_opts o = pass_tune_defaults();
+  int64_t restarts, max_stages, evals, jobs;
   int pr;
   bool recompute;
-  if (pass_opt_int(opts, "evals", def->evals, &evals, d) ||
-      pass_opt_quantity(opts, "budget", IR_DIM_TIME, def->budget, &o.budget, d) ||
-      pass_opt_int(opts, "jobs", def->jobs, &jobs, d) ||
-      pass_opt_int(opts, "seed", (int64_t)def->seed, &seed, d) ||
-      pass_opt_int(opts, "restarts", def->restarts, &restarts, d) ||
-      pass_opt_int(opts, "max_stages", def->max_stages, &max_stages, d) ||
-      pass_opt_choice(opts, "progress", progress, 3, 0, &pr, d) ||
-      pass_opt_bool(opts, "recompute", !def->no_recompute, &recompute, d))
+  if (pass_opt_int(opts, "evals", &evals, d) || pass_opt_quantity(opts, "budget", &o.budget, d) ||
+      pass_opt_int(opts, "jobs", &jobs, d) || pass_opt_seed(opts, "seed", &o.seed, d) ||
+      pass_opt_int(opts, "restarts", &restarts, d) ||
+      pass_opt_int(opts, "max_stages", &max_stages, d) ||
+      pass_opt_choice(opts, "progress", &pr, d) || pass_opt_bool(opts, "recompute", &recompute, d))
     return 1;
   o.no_recompute = !recompute;
-  if (o.budget < 0 || evals < 0 || evals > 1000000000 || jobs < 0 || jobs > 1024 ||
-      restarts < 0 || restarts > 1000000 || max_stages < 0 || max_stages > 1000000 || seed < 0) {
-    diag_error(d, opts->loc, "tune: budget must not be negative, evals between 0 and 1e9, jobs "
-               "between 0 and 1024, restarts and max_stages between 0 and 1000000, seed "
-               "non-negative");
-    return 1;
-  }
   o.evals = (int)evals;
   o.jobs = (int)jobs;
-  o.seed = (uint64_t)seed;
   o.restarts = (int)restarts;
   o.max_stages = (int)max_stages;
-  o.progress = pr == 1 || (pr == 0 && isatty(2));
-  pass_tune_stats st;
-  int rc = pass_tune(m, &o, &st, d, opts->loc);
-  if (rc == 0 && opts->results) {
-    if (opts->results->tuned) pass_tune_stats_free(&opts->results->tune);
-    opts->results->tune = st;
-    opts->results->tuned = true;
-  } else {
-    pass_tune_stats_free(&st);
-  }
+  o.progress = pr == 1 || (pr == 0 && isatty(2)); /* auto, true, false */
+  pass_tune_stats *st = xmalloc(sizeof *st);
+  diag_loc where = opts->loc.file ? opts->loc : ir_diag_loc(m->loc);
+  int rc = pass_tune(m, &o, st, d, where);
+  if (rc == 0)
+    pass_results_put(opts->results, PASS_ID_TUNE, st, tune_stats_delete);
+  else
+    tune_stats_delete(st);
   return rc;
 }

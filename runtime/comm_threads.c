@@ -6,7 +6,9 @@
  * all-reduce over the replicas of a rank sums in replica order, so results do not depend on
  * thread timing, and waits against the same deadline. A rank that fails or dies (--die) marks
  * the hub failed, names itself, and wakes every waiter, so that its peers stop at once with its
- * name. Also rt_run_threads, which launches the threads. */
+ * name. Also rt_threads_run, the hub's one lifecycle: it starts the threads, each with its
+ * rank's rt_comm, and frees the hub after them (the interpreter's rt_run_threads and the
+ * profiler's link measurement run on it). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -305,49 +307,45 @@ static void th_leave(void *ctx) {
   pthread_mutex_unlock(&h->mu);
 }
 
-/* What one thread runs. */
+/* What one thread runs: body on its rank's rt_comm. */
 typedef struct job {
-  const be_stream *s;
-  const rt_opts *mo;
-  const rt_run_opts *o;
-  thread_comm tc;
-  rt_rank_stats *st;
+  thread_comm tc;      /* its view of the hub */
+  rt_thread_body body; /* what it does */
+  void *arg;           /* body's argument */
 } job;
 
 static void *run_job(void *arg) {
   job *j = arg;
   rt_comm c = {"cpu", &j->tc, th_isend, th_irecv, th_wait, th_allreduce, th_barrier, th_fail,
                th_die, th_stop, th_leave, -1};
-  rt_exec_rank(j->s, j->tc.rank, j->tc.replica, j->mo, j->o, &c, j->st);
+  j->body(&c, j->tc.rank, j->tc.replica, j->arg);
   return NULL;
 }
 
-int rt_run_threads(const be_stream *s, const rt_opts *mo, const rt_run_opts *o,
-                   rt_rank_stats *stats) {
+int rt_threads_run(int nranks, int replicas, rt_thread_body body, void *arg) {
   rt_hub h;
   memset(&h, 0, sizeof h);
   pthread_mutex_init(&h.mu, NULL);
   pthread_cond_init(&h.cv, NULL);
-  h.nranks = s->nranks;
-  h.replicas = s->replicas;
-  int world = s->nranks * s->replicas;
-  h.ch = xcalloc((size_t)s->replicas * s->nranks * s->nranks, sizeof *h.ch);
-  h.red = xcalloc((size_t)s->nranks, sizeof *h.red);
-  for (int r = 0; r < s->nranks; r++) h.red[r].bufs = xcalloc((size_t)s->replicas, sizeof(float *));
+  h.nranks = nranks;
+  h.replicas = replicas;
+  int world = nranks * replicas;
+  size_t nch = (size_t)replicas * nranks * nranks;
+  h.ch = xcalloc(nch, sizeof *h.ch);
+  h.red = xcalloc((size_t)nranks, sizeof *h.red);
+  for (int r = 0; r < nranks; r++) h.red[r].bufs = xcalloc((size_t)replicas, sizeof(float *));
   job *jobs = xcalloc((size_t)world, sizeof *jobs);
   pthread_t *th = xcalloc((size_t)world, sizeof *th);
   int started = 0, rc = 0;
   for (int w = 0; w < world; w++) {
     job *j = &jobs[w];
-    j->s = s;
-    j->mo = mo;
-    j->o = o;
     j->tc.hub = &h;
-    j->tc.rank = w % s->nranks;
-    j->tc.replica = w / s->nranks;
-    j->st = &stats[w];
+    j->tc.rank = w % nranks;
+    j->tc.replica = w / nranks;
+    j->body = body;
+    j->arg = arg;
     if (pthread_create(&th[w], NULL, run_job, j) != 0) {
-      rc = -1;
+      rc = -1; /* the started ones stop at their next wait */
       pthread_mutex_lock(&h.mu);
       h.failed = true;
       pthread_cond_broadcast(&h.cv);
@@ -357,11 +355,11 @@ int rt_run_threads(const be_stream *s, const rt_opts *mo, const rt_run_opts *o,
     started++;
   }
   for (int w = 0; w < started; w++) pthread_join(th[w], NULL);
-  for (size_t i = 0; i < (size_t)s->replicas * s->nranks * s->nranks; i++) {
+  for (size_t i = 0; i < nch; i++) {
     free(h.ch[i].sends);
     free(h.ch[i].recvs);
   }
-  for (int r = 0; r < s->nranks; r++) {
+  for (int r = 0; r < nranks; r++) {
     free(h.red[r].bufs);
     free(h.red[r].acc);
   }
@@ -369,75 +367,6 @@ int rt_run_threads(const be_stream *s, const rt_opts *mo, const rt_run_opts *o,
   free(h.red);
   free(jobs);
   free(th);
-  pthread_cond_destroy(&h.cv);
-  pthread_mutex_destroy(&h.mu);
-  return rc;
-}
-
-/* ---- The link between two threads, for the profiler ------------------------------------------ */
-
-/* One side of the ping-pong. */
-typedef struct link_job {
-  thread_comm tc;  /* its view of the hub */
-  size_t big;      /* large message bytes */
-  double lat, bw;  /* results (rank 0) */
-  strbuf err;      /* its failure */
-  int rc;          /* 0 or -1 */
-} link_job;
-
-static void *link_run(void *arg) {
-  link_job *j = arg;
-  rt_comm c = {"cpu", &j->tc, th_isend, th_irecv, th_wait, th_allreduce, th_barrier, th_fail,
-               th_die, th_stop, th_leave, -1};
-  j->rc = rt_profile_link(&c, j->tc.rank, j->big, 30.0, &j->lat, &j->bw, &j->err);
-  if (j->rc) th_fail(&j->tc, strbuf_cstr(&j->err), RT_EXIT_RUNTIME);
-  return NULL;
-}
-
-int rt_threads_link(size_t big, double *lat_s, double *bw_Bps, strbuf *err) {
-  rt_hub h;
-  memset(&h, 0, sizeof h);
-  pthread_mutex_init(&h.mu, NULL);
-  pthread_cond_init(&h.cv, NULL);
-  h.nranks = 2;
-  h.replicas = 1;
-  h.ch = xcalloc(4, sizeof *h.ch);
-  h.red = xcalloc(2, sizeof *h.red);
-  link_job jobs[2];
-  memset(jobs, 0, sizeof jobs);
-  pthread_t th[2];
-  int started = 0, rc = 0;
-  for (int r = 0; r < 2; r++) {
-    jobs[r].tc.hub = &h;
-    jobs[r].tc.rank = r;
-    jobs[r].big = big;
-    if (pthread_create(&th[r], NULL, link_run, &jobs[r]) != 0) {
-      th_fail(&jobs[r].tc, "cannot start a thread", RT_EXIT_RUNTIME);
-      rc = -1;
-      break;
-    }
-    started++;
-  }
-  for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
-  for (int r = 0; r < 2; r++) {
-    if (rc == 0 && jobs[r].rc) {
-      strbuf_puts(err, strbuf_cstr(&jobs[r].err));
-      rc = -1;
-    }
-    strbuf_free(&jobs[r].err);
-  }
-  if (rc == 0) {
-    *lat_s = jobs[0].lat;
-    *bw_Bps = jobs[0].bw;
-  } else if (!err->len) {
-    strbuf_puts(err, "cannot start the link measurement's threads");
-  }
-  for (int i = 0; i < 4; i++) {
-    free(h.ch[i].sends);
-    free(h.ch[i].recvs);
-  }
-  free(h.ch);
-  free(h.red);
   pthread_cond_destroy(&h.cv);
   pthread_mutex_destroy(&h.mu);
   return rc;

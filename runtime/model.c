@@ -2,7 +2,8 @@
  * of the stream with its real math from the kernel table (kernels.h), sized from the layer's
  * parameters divided by the scale; deterministic initialization, synthetic or file data, softmax
  * cross-entropy, the split backward (B, then W) with the state saved per (stage, microbatch),
- * SGD and Adam, the sequential reference step, finiteness checks and --dump. Between layers
+ * SGD and Adam, the sequential reference step, finiteness checks, --dump, and a rank's buffer
+ * arena (rt_arena) with its memory (rt_rank_memory). Between layers
  * whose shapes disagree (a spec's approximation, e.g. a vision encoder's class token or a
  * projector's width) a parameter-free adapter keeps the last tokens and zero-pads or cuts the
  * width; an embedding after other layers splices their tokens in front of its own. A model is
@@ -448,6 +449,116 @@ void rt_model_use_state(rt_model *m, int st_i, int mb, float *buf) {
     sv->buf = buf;
   }
   sv->ext = true;
+}
+
+/* ---- The buffer arena of a rank (rt_arena), the interpreter's and the memory plan's ---- */
+
+void rt_slot_floats(const be_stream *s, int rank, const rt_model *m, size_t *floats) {
+  const be_program *p = &s->ranks[rank];
+  for (int pc = 0; pc < p->ncode; pc++)
+    for (int k = 0; k < be_ops[p->code[pc].op].nops; k++) {
+      be_tensor_ref t;
+      if (!be_operand_tensor(s, &p->code[pc], k, &t)) continue;
+      size_t n = rt_tensor_floats(m, t.kind, t.stage);
+      int slot = p->code[pc].a[k];
+      if (n > floats[slot]) floats[slot] = n;
+    }
+}
+
+/* A slot in the order of the runtime's layout: by the stream's offset, then by index. */
+typedef struct arena_key {
+  uint64_t offset; /* the stream's offset */
+  int slot;        /* its index */
+} arena_key;
+static int arena_cmp(const void *a, const void *b) {
+  const arena_key *x = a, *y = b;
+  if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+  return (x->slot > y->slot) - (x->slot < y->slot);
+}
+
+/* A placed range [lo, hi) of the runtime's layout. */
+typedef struct arena_range {
+  uint64_t lo, hi; /* bytes */
+} arena_range;
+static int range_cmp(const void *a, const void *b) {
+  const arena_range *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+bool rt_arena(const be_stream *s, int rank, const rt_model *m, uint64_t *off, double *bytes) {
+  const be_program *p = &s->ranks[rank];
+  int n = p->nslots;
+  size_t *floats = xcalloc((size_t)(n ? n : 1), sizeof *floats);
+  rt_slot_floats(s, rank, m, floats);
+  bool plan = s->scale == rt_model_scale(m);
+  double end = 0;
+  for (int i = 0; i < n; i++) {
+    const be_slot *sl = &p->slots[i];
+    if ((double)floats[i] * sizeof(float) > (double)sl->bytes || sl->offset % sizeof(float))
+      plan = false;
+    if ((double)sl->offset + (double)sl->bytes > end) end = (double)sl->offset + (double)sl->bytes;
+  }
+  if (plan) { /* the stream's own layout */
+    for (int i = 0; i < n; i++) off[i] = p->slots[i].offset;
+    *bytes = end;
+    free(floats);
+    return true;
+  }
+  /* First fit of the runtime's sizes, in the order of the stream's offsets: slot i avoids every
+   * placed slot j whose stream range is disjoint from its own (the stream lets those be live at
+   * the same time; overlapping ones never are). */
+  arena_key *order = xcalloc((size_t)(n ? n : 1), sizeof *order);
+  for (int i = 0; i < n; i++) order[i] = (arena_key){p->slots[i].offset, i};
+  qsort(order, (size_t)n, sizeof *order, arena_cmp);
+  arena_range *busy = xcalloc((size_t)(n ? n : 1), sizeof *busy);
+  bool *placed = xcalloc((size_t)(n ? n : 1), sizeof *placed);
+  end = 0;
+  for (int k = 0; k < n; k++) {
+    int i = order[k].slot;
+    uint64_t size = ((uint64_t)floats[i] * sizeof(float) + 63) / 64 * 64;
+    off[i] = 0;
+    if (size == 0) continue;
+    const be_slot *a = &p->slots[i];
+    int nb = 0;
+    for (int j = 0; j < n; j++) {
+      const be_slot *b = &p->slots[j];
+      bool share = a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
+      if (!placed[j] || share) continue;
+      uint64_t sj = ((uint64_t)floats[j] * sizeof(float) + 63) / 64 * 64;
+      busy[nb++] = (arena_range){off[j], off[j] + sj};
+    }
+    qsort(busy, (size_t)nb, sizeof *busy, range_cmp);
+    uint64_t at = 0;
+    for (int q = 0; q < nb && busy[q].lo < at + size; q++)
+      if (busy[q].hi > at) at = busy[q].hi;
+    off[i] = at;
+    placed[i] = true;
+    if ((double)(at + size) > end) end = (double)(at + size);
+  }
+  *bytes = end;
+  free(order);
+  free(busy);
+  free(placed);
+  free(floats);
+  return false;
+}
+
+double rt_wstash_peak(const be_stream *s, int rank, const rt_model *m) {
+  const be_program *p = &s->ranks[rank];
+  double *held = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *held), live = 0, peak = 0;
+  for (int pc = 0; pc < p->ncode; pc++) {
+    const be_inst *in = &p->code[pc];
+    int slot = in->op == BE_OP_FWD ? in->a[5] : in->op == BE_OP_FREE ? in->a[0] : -1;
+    if (slot < 0 || slot >= p->nslots) continue;
+    live -= held[slot];
+    held[slot] = in->op == BE_OP_FWD && in->a[0] >= 0 && in->a[0] < s->nstages
+                     ? (double)rt_tensor_floats(m, BE_T_WSTASH, in->a[0]) * sizeof(float)
+                     : 0;
+    live += held[slot];
+    if (live > peak) peak = live;
+  }
+  free(held);
+  return peak;
 }
 
 /* Floats of each of the three scratch buffers stage st needs (stage_forward and

@@ -274,6 +274,45 @@ int rt_calibration_write(const be_stream *s, const rt_run_opts *o, const rt_rank
 
 /* ---- The cpu backend's profiler: rank threads ------------------------------------------------ */
 
+/* One side of the link's ping-pong between two threads of the hub. */
+typedef struct link_side {
+  size_t big;     /* large message bytes */
+  double lat, bw; /* results (rank 0) */
+  strbuf err;     /* its failure */
+  int rc;         /* 0 or -1 */
+} link_side;
+
+/* A thread of link_threads: rt_profile_link on its rank; a failure stops the other side. */
+static void link_body(rt_comm *c, int rank, int replica, void *arg) {
+  link_side *j = &((link_side *)arg)[rank];
+  (void)replica;
+  j->rc = rt_profile_link(c, rank, j->big, 30.0, &j->lat, &j->bw, &j->err);
+  if (j->rc) c->fail(c->ctx, strbuf_cstr(&j->err), RT_EXIT_RUNTIME);
+}
+
+/* The hub's link between two threads (rt_profile_link on rt_threads_run): latency and bandwidth
+ * into *lat_s, *bw_Bps. Returns 0, or -1 with the reason in err. */
+static int link_threads(size_t big, double *lat_s, double *bw_Bps, strbuf *err) {
+  link_side sides[2];
+  memset(sides, 0, sizeof sides);
+  sides[0].big = sides[1].big = big;
+  int rc = rt_threads_run(2, 1, link_body, sides);
+  for (int r = 0; r < 2; r++) {
+    if (rc == 0 && sides[r].rc) {
+      strbuf_puts(err, strbuf_cstr(&sides[r].err));
+      rc = -1;
+    }
+    strbuf_free(&sides[r].err);
+  }
+  if (rc == 0) {
+    *lat_s = sides[0].lat;
+    *bw_Bps = sides[0].bw;
+  } else if (!err->len) {
+    strbuf_puts(err, "cannot start the link measurement's threads");
+  }
+  return rc;
+}
+
 /* One worker thread of rt_profile_threads. */
 typedef struct pr_job {
   const be_stream *s;  /* the stream */
@@ -330,7 +369,7 @@ int rt_profile_threads(const be_stream *s, const rt_opts *mo, strbuf *json, strb
   size_t big = 0;
   for (int i = 0; i < s->nlayers; i++)
     if (costs[i].out_bytes > (double)big) big = (size_t)costs[i].out_bytes;
-  if (rc == 0 && rt_threads_link(big, &lat, &bw, err) != 0) rc = -1;
+  if (rc == 0 && link_threads(big, &lat, &bw, err) != 0) rc = -1;
   if (rc == 0) rt_profile_json(s, rt_model_scale(m), costs, "cpu", lat, bw, optim, json);
   free(costs);
   free(jobs);

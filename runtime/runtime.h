@@ -444,6 +444,14 @@ void rt_record(rt_rank_stats *st, const be_inst *in, int step, double t0, double
 void rt_rank_stats_init(rt_rank_stats *st, int rank, int replica, int steps);
 void rt_rank_stats_free(rt_rank_stats *st);
 
+/* What a thread of the hub runs: c is its rank's transport. */
+typedef void (*rt_thread_body)(rt_comm *c, int rank, int replica, void *arg);
+/* The hub (comm_threads.c): run body(c, rank, replica, arg) on nranks x replicas threads of this
+ * process that talk through one in-process hub, and free the hub after them. Returns 0, or -1
+ * when a thread could not be started (the hub is then failed: the started ones stop at their
+ * next wait). */
+int rt_threads_run(int nranks, int replicas, rt_thread_body body, void *arg);
+
 /* The cpu backend: every rank of every replica as a thread of this process. stats has
  * nranks x replicas entries, indexed replica x nranks + rank. Returns 0, or -1 when threads could
  * not be started. */
@@ -606,8 +614,6 @@ int rt_calibration_write(const be_stream *s, const rt_run_opts *o, const rt_rank
  * configuration once), two threads measure the hub's link; the profile JSON is appended to
  * json. Returns 0, or -1 with the reason in err. */
 int rt_profile_threads(const be_stream *s, const rt_opts *mo, strbuf *json, strbuf *err);
-/* The hub's link between two threads (comm_threads.c): see rt_profile_link. */
-int rt_threads_link(size_t big, double *lat_s, double *bw_Bps, strbuf *err);
 /* The mpi backend's profiler, for octo-run's main: every process measures its share of the
  * layers, world ranks 0 and 1 the link; rank 0 writes the profile to out_path. Every collective
  * and message waits at most o->timeout seconds (past it the job ends with RT_EXIT_RUNTIME,

@@ -83,6 +83,30 @@ cli_item cli_next(const char *prog, const cli_flag *flags, int n, int argc, char
   return CLI_FLAG;
 }
 
+void cli_usage(FILE *out, const cli_flag *flags, int n, int width) {
+  for (int i = 0; i < n; i++) {
+    char left[64];
+    const cli_flag *f = &flags[i];
+    if (f->arg && f->optional)
+      snprintf(left, sizeof left, "%s[=%s]", f->name, f->arg);
+    else if (f->arg)
+      snprintf(left, sizeof left, "%s%s%s", f->name, f->name[1] == '-' ? "=" : " ", f->arg);
+    else
+      snprintf(left, sizeof left, "%s", f->name);
+    const char *h = f->help;
+    size_t len = strcspn(h, "\n");
+    if (len)
+      fprintf(out, "  %-*s %.*s\n", width, left, (int)len, h);
+    else /* the help starts on the next line */
+      fprintf(out, "  %s\n", left);
+    for (h += len; *h; h += len) {
+      h++; /* the '\n' */
+      len = strcspn(h, "\n");
+      fprintf(out, "  %-*s %.*s\n", width, "", (int)len, h);
+    }
+  }
+}
+
 bool cli_starts(const char *arg, const char *prefix, const char **value) {
   size_t n = strlen(prefix);
   if (strncmp(arg, prefix, n) != 0) return false;

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "support.h"
 
@@ -41,6 +42,10 @@ typedef enum cli_item {
  * it on); errors are reported as cli_error(prog, ...) with notes. */
 cli_item cli_next(const char *prog, const cli_flag *flags, int n, int argc, char **argv, int *i,
                   const cli_flag **flag, const char **value);
+
+/* Print the n flags' lines of --help to out: "  NAME=ARG" (or "NAME[=ARG]", "-o ARG") padded
+ * to 'width', then the help; a help's further lines ('\n' in it) under its first. */
+void cli_usage(FILE *out, const cli_flag *flags, int n, int width);
 
 /* Whether arg starts with prefix; *value then points just after it. */
 bool cli_starts(const char *arg, const char *prefix, const char **value);

@@ -75,17 +75,7 @@ static void usage(FILE *out) {
                "passes given with --passes, and prints the resulting IR -- or, with --report or\n"
                "--emit, the plan report, a trace or an SVG timeline of its simulated step.\n"
                "\noptions:\n");
-  for (int i = 0; i < NFLAGS; i++) {
-    char left[64];
-    const cli_flag *f = &flags[i];
-    if (f->arg && f->optional)
-      snprintf(left, sizeof left, "%s[=%s]", f->name, f->arg);
-    else if (f->arg)
-      snprintf(left, sizeof left, "%s%s%s", f->name, f->name[1] == '-' ? "=" : " ", f->arg);
-    else
-      snprintf(left, sizeof left, "%s", f->name);
-    fprintf(out, "  %-26s %s\n", left, f->help);
-  }
+  cli_usage(out, flags, NFLAGS, 26);
   fprintf(out, "\nartifacts (--emit=KIND):\n");
   for (int k = 0; k < REPORT_KIND_COUNT; k++)
     fprintf(out, "  %-26s %s\n", report_kinds[k].name, report_kinds[k].help);
@@ -180,8 +170,8 @@ static int emit_artifact(void *ctx, const ir_module *m, const pass_results *res,
                          diag_loc where, strbuf *out) {
   const cmdline *cl = ctx;
   report_opts ro = cl->ropts;
-  if (res->tuned) ro.tuner = &res->tune; /* the tune pass's figures, as octoc reports them */
-  if (res->configured) ro.config = &res->config;
+  ro.tuner = pass_results_get(res, PASS_ID_TUNE); /* the tune pass's figures, as in octoc */
+  ro.config = pass_results_get(res, PASS_ID_CONFIG);
   return report_emit(m, cl->emit, &ro, out, d, where);
 }
 

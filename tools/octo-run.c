@@ -28,6 +28,85 @@
 
 #define PROG "octo-run"
 
+/* Command-line flags. */
+typedef enum flag_id {
+  F_BACKEND, F_BF16, F_PROFILE, F_CALIBRATE, F_STEPS, F_SCALE, F_DUMP, F_SEED, F_LR, F_DATA,
+  F_TIMEOUT, F_MEM_LIMIT, F_INIT, F_SAVE, F_SAVE_EVERY, F_SAVE_KEEP, F_RESUME, F_CHECK, F_TRACE,
+  F_DIE, F_STOP, F_HELP, F_VERSION
+} flag_id;
+
+static const cli_flag flags[] = {
+    {F_BACKEND, "--backend", "cpu|mpi|cuda|nccl",
+     "\ncpu: every rank a thread of this process (default); mpi: an MPI\n"
+     "process; cuda: every rank in this process on one GPU (streams per\n"
+     "rank); nccl: every rank an MPI process on its own GPU, NCCL messages", false},
+    {F_BF16, "--bf16", NULL, "GPU backends: bf16 GEMMs with float32 accumulation (speed)", false},
+    {F_PROFILE, "--profile", "FILE",
+     "measure every layer's F, B, W as it runs at the scale in force\n"
+     "(cpu, mpi: on this machine's cores; cuda: on GPU 0), the\n"
+     "optimizer and the link between two ranks, and write the profile\n"
+     "JSON that octoc reads (docs/cost-model.md)", false},
+    {F_CALIBRATE, "--calibrate", "FILE",
+     "cpu, mpi: time every layer's F, B, W and the optimizer inside\n"
+     "the run's steps after the first (needs --steps >= 2) and write\n"
+     "them as a profile without a link, to plan with after\n"
+     "--profile's (octoc --profile=P.json --profile=FILE)", false},
+    {F_STEPS, "--steps", "N", "training steps (default 1)", false},
+    {F_SCALE, "--scale", "K|auto",
+     "divide widths, vocabulary and sequence lengths by K; auto (the\n"
+     "default) picks the smallest power of two whose step is a few\n"
+     "seconds of CPU work (GPU backends: 64)", false},
+    {F_DUMP, "--dump", "DIR",
+     "write every layer's input, output, weights and gradients of\n"
+     "step 1, microbatch 0, and its targets, as .npy files, then\n"
+     "DIR/index.json (docs/runtime.md); a write that fails ends\n"
+     "the run (exit 1)", true},
+    {F_SEED, "--seed", "S", "initialization and synthetic data (default 1)", false},
+    {F_LR, "--lr", "X", "learning rate (default 0.01)", false},
+    {F_DATA, "--data", "FILE", "use FILE's bytes as the token stream instead of synthetic data",
+     false},
+    {F_TIMEOUT, "--timeout", "S",
+     "seconds any blocking operation (a message, the all-reduce, the\n"
+     "MPI report) may wait before the run fails (default 60)", false},
+    {F_MEM_LIMIT, "--mem-limit", "SIZE",
+     "memory the run may use on this machine (cpu: all ranks; mpi: the\n"
+     "processes of a node), e.g. 16GiB; default: MemAvailable. A run\n"
+     "that needs more is refused before it allocates", false},
+    {F_INIT, "--init", "PATH",
+     "start from the weights of a safetensors file, sharded index\n"
+     "or directory (Hugging Face names for Llama-style models;\n"
+     "docs/checkpoints.md); every tensor must be there, shaped for\n"
+     "the model at the scale in force (default 1 with --init)", false},
+    {F_SAVE, "--save", "DIR",
+     "save a checkpoint (weights, Adam state, step) into\n"
+     "DIR/step-N after the last step, and DIR/latest names it", false},
+    {F_SAVE_EVERY, "--save-every", "N", "with --save: also after every N-th step", false},
+    {F_SAVE_KEEP, "--save-keep", "K", "with --save: keep the K newest checkpoints (default 1)",
+     false},
+    {F_RESUME, "--resume", "DIR",
+     "continue from DIR's latest checkpoint (or a step directory)\n"
+     "up to --steps, which counts from the start of training", false},
+    {F_CHECK, "--check", NULL,
+     "run the sequential reference beside it and compare every step's\n"
+     "loss and gradients (relative difference <= 1e-5)", false},
+    {F_TRACE, "--trace", "FILE", "write the timeline as Chrome/Perfetto trace JSON", false},
+    {F_DIE, "--die", "RANK[/REPLICA]:WHERE",
+     "\ntesting: that rank (of replica 0 unless given) dies at WHERE of\n"
+     "its first step: an address, allreduce (its first ALLREDUCE),\n"
+     "optimizer (its STEP), tie (its TIE) or setup (mpi: before\n"
+     "the communicators are made, or --profile's reduction; cpu:\n"
+     "address 0) or init (mpi: before MPI_Init; cpu: as setup) or\n"
+     "end (mpi only: after the report, before the closing barrier)\n"
+     "or save (its first checkpoint's save, with --save); the\n"
+     "others stop with its name", false},
+    {F_STOP, "--stop", "RANK[/REPLICA]:WHERE",
+     "\ntesting: the same, but the rank stops responding without dying\n"
+     "(SIGSTOP under MPI); the others fail when --timeout passes", false},
+    {F_HELP, "--help", NULL, "print this help and exit", false},
+    {F_VERSION, "--version", NULL, "print the version and exit", false},
+};
+#define NFLAGS (int)(sizeof flags / sizeof flags[0])
+
 static void usage(FILE *out) {
   fprintf(out,
           "usage: " PROG " PLAN.ois [--backend=cpu|mpi|cuda|nccl] [options]\n"
@@ -38,62 +117,10 @@ static void usage(FILE *out) {
           "vocabulary and sequence divided by the scale (docs/runtime.md); on the GPU backends\n"
           "the same kernels as CUDA kernels and cuBLAS GEMMs (default scale: the plan's\n"
           "profile's, else 1).\n\n"
-          "options:\n"
-          "  --backend=cpu|mpi  every rank a thread of this process (default), or an MPI process\n"
-          "  --backend=cuda     every rank in this process on one GPU (streams per rank)\n"
-          "  --backend=nccl     every rank an MPI process on its own GPU, NCCL messages\n"
-          "  --bf16             GPU backends: bf16 GEMMs with float32 accumulation (speed)\n"
-          "  --profile=FILE     measure every layer's F, B, W as it runs at the scale in force\n"
-          "                     (cpu, mpi: on this machine's cores; cuda: on GPU 0), the\n"
-          "                     optimizer and the link between two ranks, and write the profile\n"
-          "                     JSON that octoc reads (docs/cost-model.md)\n"
-          "  --calibrate=FILE   cpu, mpi: time every layer's F, B, W and the optimizer inside\n"
-          "                     the run's steps after the first (needs --steps >= 2) and write\n"
-          "                     them as a profile without a link, to plan with after\n"
-          "                     --profile's (octoc --profile=P.json --profile=FILE)\n"
-          "  --steps=N          training steps (default 1)\n"
-          "  --scale=K|auto     divide widths, vocabulary and sequence lengths by K; auto (the\n"
-          "                     default) picks the smallest power of two whose step is a few\n"
-          "                     seconds of CPU work (GPU backends: 64)\n"
-          "  --dump=DIR         write every layer's input, output, weights and gradients of\n"
-          "                     step 1, microbatch 0, and its targets, as .npy files, then\n"
-          "                     DIR/index.json (docs/runtime.md); a write that fails ends\n"
-          "                     the run (exit 1)\n"
-          "  --seed=S           initialization and synthetic data (default 1)\n"
-          "  --lr=X             learning rate (default 0.01)\n"
-          "  --data=FILE        use FILE's bytes as the token stream instead of synthetic data\n"
-          "  --timeout=S        seconds any blocking operation (a message, the all-reduce, the\n"
-          "                     MPI report) may wait before the run fails (default 60)\n"
-          "  --mem-limit=SIZE   memory the run may use on this machine (cpu: all ranks; mpi: the\n"
-          "                     processes of a node), e.g. 16GiB; default: MemAvailable. A run\n"
-          "                     that needs more is refused before it allocates\n"
-          "  --init=PATH        start from the weights of a safetensors file, sharded index\n"
-          "                     or directory (Hugging Face names for Llama-style models;\n"
-          "                     docs/checkpoints.md); every tensor must be there, shaped for\n"
-          "                     the model at the scale in force (default 1 with --init)\n"
-          "  --save=DIR         save a checkpoint (weights, Adam state, step) into\n"
-          "                     DIR/step-N after the last step, and DIR/latest names it\n"
-          "  --save-every=N     with --save: also after every N-th step\n"
-          "  --save-keep=K      with --save: keep the K newest checkpoints (default 1)\n"
-          "  --resume=DIR       continue from DIR's latest checkpoint (or a step directory)\n"
-          "                     up to --steps, which counts from the start of training\n"
-          "  --check            run the sequential reference beside it and compare every step's\n"
-          "                     loss and gradients (relative difference <= 1e-5)\n"
-          "  --trace=FILE       write the timeline as Chrome/Perfetto trace JSON\n"
-          "  --die=RANK[/REPLICA]:WHERE\n"
-          "                     testing: that rank (of replica 0 unless given) dies at WHERE of\n"
-          "                     its first step: an address, allreduce (its first ALLREDUCE),\n"
-          "                     optimizer (its STEP), tie (its TIE) or setup (mpi: before\n"
-          "                     the communicators are made, or --profile's reduction; cpu:\n"
-          "                     address 0) or init (mpi: before MPI_Init; cpu: as setup) or\n"
-          "                     end (mpi only: after the report, before the closing barrier)\n"
-          "                     or save (its first checkpoint's save, with --save); the\n"
-          "                     others stop with its name\n"
-          "  --stop=RANK[/REPLICA]:WHERE\n"
-          "                     testing: the same, but the rank stops responding without dying\n"
-          "                     (SIGSTOP under MPI); the others fail when --timeout passes\n"
-          "  --help, --version\n\n"
-          "exit status: 0 success, 1 bad input or command line (or no GPU for a GPU backend,\n"
+          "options:\n");
+  cli_usage(out, flags, NFLAGS, 18);
+  fprintf(out,
+          "\nexit status: 0 success, 1 bad input or command line (or no GPU for a GPU backend,\n"
           "more memory than the machine offers, an output or --dump file that cannot be\n"
           "written), 3 a rank failed (timeout, transport or\n"
           "NCCL error, a rank that died or stopped; under mpirun too, whichever rank), 4\n"
@@ -184,96 +211,107 @@ int main(int argc, char **argv) {
   rt_run_opts o = {.steps = 1, .timeout = 60, .fault = {RT_FAULT_NONE, 0, 0, -1, -1},
                    .backend = "cpu"};
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v;
+    const cli_flag *f;
+    const char *v;
     double x;
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      usage(stdout);
-      return 0;
-    } else if (strcmp(a, "--version") == 0) {
-      printf(PROG " (OctoPipe) %s\n", OCTO_VERSION);
-      return 0;
-    } else if (cli_starts(a, "--backend=", &v)) {
+    cli_item it = cli_next(PROG, flags, NFLAGS, argc, argv, &i, &f, &v);
+    if (it == CLI_ERROR) return RT_EXIT_INPUT;
+    if (it == CLI_INPUT) {
+      if (input) {
+        fprintf(stderr, PROG ": error: more than one input file ('%s' and '%s')\n", input, v);
+        return RT_EXIT_INPUT;
+      }
+      input = v;
+      continue;
+    }
+    switch ((flag_id)f->id) {
+    case F_HELP: usage(stdout); return 0;
+    case F_VERSION: printf(PROG " (OctoPipe) %s\n", OCTO_VERSION); return 0;
+    case F_BACKEND:
       if (strcmp(v, "cpu") != 0 && strcmp(v, "mpi") != 0 && strcmp(v, "cuda") != 0 &&
           strcmp(v, "nccl") != 0)
         return bad_value("--backend", v, "cpu, mpi, cuda or nccl");
       backend = v;
       o.backend = v;
-    } else if (cli_starts(a, "--steps=", &v)) {
+      break;
+    case F_STEPS:
       if (!number(v, 1, 1e6, &x) || x != (int)x) return bad_value("--steps", v, "a count >= 1");
       o.steps = (int)x;
-    } else if (cli_starts(a, "--scale=", &v)) {
+      break;
+    case F_SCALE:
       if (strcmp(v, "auto") == 0)
         mo.scale = 0;
       else if (!number(v, 1, 1e9, &x) || x != (int)x)
         return bad_value("--scale", v, "a whole number >= 1 or auto");
       else
         mo.scale = (int)x;
-    } else if (strcmp(a, "--dump") == 0) {
-      fputs(PROG ": error: --dump needs a directory: --dump=DIR\n", stderr);
-      return RT_EXIT_INPUT;
-    } else if (cli_starts(a, "--dump=", &v)) {
+      break;
+    case F_DUMP:
+      if (!v) {
+        fputs(PROG ": error: --dump needs a directory: --dump=DIR\n", stderr);
+        return RT_EXIT_INPUT;
+      }
       if (!*v) return bad_value("--dump", v, "a directory");
       mo.dump = v;
-    } else if (cli_starts(a, "--seed=", &v)) {
+      break;
+    case F_SEED: {
       char *end;
       errno = 0;
       unsigned long long sd = strtoull(v, &end, 10);
       if (end == v || *end || *v == '-' || *v == '+' || errno == ERANGE)
         return bad_value("--seed", v, "a whole number from 0 to 18446744073709551615");
       mo.seed = (uint64_t)sd;
-    } else if (cli_starts(a, "--lr=", &v)) {
+      break;
+    }
+    case F_LR:
       if (!number(v, 0, 1e6, &x)) return bad_value("--lr", v, "a non-negative number");
       mo.lr = x;
-    } else if (cli_starts(a, "--data=", &v)) {
-      mo.data = v;
-    } else if (cli_starts(a, "--timeout=", &v)) {
+      break;
+    case F_DATA: mo.data = v; break;
+    case F_TIMEOUT:
       if (!number(v, 0.001, 1e6, &x)) return bad_value("--timeout", v, "seconds > 0");
       o.timeout = x;
-    } else if (cli_starts(a, "--mem-limit=", &v)) {
+      break;
+    case F_MEM_LIMIT:
       if (rt_parse_bytes(v, &o.mem_limit) != 0)
         return bad_value("--mem-limit", v, "a size (bytes, or with K, M, G or T: 16GiB)");
-    } else if (strcmp(a, "--bf16") == 0) {
-      bf16 = true;
-    } else if (cli_starts(a, "--profile=", &v)) {
-      profile = v;
-    } else if (cli_starts(a, "--calibrate=", &v)) {
+      break;
+    case F_BF16: bf16 = true; break;
+    case F_PROFILE: profile = v; break;
+    case F_CALIBRATE:
       if (!*v) return bad_value("--calibrate", v, "a file name");
       o.calibrate = v;
-    } else if (cli_starts(a, "--init=", &v)) {
+      break;
+    case F_INIT:
       if (!*v) return bad_value("--init", v, "a safetensors file, index or directory");
       o.init = v;
-    } else if (cli_starts(a, "--save=", &v)) {
+      break;
+    case F_SAVE:
       if (!*v) return bad_value("--save", v, "a directory");
       o.save = v;
-    } else if (cli_starts(a, "--save-every=", &v)) {
-      if (!number(v, 1, 1e6, &x) || x != (int)x) return bad_value("--save-every", v, "a count >= 1");
-      o.save_every = (int)x;
-    } else if (cli_starts(a, "--save-keep=", &v)) {
-      if (!number(v, 1, 1e6, &x) || x != (int)x) return bad_value("--save-keep", v, "a count >= 1");
-      o.save_keep = (int)x;
-    } else if (cli_starts(a, "--resume=", &v)) {
+      break;
+    case F_SAVE_EVERY:
+    case F_SAVE_KEEP:
+      if (!number(v, 1, 1e6, &x) || x != (int)x) return bad_value(f->name, v, "a count >= 1");
+      *(f->id == F_SAVE_EVERY ? &o.save_every : &o.save_keep) = (int)x;
+      break;
+    case F_RESUME:
       if (!*v) return bad_value("--resume", v, "a checkpoint directory");
       o.resume = v;
-    } else if (strcmp(a, "--check") == 0) {
-      o.check = true;
-    } else if (cli_starts(a, "--trace=", &v)) {
+      break;
+    case F_CHECK: o.check = true; break;
+    case F_TRACE:
       trace_path = v;
       o.trace = true;
-    } else if (cli_starts(a, "--die=", &v) || cli_starts(a, "--stop=", &v)) {
-      bool die = a[2] == 'd';
+      break;
+    case F_DIE:
+    case F_STOP:
       if (rt_fault_parse(v, &o.fault) != 0)
-        return bad_value(die ? "--die" : "--stop", v,
+        return bad_value(f->name, v,
                          "RANK[/REPLICA]:WHERE (WHERE: an address, allreduce, optimizer, "
                          "tie, setup, init, end or save)");
-      o.fault.kind = die ? RT_FAULT_DIE : RT_FAULT_STOP;
-    } else if (a[0] == '-' && a[1]) {
-      fprintf(stderr, PROG ": error: unknown option '%s' (try '" PROG " --help')\n", a);
-      return RT_EXIT_INPUT;
-    } else if (input) {
-      fprintf(stderr, PROG ": error: more than one input file ('%s' and '%s')\n", input, a);
-      return RT_EXIT_INPUT;
-    } else {
-      input = a;
+      o.fault.kind = f->id == F_DIE ? RT_FAULT_DIE : RT_FAULT_STOP;
+      break;
     }
   }
   if (!input) {

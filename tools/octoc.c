@@ -23,10 +23,12 @@ typedef struct octoc_opts {
   const char *output;     /* -o FILE, NULL for stdout */
   report_kind emit;       /* --emit=KIND (--report selects REPORT_TEXT or REPORT_JSON) */
   const char *passes;     /* --passes: the pipeline after the front end, NULL for the default */
-  double budget;          /* --budget: seconds the tuner may take (default plan); 0: no limit */
-  int evals;              /* --evals: plans the tuner may simulate; 0: no limit */
-  int jobs;               /* --jobs: the tuner's threads; 0: every core */
-  uint64_t seed;          /* --seed: the tuner's seed */
+  const char *budget;     /* --budget: the tune pass's budget ("30s"), NULL when not given (the
+                             pass's default); --seed likewise */
+  const char *seed;       /* --seed: the tune (config) pass's seed */
+  int64_t evals;          /* --evals: the tune pass's evals (config's long_evals); -1: not
+                             given; --jobs likewise */
+  int64_t jobs;           /* --jobs: the tune (config) pass's jobs */
   bool compare;           /* --compare: run the classic plans too */
   bool search_config;     /* --search=config: the train fields the spec omits are chosen */
   bool megatron;          /* --megatron with --search=config: every configuration is planned
@@ -42,6 +44,65 @@ typedef struct octoc_opts {
   const char *with;         /* --with=SPEC: its devices, clusters and train block */
 } octoc_opts;
 
+/* Command-line flags. */
+typedef enum flag_id {
+  F_EMIT, F_REPORT, F_COMPARE, F_EVALS, F_BUDGET, F_JOBS, F_SEED, F_PROFILE, F_PASSES, F_SEARCH,
+  F_MEGATRON, F_OUTPUT, F_EXPLAIN, F_DEBUGINFO, F_VERIFY_DIAGS, F_SPLIT, F_ERROR_LIMIT, F_HF,
+  F_WITH, F_HELP, F_VERSION
+} flag_id;
+
+static const cli_flag flags[] = {
+    {F_EMIT, "--emit", "KIND", "what to write (see below; default report)", false},
+    {F_REPORT, "--report", "FORMAT", "write the report as text (default) or json", true},
+    {F_COMPARE, "--compare", NULL,
+     "add the classic plans (S-1F1B, balanced 1F1B, I-1F1B, ZB-H1,\n"
+     "ZB-V, adaptive) to the report (or --emit=html), with their\nspeedup", false},
+    {F_EVALS, "--evals", "N",
+     "plans the tuner may simulate (default 1000; 0: no limit);\n"
+     "the plan is the same on every machine; with\n"
+     "--search=config, the long tune of each of the best\n"
+     "configurations (config's long_evals; the short tunes keep\ntheirs)", false},
+    {F_BUDGET, "--budget", "SECONDS",
+     "time the tuner may take (default: no limit); the plan then\n"
+     "depends on the machine's speed and load", false},
+    {F_JOBS, "--jobs", "N",
+     "the tuner's threads (default 0: every core); the plan does\nnot depend on it", false},
+    {F_SEED, "--seed", "N", "seed of the tuner's random restarts (default 1)", false},
+    {F_PROFILE, "--profile", "FILE",
+     "measured costs (octo-run --profile), applied after the\n"
+     "spec's own profile lines; may be repeated", false},
+    {F_PASSES, "--passes", "PIPELINE",
+     "the passes after the front end instead of the default plan\n"
+     "(costs, then the tuner's plan, then simulate);\n"
+     "e.g. 'cost,partition,place,schedule{method=zb-h1},simulate'\n"
+     "(see octo-opt --list-passes); --passes= runs none", false},
+    {F_SEARCH, "--search", "config",
+     "choose the train fields the spec leaves out (tensor, pipeline,\n"
+     "data, micro_batch, recompute, zero) with the plan: the\n"
+     "report lists the best configurations (the config pass)", false},
+    {F_MEGATRON, "--megatron", NULL,
+     "plan stages Megatron-LM can express (for --emit=megatron-*;\n"
+     "with --search=config, every configuration's plan): cuts\n"
+     "between transformer blocks balanced on each stage's device\n"
+     "and within its memory, one stage per device, 1F1B; full\n"
+     "recomputation when it is faster or the only fit; an error\nwhen nothing fits", false},
+    {F_OUTPUT, "-o", "FILE", "write to FILE instead of stdout", false},
+    {F_EXPLAIN, "--explain", NULL, "report every default the compiler assumed", false},
+    {F_DEBUGINFO, "--print-debuginfo", NULL, "print source locations in the IR", false},
+    {F_VERIFY_DIAGS, "--verify-diagnostics", NULL,
+     "check the spec's '# expected-error {{...}}' comments", false},
+    {F_SPLIT, "--split-input-file", NULL, "compile each '# -----' separated chunk on its own",
+     false},
+    {F_ERROR_LIMIT, "--error-limit", "N", "stop after N errors (default 20, 0 = no limit)", false},
+    {F_HF, "--hf", "PATH",
+     "compile the model of a Hugging Face config.json (or a folder\n"
+     "holding one) instead of a spec (docs/import.md)", false},
+    {F_WITH, "--with", "SPEC", "with --hf: the devices, clusters and train block of SPEC", false},
+    {F_HELP, "--help", NULL, "show this help", false},
+    {F_VERSION, "--version", NULL, "show the version", false},
+};
+#define NFLAGS (int)(sizeof flags / sizeof flags[0])
+
 /* Print the help text to f. */
 static void usage(FILE *f) {
   fputs("usage: octoc SPEC.octo [options]\n"
@@ -49,48 +110,10 @@ static void usage(FILE *f) {
         "Compile an OctoPipe model/cluster/training spec to the pipeline IR, estimate every\n"
         "layer's costs, plan the pipeline, simulate a step, and report the result.\n"
         "\n"
-        "options:\n"
-        "  --emit=KIND            what to write (see below; default report)\n"
-        "  --report[=FORMAT]      write the report as text (default) or json\n"
-        "  --compare              add the classic plans (S-1F1B, balanced 1F1B, I-1F1B, ZB-H1,\n"
-        "                         ZB-V, adaptive) to the report (or --emit=html), with their\n"
-        "                         speedup\n"
-        "  --evals=N              plans the tuner may simulate (default 1000; 0: no limit);\n"
-        "                         the plan is the same on every machine\n"
-        "  --budget=SECONDS       time the tuner may take (default: no limit); the plan then\n"
-        "                         depends on the machine's speed and load\n"
-        "  --jobs=N               the tuner's threads (default 0: every core); the plan does\n"
-        "                         not depend on it\n"
-        "  --seed=N               seed of the tuner's random restarts (default 1)\n"
-        "  --profile=FILE         measured costs (octo-run --profile), applied after the\n"
-        "                         spec's own profile lines; may be repeated\n"
-        "  --passes=PIPELINE      the passes after the front end instead of the default plan\n"
-        "                         (costs, then the tuner's plan, then simulate);\n"
-        "                         e.g. 'cost,partition,place,schedule{method=zb-h1},simulate'\n"
-        "                         (see octo-opt --list-passes); --passes= runs none\n"
-        "  --search=config        choose the train fields the spec leaves out (tensor, pipeline,\n"
-        "                         data, micro_batch, recompute, zero) with the plan: the\n"
-        "                         report lists the best configurations (the config pass)\n"
-        "  --megatron             plan stages Megatron-LM can express (for --emit=megatron-*;\n"
-        "                         with --search=config, every configuration's plan): cuts\n"
-        "                         between transformer blocks balanced on each stage's device\n"
-        "                         and within its memory, one stage per device, 1F1B; full\n"
-        "                         recomputation when it is faster or the only fit; an error\n"
-        "                         when nothing fits\n"
-        "  -o FILE                write to FILE instead of stdout\n"
-        "  --explain              report every default the compiler assumed\n"
-        "  --print-debuginfo      print source locations in the IR\n"
-        "  --verify-diagnostics   check the spec's '# expected-error {{...}}' comments\n"
-        "  --split-input-file     compile each '# -----' separated chunk on its own\n"
-        "  --error-limit=N        stop after N errors (default 20, 0 = no limit)\n"
-        "  --hf=PATH              compile the model of a Hugging Face config.json (or a folder\n"
-        "                         holding one) instead of a spec (docs/import.md)\n"
-        "  --with=SPEC            with --hf: the devices, clusters and train block of SPEC\n"
-        "  --help                 show this help\n"
-        "  --version              show the version\n"
-        "\n"
-        "artifacts (--emit=KIND):\n",
+        "options:\n",
         f);
+  cli_usage(f, flags, NFLAGS, 22);
+  fputs("\nartifacts (--emit=KIND):\n", f);
   for (int k = 0; k < REPORT_KIND_COUNT; k++)
     fprintf(f, "  %-22s %s\n", report_kinds[k].name, report_kinds[k].help);
   fputs("\n"
@@ -98,59 +121,47 @@ static void usage(FILE *f) {
         f);
 }
 
-/* The plan octoc makes when --passes is not given: costs, then (with devices to plan for) the
- * tuner's plan (which is never slower than the best classic plan), simulated; *st receives the
- * tuner's figures. A partition given in the spec is kept instead: one stage per device runs
- * 1F1B, more are placed in Megatron's loop and scheduled by the adaptive scheduler. */
-static pass_status default_plan(ir_module *m, const octoc_opts *o, pass_tune_stats *st,
-                                bool *tuned, pass_results *res, diag_engine *d) {
-  *tuned = false;
+/* The pipeline octoc runs when --passes is not given, into 'text': with --search=config the
+ * config pass (--evals its long tunes' effort, long_evals; 0: no limit), then simulate; else,
+ * with devices to plan for, the cost pass, the tuner's plan (never slower than the best classic
+ * plan) and simulate. A partition given in the spec is kept instead of tuned: one stage per
+ * device runs 1F1B, more are placed in Megatron's loop and scheduled by the adaptive scheduler.
+ * Without devices the pipeline is empty (nothing to cost on, nothing to plan). */
+static void default_pipeline(const ir_module *m, const octoc_opts *o, strbuf *text) {
   if (o->search_config) {
-    pass_config_opts co = pass_config_defaults;
-    co.long_evals = o->evals ? o->evals : 1000000000;
-    co.jobs = o->jobs;
-    co.seed = o->seed;
-    co.megatron = o->megatron;
-    if (pass_config(m, &co, &res->config, d, ir_diag_loc(m->train_loc)) != 0) {
-      pass_config_stats_free(&res->config);
-      return PASS_FAILED;
-    }
-    res->configured = true;
-    /* the chosen configuration's plan (with --megatron, the megatron pass's) is simulated again
-     * for the report */
-    return pass_run_text(m, "simulate", d);
-  }
-  if (m->ndevices == 0) return PASS_OK; /* nothing to cost on, nothing to plan */
-  pass_status ps = pass_run_text(m, "cost", d);
-  if (ps != PASS_OK) return ps;
-  if (m->nstages > 0) {
+    strbuf_puts(text, "config{");
+    if (o->evals >= 0) /* 0: no limit, the most long_evals allows */
+      strbuf_printf(text, "long_evals=%lld, ", (long long)(o->evals ? o->evals : 1000000000));
+    if (o->jobs >= 0) strbuf_printf(text, "jobs=%lld, ", (long long)o->jobs);
+    if (o->seed) strbuf_printf(text, "seed=%s, ", o->seed);
+    strbuf_printf(text, "megatron=%s},simulate", o->megatron ? "true" : "false");
+  } else if (m->ndevices > 0 && m->nstages > 0) {
     int v = m->nstages / m->ndevices; /* the front end checked that it divides */
-    strbuf text = {0};
-    strbuf_printf(&text, "partition{method=explicit, chunks=%d},place{method=%s},"
+    strbuf_printf(text, "cost,partition{method=explicit, chunks=%d},place{method=%s},"
                   "schedule{method=%s},simulate", v, v > 1 ? "interleaved" : "sequential",
                   v > 1 ? "adaptive" : "1f1b");
-    ps = pass_run_text(m, strbuf_cstr(&text), d);
-    strbuf_free(&text);
-    return ps;
+  } else if (m->ndevices > 0) {
+    strbuf_printf(text, "cost,tune{progress=%s", o->verify_diags ? "false" : "auto");
+    if (o->evals >= 0) strbuf_printf(text, ", evals=%lld", (long long)o->evals);
+    if (o->budget) strbuf_printf(text, ", budget=%s", o->budget);
+    if (o->jobs >= 0) strbuf_printf(text, ", jobs=%lld", (long long)o->jobs);
+    if (o->seed) strbuf_printf(text, ", seed=%s", o->seed);
+    strbuf_puts(text, "},simulate");
   }
-  pass_tune_opts to = pass_tune_defaults;
-  to.budget = o->budget;
-  to.evals = o->evals;
-  to.jobs = o->jobs;
-  to.seed = o->seed;
-  to.progress = isatty(2) && !o->verify_diags;
-  *tuned = true;
-  if (pass_tune(m, &to, st, d, ir_diag_loc(m->loc)) != 0) return PASS_FAILED;
-  return pass_run_text(m, "simulate", d);
 }
 
-/* Run the pipeline 'text' on m, leaving the figures of its passes in *res. */
-static pass_status run_passes(ir_module *m, const char *text, pass_results *res, diag_engine *d) {
+/* Run the pipeline 'text' on m, leaving the figures of its passes in *res. A built-in pipeline
+ * (octoc's default) has no place in the user's text: its passes report at the module. */
+static pass_status run_passes(ir_module *m, const char *text, bool builtin, pass_results *res,
+                              diag_engine *d) {
   pass_pipeline pl = {0};
   pass_status st = PASS_FAILED;
   pass_manager_opts pm = {0};
   pm.results = res;
-  if (pass_pipeline_parse(&pl, text, d) == 0) st = pass_pipeline_run(&pl, m, &pm, d);
+  if (pass_pipeline_parse(&pl, text, d) == 0) {
+    for (int i = 0; builtin && i < pl.count; i++) pl.entries[i].opts.loc = diag_mkloc(0, 0, 0, 0);
+    st = pass_pipeline_run(&pl, m, &pm, d);
+  }
   pass_pipeline_free(&pl);
   return st;
 }
@@ -167,11 +178,12 @@ static int compile_one(diag_engine *d, uint32_t src, const octoc_opts *o, strbuf
   if (ir_verify(m, d, diag_mkloc(src, 0, 0, 0)) != 0) {
     rc = 1;
   } else {
-    pass_tune_stats ts = {0};
     pass_results res = {0};
-    bool tuned = false;
-    pass_status st = o->passes ? run_passes(m, o->passes, &res, d)
-                               : default_plan(m, o, &ts, &tuned, &res, d);
+    strbuf plan = {0};
+    if (!o->passes) default_pipeline(m, o, &plan);
+    pass_status st = run_passes(m, o->passes ? o->passes : strbuf_cstr(&plan), !o->passes, &res,
+                                d);
+    strbuf_free(&plan);
     if (st == PASS_OK && m->ndevices == 0 && report_kinds[o->emit].needs != REPORT_NEEDS_NOTHING) {
       /* nothing to plan for: say what is missing rather than that the plan is */
       diag_error(d, where, "cannot write --emit=%s: the spec has no cluster, so there is no plan "
@@ -182,8 +194,8 @@ static int compile_one(diag_engine *d, uint32_t src, const octoc_opts *o, strbuf
     if (st != PASS_OK) {
       rc = st == PASS_INTERNAL ? 2 : 1;
     } else {
-      report_opts ro = {o->debuginfo, o->compare, tuned ? &ts : res.tuned ? &res.tune : NULL,
-                        res.configured ? &res.config : NULL};
+      report_opts ro = {o->debuginfo, o->compare, pass_results_get(&res, PASS_ID_TUNE),
+                        pass_results_get(&res, PASS_ID_CONFIG)};
       strbuf text = {0};
       if (report_emit(m, o->emit, &ro, &text, d, where) != 0)
         rc = 1;
@@ -191,176 +203,178 @@ static int compile_one(diag_engine *d, uint32_t src, const octoc_opts *o, strbuf
         strbuf_append(out, strbuf_cstr(&text), text.len);
       strbuf_free(&text);
     }
-    pass_tune_stats_free(&ts);
     pass_results_free(&res);
   }
   ir_module_free(m);
   return rc;
 }
 
+/* Read v as a whole number (the value grammar's) within the range of the tune pass's option
+ * 'key' (options.def) into *out; prints "FLAG expects ..." and returns false when it is not. */
+static bool tune_count(const char *flag, const char *key, const char *v, int64_t *out) {
+  const pass_option_info *r = pass_option_find(&pass_registry[PASS_ID_TUNE], key);
+  ir_value_text t;
+  double x = 0;
+  size_t n = strlen(v);
+  bool ok = ir_value_scan(v, n, &t) == n &&
+            ir_value_convert(&t, IR_T_COUNT, IR_VALUE_SIGNED, &x, NULL) == IR_VALUE_OK &&
+            x >= r->min && x <= r->max;
+  if (!ok)
+    cli_error("octoc", "%s expects a whole number from %.0f to %.0f, got '%s'", flag, r->min,
+              r->max, v);
+  *out = (int64_t)x;
+  return ok;
+}
+
+/* Whether the digits v are at most 2^64 - 1. */
+static bool seed_ok(const char *v) {
+  errno = 0;
+  strtoull(v, NULL, 10);
+  return errno != ERANGE;
+}
+
+/* Apply flag f with value v (NULL when it has none) to o. Returns -1 to go on, or the exit
+ * status: 0 after --help or --version, 1 after reporting a bad value. */
+static int apply_flag(octoc_opts *o, const cli_flag *f, const char *v, bool *megatron) {
+  switch ((flag_id)f->id) {
+  case F_HELP: usage(stdout); return 0;
+  case F_VERSION: printf("octoc (OctoPipe) %s\n", OCTO_VERSION); return 0;
+  case F_EMIT: {
+    strbuf why = {0};
+    int k = report_kind_lookup(v, &why);
+    if (k < 0) cli_error("octoc", "%s", strbuf_cstr(&why));
+    strbuf_free(&why);
+    if (k < 0) return 1;
+    o->emit = (report_kind)k;
+    break;
+  }
+  case F_REPORT:
+    if (v && strcmp(v, "json") != 0 && strcmp(v, "text") != 0) {
+      cli_error("octoc", "unknown --report format '%s' (expected text or json)", v);
+      return 1;
+    }
+    o->emit = v && strcmp(v, "json") == 0 ? REPORT_JSON : REPORT_TEXT;
+    break;
+  case F_COMPARE: o->compare = true; break;
+  case F_WITH: o->with = v; break;
+  case F_HF:
+    if (o->input) {
+      cli_error("octoc", "more than one input file ('%s' and '%s')", o->input, v);
+      return 1;
+    }
+    o->input = v;
+    o->hf = true;
+    break;
+  case F_PASSES: o->passes = v; break;
+  case F_MEGATRON: *megatron = true; break;
+  case F_SEARCH:
+    if (strcmp(v, "config") != 0) {
+      cli_error("octoc", "unknown --search '%s' (expected config)", v);
+      return 1;
+    }
+    o->search_config = true;
+    break;
+  case F_PROFILE:
+    if (!*v || o->nprofiles == (int)(sizeof o->profiles / sizeof *o->profiles)) {
+      cli_error("octoc", *v ? "at most 16 --profile files" : "--profile expects a file name");
+      return 1;
+    }
+    o->profiles[o->nprofiles++] = v;
+    break;
+  case F_BUDGET: {
+    char *end;
+    double b = strtod(v, &end);
+    if (end == v || !(b > 0 && b <= 1e6) || (*end && strcmp(end, "s") != 0)) {
+      cli_error("octoc", "--budget expects seconds (e.g. 30 or 30s), got '%s'", v);
+      return 1;
+    }
+    static char budget[48]; /* the tune pass's budget: seconds with their unit */
+    snprintf(budget, sizeof budget, "%.17gs", b);
+    o->budget = budget;
+    break;
+  }
+  case F_EVALS:
+  case F_JOBS: {
+    bool evals = f->id == F_EVALS;
+    if (!tune_count(f->name, evals ? "evals" : "jobs", v, evals ? &o->evals : &o->jobs))
+      return 1;
+    break;
+  }
+  case F_SEED:
+    if (*v == 0 || strspn(v, "0123456789") != strlen(v) || !seed_ok(v)) {
+      cli_error("octoc", "--seed expects a whole number from 0 to %llu, got '%s'",
+                (unsigned long long)UINT64_MAX, v);
+      return 1;
+    }
+    o->seed = v;
+    break;
+  case F_OUTPUT: o->output = v; break;
+  case F_EXPLAIN: o->explain = true; break;
+  case F_DEBUGINFO: o->debuginfo = true; break;
+  case F_VERIFY_DIAGS: o->verify_diags = true; break;
+  case F_SPLIT: o->split = true; break;
+  case F_ERROR_LIMIT: {
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*v == 0 || *end || n < 0 || n > 1000000) {
+      cli_error("octoc", "--error-limit expects a number, got '%s'", v);
+      return 1;
+    }
+    o->error_limit = (int)n;
+    break;
+  }
+  }
+  return -1;
+}
+
 int main(int argc, char **argv) {
   cli_init();
   be_register_passes();
-  octoc_opts o = {.emit = REPORT_TEXT,
-                  .budget = pass_tune_defaults.budget,
-                  .evals = pass_tune_defaults.evals,
-                  .jobs = pass_tune_defaults.jobs,
-                  .seed = pass_tune_defaults.seed,
-                  .error_limit = 20};
-  static const char *const flags[] = {"--emit=",         "--report",
-                                      "--compare",       "--passes=",
-                                      "--budget=",       "--seed=",
-                                      "--evals=",        "--jobs=",
-                                      "-o",              "--explain",
-                                      "--print-debuginfo", "--verify-diagnostics",
-                                      "--split-input-file", "--error-limit=",
-                                      "--help",          "--version",
-                                      "--profile=",      "--megatron",
-                                      "--search=config", "--hf=", "--with=", NULL};
+  octoc_opts o = {.emit = REPORT_TEXT, .evals = -1, .jobs = -1, .error_limit = 20};
   bool megatron = false; /* --megatron: the passes are PASS_MEGATRON_PIPELINE */
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v;
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      usage(stdout);
-      return 0;
-    } else if (strcmp(a, "--version") == 0) {
-      printf("octoc (OctoPipe) %s\n", OCTO_VERSION);
-      return 0;
-    } else if (cli_starts(a, "--emit=", &v)) {
-      strbuf why = {0};
-      int k = report_kind_lookup(v, &why);
-      if (k < 0) fprintf(stderr, "octoc: error: %s\n", strbuf_cstr(&why));
-      strbuf_free(&why);
-      if (k < 0) return 1;
-      o.emit = (report_kind)k;
-    } else if (strcmp(a, "--report") == 0 || strcmp(a, "--report=text") == 0) {
-      o.emit = REPORT_TEXT;
-    } else if (strcmp(a, "--report=json") == 0) {
-      o.emit = REPORT_JSON;
-    } else if (strcmp(a, "--compare") == 0) {
-      o.compare = true;
-    } else if (cli_starts(a, "--with=", &v)) {
-      o.with = v;
-    } else if (cli_starts(a, "--hf=", &v)) {
+    const cli_flag *f;
+    const char *v;
+    cli_item it = cli_next("octoc", flags, NFLAGS, argc, argv, &i, &f, &v);
+    if (it == CLI_ERROR) return 1;
+    if (it == CLI_INPUT) {
       if (o.input) {
-        fprintf(stderr, "octoc: error: more than one input file ('%s' and '%s')\n", o.input, v);
+        cli_error("octoc", "more than one input file ('%s' and '%s')", o.input, v);
         return 1;
       }
       o.input = v;
-      o.hf = true;
-    } else if (cli_starts(a, "--passes=", &v)) {
-      o.passes = v;
-    } else if (strcmp(a, "--megatron") == 0) {
-      megatron = true;
-    } else if (cli_starts(a, "--search=", &v)) {
-      if (strcmp(v, "config") != 0) {
-        fprintf(stderr, "octoc: error: unknown --search '%s' (expected config)\n", v);
-        return 1;
-      }
-      o.search_config = true;
-    } else if (cli_starts(a, "--profile=", &v)) {
-      if (!*v || o.nprofiles == (int)(sizeof o.profiles / sizeof *o.profiles)) {
-        fputs(*v ? "octoc: error: at most 16 --profile files\n"
-                 : "octoc: error: --profile expects a file name\n", stderr);
-        return 1;
-      }
-      o.profiles[o.nprofiles++] = v;
-    } else if (cli_starts(a, "--budget=", &v)) {
-      char *end;
-      double b = strtod(v, &end);
-      if (end == v || !(b > 0 && b <= 1e6) || (*end && strcmp(end, "s") != 0)) {
-        fprintf(stderr, "octoc: error: --budget expects seconds (e.g. 30 or 30s), got '%s'\n", v);
-        return 1;
-      }
-      o.budget = b;
-    } else if (cli_starts(a, "--evals=", &v) || cli_starts(a, "--jobs=", &v)) {
-      bool evals = a[2] == 'e';
-      char *end;
-      long x = strtol(v, &end, 10);
-      if (end == v || *end || x < 0 || x > (evals ? 1000000000L : 1024L)) {
-        fprintf(stderr, "octoc: error: %s expects a whole number from 0 to %s, got '%s'\n",
-                evals ? "--evals" : "--jobs", evals ? "1000000000" : "1024", v);
-        return 1;
-      }
-      *(evals ? &o.evals : &o.jobs) = (int)x;
-    } else if (cli_starts(a, "--seed=", &v)) {
-      char *end;
-      errno = 0;
-      unsigned long long sd = strtoull(v, &end, 10);
-      if (end == v || *end || *v == '-' || *v == '+' || errno == ERANGE) {
-        fprintf(stderr, "octoc: error: --seed expects a whole number from 0 to %llu, got '%s'\n",
-                (unsigned long long)UINT64_MAX, v);
-        return 1;
-      }
-      o.seed = sd;
-    } else if (cli_starts(a, "--report=", &v)) {
-      fprintf(stderr, "octoc: error: unknown --report format '%s' (expected text or json)\n", v);
-      return 1;
-    } else if (strcmp(a, "-o") == 0) {
-      if (++i >= argc) {
-        fputs("octoc: error: -o needs a file name\n", stderr);
-        return 1;
-      }
-      o.output = argv[i];
-    } else if (strcmp(a, "--explain") == 0) {
-      o.explain = true;
-    } else if (strcmp(a, "--print-debuginfo") == 0) {
-      o.debuginfo = true;
-    } else if (strcmp(a, "--verify-diagnostics") == 0) {
-      o.verify_diags = true;
-    } else if (strcmp(a, "--split-input-file") == 0) {
-      o.split = true;
-    } else if (cli_starts(a, "--error-limit=", &v)) {
-      char *end;
-      long n = strtol(v, &end, 10);
-      if (*v == 0 || *end || n < 0 || n > 1000000) {
-        fprintf(stderr, "octoc: error: --error-limit expects a number, got '%s'\n", v);
-        return 1;
-      }
-      o.error_limit = (int)n;
-    } else if (a[0] == '-' && a[1] != 0) {
-      fprintf(stderr, "octoc: error: unknown option '%s'\n", a);
-      suggest sg;
-      suggest_init(&sg, a);
-      for (int k = 0; flags[k]; k++) suggest_add(&sg, flags[k]);
-      if (suggest_result(&sg))
-        fprintf(stderr, "octoc: note: did you mean '%s'?\n", suggest_result(&sg));
-      return 1;
-    } else if (o.input) {
-      fprintf(stderr, "octoc: error: more than one input file ('%s' and '%s')\n", o.input, a);
-      return 1;
-    } else {
-      o.input = a;
+      continue;
     }
+    int rc = apply_flag(&o, f, v, &megatron);
+    if (rc >= 0) return rc;
   }
   if (o.with && !o.hf) {
-    fputs("octoc: error: --with goes with --hf (a spec imports its own clusters)\n", stderr);
+    cli_error("octoc", "--with goes with --hf (a spec imports its own clusters)");
     return 1;
   }
   if (megatron && o.passes) {
-    fputs("octoc: error: --megatron chooses the passes: give either it or --passes\n", stderr);
+    cli_error("octoc", "--megatron chooses the passes: give either it or --passes");
     return 1;
   }
   if (megatron && o.search_config) o.megatron = true;
   else if (megatron) o.passes = PASS_MEGATRON_PIPELINE;
   if (o.search_config && o.passes && *o.passes && !strstr(o.passes, "config")) {
-    fputs("octoc: error: --search=config needs the config pass: put 'config' first in --passes "
-          "(or leave --passes and --megatron out)\n", stderr);
+    cli_error("octoc", "--search=config needs the config pass: put 'config' first in --passes "
+              "(or leave --passes and --megatron out)");
     return 1;
   }
   if (!o.input) {
-    fputs("octoc: error: no input file (try 'octoc --help')\n", stderr);
+    cli_error("octoc", "no input file (try 'octoc --help')");
     return 1;
   }
   if (o.emit == REPORT_STREAM && !o.output && isatty(1)) {
-    fputs("octoc: error: --emit=stream writes a binary file: give it a name with -o FILE\n",
-          stderr);
+    cli_error("octoc", "--emit=stream writes a binary file: give it a name with -o FILE");
     return 1;
   }
   report_opts check = {false, o.compare, NULL, NULL};
   strbuf why = {0};
   bool ok = report_check_options(o.emit, &check, o.split && !o.verify_diags, &why);
-  if (!ok) fprintf(stderr, "octoc: error: %s\n", strbuf_cstr(&why));
+  if (!ok) cli_error("octoc", "%s", strbuf_cstr(&why));
   strbuf_free(&why);
   if (!ok) return 1;
   diag_engine *d = diag_new(stderr);

@@ -324,6 +324,54 @@ void test_ir_value_roundtrip(void) {
   }
 }
 
+/* The value grammar (ir/value.c) that the DSL, the IR reader and pass options share: a text
+ * scanned and converted gives the exact value or the one reason it does not fit. */
+void test_ir_value_grammar(void) {
+  static const struct {
+    const char *text;
+    ir_type t;
+    unsigned flags;
+    ir_value_error want;
+    double v;
+  } cases[] = {
+      {"0.1ms", IR_T_TIME, 0, IR_VALUE_OK, 1e-4},
+      {"80 GiB", IR_T_BYTES, 0, IR_VALUE_OK, 80.0 * 1073741824.0},
+      {"3.35TB/s", IR_T_BW, 0, IR_VALUE_OK, 3.35e12},
+      {"10K", IR_T_COUNT, 0, IR_VALUE_OK, 10000},
+      {"-0", IR_T_COUNT, 0, IR_VALUE_OK, 0},
+      {"-3", IR_T_COUNT, IR_VALUE_SIGNED, IR_VALUE_OK, -3},
+      {"true", IR_T_BOOL, 0, IR_VALUE_OK, 1},
+      {"bf16", IR_T_DTYPE, 0, IR_VALUE_OK, IR_DTYPE_BF16},
+      {"yes", IR_T_BOOL, 0, IR_VALUE_NOT_BOOL, 0},
+      {"bf61", IR_T_DTYPE, 0, IR_VALUE_NOT_ENUM, 0},
+      {"inf", IR_T_REAL, 0, IR_VALUE_NOT_FINITE, 0},
+      {"lots", IR_T_BYTES, 0, IR_VALUE_WORD, 0},
+      {"1", IR_T_BOOL, 0, IR_VALUE_NUMBER, 0},
+      {"-3", IR_T_COUNT, 0, IR_VALUE_NEGATIVE, 0},
+      {"3Gib", IR_T_BYTES, 0, IR_VALUE_UNKNOWN_UNIT, 0},
+      {"2K", IR_T_REAL, 0, IR_VALUE_SUFFIX, 0},
+      {"2GiB", IR_T_TIME, 0, IR_VALUE_WRONG_DIM, 0},
+      {"80", IR_T_BYTES, 0, IR_VALUE_NO_UNIT, 0},
+      {"1e400GB/s", IR_T_BW, 0, IR_VALUE_RANGE, 0},
+      {"2.5", IR_T_COUNT, 0, IR_VALUE_FRACTION, 0},
+      {"9007199254740994", IR_T_COUNT, 0, IR_VALUE_TOO_LARGE, 0},
+      {"9007199254740994", IR_T_COUNT, IR_VALUE_INT64, IR_VALUE_OK, 9007199254740994.0},
+      {"9007199254740993", IR_T_COUNT, IR_VALUE_INT64, IR_VALUE_INEXACT, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    ir_value_text v;
+    size_t n = strlen(cases[i].text);
+    UNIT_CHECK(ir_value_scan(cases[i].text, n, &v) == n);
+    double x = -1;
+    ir_value_error e = ir_value_convert(&v, cases[i].t, cases[i].flags, &x, NULL);
+    UNIT_CHECK(e == cases[i].want);
+    if (e == IR_VALUE_OK) UNIT_CHECK_EQ_DBL(x, cases[i].v);
+  }
+  ir_value_text v;
+  UNIT_CHECK(ir_value_scan("+", 1, &v) == 0);
+  UNIT_CHECK(ir_value_scan("gelu}", 5, &v) == 4 && v.word);
+}
+
 /* The unit of the quantity that follows "name = " in 'line' (the letters after its number),
  * copied into 'unit' (16 bytes); "" when the field is absent. */
 static void field_unit(const char *line, const char *name, char *unit) {
