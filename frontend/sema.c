@@ -1184,6 +1184,21 @@ static void spec_stages(sema *s) {
 }
 
 /* Checks that need both the layers and the training set-up. */
+/* A model-level norm_plus_one (Gemma's (1 + w) RMSNorms) reaches the kinds that have the
+ * parameter; a layer whose RMSNorm has none (moe, mamba2, mla) is an error at the dimension, never
+ * a model with some norms shifted and others not. */
+static void norm_shift_check(sema *s) {
+  if (s->dims[IR_MD_NORM_PLUS1] != 1) return;
+  for (int i = 0; i < s->m->nlayers; i++) {
+    const ir_layer *l = &s->m->layers[i];
+    if (l->kind != IR_KIND_MOE && l->kind != IR_KIND_MAMBA2 && l->kind != IR_KIND_MLA) continue;
+    diag_error(s->d, L(s->dim_loc[IR_MD_NORM_PLUS1]),
+               "norm_plus_one = true: layer '%s' (%s) normalizes with x / rms(x) * w, not "
+               "(1 + w)", l->name, ir_kinds[l->kind].name);
+    return;
+  }
+}
+
 static void cross_checks(sema *s) {
   ir_module *m = s->m;
   ir_train *t = &m->train;
@@ -1269,6 +1284,7 @@ ir_module *fe_compile(diag_engine *d, uint32_t file, const fe_options *o) {
     train_settings(&s, &cluster_ref);
     s.train_bad = diag_error_count(d) != before_train;
     expand_items(&s, model->items, false);
+    norm_shift_check(&s);
     if (m->nlayers == 0 && !s.too_many && diag_error_count(d) == errors_before)
       diag_error(d, L(model->name_loc), "model '%s' has no layers", model->name);
     number_names(&s);
