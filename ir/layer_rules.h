@@ -119,6 +119,27 @@ static inline void lr_problem(lr_report *r, const char *fmt, ...) {
 /* Both sides of a relation are known (a missing one is reported on its own). */
 #define LR_KNOWN2(a, b) (!isnan(a) && !isnan(b))
 
+/* The group-limited routing of moe parameters p (expert_groups > 1): groups that divide the
+ * experts, at most 64, no more kept than there are, enough experts in the kept groups for top_k,
+ * and two experts a group for sigmoid's group score. The first problem goes to r. */
+static inline void lr_moe_groups(const double *p, lr_report *r) {
+  double e = p[LR_P_MOE_EXPERTS], k = p[LR_P_MOE_TOP_K];
+  double g = p[LR_P_MOE_EXPERT_GROUPS], tg = p[LR_P_MOE_TOPK_GROUPS];
+  if (!LR_KNOWN2(g, tg) || g <= 1) return; /* no group-limited routing */
+  if (!isnan(e) && fmod(e, g) != 0)
+    lr_problem(r, "expert_groups = %g must divide experts = %g", g, e);
+  else if (tg > g)
+    lr_problem(r, "topk_groups = %g exceeds expert_groups = %g", tg, g);
+  else if (LR_KNOWN2(e, k) && k > tg * (e / g))
+    lr_problem(r, "top_k = %g exceeds the %g experts of topk_groups = %g groups", k,
+               tg * (e / g), tg);
+  else if (g > 64)
+    lr_problem(r, "expert_groups = %g exceeds 64", g);
+  else if (!isnan(e) && p[LR_P_MOE_SIGMOID] == 1 && e / g < 2)
+    lr_problem(r, "sigmoid routing ranks a group by its two largest scores: expert_groups = %g "
+               "leaves %g expert per group", g, e / g);
+}
+
 /* Check a layer of kind 'kind' (in range) whose parameters are p[0..LR_P_N) (NAN: not set;
  * only the kind's own are read): each one present unless derived or optional, each value finite, non-negative,
  * whole when its type is, at least 1 for a count whose default is not 0, positive for a number
@@ -181,21 +202,7 @@ static inline int lr_layer_check(int kind, const double *p, lr_report *r) {
       lr_problem(r, "shared_gate = true needs shared experts (shared_experts = 0)");
     if (p[LR_P_MOE_SCORE_BIAS] == 1 && p[LR_P_MOE_SIGMOID] == 0)
       lr_problem(r, "score_bias = true needs sigmoid = true (the bias shifts sigmoid scores)");
-    double g = p[LR_P_MOE_EXPERT_GROUPS], tg = p[LR_P_MOE_TOPK_GROUPS];
-    if (!LR_KNOWN2(g, tg) || g <= 1)
-      ; /* no group-limited routing */
-    else if (!isnan(e) && fmod(e, g) != 0)
-      lr_problem(r, "expert_groups = %g must divide experts = %g", g, e);
-    else if (tg > g)
-      lr_problem(r, "topk_groups = %g exceeds expert_groups = %g", tg, g);
-    else if (LR_KNOWN2(e, k) && k > tg * (e / g))
-      lr_problem(r, "top_k = %g exceeds the %g experts of topk_groups = %g groups", k,
-                 tg * (e / g), tg);
-    else if (g > 64)
-      lr_problem(r, "expert_groups = %g exceeds 64", g);
-    else if (!isnan(e) && p[LR_P_MOE_SIGMOID] == 1 && e / g < 2)
-      lr_problem(r, "sigmoid routing ranks a group by its two largest scores: expert_groups = %g "
-                 "leaves %g expert per group", g, e / g);
+    lr_moe_groups(p, r);
     break;
   }
   case LR_KIND_MLA: {
