@@ -2,10 +2,11 @@
  * simulator's priority mode. Whenever a device is free the simulator offers it the next ready F,
  * B (or fused BW) and W of each of its stages; the rule below picks one or waits. It alternates F
  * and B like 1F1B's steady state, runs W when memory runs short or nothing else is ready, and
- * never starts an F that could exceed the device's memory limit: a microbatch enters a device only
- * when the activations of all its stages there (and the state a recomputing stage's B rebuilds)
- * fit next to what is in use and reserved, which
- * makes the schedule deadlock-free whenever one microbatch fits. Works on any partition and
+ * never starts an operation that could exceed the device's memory limit or leave the device in
+ * an unsafe state: in the banker's sense, the microbatches inside the device, oldest first, must
+ * each be able to allocate all they still will there from the free memory and what the older
+ * ones release when they finish. That makes the schedule deadlock-free whenever one microbatch
+ * fits, while each microbatch holds only what it has allocated. Works on any partition and
  * placement; deterministic. Rules and knobs: docs/schedules.md. */
 #include <stdlib.h>
 
@@ -15,20 +16,28 @@
 /* State of the priority rule for one device. */
 typedef struct sched_adapt_dev {
   int lowest;        /* its first stage (every microbatch enters there); -1: none */
+  int nstages;       /* its stages */
   double total_act;  /* activations of one microbatch on all its stages, with the state their
                         B rebuilds (a recomputing stage's, sim_cand.rebuild) */
-  double reserved;   /* activations (and rebuilt state) of entered microbatches' stages whose F
-                        (B) has not run yet */
+  double *need;      /* per microbatch: bytes it will still allocate here (its F not yet run,
+                        the rebuilt state of its B not yet run); total_act before it enters */
+  double *held;      /* per microbatch: bytes it holds here that it frees by the end of its W
+                        (allocated and not yet freed or being freed) */
+  int *left;         /* per microbatch: its operations here not yet started */
+  int lo;            /* oldest microbatch with operations left here */
+  int hi;            /* microbatches that entered (ran the F of the first stage) */
   ir_op_kind last;   /* kind of its last F or B (BW) choice, for alternation */
   double wait_need;  /* bytes the F it last declined would have needed (0: none) */
-  double wait_used;  /* memory in use (and reserved) when it declined */
+  double wait_used;  /* memory in use when it declined */
   ir_op wait_op;     /* that F */
 } sched_adapt_dev;
 
 /* State of the priority rule over one simulated step. */
 typedef struct sched_adapt {
   const sched_adaptive_opts *o; /* knobs */
+  int nmb;              /* microbatches */
   double *act;          /* per stage: activation bytes an F allocates (sum of its layers' act) */
+  double *act_w;        /* per stage: the part of them B keeps until W */
   double *rebuild;      /* per stage: bytes its B allocates (the state a recomputing stage
                            rebuilds, ir_stage_layer_rebuild; 0 for the others) */
   sched_adapt_dev *dev; /* per device */
@@ -43,6 +52,22 @@ static bool sched_adapt_before(const sim_cand *a, const sim_cand *b) {
   return a->mb != b->mb ? a->mb < b->mb : a->stage > b->stage;
 }
 
+/* Whether device ad stays safe when microbatch k allocates 'bytes' there now, with 'free'
+ * bytes free before it: taking the microbatches inside (and k) oldest first, each one's
+ * remaining allocations fit in what is free plus what the older ones hold (and free when they
+ * finish here). Pre: k >= ad->lo, k <= ad->hi (k == hi: k enters). */
+static bool sched_adapt_safe(const sched_adapt_dev *ad, int k, double bytes, double free,
+                             double limit) {
+  double avail = free - bytes, slack = 1e-9 * limit;
+  int end = k < ad->hi ? ad->hi : k + 1;
+  for (int i = ad->lo; i < end; i++) {
+    double need = ad->need[i] - (i == k ? bytes : 0);
+    if (need > avail + slack) return false;
+    avail += ad->held[i] + (i == k ? bytes : 0);
+  }
+  return true;
+}
+
 /* The priority rule (sim_choose_fn). Pre: n >= 1 candidates of device v->device. Post: the index
  * of the operation to start, or -1 to wait; the rule's state is updated for the choice. */
 static int sched_adapt_choose(void *ctx, const sim_view *v, const sim_cand *c, int n) {
@@ -53,40 +78,46 @@ static int sched_adapt_choose(void *ctx, const sim_view *v, const sim_cand *c, i
     int *best = c[i].kind == IR_OP_F ? &f : c[i].kind == IR_OP_W ? &w : &b;
     if (*best < 0 || sched_adapt_before(&c[i], &c[*best])) *best = i;
   }
-  /* Memory after the next F: a microbatch entering the device reserves all its stages there. */
-  double after = v->mem_used + ad->reserved;
-  bool enters = f >= 0 && c[f].stage == ad->lowest;
-  if (enters) after += ad->total_act;
-  bool f_ok = f >= 0 && after <= v->mem_limit;
-  bool near = f >= 0 && after > a->o->mem_margin * v->mem_limit;
+  double free = v->mem_limit - v->mem_used;
+  bool f_ok = f >= 0 && sched_adapt_safe(ad, c[f].mb, c[f].act, free, v->mem_limit);
+  bool b_ok = b >= 0 && (c[b].rebuild <= 0 ||
+                         sched_adapt_safe(ad, c[b].mb, c[b].rebuild, free, v->mem_limit));
+  bool near = f >= 0 && v->mem_used + c[f].act > a->o->mem_margin * v->mem_limit;
   int pick;
   if (near && w >= 0)
     pick = w;
-  else if (f_ok && b >= 0)
+  else if (f_ok && b_ok)
     pick = ad->last == IR_OP_F ? b : f;
-  else if (b >= 0)
+  else if (b_ok)
     pick = b;
   else if (f_ok)
     pick = f;
   else
     pick = w;
   if (pick < 0) {
-    ad->wait_need = enters ? ad->total_act : c[f].act;
-    ad->wait_used = v->mem_used + ad->reserved;
-    ad->wait_op = (ir_op){IR_OP_F, c[f].stage, c[f].mb};
+    ad->wait_need = f >= 0 ? c[f].act : c[b].rebuild;
+    ad->wait_used = v->mem_used;
+    ad->wait_op = f >= 0 ? (ir_op){IR_OP_F, c[f].stage, c[f].mb}
+                         : (ir_op){c[b].kind, c[b].stage, c[b].mb};
     return -1;
   }
   ad->wait_need = 0;
-  if (c[pick].kind == IR_OP_F) {
+  const sim_cand *ch = &c[pick];
+  int s = ch->stage, k = ch->mb;
+  if (ch->kind == IR_OP_F) {
     ad->last = IR_OP_F;
-    if (enters)
-      ad->reserved += ad->total_act - c[pick].act;
-    else
-      ad->reserved -= c[pick].act;
-  } else if (c[pick].kind != IR_OP_W) {
+    if (s == ad->lowest) ad->hi = k + 1;
+    ad->need[k] -= a->act[s];
+    ad->held[k] += a->act[s];
+  } else if (ch->kind == IR_OP_W) {
+    ad->held[k] -= a->act_w[s] + a->rebuild[s];
+  } else { /* B keeps act_w and the rebuilt state until W; BW frees all */
     ad->last = IR_OP_B;
-    ad->reserved -= c[pick].rebuild; /* now in use */
+    ad->need[k] -= a->rebuild[s];
+    ad->held[k] -= ch->kind == IR_OP_BW ? a->act[s] : a->act[s] - a->act_w[s];
   }
+  ad->left[k]--;
+  while (ad->lo < ad->hi && ad->left[ad->lo] == 0) ad->lo++;
   return pick;
 }
 
@@ -130,13 +161,17 @@ static int sched_adapt_fit_check(const sched_shape *sh, const sim_model *model,
   return bad;
 }
 
-/* Set up the rule's state for the plan of m (stages placed). Free a->act, a->rebuild and a->dev
- * after. */
+/* Set up the rule's state for the plan of m (stages placed), split or fused. Free it with
+ * sched_adapt_free. */
 static void sched_adapt_init(sched_adapt *a, const ir_module *m, int p,
                              const sched_adaptive_opts *o) {
   a->o = o;
-  a->act = xcalloc((size_t)(m->nstages ? m->nstages : 1), sizeof *a->act);
-  a->rebuild = xcalloc((size_t)(m->nstages ? m->nstages : 1), sizeof *a->rebuild);
+  a->nmb = (int)ir_field_value(&m->train, IR_F_TRAIN_microbatches);
+  if (a->nmb < 1) a->nmb = 1;
+  size_t ns = (size_t)(m->nstages ? m->nstages : 1);
+  a->act = xcalloc(ns, sizeof *a->act);
+  a->act_w = xcalloc(ns, sizeof *a->act_w);
+  a->rebuild = xcalloc(ns, sizeof *a->rebuild);
   a->dev = xcalloc((size_t)(p ? p : 1), sizeof *a->dev);
   for (int dv = 0; dv < p; dv++) {
     a->dev[dv].lowest = -1;
@@ -146,12 +181,38 @@ static void sched_adapt_init(sched_adapt *a, const ir_module *m, int p,
     const ir_stage *st = &m->stages[s];
     sched_adapt_dev *ad = &a->dev[st->device];
     for (int l = st->first; l < st->end; l++) { /* as the simulator (recomputation) */
-      a->act[s] += ir_stage_layer_cost(m, st, l).act;
+      ir_cost c = ir_stage_layer_cost(m, st, l);
+      a->act[s] += c.act;
+      a->act_w[s] += c.act_w;
       a->rebuild[s] += ir_stage_layer_rebuild(m, st, l);
     }
     if (ad->lowest < 0) ad->lowest = s;
+    ad->nstages++;
     ad->total_act += a->act[s] + a->rebuild[s];
   }
+  for (int dv = 0; dv < p; dv++) {
+    sched_adapt_dev *ad = &a->dev[dv];
+    ad->need = xmalloc((size_t)a->nmb * sizeof *ad->need);
+    ad->held = xcalloc((size_t)a->nmb, sizeof *ad->held);
+    ad->left = xmalloc((size_t)a->nmb * sizeof *ad->left);
+    for (int k = 0; k < a->nmb; k++) {
+      ad->need[k] = ad->total_act;
+      ad->left[k] = ad->nstages * (o->split ? 3 : 2);
+    }
+  }
+}
+
+/* Free what sched_adapt_init allocated for p devices. */
+static void sched_adapt_free(sched_adapt *a, int p) {
+  for (int dv = 0; dv < p; dv++) {
+    free(a->dev[dv].need);
+    free(a->dev[dv].held);
+    free(a->dev[dv].left);
+  }
+  free(a->act);
+  free(a->act_w);
+  free(a->rebuild);
+  free(a->dev);
 }
 
 pass_adaptive_opts pass_adaptive_default(void) {
@@ -177,9 +238,7 @@ sim_status pass_adaptive_run(const sim_model *p, const ir_module *m, const pass_
     sim_opts so = {sched_adapt_choose, &a, !o->split, false};
     st = sim_run(p, m, &so, r);
   }
-  free(a.act);
-  free(a.rebuild);
-  free(a.dev);
+  sched_adapt_free(&a, m->ndevices);
   return st;
 }
 
@@ -208,9 +267,10 @@ int sched_build_adaptive(const sched_shape *sh, const sched_params *prm, diag_en
         strbuf sb = {0};
         strbuf_printf(&sb, "the adaptive scheduler cannot fit the plan in memory: $d%d needs ", dv);
         sched_size(&sb, ad->wait_need);
-        strbuf_printf(&sb, " for F @s%d %d next to ", ad->wait_op.stage, ad->wait_op.mb);
+        strbuf_printf(&sb, " for %s @s%d %d next to ", ir_op_names[ad->wait_op.kind],
+                      ad->wait_op.stage, ad->wait_op.mb);
         sched_size(&sb, ad->wait_used);
-        strbuf_puts(&sb, " in use or reserved, over its memory limit of ");
+        strbuf_puts(&sb, " in use, over its memory limit of ");
         sched_size(&sb, sim_model_mem_limit(model, dv));
         diag_error(d, prm->where, "%s", strbuf_cstr(&sb));
         strbuf_free(&sb);
@@ -220,9 +280,7 @@ int sched_build_adaptive(const sched_shape *sh, const sched_params *prm, diag_en
     }
     sim_result_free(&r);
   }
-  free(a.act);
-  free(a.rebuild);
-  free(a.dev);
+  sched_adapt_free(&a, sh->p);
   sim_model_free(model);
   return rc;
 }

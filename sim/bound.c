@@ -189,6 +189,75 @@ static double bd_greedy(const bd_layer *ly, int n, double mbs, const double *hea
   return step;
 }
 
+/* Most device classes bd_speed optimizes over; with more it keeps the uniform weights. */
+enum { BD_MAX_CLASSES = 8 };
+
+/* sum_i min_g (w[g] / cnt[g]) t[i * k + g]: the dual value of the weights w. */
+static double bd_speed_value(const double *t, int n, int k, const int *cnt, const double *w) {
+  double v = 0;
+  for (int i = 0; i < n; i++) {
+    double lo = INFINITY;
+    for (int g = 0; g < k; g++) {
+      double x = w[g] / cnt[g] * t[(size_t)i * k + g];
+      if (x < lo) lo = x;
+    }
+    v += lo;
+  }
+  return v;
+}
+
+/* (a'') The devices' work when they differ (several device types, or optimizer rates): every
+ * plan puts each layer on one device, so each device's work is at most the step, and the
+ * relaxation that lets layers split over devices gives, by its dual, for any weights w_g >= 0
+ * summing to 1 over the classes of equal devices (cnt_g devices each, layer i taking t_ig of
+ * work on one), a step of at least sum_i min_g (w_g / cnt_g) t_ig. The weights are improved by
+ * golden-section searches between pairs of classes (the value is concave in w; any w gives a
+ * valid bound). 'work' gives each layer's work on each device: t[i * p + dv]. Returns 0 when
+ * every device is alike (the packing of (a) covers that case) or when there are too many
+ * classes. */
+static double bd_speed(const double *work, int n, int p, const int *cls) {
+  int k = 0, id[BD_MAX_CLASSES], cnt[BD_MAX_CLASSES] = {0};
+  for (int dv = 0; dv < p; dv++) {
+    if (cls[dv] != dv) continue;
+    if (k == BD_MAX_CLASSES) return 0;
+    id[k++] = dv;
+  }
+  if (k < 2) return 0;
+  double *t = xmalloc((size_t)n * k * sizeof *t);
+  for (int g = 0; g < k; g++) {
+    for (int dv = 0; dv < p; dv++) cnt[g] += cls[dv] == id[g];
+    for (int i = 0; i < n; i++) t[(size_t)i * k + g] = work[(size_t)i * p + id[g]];
+  }
+  double w[BD_MAX_CLASSES];
+  for (int g = 0; g < k; g++) w[g] = (double)cnt[g] / p;
+  double best = bd_speed_value(t, n, k, cnt, w);
+  const double phi = 0.6180339887498949;
+  for (int sweep = 0; sweep < 30; sweep++) {
+    double before = best;
+    for (int g = 0; g < k; g++)
+      for (int h = g + 1; h < k; h++) { /* move mass d from h to g, d in [-w_g, w_h] */
+        double a = -w[g], b = w[h], wg = w[g], wh = w[h];
+        for (int it = 0; it < 60 && b - a > 1e-12; it++) {
+          double x1 = b - phi * (b - a), x2 = a + phi * (b - a);
+          w[g] = wg + x1, w[h] = wh - x1;
+          double v1 = bd_speed_value(t, n, k, cnt, w);
+          w[g] = wg + x2, w[h] = wh - x2;
+          double v2 = bd_speed_value(t, n, k, cnt, w);
+          if (v1 < v2) a = x1;
+          else b = x2;
+        }
+        double d = (a + b) / 2;
+        w[g] = wg + d, w[h] = wh - d;
+        double v = bd_speed_value(t, n, k, cnt, w);
+        if (v > best) best = v;
+        else w[g] = wg, w[h] = wh;
+      }
+    if (!(best > before * (1 + 1e-9))) break;
+  }
+  free(t);
+  return best;
+}
+
 /* sim_bound_compute, with the exact packing of (a) only when 'exact'. */
 static bool bound_compute(const ir_module *m, sim_bound *out, bool exact_packing) {
   memset(out, 0, sizeof *out);
@@ -209,18 +278,35 @@ static bool bound_compute(const ir_module *m, sim_bound *out, bool exact_packing
     double r = sim_optim_rate(m, dv);
     if (r > rate) rate = r;
   }
+  /* Devices of one type and optimizer rate form a class (cls: its first device); work[i * p +
+   * dv] is layer i's work on device dv (every microbatch's F, B and W, and its optimizer share),
+   * for (a''). */
+  int *cls = xmalloc((size_t)p * sizeof *cls);
+  for (int dv = 0; dv < p; dv++) {
+    cls[dv] = dv;
+    for (int e = 0; e < dv && cls[dv] == dv; e++)
+      if (cls[e] == e && strcmp(m->devices[e].type, m->devices[dv].type) == 0 &&
+          sim_optim_rate(m, e) == sim_optim_rate(m, dv))
+        cls[dv] = e;
+  }
+  double *work = xmalloc((size_t)n * p * sizeof *work);
   for (int i = 0; i < n; i++) {
     bd_layer *l = &ly[i];
     l->f = l->b = l->w = INFINITY;
+    double param = m->layers[i].cost.param;
     for (int dv = 0; dv < p; dv++) {
       const ir_cost *c = ir_layer_cost_on(m, &m->layers[i], dv);
       if (!ir_field_is_set(c, IR_F_COST_f)) {
         free(ly);
+        free(cls);
+        free(work);
         return false;
       }
       if (c->f < l->f) l->f = c->f;
       if (c->b < l->b) l->b = c->b;
       if (c->w < l->w) l->w = c->w;
+      double r = sim_optim_rate(m, dv);
+      work[(size_t)i * p + dv] = mbs * (c->f + c->b + c->w) + (param > 0 && r > 0 ? 2 * param / r : 0);
     }
     const ir_cost *c = &m->layers[i].cost;
     l->opt = c->param > 0 && rate > 0 ? 2 * c->param / rate : 0;
@@ -244,12 +330,14 @@ static bool bound_compute(const ir_module *m, sim_bound *out, bool exact_packing
    * likewise covers b_L and the backward of a..L-1, which is what the suffix after L lost; the
    * round trip of a stage's last layer c plus the stage's own backward is at least the round
    * trip from L. For (d) the window starts at the stage's F end, so only backward times count. */
-  double prefix_f = 0, prefix_b = 0, above = 0, backs_from = 0; /* backs_from: b of i.. n-1 */
-  for (int i = 0; i < n; i++) above += ly[i].f + ly[i].b, backs_from += ly[i].b;
+  /* backs_from: b of i .. n-1; fwds_after: f of i+1 .. n-1 */
+  double prefix_f = 0, prefix_b = 0, above = 0, backs_from = 0, fwds_after = 0;
+  for (int i = 0; i < n; i++) above += ly[i].f + ly[i].b, backs_from += ly[i].b, fwds_after += ly[i].f;
   out->path = above + ly[0].w + ly[0].opt;
   for (int i = 0; i < n; i++) {
     const bd_layer *l = &ly[i];
     above -= l->f + l->b; /* the path of the layers after i */
+    fwds_after -= l->f;
     double backs = mbs * l->b > above + l->b ? mbs * l->b : above + l->b;
     double chain = prefix_f + mbs * l->f + backs + prefix_b;
     double whole = prefix_f + mbs * (l->f + l->b + l->w) + l->opt;
@@ -258,9 +346,9 @@ static bool bound_compute(const ir_module *m, sim_bound *out, bool exact_packing
     if (isfinite(mcap) && l->act > 0 && mcap > l->param) {
       double inflight = floor((mcap - l->param) / l->act);
       if (inflight >= 1 && inflight < mbs) {
-        /* each microbatch holds them from its F's end to its B's end, at least the backward
-         * from the last layer down to this one */
-        double mem = prefix_f + l->f + mbs / inflight * backs_from + prefix_b;
+        /* each microbatch holds them from its F's end to its B's end, at least the forwards
+         * of the layers after this one and the backward from the last layer down to it */
+        double mem = prefix_f + l->f + mbs / inflight * (fwds_after + backs_from) + prefix_b;
         if (mem > out->memory) out->memory = mem, out->memory_layer = i;
       }
     }
@@ -270,14 +358,16 @@ static bool bound_compute(const ir_module *m, sim_bound *out, bool exact_packing
   }
 
   /* (d') every microbatch holds each layer's activations at least from its F's end through the
-   * backward from the last layer down to that layer: that memory-time, over the step, fits in
-   * what the devices' limits leave beside the static memory. */
+   * forwards of the layers after it and the backward from the last layer down to that layer:
+   * that memory-time, over the step, fits in what the devices' limits leave beside the static
+   * memory. */
   if (isfinite(mtotal)) {
-    double held = 0, stat = 0, backs = 0;
+    double held = 0, stat = 0, backs = 0, fwds = 0; /* fwds: f of the layers after i */
     for (int i = n - 1; i >= 0; i--) {
       backs += ly[i].b;
-      held += ly[i].act * backs;
+      held += ly[i].act * (fwds + backs);
       stat += ly[i].param;
+      fwds += ly[i].f;
     }
     if (mtotal > stat && held > 0) {
       double mem = mbs * held / (mtotal - stat);
@@ -333,6 +423,10 @@ static bool bound_compute(const ir_module *m, sim_bound *out, bool exact_packing
   }
   out->work = lo;
   out->exact = exact >= 0;
+  double speed = bd_speed(work, n, p, cls);
+  if (speed > out->work) out->work = speed, out->exact = false;
+  free(cls);
+  free(work);
   free(head);
   /* (a') the same work with each device's idle start: the u devices that hold layers start at
    * distinct first layers, so they wait at least the forward prefixes of layers 0 .. u-1. */

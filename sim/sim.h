@@ -63,7 +63,8 @@ typedef struct sim_bound {
   double bound;     /* the largest of the parts below */
   double work;      /* (a) the devices' work: whole layers packed onto the devices (and their
                        static memory and one microbatch's activations within the largest memory
-                       limit, when the packing is exact) */
+                       limit, when the packing is exact); on devices that differ, at least the
+                       relaxation that lets layers split over them (a'') */
   bool exact;       /* 'work' is the best packing (to 1e-7), not only a bound on it */
   double fill;      /* (a') the work with the devices' idle starts, on average */
   double chain;     /* (b) the forward prefix, one layer's F and B of every microbatch, and the

@@ -171,6 +171,57 @@ void test_tune_memory(void) {
   fclose(sink);
 }
 
+/* The adaptive scheduler's admission (the banker's rule) on random irregular plans: stages of
+ * random lengths on random devices (several per device, in any order), some recomputing, split
+ * or fused backward, under a limit from just enough for one microbatch on the fullest device
+ * to 2.5 times that: every run ends (no deadlock) and no device goes over the limit. */
+void test_tune_adaptive_safe(void) {
+  uint64_t seed = 4242;
+  FILE *sink = tmpfile();
+  diag_engine *q = diag_new(sink);
+  for (int trial = 0; trial < 300; trial++) {
+    int n = 4 + (int)(unit_rng(&seed) % 7), p = 2 + (int)(unit_rng(&seed) % 3);
+    int mb = 2 + (int)(unit_rng(&seed) % 11);
+    ir_module *m = tt_model(&seed, n, p, mb, 1e6);
+    for (int i = 1; i < n; i += 2) /* recomputable: a recomputing stage's B rebuilds their state */
+      m->layers[i].kind = IR_KIND_MLP;
+    for (int at = 0; at < n;) {
+      int end = at + 1 + (int)(unit_rng(&seed) % 3);
+      if (end > n) end = n;
+      ir_stage *st = ir_module_add_stage(m, at, end);
+      st->device = (int)(unit_rng(&seed) % (uint64_t)p);
+      if (unit_rng(&seed) % 4 == 0) st->recompute = IR_RECOMPUTE_FULL;
+      at = end;
+    }
+    pass_adaptive_opts o = {unit_rng(&seed) % 2 == 0, 0.5 + (double)(unit_rng(&seed) % 6) / 10};
+    double slack = (double)(unit_rng(&seed) % 16) / 10, lim = 1e6;
+    for (int tries = 0; tries < 2; tries++) {
+      ir_field_set(&m->train, IR_F_TRAIN_mem_limit, lim);
+      sim_model *pm = sim_model_build(m, q);
+      UNIT_CHECK(pm != NULL);
+      sim_result r = {0};
+      int dev;
+      double over;
+      sim_status st = pass_adaptive_run(pm, m, &o, &r, &dev, &over);
+      if (tries == 0) { /* learn what one microbatch needs on the fullest device */
+        UNIT_CHECK(st == SIM_DEADLOCK && dev >= 0 && over > 0);
+        lim = (lim + over) * (1 + slack);
+      } else {
+        if (st != SIM_OK) unit_fail_dbl(__FILE__, __LINE__, "adaptive ends", trial, slack);
+        UNIT_CHECK(r.fits);
+        for (int i = 0; i < r.ndevices; i++)
+          if (!(r.dev[i].peak_mem <= lim * (1 + 1e-9)))
+            unit_fail_dbl(__FILE__, __LINE__, "peak <= limit", r.dev[i].peak_mem, lim);
+      }
+      sim_result_free(&r);
+      sim_model_free(pm);
+    }
+    ir_module_free(m);
+  }
+  diag_free(q);
+  fclose(sink);
+}
+
 void test_tune_deterministic(void) {
   uint64_t seed = 5;
   FILE *sink = tmpfile();
