@@ -14,6 +14,8 @@ typedef struct bd_layer {
   double opt;     /* its share of the optimizer step at the fastest rate (s) */
   double param;   /* static bytes: parameters, gradients, optimizer state */
   double act;     /* activation bytes one microbatch keeps from F to B */
+  double hold;    /* the least time a microbatch keeps them: the forwards of the layers after
+                     it and the backward from the last layer down to it (s) */
 } bd_layer;
 
 static int cmp_desc(const void *a, const void *b) {
@@ -51,9 +53,12 @@ static bool bd_infeasible(const double *t, const double *sum, int n, double c, i
 
 /* Layers of equal work and static memory, for the exact packing. */
 typedef struct bd_type {
-  double t;   /* work of one (every microbatch's F, B and W, and its optimizer share) */
-  double mem; /* its static bytes plus one microbatch's activations */
-  int count;  /* layers of this type */
+  double t;     /* work of one (every microbatch's F, B and W, and its optimizer share) */
+  double mem;   /* its static bytes plus one microbatch's activations */
+  double param; /* its static bytes */
+  double held;  /* memory-time its activations take over a step, at least (byte-seconds: every
+                   microbatch's act x hold; the least of the type's layers) */
+  int count;    /* layers of this type */
 } bd_type;
 
 /* Most states (products of count + 1 over the types) and most states x configurations the exact
@@ -63,12 +68,16 @@ static const double bd_max_work = 4e6;
 
 /* Whether the layers of types ty[0..nt) can be packed onto p devices, the k-th of which
  * (0-based, by first layer) has c - head[k] of time (it cannot start before the forward prefix
- * of the k-th layer, at least), each within memory mcap: dynamic programming over the counts
+ * of the k-th layer, at least), each within memory mcap: its static bytes and one microbatch's
+ * activations, and its static bytes and the memory-time its activations take spread over a step
+ * of c (a step of at most c leaves at most (mcap - static) x c for them); dynamic programming
+ * over the counts
  * left (a mixed-radix state), where bins[v] is the fewest devices holding state v, filled in
  * order of decreasing room (using fewer devices always leaves a larger next one). Returns 1
  * (fits), 0 (cannot), or -1 when the problem is too large to decide. When 'next' is not NULL it
- * receives the smallest load a device can end with (a configuration's work plus a start) above
- * 'above': the smallest capacity above 'above' at which the answer can change. */
+ * receives the smallest capacity above 'above' at which the answer can change: where some
+ * configuration starts to fit on some device (its work plus the device's start, or the capacity
+ * at which its memory-time fits, whichever is later). */
 static int bd_pack(const bd_type *ty, int nt, double c, const double *head, double mcap,
                    int p, double above, double *next) {
   long states = 1;
@@ -90,9 +99,11 @@ static int bd_pack(const bd_type *ty, int nt, double c, const double *head, doub
     for (; i < nt; i++) {
       if (k[i] < ty[i].count) {
         k[i]++;
-        double tt = 0, mm = 0;
-        for (int j = 0; j < nt; j++) tt += k[j] * ty[j].t, mm += k[j] * ty[j].mem;
-        if (tt <= c * (1 + 1e-12) && mm <= mcap) break;
+        double tt = 0, mm = 0, ss = 0, hh = 0;
+        for (int j = 0; j < nt; j++)
+          tt += k[j] * ty[j].t, mm += k[j] * ty[j].mem, ss += k[j] * ty[j].param,
+              hh += k[j] * ty[j].held;
+        if (tt <= c * (1 + 1e-12) && mm <= mcap && (hh <= 0 || ss + hh / c <= mcap)) break;
       }
       k[i] = 0;
     }
@@ -108,9 +119,14 @@ static int bd_pack(const bd_type *ty, int nt, double c, const double *head, doub
     cfg[ncfg] = off;
     cfg_t[ncfg] = 0;
     for (int j = 0; j < nt; j++) cfg_t[ncfg] += k[j] * ty[j].t;
-    for (int b = 0; next && b < p; b++)
-      if (cfg_t[ncfg] + head[b] > above && cfg_t[ncfg] + head[b] < *next)
-        *next = cfg_t[ncfg] + head[b];
+    /* the capacity from which the configuration fits in memory-time */
+    double ss = 0, hh = 0;
+    for (int j = 0; j < nt; j++) ss += k[j] * ty[j].param, hh += k[j] * ty[j].held;
+    double from = hh > 0 ? hh / (mcap - ss) : 0;
+    for (int b = 0; next && b < p; b++) {
+      double at = cfg_t[ncfg] + head[b] > from ? cfg_t[ncfg] + head[b] : from;
+      if (at > above && at < *next) *next = at;
+    }
     memcpy(cfg_k + (size_t)ncfg * nt, k, (size_t)nt * sizeof *k);
     ncfg++;
     if ((double)ncfg * (double)states > bd_max_work) {
@@ -323,6 +339,13 @@ static bool bound_compute(const ir_module *m, sim_bound *out, bool exact_packing
     }
   }
 
+  double hold = 0; /* f of the layers after i, b of i .. n-1 */
+  for (int i = n - 1; i >= 0; i--) {
+    hold += ly[i].b;
+    ly[i].hold = hold;
+    hold += ly[i].f;
+  }
+
   /* (b) the chain through each layer, (c) one microbatch's path, (d) the microbatches memory
    * lets each layer keep in flight. Each holds for a stage [a, c] containing layer L, not only
    * for L alone: the stage's F starts after the prefix up to a (shorter than up to L by D, the
@@ -389,6 +412,7 @@ static bool bound_compute(const ir_module *m, sim_bound *out, bool exact_packing
   if (!exact_packing) nt = -1;
   for (int i = 0; i < n && nt >= 0; i++) {
     double ti = mbs * (ly[i].f + ly[i].b + ly[i].w) + ly[i].opt, mi = ly[i].param + ly[i].act;
+    double hq = isfinite(mcap) ? mbs * ly[i].act * ly[i].hold : 0;
     int j = 0;
     while (j < nt && !(ty[j].t == ti && ty[j].mem == mi)) j++;
     if (j == nt) {
@@ -396,8 +420,9 @@ static bool bound_compute(const ir_module *m, sim_bound *out, bool exact_packing
         nt = -1; /* too many types */
         break;
       }
-      ty[nt++] = (bd_type){ti, mi, 0};
+      ty[nt++] = (bd_type){ti, mi, ly[i].param, hq, 0};
     }
+    if (hq < ty[j].held) ty[j].held = hq;
     ty[j].count++;
   }
   double pack_mem = isfinite(mcap) ? mcap : INFINITY;
@@ -406,7 +431,7 @@ static bool bound_compute(const ir_module *m, sim_bound *out, bool exact_packing
   for (int k = 1; k < p; k++) head[k] = head[k - 1] + (k - 1 < n ? ly[k - 1].f : 0);
   double lo = t[0] > sum[n] / p ? t[0] : sum[n] / p;
   double hi = bd_greedy(ly, n, mbs, head, pack_mem, p);
-  if (!(hi >= lo)) hi = sum[n] > lo ? sum[n] : lo;
+  if (!(hi >= lo) || !isfinite(hi)) hi = sum[n] > lo ? sum[n] : lo;
   int exact = nt > 0 ? bd_pack(ty, nt, lo, head, pack_mem, p, 0, NULL) : -1;
   if (bd_infeasible(t, sum, n, lo, p) || exact == 0) {
     for (int it = 0; it < 40 && hi - lo > 1e-9 * hi; it++) {
@@ -417,7 +442,8 @@ static bool bound_compute(const ir_module *m, sim_bound *out, bool exact_packing
       else hi = mid;
     }
   }
-  if (exact == 0) { /* the packing's threshold is a device's possible load: the first above lo */
+  if (exact == 0) { /* the packing's threshold is where a configuration starts to fit on some
+                       device (its load, or where its memory-time fits): the first above lo */
     double next = hi;
     if (bd_pack(ty, nt, hi, head, pack_mem, p, lo, &next) >= 0 && next > lo) lo = next;
   }

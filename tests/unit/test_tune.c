@@ -96,6 +96,27 @@ void test_tune_exhaustive(void) {
     pass_tune_stats_free(&st);
     ir_module_free(m);
   }
+  /* Where memory binds (room for one to five microbatches' largest activations beside the
+   * static bytes of half the layers), the bound, which counts each device's memory-time, is
+   * still never above the best plan. */
+  int bound_checked = 0;
+  for (int trial = 0; trial < 24; trial++) {
+    int n = 4 + trial % 3, p = 2, mb = 4 + trial % 5;
+    double lim = 1e8 * ((n + 1) / 2) + (double)(1 + trial % 5) * 64 * 1048576;
+    ir_module *m = tt_model(&seed, n, p, mb, lim);
+    ir_module *e = ir_module_clone(m);
+    double want = tt_exhaustive(e, 0, q);
+    ir_module_free(e);
+    sim_bound bd;
+    UNIT_CHECK(sim_bound_compute(m, &bd));
+    if (isfinite(want)) {
+      bound_checked++;
+      if (!(bd.bound > 0 && bd.bound <= want * (1 + 1e-9)))
+        unit_fail_dbl(__FILE__, __LINE__, "bound <= exhaustive (memory)", bd.bound, want);
+    }
+    ir_module_free(m);
+  }
+  UNIT_CHECK(bound_checked >= 12);
   diag_free(q);
   fclose(sink);
 }
