@@ -564,10 +564,6 @@ int pass_run_config(ir_module *m, const pass_options *opts, diag_engine *d) {
   o.jobs = (int)jobs;
   pass_config_stats *st = xmalloc(sizeof *st);
   diag_loc where = opts->loc.file ? opts->loc : ir_diag_loc(m->train_loc);
-  int rc = pass_config(m, &o, st, d, where);
-  if (rc == 0)
-    pass_results_put(opts->results, PASS_ID_CONFIG, st, config_stats_delete);
-  else
-    config_stats_delete(st);
-  return rc;
+  return pass_results_keep(opts->results, PASS_ID_CONFIG, pass_config(m, &o, st, d, where), st,
+                           config_stats_delete);
 }

@@ -696,6 +696,15 @@ void pass_results_put(pass_results *r, pass_id id, void *figures, void (*free_fi
   VEC_PUSH(r->items, r->count, r->cap, x);
 }
 
+int pass_results_keep(pass_results *r, pass_id id, int rc, void *figures,
+                      void (*free_figures)(void *)) {
+  if (rc == 0)
+    pass_results_put(r, id, figures, free_figures);
+  else
+    free_figures(figures);
+  return rc;
+}
+
 const void *pass_results_get(const pass_results *r, pass_id id) {
   for (int i = 0; r && i < r->count; i++)
     if (r->items[i].pass == id) return r->items[i].figures;

@@ -382,6 +382,11 @@ typedef struct pass_results {
 /* Keep 'figures' (malloc'ed, freed by free_figures) as pass id's, replacing (and freeing) what
  * it left before. r NULL: nobody asked for them, they are freed at once. */
 void pass_results_put(pass_results *r, pass_id id, void *figures, void (*free_figures)(void *));
+/* How a pass that leaves figures ends: when rc is 0 (it succeeded), keep 'figures' as pass id's
+ * in r (pass_results_put); otherwise free them at once (free_figures). Returns rc. Pre: figures
+ * malloc'ed and filled as far as the pass got (free_figures frees what it holds either way). */
+int pass_results_keep(pass_results *r, pass_id id, int rc, void *figures,
+                      void (*free_figures)(void *));
 /* The figures pass id left in r, or NULL (r NULL, or the pass did not run or failed). */
 const void *pass_results_get(const pass_results *r, pass_id id);
 void pass_results_free(pass_results *r);

@@ -1036,10 +1036,6 @@ int pass_run_tune(ir_module *m, const pass_options *opts, diag_engine *d) {
   o.progress = pr == 1 || (pr == 0 && isatty(2)); /* auto, true, false */
   pass_tune_stats *st = xmalloc(sizeof *st);
   diag_loc where = opts->loc.file ? opts->loc : ir_diag_loc(m->loc);
-  int rc = pass_tune(m, &o, st, d, where);
-  if (rc == 0)
-    pass_results_put(opts->results, PASS_ID_TUNE, st, tune_stats_delete);
-  else
-    tune_stats_delete(st);
-  return rc;
+  return pass_results_keep(opts->results, PASS_ID_TUNE, pass_tune(m, &o, st, d, where), st,
+                           tune_stats_delete);
 }

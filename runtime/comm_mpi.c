@@ -4,11 +4,15 @@
  * polling until the deadline, the all-reduce over replicas with MPI_Iallreduce on a communicator
  * per pipeline rank, polled against the same deadline, and so are the report's, the memory
  * check's and the profiler's collectives; MPI_Comm_split and MPI_Comm_split_type, which have no
- * nonblocking form, run under a watchdog timer with the same deadline. A
- * failing rank prints its error and aborts the job (MPI_Abort with its exit status); every other
- * process, ended by mpirun with SIGTERM, says where it stopped and exits with RT_EXIT_RUNTIME, so
- * that the job's status is 3 whichever rank fails. rt_main_mpi is octo-run's whole mpi path:
- * set-up, checks, the run, the gathered report. */
+ * nonblocking form, run under a watchdog timer with the same deadline, and so do MPI_Init and
+ * MPI_Finalize, which the tool calls between rt_mpi_open and rt_mpi_check, and between
+ * rt_mpi_close and rt_mpi_closed. A failing rank prints its error and aborts the job
+ * (rt_mpi_abort: MPI_Abort with the exit status the tool gave its outcome); every other process,
+ * ended by mpirun with SIGTERM, says where it stopped and exits with the status of
+ * RT_STATUS_RUN_FAILED, so that the job's status is the same whichever rank fails: the one
+ * documented exception to "library code returns" (rt_set_exit_codes in runtime.h). rt_mpi_run is
+ * the mpi backend's run: set-up, checks, the run, the gathered report; rt_mpi_profile its
+ * profiler. */
 #include <math.h>
 #include <mpi.h>
 #include <signal.h>
@@ -33,14 +37,15 @@ typedef struct mpi_comm {
   int nstages;       /* stages: tag encoding (a TIE's tags follow the others) */
 } mpi_comm;
 
-/* What the SIGTERM handler reports: set up by rt_mpi_start and rt_main_mpi, read only in the
- * handler. */
+/* What the SIGTERM handler reports: set up by rt_mpi_open, rt_mpi_check and rt_mpi_run, read
+ * only in the handler. */
 static struct {
   int named;                      /* rank and replica are known (the stream was read) */
   int rank, replica, replicas;    /* this process's pipeline rank and replica; the replicas */
   const be_program *prog;         /* its program while the interpreter runs it, else NULL */
   const volatile sig_atomic_t *at; /* the interpreter's address (rt_comm.at), or NULL */
-  const char *phase;              /* where rt_mpi_end is (" in the closing barrier ..."), or NULL */
+  const char *phase;              /* where rt_mpi_close left it (" in the closing barrier ..."), or
+                                     NULL */
   volatile sig_atomic_t quiet;    /* this process already said why it ends: exit silently */
   double timeout;                 /* --timeout: the closing barrier's and MPI_Finalize's */
 } mp_term = {0, 0, 0, 1, NULL, NULL, NULL, 0, 0};
@@ -62,7 +67,8 @@ static void put_str(char *out, size_t *n, size_t cap, const char *text) {
 }
 
 /* SIGTERM: mpirun ends the job because another process failed or exited. Say where this rank
- * stopped ("rank 1 at 0005 (WAIT): stopped ..."), then exit with RT_EXIT_RUNTIME. */
+ * stopped ("rank 1 at 0005 (WAIT): stopped ..."), then exit with the status of
+ * RT_STATUS_RUN_FAILED. */
 static void mp_on_term(int sig) {
   (void)sig;
   if (!mp_term.quiet) {
@@ -92,7 +98,7 @@ static void mp_on_term(int sig) {
     ssize_t w = write(STDERR_FILENO, msg, n);
     (void)w;
   }
-  _exit(RT_EXIT_RUNTIME);
+  _exit(rt_exit_code(RT_STATUS_RUN_FAILED));
 }
 
 /* Print "octo-run: error: [replica Q: ]why" for this process, then stay quiet when mpirun ends
@@ -155,13 +161,15 @@ static int mp_irecv(void *ctx, int peer, be_tensor_ref tag, void *buf, size_t by
              : -1;
 }
 
-/* rc, this process's exit status once decided: when it is not 0, the process is about to end,
- * mpirun may end it first (another process exited first with its status), and it has said what
- * it had to: stay quiet. */
-static int mp_decided(int rc) {
-  if (rc != RT_EXIT_OK) mp_term.quiet = 1;
+/* rc, this process's status once decided: when it is not RT_STATUS_OK, the process is about to
+ * end, mpirun may end it first (another process exited first with its status), and it has said
+ * what it had to: stay quiet. */
+static rt_status mp_decided(rt_status rc) {
+  if (rc != RT_STATUS_OK) mp_term.quiet = 1;
   return rc;
 }
+
+void rt_mpi_abort(rt_status st) { MPI_Abort(MPI_COMM_WORLD, rt_exit_code(st)); }
 
 /* Defined with the watchdog below. */
 static void mp_arm(double timeout);
@@ -171,7 +179,7 @@ static struct {
   size_t len;
 } mp_watch;
 
-void rt_mpi_end(void) {
+void rt_mpi_close(void) {
   int me = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   char who[64];
@@ -198,7 +206,7 @@ void rt_mpi_end(void) {
       else
         fprintf(stderr, "octo-run: error: %s: the closing barrier (after its run) failed\n", who);
       fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, RT_EXIT_RUNTIME);
+      rt_mpi_abort(RT_STATUS_RUN_FAILED);
     }
   }
   if (mp_term.timeout > 0) {
@@ -209,7 +217,9 @@ void rt_mpi_end(void) {
     mp_arm(mp_term.timeout);
   }
   mp_term.phase = " in the MPI shut-down (MPI_Finalize)";
-  MPI_Finalize();
+}
+
+void rt_mpi_closed(void) {
   mp_arm(0);
   mp_term.quiet = 1;
 }
@@ -257,20 +267,20 @@ static int mp_allreduce(void *ctx, float *buf, size_t n, double timeout, strbuf 
   return mp_poll(&q, timeout, err);
 }
 
-static void mp_fail(void *ctx, const char *why, int code) {
+static void mp_fail(void *ctx, const char *why, rt_status st) {
   mp_say(ctx, why);
-  MPI_Abort(MPI_COMM_WORLD, code);
+  rt_mpi_abort(st);
 }
 
 static void mp_die(void *ctx, const char *why) {
   mp_say(ctx, why);
-  _Exit(RT_EXIT_RUNTIME); /* a crash, as far as the other processes can tell */
+  _Exit(rt_exit_code(RT_STATUS_RUN_FAILED)); /* a crash, as far as the other processes can tell */
 }
 
 static void mp_stop(void *ctx, const char *why) {
   mp_say(ctx, why);
   raise(SIGSTOP);
-  _Exit(RT_EXIT_RUNTIME); /* continued without being ended */
+  _Exit(rt_exit_code(RT_STATUS_RUN_FAILED)); /* continued without being ended */
 }
 
 /* Nothing to forget: a rank leaves with every message completed, or the job is aborted. */
@@ -360,8 +370,8 @@ static void unpack(rt_rank_stats *st, int steps, int nlayers, const double *d) {
 }
 
 /* Complete collective q ('what': "the report's gather of the figures") within 'timeout' seconds
- * (the run's --timeout), or say so, naming this process's rank, and abort the job with
- * RT_EXIT_RUNTIME. */
+ * (the run's --timeout), or say so, naming this process's rank, and abort the job
+ * (rt_mpi_abort with RT_STATUS_RUN_FAILED). */
 static void collective_wait(MPI_Request *q, const be_stream *s, double timeout,
                             const char *what) {
   strbuf err = {0};
@@ -376,16 +386,17 @@ static void collective_wait(MPI_Request *q, const be_stream *s, double timeout,
     strbuf_printf(&why, "did not complete within %g s (another process stopped)", timeout);
   else
     strbuf_printf(&why, "failed: %s", strbuf_cstr(&err));
-  mp_fail(&c, strbuf_cstr(&why), RT_EXIT_RUNTIME);
+  mp_fail(&c, strbuf_cstr(&why), RT_STATUS_RUN_FAILED);
 }
 
 /* SIGALRM: a blocking MPI call under the watchdog outlived the deadline. Print the message and
- * exit with RT_EXIT_RUNTIME: mpirun then ends the others, as after a process that died. */
+ * exit with the status of RT_STATUS_RUN_FAILED: mpirun then ends the others, as after a process
+ * that died. */
 static void mp_on_alarm(int sig) {
   (void)sig;
   ssize_t w = write(STDERR_FILENO, mp_watch.msg, mp_watch.len);
   (void)w;
-  _exit(RT_EXIT_RUNTIME);
+  _exit(rt_exit_code(RT_STATUS_RUN_FAILED));
 }
 
 /* Arm (timeout > 0) or disarm (0) the SIGALRM watchdog with the message in mp_watch. */
@@ -441,10 +452,11 @@ static void mp_inject_at(const be_stream *s, const rt_run_opts *o, int place, co
     mp_stop(&c, why);
 }
 
-int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *mine,
-                  const char *path, const char *backend, const char *trace_path,
-                  const rt_opts *mo) {
-  int me, world, rc = RT_EXIT_OK;
+rt_status rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *mine,
+                        const char *path, const char *backend, const char *trace_path,
+                        const rt_opts *mo) {
+  int me, world;
+  rt_status rc = RT_STATUS_OK;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   int steps = (o->steps > 0 ? o->steps : 1) - o->first_step, per = pack_size(s, steps, o->calibrate);
@@ -488,22 +500,22 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     fputs(strbuf_cstr(&out), stdout);
     fputs(strbuf_cstr(&errs), stderr);
     fflush(stdout);
-    if (trace_path && rc != RT_EXIT_RUNTIME) {
+    if (trace_path && rc != RT_STATUS_RUN_FAILED) {
       strbuf tr = {0};
       rt_trace(s, stats, world, &tr);
       strbuf why = {0};
       if (!support_write_file(trace_path, strbuf_cstr(&tr), tr.len, &why)) {
         fprintf(stderr, "octo-run: error: cannot write '%s': %s\n", trace_path, strbuf_cstr(&why));
-        if (rc == RT_EXIT_OK) rc = RT_EXIT_INPUT;
+        if (rc == RT_STATUS_OK) rc = RT_STATUS_BAD_INPUT;
       }
       strbuf_free(&why);
       strbuf_free(&tr);
     }
-    if (o->calibrate && rc == RT_EXIT_OK) {
-      int wrc = rt_calibration_write(s, o, stats, world, mine->scale, "mpi");
-      if (wrc != RT_EXIT_OK) rc = wrc;
+    if (o->calibrate && rc == RT_STATUS_OK) {
+      rt_status wrc = rt_calibration_write(s, o, stats, world, mine->scale, "mpi");
+      if (wrc != RT_STATUS_OK) rc = wrc;
     }
-    if (rc == RT_EXIT_OK) rc = rt_dump_finish(s, mo); /* last: every file it names is there */
+    if (rc == RT_STATUS_OK) rc = rt_dump_finish(s, mo); /* last: every file it names is there */
     for (int w = 0; w < world; w++) {
       stats[w].ev = NULL; /* owned by evs */
       rt_rank_stats_free(&stats[w]);
@@ -512,9 +524,10 @@ int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
     strbuf_free(&out);
     strbuf_free(&errs);
   }
-  MPI_Ibcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD, &q);
+  int code = (int)rc; /* the status as it travels */
+  MPI_Ibcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD, &q);
   collective_wait(&q, s, o->timeout, "the report's broadcast of the exit status");
-  mp_decided(rc);
+  rc = mp_decided((rt_status)code);
   free(packed);
   free(all);
   free(counts);
@@ -550,10 +563,12 @@ static void mp_on_term_setup(const be_stream *s, long me) {
   sigaction(SIGTERM, &sa, NULL);
 }
 
-/* MPI_Init under the watchdog: every process waits at most max(o->timeout,
- * RT_MPI_INIT_MIN_TIMEOUT) for the others to start; o's fault at 'init' strikes first. */
-static void mp_init(int *argc, char ***argv, const be_stream *s, const rt_run_opts *o) {
+be_stream *rt_mpi_open(const char *path, const rt_run_opts *o, strbuf *err) {
+  be_stream *s = be_read_file(path, err); /* first: the start-up names the rank */
   long proc = mp_env_rank();
+  mp_term.timeout = o ? o->timeout : 0;
+  if (s && proc >= 0) mp_on_term_setup(s, proc); /* also while MPI starts */
+  /* o's fault at 'init' strikes before MPI_Init: the others' watchdog ends them. */
   const rt_fault *f = o ? &o->fault : NULL;
   if (s && f && f->kind != RT_FAULT_NONE && f->place == RT_PLACE_INIT &&
       proc == (long)f->replica * s->nranks + f->rank) {
@@ -566,6 +581,8 @@ static void mp_init(int *argc, char ***argv, const be_stream *s, const rt_run_op
     else
       mp_stop(&c, why);
   }
+  /* MPI_Init under the watchdog: every process waits at most max(o->timeout,
+   * RT_MPI_INIT_MIN_TIMEOUT) for the others to start. */
   double timeout = fmax(o ? o->timeout : 0, RT_MPI_INIT_MIN_TIMEOUT);
   char who[64] = ""; /* "[replica Q: ]rank R: " as the other messages, when known */
   if (s && proc >= 0 && s->replicas > 1)
@@ -577,43 +594,39 @@ static void mp_init(int *argc, char ***argv, const be_stream *s, const rt_run_op
            timeout);
   mp_watch.len = strlen(mp_watch.msg);
   mp_arm(timeout);
-  MPI_Init(argc, argv);
-  mp_arm(0);
+  return s;
 }
 
-int rt_mpi_start(int *argc, char ***argv, const char *path, const rt_opts *mo,
-                 const rt_run_opts *o, be_stream **out) {
-  strbuf err = {0};
-  be_stream *s = be_read_file(path, &err); /* first: the start-up names the rank */
-  long proc = mp_env_rank();
-  mp_term.timeout = o ? o->timeout : 0;
-  if (s && proc >= 0) mp_on_term_setup(s, proc); /* also while MPI starts */
-  mp_init(argc, argv, s, o);
+rt_status rt_mpi_check(const be_stream *s, const strbuf *err, const char *path,
+                       const rt_opts *mo) {
+  mp_arm(0); /* MPI_Init returned */
   int me, world;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  int rc = RT_EXIT_OK;
+  rt_status rc = RT_STATUS_OK;
   if (s) mp_on_term_setup(s, me); /* the world's own numbering, now that MPI has it */
   if (!s) {
-    if (me == 0) fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(&err));
-    rc = RT_EXIT_INPUT;
+    if (me == 0) fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(err));
+    rc = RT_STATUS_BAD_INPUT;
   } else if (world != s->nranks * s->replicas) {
     if (me == 0)
       fprintf(stderr, "octo-run: error: %s is a plan for %d rank%s x %d replica%s = %d processes, "
               "but mpirun started %d\n", path, (int)s->nranks, s->nranks == 1 ? "" : "s",
               (int)s->replicas, s->replicas == 1 ? "" : "s", (int)(s->nranks * s->replicas),
               world);
-    rc = RT_EXIT_INPUT;
+    rc = RT_STATUS_BAD_INPUT;
   }
-  if (rc == RT_EXIT_OK) {
-    rt_model *probe = rt_model_new(s, mo, &err); /* the data file and the scale */
+  strbuf why = {0};
+  if (rc == RT_STATUS_OK) {
+    rt_model *probe = rt_model_new(s, mo, &why); /* the data file and the scale */
     if (!probe) {
-      if (me == 0) fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(&err));
-      rc = RT_EXIT_INPUT;
+      if (me == 0) fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(&why));
+      rc = RT_STATUS_BAD_INPUT;
     }
     rt_model_free(probe);
   }
-  if (rc == RT_EXIT_OK) {
+  strbuf_free(&why);
+  if (rc == RT_STATUS_OK) {
     void *ub;
     int flag;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
@@ -621,23 +634,16 @@ int rt_mpi_start(int *argc, char ***argv, const char *path, const rt_opts *mo,
       if (me == 0)
         fprintf(stderr, "octo-run: error: %d stages x %d microbatches need more message tags "
                 "than this MPI offers (%d)\n", (int)s->nstages, (int)s->nmb, *(int *)ub);
-      rc = RT_EXIT_INPUT;
+      rc = RT_STATUS_BAD_INPUT;
     }
   }
-  strbuf_free(&err);
-  if (mp_decided(rc) != RT_EXIT_OK) {
-    be_stream_free(s);
-    rt_mpi_end();
-    return rc;
-  }
-  *out = s;
-  return RT_EXIT_OK;
+  return mp_decided(rc);
 }
 
 /* The memory check (rt_mem_check) of the processes on this node, in every process; the first
- * process of a node that does not fit prints why. Returns the exit status for every process:
- * RT_EXIT_OK, or RT_EXIT_INPUT when some node does not fit. */
-static int mem_check(const be_stream *s, const rt_opts *mo, const rt_run_opts *o, strbuf *err) {
+ * process of a node that does not fit prints why. Returns the status for every process:
+ * RT_STATUS_OK, or RT_STATUS_BAD_INPUT when some node does not fit. */
+static rt_status mem_check(const be_stream *s, const rt_opts *mo, const rt_run_opts *o, strbuf *err) {
   int me, local, n;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm node;
@@ -651,21 +657,20 @@ static int mem_check(const be_stream *s, const rt_opts *mo, const rt_run_opts *o
   MPI_Iallgather(&me, 1, MPI_INT, members, 1, MPI_INT, node, &q);
   collective_wait(&q, s, o->timeout, "the memory check's gather of the node's processes");
   MPI_Comm_free(&node);
-  rt_model *m = rt_model_new(s, mo, NULL); /* rt_mpi_start built one already: it cannot fail */
-  int rc = m && rt_mem_check(s, m, o, members, n, err) != 0 ? RT_EXIT_INPUT : RT_EXIT_OK, worst;
-  if (rc != RT_EXIT_OK && local == 0) fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(err));
+  rt_model *m = rt_model_new(s, mo, NULL); /* rt_mpi_check built one already: it cannot fail */
+  /* statuses as they travel: the larger is the worse of OK and BAD_INPUT */
+  int rc = m && rt_mem_check(s, m, o, members, n, err) != 0 ? RT_STATUS_BAD_INPUT : RT_STATUS_OK,
+      worst;
+  if (rc != RT_STATUS_OK && local == 0) fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(err));
   rt_model_free(m);
   free(members);
   MPI_Iallreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &q);
   collective_wait(&q, s, o->timeout, "the memory check's verdict");
-  return mp_decided(worst);
+  return mp_decided((rt_status)worst);
 }
 
-int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
-                const rt_run_opts *o, const char *trace_path) {
-  be_stream *s;
-  int rc = rt_mpi_start(argc, argv, path, mo, o, &s);
-  if (rc != RT_EXIT_OK) return rc;
+rt_status rt_mpi_run(const be_stream *s, const char *path, const rt_opts *mo,
+                     const rt_run_opts *o, const char *trace_path) {
   int me;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   int rank = me % s->nranks, replica = me / s->nranks;
@@ -674,24 +679,18 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
   mo = &mo1;
   rt_run_opts o1 = *o;
   strbuf err = {0};
-  rc = mp_decided(rt_fault_resolve(s, &o1.fault, &err) == 0 &&
-                          rt_ckpt_prepare(s, &mo1, &o1, &err) == 0
-                      ? RT_EXIT_OK
-                      : RT_EXIT_INPUT);
-  if (rc != RT_EXIT_OK) { /* every process finds it: rank 0 says it */
+  rt_status rc = mp_decided(rt_fault_resolve(s, &o1.fault, &err) == 0 &&
+                                    rt_ckpt_prepare(s, &mo1, &o1, &err) == 0
+                                ? RT_STATUS_OK
+                                : RT_STATUS_BAD_INPUT);
+  if (rc != RT_STATUS_OK) { /* every process finds it: rank 0 says it */
     if (me == 0) fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(&err));
     strbuf_free(&err);
-    be_stream_free(s);
-    rt_mpi_end();
     return rc;
   }
   rc = mem_check(s, mo, &o1, &err);
   strbuf_free(&err);
-  if (rc != RT_EXIT_OK) {
-    be_stream_free(s);
-    rt_mpi_end();
-    return rc;
-  }
+  if (rc != RT_STATUS_OK) return rc;
   o = &o1;
   mpi_comm mc;
   MPI_Request q;
@@ -717,27 +716,23 @@ int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
   char what[64];
   snprintf(what, sizeof what, "mpi (%d processes)", (int)(s->nranks * s->replicas));
   rc = rt_mpi_report(s, o, &st, path, what, trace_path, mo);
-  if (rc == RT_EXIT_OK) mp_inject_at(s, o, RT_PLACE_END, "end", "the closing barrier");
+  if (rc == RT_STATUS_OK) mp_inject_at(s, o, RT_PLACE_END, "end", "the closing barrier");
   rt_rank_stats_free(&st);
   MPI_Comm_free(&mc.pipe);
   MPI_Comm_free(&mc.replicas);
-  be_stream_free(s);
-  rt_mpi_end();
   return rc;
 }
 
 /* ---- The profiler on MPI processes ------------------------------------------------------------ */
 
-int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts *mo,
-                        const rt_run_opts *o, const char *out_path) {
-  be_stream *s;
-  int rc = rt_mpi_start(argc, argv, path, mo, o, &s);
-  if (rc != RT_EXIT_OK) return rc;
+rt_status rt_mpi_profile(const be_stream *s, const rt_opts *mo, const rt_run_opts *o,
+                         const char *out_path) {
+  rt_status rc = RT_STATUS_OK;
   int me, world;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   double t0 = support_seconds();
-  rt_model *m = rt_model_new(s, mo, NULL); /* rt_mpi_start built one already: it cannot fail */
+  rt_model *m = rt_model_new(s, mo, NULL); /* rt_mpi_check built one already: it cannot fail */
   int n = s->nlayers;
   rt_layer_cost *costs = xcalloc((size_t)n, sizeof *costs);
   rt_profile_layers(m, me, world, costs); /* every process busy, as in the run */
@@ -748,8 +743,8 @@ int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts
   strbuf err = {0};
   if (rt_fault_resolve(s, &o1.fault, &err) != 0) { /* checked by octo-run already */
     if (me == 0) fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(&err));
-    mp_decided(RT_EXIT_INPUT);
-    MPI_Abort(MPI_COMM_WORLD, RT_EXIT_INPUT);
+    mp_decided(RT_STATUS_BAD_INPUT);
+    rt_mpi_abort(RT_STATUS_BAD_INPUT);
   }
   mp_inject_at(s, &o1, RT_PLACE_SETUP, "setup", "the profile's reduction");
   /* Each configuration was measured by one process: the sum is its figures. */
@@ -777,7 +772,7 @@ int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts
     if (rt_profile_link(&c, me, big, o->timeout, &lat, &bw, &err) != 0) {
       strbuf why = {0};
       strbuf_printf(&why, "rank %d: the profile's link measurement: %s", me, strbuf_cstr(&err));
-      mp_fail(&mc, strbuf_cstr(&why), RT_EXIT_RUNTIME);
+      mp_fail(&mc, strbuf_cstr(&why), RT_STATUS_RUN_FAILED);
     }
     MPI_Comm_free(&mc.replicas);
   }
@@ -789,23 +784,22 @@ int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts
     strbuf why = {0};
     if (!support_write_file(out_path, strbuf_cstr(&json), json.len, &why)) {
       fprintf(stderr, "octo-run: error: cannot write '%s': %s\n", out_path, strbuf_cstr(&why));
-      rc = RT_EXIT_INPUT;
+      rc = RT_STATUS_BAD_INPUT;
     }
     strbuf_free(&why);
-    if (rc == RT_EXIT_OK)
+    if (rc == RT_STATUS_OK)
       printf("%s: profiled %d layers at scale %d on %d MPI processes in %.1f s: %s\n", s->model,
              n, rt_model_scale(m), world, support_seconds() - t0, out_path);
     strbuf_free(&json);
   }
-  MPI_Ibcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD, &q);
+  int code = (int)rc; /* the status as it travels */
+  MPI_Ibcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD, &q);
   collective_wait(&q, s, o->timeout, "the profile's broadcast of the exit status");
-  mp_decided(rc);
+  rc = mp_decided((rt_status)code);
   strbuf_free(&err);
   free(mine);
   free(all);
   free(costs);
   rt_model_free(m);
-  be_stream_free(s);
-  rt_mpi_end();
   return rc;
 }

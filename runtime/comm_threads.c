@@ -263,9 +263,9 @@ static int th_barrier(void *ctx, double timeout, strbuf *err) {
   return rc;
 }
 
-static void th_fail(void *ctx, const char *why, int code) {
-  (void)why; /* the launcher reports it, with its exit status, from the rank's stats */
-  (void)code;
+static void th_fail(void *ctx, const char *why, rt_status st) {
+  (void)why; /* the launcher reports it, and the run's status, from the rank's stats */
+  (void)st;
   thread_comm *t = ctx;
   pthread_mutex_lock(&t->hub->mu);
   mark_failed(t, "failed");

@@ -118,6 +118,97 @@ int rt_dump_layer(const char *dir, const char *stem, const rt_ldims *d, const rt
   return rc;
 }
 
+/* A layer's dimensions in its dump's index (docs/runtime.md, "Dumps"), in the order written:
+ * X(key, format, value), value an expression of d (const rt_ldims *) and p (const rt_lplan *);
+ * format INT (a whole number), NAME (a quoted name), NUM (the shortest exact text of a double),
+ * WHOLE (a double rounded to a whole number). Dimensions made by hand (the unit tests') leave
+ * some fields 0: the rows give those their neutral values (routed_scale 1, one expert group,
+ * YaRN's factor 1). */
+#define DUMP_DIMS(X)                                                                          \
+  X("B", INT, d->B)                                                                           \
+  X("S", INT, d->S)                                                                           \
+  X("in_S", INT, d->in_S)                                                                     \
+  X("in_w", INT, d->in_w)                                                                     \
+  X("hidden", INT, d->hidden)                                                                 \
+  X("heads", INT, d->heads)                                                                   \
+  X("kv_heads", INT, d->kv_heads)                                                             \
+  X("head_dim", INT, d->head_dim)                                                             \
+  X("ffn", INT, d->ffn)                                                                       \
+  X("gated", INT, d->gated)                                                                   \
+  X("act", NAME, rt_act_name(d->act))                                                         \
+  X("causal", INT, d->causal)                                                                 \
+  X("window", INT, d->window)                                                                 \
+  X("rope_theta", NUM, d->rope_theta)                                                         \
+  X("rope_factor", NUM, d->rope_factor)                                                       \
+  X("rope_low_freq_factor", NUM, d->rope_low)                                                 \
+  X("rope_high_freq_factor", NUM, d->rope_high)                                               \
+  X("rope_original_seq", WHOLE, d->rope_orig)                                                 \
+  X("qkv_bias", INT, d->qkv_bias)                                                             \
+  X("qk_norm", INT, d->qk_norm)                                                               \
+  X("rope", INT, !d->no_rope)                                                                 \
+  X("norm_eps", NUM, d->norm_eps)                                                             \
+  X("norm_plus_one", INT, d->norm_shift != 0)                                                 \
+  X("post_norm", INT, d->post_norm)                                                           \
+  X("score_dim", NUM, d->score_dim)                                                           \
+  X("softcap", NUM, d->softcap)                                                               \
+  X("scaled", INT, d->scaled)                                                                 \
+  X("pad_id", INT, d->padded ? d->pad_id : -1)                                                \
+  X("experts", INT, d->experts)                                                               \
+  X("top_k", INT, d->top_k)                                                                   \
+  X("shared", INT, d->shared)                                                                 \
+  X("renorm", INT, !d->all_probs)                                                             \
+  X("shared_gate", INT, d->shared_gate)                                                       \
+  X("sigmoid", INT, d->sigmoid)                                                               \
+  X("score_bias", INT, d->score_bias)                                                         \
+  X("expert_groups", INT, d->egroups > 1 ? d->egroups : 1)                                    \
+  X("topk_groups", INT, d->egroups > 1 ? d->tgroups : 1)                                      \
+  X("routed_scale", NUM, d->rscale > 0 ? d->rscale : 1.0)                                     \
+  X("q_rank", INT, d->q_rank)                                                                 \
+  X("kv_rank", INT, d->kv_rank)                                                               \
+  X("nope_dim", INT, d->nope_dim)                                                             \
+  X("rope_dim", INT, d->rope_dim)                                                             \
+  X("v_dim", INT, d->v_dim)                                                                   \
+  X("latent_eps", NUM, d->latent_eps)                                                         \
+  X("yarn_factor", NUM, d->yarn_factor > 1 ? d->yarn_factor : 1)                              \
+  X("yarn_original_seq", NUM, d->yarn_orig)                                                   \
+  X("yarn_beta_fast", NUM, d->yarn_beta_fast)                                                 \
+  X("yarn_beta_slow", NUM, d->yarn_beta_slow)                                                 \
+  X("yarn_mscale", NUM, d->yarn_mscale)                                                       \
+  X("yarn_mscale_all_dim", NUM, d->yarn_mscale_all)                                           \
+  X("state", INT, d->state)                                                                   \
+  X("groups", INT, d->groups)                                                                 \
+  X("conv", INT, d->conv)                                                                     \
+  X("inner", INT, d->inner)                                                                   \
+  X("chunk", INT, d->chunk)                                                                   \
+  X("vocab", INT, d->vocab)                                                                   \
+  X("tied", INT, d->tied)                                                                     \
+  X("out_w", INT, p->out_w)
+
+/* The writers of DUMP_DIMS' formats: one "key": value item, after ", " unless it is the first
+ * (*n items written so far; incremented). */
+static void dim_key(strbuf *out, int *n, const char *key) {
+  if ((*n)++) strbuf_puts(out, ", ");
+  strbuf_printf(out, "\"%s\": ", key);
+}
+static void dim_INT(strbuf *out, int *n, const char *key, int v) {
+  dim_key(out, n, key);
+  strbuf_printf(out, "%d", v);
+}
+static void dim_NAME(strbuf *out, int *n, const char *key, const char *v) {
+  dim_key(out, n, key);
+  strbuf_printf(out, "\"%s\"", v);
+}
+static void dim_NUM(strbuf *out, int *n, const char *key, double v) {
+  char text[40]; /* the shortest exact text */
+  fmt_shortest_scaled(text, v, 1.0);
+  dim_key(out, n, key);
+  strbuf_puts(out, text);
+}
+static void dim_WHOLE(strbuf *out, int *n, const char *key, double v) {
+  dim_key(out, n, key);
+  strbuf_printf(out, "%.0f", v);
+}
+
 void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
                    const rt_ldims *d, const rt_lplan *p, bool has_dx, int splice_tokens) {
   if (index->len) strbuf_puts(index, ",\n");
@@ -126,47 +217,11 @@ void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
   strbuf_puts(index, ", \"kind\": ");
   strbuf_json_str(index, kind);
   strbuf_puts(index, ", \"dims\": {");
-  char theta[40], eps[40], factor[40], low[40], high[40], sdim[40], cap[40]; /* shortest exact */
-  fmt_shortest_scaled(theta, d->rope_theta, 1.0);
-  fmt_shortest_scaled(factor, d->rope_factor, 1.0);
-  fmt_shortest_scaled(low, d->rope_low, 1.0);
-  fmt_shortest_scaled(high, d->rope_high, 1.0);
-  fmt_shortest_scaled(eps, d->norm_eps, 1.0);
-  char rscale[40]; /* dims made by hand leave these 0: routed_scale 1, one group */
-  fmt_shortest_scaled(rscale, d->rscale > 0 ? d->rscale : 1.0, 1.0);
-  char leps[40], yarn[6][40]; /* YaRN's: factor 1 (none) in dims made by hand */
-  fmt_shortest_scaled(leps, d->latent_eps, 1.0);
-  const double yv[6] = {d->yarn_factor > 1 ? d->yarn_factor : 1, d->yarn_orig, d->yarn_beta_fast,
-                        d->yarn_beta_slow, d->yarn_mscale, d->yarn_mscale_all};
-  for (int k = 0; k < 6; k++) fmt_shortest_scaled(yarn[k], yv[k], 1.0);
-  fmt_shortest_scaled(sdim, d->score_dim, 1.0);
-  fmt_shortest_scaled(cap, d->softcap, 1.0);
-  strbuf_printf(index,
-                "\"B\": %d, \"S\": %d, \"in_S\": %d, \"in_w\": %d, \"hidden\": %d, \"heads\": %d, "
-                "\"kv_heads\": %d, \"head_dim\": %d, \"ffn\": %d, \"gated\": %d, \"act\": \"%s\", "
-                "\"causal\": %d, \"window\": %d, \"rope_theta\": %s, \"rope_factor\": %s, "
-                "\"rope_low_freq_factor\": %s, \"rope_high_freq_factor\": %s, "
-                "\"rope_original_seq\": %.0f, \"qkv_bias\": %d, "
-                "\"qk_norm\": %d, \"rope\": %d, \"norm_eps\": %s, \"norm_plus_one\": %d, "
-                "\"post_norm\": %d, \"score_dim\": %s, \"softcap\": %s, \"scaled\": %d, "
-                "\"pad_id\": %d, \"experts\": %d, \"top_k\": %d, \"shared\": %d, \"renorm\": %d, "
-                "\"shared_gate\": %d, \"sigmoid\": %d, \"score_bias\": %d, "
-                "\"expert_groups\": %d, \"topk_groups\": %d, \"routed_scale\": %s, "
-                "\"q_rank\": %d, \"kv_rank\": %d, \"nope_dim\": %d, \"rope_dim\": %d, "
-                "\"v_dim\": %d, \"latent_eps\": %s, \"yarn_factor\": %s, "
-                "\"yarn_original_seq\": %s, \"yarn_beta_fast\": %s, \"yarn_beta_slow\": %s, "
-                "\"yarn_mscale\": %s, \"yarn_mscale_all_dim\": %s, "
-                "\"state\": %d, \"groups\": %d, \"conv\": %d, \"inner\": %d, \"chunk\": %d, "
-                "\"vocab\": %d, \"tied\": %d, \"out_w\": %d},\n",
-                d->B, d->S, d->in_S, d->in_w, d->hidden, d->heads, d->kv_heads, d->head_dim,
-                d->ffn, d->gated, rt_act_name(d->act), d->causal, d->window, theta, factor, low,
-                high, d->rope_orig, d->qkv_bias,
-                d->qk_norm, !d->no_rope, eps, d->norm_shift != 0, d->post_norm, sdim, cap,
-                d->scaled, d->padded ? d->pad_id : -1, d->experts, d->top_k, d->shared,
-                !d->all_probs, d->shared_gate, d->sigmoid, d->score_bias,
-                d->egroups > 1 ? d->egroups : 1, d->egroups > 1 ? d->tgroups : 1, rscale, d->q_rank,
-                d->kv_rank, d->nope_dim, d->rope_dim, d->v_dim, leps, yarn[0], yarn[1], yarn[2], yarn[3], yarn[4], yarn[5], d->state, d->groups, d->conv,
-                d->inner, d->chunk, d->vocab, d->tied, p->out_w);
+  int n = 0;
+#define X(key, format, value) dim_##format(index, &n, key, value);
+  DUMP_DIMS(X)
+#undef X
+  strbuf_puts(index, "},\n");
   strbuf_puts(index, "   \"params\": [");
   for (int i = 0; i < p->npt; i++) {
     const rt_ptensor *pt = &p->pt[i];

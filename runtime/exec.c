@@ -66,7 +66,7 @@ static int tie_exchange(rt_model *m, int own, int twin, int peer, rt_comm *c, do
 
 /* Whether a --dump write of m failed (at the instruction pc of rank r, which wrote it): then st
  * fails with RT_OUTPUT ("rank 0 at 0029 (BWD_W): --dump: cannot write ..."), which ends the run
- * with RT_EXIT_INPUT. */
+ * with RT_STATUS_BAD_INPUT. */
 static bool dump_failed(const rt_model *m, rt_rank_stats *st, const be_stream *s, int r, int pc) {
   const char *why = rt_model_dump_error(m);
   if (!why) return false;
@@ -255,7 +255,7 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
   if (!ready) {
     snprintf(st->err, sizeof st->err, "rank %d: %s", rank, strbuf_cstr(&err));
     st->status = RT_FAILED;
-    c->fail(c->ctx, st->err, RT_EXIT_INPUT);
+    c->fail(c->ctx, st->err, RT_STATUS_BAD_INPUT);
     strbuf_free(&err);
     rt_model_free(m);
     rt_model_free(ref);
@@ -443,9 +443,9 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
     st->ref_bytes = r.total;
   }
   if (st->status == RT_FAILED || st->status == RT_NONFINITE || st->status == RT_OUTPUT)
-    c->fail(c->ctx, st->err, st->status == RT_NONFINITE ? RT_EXIT_NUMERIC
-                             : st->status == RT_OUTPUT  ? RT_EXIT_INPUT
-                                                        : RT_EXIT_RUNTIME);
+    c->fail(c->ctx, st->err, st->status == RT_NONFINITE ? RT_STATUS_NONFINITE
+                             : st->status == RT_OUTPUT  ? RT_STATUS_BAD_INPUT
+                                                        : RT_STATUS_RUN_FAILED);
   c->leave(c->ctx);
   free(arena);
   free(off);
@@ -546,10 +546,10 @@ static void report_memory(const be_stream *s, const rt_rank_stats *x, bool pred,
   strbuf_putc(out, '\n');
 }
 
-int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *stats, int n,
-                  strbuf *out, strbuf *errs) {
+rt_status rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *stats,
+                        int n, strbuf *out, strbuf *errs) {
   int first_step = o->first_step, steps = (o->steps > 0 ? o->steps : 1) - first_step;
-  int rc = RT_EXIT_OK;
+  rt_status rc = RT_STATUS_OK;
   /* Failures first: the ranks that failed or died, then where each other rank stopped because
    * of them. */
   for (int pass = 0; pass < 2; pass++)
@@ -564,13 +564,13 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
       /* the worst: a NaN, then a rank that failed, then a --dump file that cannot be written
        * (the ranks it stopped do not make it a failed rank) */
       if (x->status == RT_NONFINITE)
-        rc = RT_EXIT_NUMERIC;
+        rc = RT_STATUS_NONFINITE;
       else if (x->status == RT_OUTPUT || pass == 1)
-        rc = rc == RT_EXIT_OK ? (pass == 0 ? RT_EXIT_INPUT : RT_EXIT_RUNTIME) : rc;
-      else if (rc != RT_EXIT_NUMERIC)
-        rc = RT_EXIT_RUNTIME;
+        rc = rc == RT_STATUS_OK ? (pass == 0 ? RT_STATUS_BAD_INPUT : RT_STATUS_RUN_FAILED) : rc;
+      else if (rc != RT_STATUS_NONFINITE)
+        rc = RT_STATUS_RUN_FAILED;
     }
-  if (rc != RT_EXIT_OK) return rc;
+  if (rc != RT_STATUS_OK) return rc;
   bool pred = rt_prediction_comparable(s, o, stats[0].scale, NULL);
   double load_s = 0; /* the slowest rank's */
   for (int i = 0; i < n; i++)
@@ -602,7 +602,7 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
       strbuf_printf(out, " (sequential %.6f), gradients max rel diff %.2e", ref, diff);
       if (rel > 1e-5 || diff > 1e-5 || !isfinite(loss)) {
         strbuf_puts(out, "  MISMATCH");
-        rc = RT_EXIT_CHECK;
+        rc = RT_STATUS_CHECK_MISMATCH;
       }
     }
     strbuf_putc(out, '\n');
@@ -644,7 +644,7 @@ int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats 
   strbuf_free(&why);
   free(times);
   if (o->check)
-    strbuf_printf(out, "check: %s\n", rc == RT_EXIT_OK ? "every step matches the sequential run "
+    strbuf_printf(out, "check: %s\n", rc == RT_STATUS_OK ? "every step matches the sequential run "
                                                         "(relative difference <= 1e-5)"
                                                       : "MISMATCH with the sequential run");
   return rc;

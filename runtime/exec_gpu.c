@@ -779,19 +779,15 @@ int rt_run_cuda(const be_stream *s, const rt_opts *mo, const rt_run_opts *o, boo
 }
 
 #ifdef OCTO_HAVE_NCCL
-int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
-                 const rt_run_opts *o, bool bf16, const char *trace_path) {
-  be_stream *s;
-  int rc = rt_mpi_start(argc, argv, path, mo, o, &s);
-  if (rc != RT_EXIT_OK) return rc;
+rt_status rt_nccl_run(const be_stream *s, const char *path, const rt_opts *mo,
+                      const rt_run_opts *o, bool bf16, const char *trace_path) {
+  rt_status rc = RT_STATUS_OK;
   int me, world, emb, head;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (be_stream_tie(s, &emb, &head)) { /* every process has the stream: all end here */
     if (me == 0) fprintf(stderr, "octo-run: error: %s\n", RT_GPU_NO_TIE);
-    be_stream_free(s);
-    rt_mpi_end();
-    return RT_EXIT_INPUT;
+    return RT_STATUS_BAD_INPUT;
   }
   /* Local rank: the processes on this machine, in world order. */
   MPI_Comm node;
@@ -803,17 +799,14 @@ int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
   MPI_Comm_free(&node);
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     fprintf(stderr, "octo-run: error: process %d: no CUDA device is visible\n", me);
-    rc = RT_EXIT_INPUT;
+    rc = RT_STATUS_BAD_INPUT;
   }
-  int worst = rc;
+  int worst = rc; /* statuses as they travel: the larger is the worse of OK and BAD_INPUT */
   rt_mpi_watch(s, o->timeout, "the check for a CUDA device on every process (MPI_Allreduce)");
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  int mine = rc;
+  MPI_Allreduce(&mine, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   rt_mpi_watch(s, 0, NULL);
-  if (worst != RT_EXIT_OK) {
-    be_stream_free(s);
-    rt_mpi_end();
-    return worst;
-  }
+  if (worst != RT_STATUS_OK) return (rt_status)worst;
   int device = local % ndev;
   cudaSetDevice(device);
   int rank = me % s->nranks, replica = me / s->nranks, steps = o->steps > 0 ? o->steps : 1;
@@ -867,7 +860,7 @@ int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
       fprintf(stderr, "octo-run: error: rank %d: NCCL initialization failed: %s\n", rank,
               ncclGetErrorString(e));
     fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, RT_EXIT_RUNTIME);
+    rt_mpi_abort(RT_STATUS_RUN_FAILED);
   }
   if (grank_init(&R, g, device, bf16, mo)) {
     /* Warm up every peer pair this rank talks to before timing (NCCL connects a pair on its
@@ -911,7 +904,7 @@ int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
   if (failed(&R)) {
     fprintf(stderr, "octo-run: error: %s\n", R.why);
     fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, RT_EXIT_RUNTIME);
+    rt_mpi_abort(RT_STATUS_RUN_FAILED);
   }
   char what[64];
   snprintf(what, sizeof what, "nccl (%d GPUs)", world);
@@ -927,8 +920,6 @@ int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
   grank_free(g);
   free(R.g);
   rt_rank_stats_free(&st);
-  be_stream_free(s);
-  rt_mpi_end();
   return rc;
 }
 #endif

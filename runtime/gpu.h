@@ -52,10 +52,12 @@ int rt_run_cuda(const be_stream *s, const rt_opts *mo, const rt_run_opts *o, boo
  * the model cannot be built, a CUDA failure). */
 int rt_profile_cuda(const be_stream *s, const rt_opts *mo, bool bf16, strbuf *json, strbuf *err);
 
-/* The nccl backend, for octo-run's main under mpirun (as rt_main_mpi): one process per GPU,
- * NCCL point-to-point groups and all-reduce, a watchdog that aborts the communicators and the
- * job on a timeout or an NCCL error. Defined when NCCL and MPI were found (OCTO_HAVE_NCCL). */
-int rt_main_nccl(int *argc, char ***argv, const char *path, const rt_opts *mo,
-                 const rt_run_opts *o, bool bf16, const char *trace_path);
+/* The nccl backend under mpirun (as rt_mpi_run, between rt_mpi_check and rt_mpi_close: see
+ * rt_mpi_open): one process per GPU, NCCL point-to-point groups and all-reduce, a watchdog that
+ * aborts the communicators and the job (rt_mpi_abort) on a timeout or an NCCL error. Returns
+ * the run's status, the same on every process. Pre: rt_mpi_check returned RT_STATUS_OK for s.
+ * Defined when NCCL and MPI were found (OCTO_HAVE_NCCL). */
+rt_status rt_nccl_run(const be_stream *s, const char *path, const rt_opts *mo,
+                      const rt_run_opts *o, bool bf16, const char *trace_path);
 
 #endif

@@ -1108,12 +1108,12 @@ int rt_model_dump_index(const rt_model *m, strbuf *err) {
   return rc;
 }
 
-int rt_dump_finish(const be_stream *s, const rt_opts *mo) {
-  if (!mo || !mo->dump) return RT_EXIT_OK;
+rt_status rt_dump_finish(const be_stream *s, const rt_opts *mo) {
+  if (!mo || !mo->dump) return RT_STATUS_OK;
   strbuf err = {0};
   rt_model *m = rt_model_new(s, mo, &err); /* the run built the same: it cannot fail */
-  int rc = m && rt_model_dump_index(m, &err) == 0 ? RT_EXIT_OK : RT_EXIT_INPUT;
-  if (rc != RT_EXIT_OK) fprintf(stderr, "octo-run: error: --dump: %s\n", strbuf_cstr(&err));
+  rt_status rc = m && rt_model_dump_index(m, &err) == 0 ? RT_STATUS_OK : RT_STATUS_BAD_INPUT;
+  if (rc != RT_STATUS_OK) fprintf(stderr, "octo-run: error: --dump: %s\n", strbuf_cstr(&err));
   rt_model_free(m);
   strbuf_free(&err);
   return rc;

@@ -251,16 +251,17 @@ int rt_calibration_json(const be_stream *s, const rt_rank_stats *stats, int n, i
   return rc;
 }
 
-int rt_calibration_write(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *stats,
-                         int n, int scale, const char *backend) {
+rt_status rt_calibration_write(const be_stream *s, const rt_run_opts *o,
+                               const rt_rank_stats *stats, int n, int scale,
+                               const char *backend) {
   strbuf json = {0}, err = {0};
-  int rc = RT_EXIT_OK;
+  rt_status rc = RT_STATUS_OK;
   if (rt_calibration_json(s, stats, n, scale, backend, &json, &err) != 0) {
     fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(&err));
-    rc = RT_EXIT_RUNTIME;
+    rc = RT_STATUS_RUN_FAILED;
   } else if (!support_write_output(o->calibrate, strbuf_cstr(&json), json.len, &err)) {
     fprintf(stderr, "octo-run: error: cannot write '%s': %s\n", o->calibrate, strbuf_cstr(&err));
-    rc = RT_EXIT_INPUT;
+    rc = RT_STATUS_BAD_INPUT;
   } else {
     printf("calibration: %d layers' F, B and W and the optimizer as steps 2 to %d of this plan ran "
            "them, at scale %d on %s: %s\n", (int)s->nlayers, o->steps, scale, backend,
@@ -287,7 +288,7 @@ static void link_body(rt_comm *c, int rank, int replica, void *arg) {
   link_side *j = &((link_side *)arg)[rank];
   (void)replica;
   j->rc = rt_profile_link(c, rank, j->big, 30.0, &j->lat, &j->bw, &j->err);
-  if (j->rc) c->fail(c->ctx, strbuf_cstr(&j->err), RT_EXIT_RUNTIME);
+  if (j->rc) c->fail(c->ctx, strbuf_cstr(&j->err), RT_STATUS_RUN_FAILED);
 }
 
 /* The hub's link between two threads (rt_profile_link on rt_threads_run): latency and bandwidth

@@ -22,6 +22,42 @@
 #include "stream.h"
 #include "support.h"
 
+/* ---- Outcomes ------------------------------------------------------------------------------ */
+
+/* How a run, or the set-up before it, ended: X(ID). The runtime's entry points return an
+ * rt_status; which exit status a process gives each is the tool's choice (tools/octo-run.c,
+ * docs/architecture.md, "Exit codes and limits"), never the library's. */
+#define RT_STATUSES(X)                                                                        \
+  X(OK)             /* success */                                                            \
+  X(BAD_INPUT)      /* bad input: the stream, an option, a file, more memory than the machine \
+                       offers, a GPU backend without a GPU, an output that cannot be written */ \
+  X(RUN_FAILED)     /* a rank failed: a deadline passed, a transport error, a rank died or   \
+                       stopped */                                                            \
+  X(CHECK_MISMATCH) /* --check found a difference from the sequential run */                 \
+  X(NONFINITE)      /* a loss or gradient was NaN or infinite */
+
+/* An outcome of RT_STATUSES: RT_STATUS_OK, RT_STATUS_BAD_INPUT, ... */
+typedef enum rt_status {
+#define X(id) RT_STATUS_##id,
+  RT_STATUSES(X)
+#undef X
+  RT_STATUS_COUNT
+} rt_status;
+
+/* Ending the process: the one exception to "library code returns". Under MPI (the mpi and nccl
+ * backends) a rank that fails must end the whole job on every rank, and a rank blocked inside a
+ * call that MPI offers no deadline for (MPI_Init, MPI_Comm_split, MPI_Finalize) cannot return at
+ * all, yet every wait has a deadline. So, in exactly these places, the runtime ends the process
+ * itself (docs/runtime.md, "Failures"): a failing rank's MPI_Abort (rt_mpi_abort: the transport's
+ * fail, a collective past its deadline, an NCCL failure), the SIGALRM watchdog over a blocking
+ * MPI call (rt_mpi_watch, rt_mpi_open, rt_mpi_close), the SIGTERM handler of a rank that mpirun
+ * ends because another failed, and the faults --die and --stop inject. Each ends it with the exit
+ * status the tool gave that outcome here; the tool sets them once, before it starts the runtime.
+ * Until then every outcome but RT_STATUS_OK ends with 1. */
+void rt_set_exit_codes(const int codes[RT_STATUS_COUNT]);
+/* The exit status set for st (rt_set_exit_codes). Async-signal-safe. */
+int rt_exit_code(rt_status st);
+
 /* ---- Model --------------------------------------------------------------------------------- */
 
 /* How the model is built and trained. */
@@ -197,9 +233,9 @@ int rt_model_dump_index(const rt_model *m, strbuf *err);
  * device"), or NULL; after one, m dumps nothing more. */
 const char *rt_model_dump_error(const rt_model *m);
 /* With mo->dump: write the index of stream s's dump (rt_model_dump_index of a model built
- * from s and mo), after a run whose every rank succeeded. Returns RT_EXIT_OK, or RT_EXIT_INPUT
- * after printing "octo-run: error: --dump: ..." on stderr. */
-int rt_dump_finish(const be_stream *s, const rt_opts *mo);
+ * from s and mo), after a run whose every rank succeeded. Returns RT_STATUS_OK, or
+ * RT_STATUS_BAD_INPUT after printing "octo-run: error: --dump: ..." on stderr. */
+rt_status rt_dump_finish(const be_stream *s, const rt_opts *mo);
 
 /* ---- Transports ------------------------------------------------------------------------------ */
 
@@ -231,17 +267,17 @@ typedef struct rt_comm {
    * seconds: the results of wait. */
   int (*barrier)(void *ctx, double timeout, strbuf *err);
   /* Tell every rank that this one failed with message 'why' (they stop at their next wait, or the
-   * transport ends the job with exit status 'code', an RT_EXIT_* value). */
-  void (*fail)(void *ctx, const char *why, int code);
+   * transport ends the job with the exit status the tool gave outcome st: rt_mpi_abort). */
+  void (*fail)(void *ctx, const char *why, rt_status st);
   /* Testing (--die): this rank dies with message 'why', as a crash would. Threads: the hub marks
    * it dead and wakes every waiter, whose waits return 2 at once (a process notices a crashed
-   * thread). MPI: the process prints why and exits with RT_EXIT_RUNTIME without a word to the
-   * others (mpirun then ends the job); it does not return. */
+   * thread). MPI: the process prints why and exits with rt_exit_code(RT_STATUS_RUN_FAILED)
+   * without a word to the others (mpirun then ends the job); it does not return. */
   void (*die)(void *ctx, const char *why);
   /* Testing (--stop): this rank stops responding without dying, as SIGSTOP does; its peers'
    * deadlines pass. Threads: returns once the run failed or every other rank left. MPI: the
    * process prints why and stops itself with SIGSTOP; if it is ever continued, it exits with
-   * RT_EXIT_RUNTIME. */
+   * rt_exit_code(RT_STATUS_RUN_FAILED). */
   void (*stop)(void *ctx, const char *why);
   /* This rank is done (normally or not) and its buffers go away: forget its messages that are
    * still unpaired, so that no other rank's post touches them. */
@@ -458,39 +494,56 @@ int rt_threads_run(int nranks, int replicas, rt_thread_body body, void *arg);
 int rt_run_threads(const be_stream *s, const rt_opts *mo, const rt_run_opts *o,
                    rt_rank_stats *stats);
 
-/* The mpi backend, for octo-run's main: initializes MPI (pass main's argc and argv), reads the
- * stream at 'path' on every process (each validates and checks it), checks that the world has
- * nranks x replicas processes, runs this process's rank (world rank = replica x nranks + rank)
- * with MPI non-blocking point-to-point messages and an all-reduce over replicas, gathers the
- * figures on world rank 0, which prints the report (to stdout, errors to stderr) and writes the
- * trace to trace_path when given, then finalizes MPI. A failing rank prints its error and aborts
- * the job (MPI_Abort with RT_EXIT_RUNTIME). Returns the exit status. Defined only when the
- * runtime was built with MPI (OCTO_HAVE_MPI). */
-int rt_main_mpi(int *argc, char ***argv, const char *path, const rt_opts *mo,
-                const rt_run_opts *o, const char *trace_path);
+/* The MPI backends (mpi, mpi --profile, nccl) run one process per rank of every replica (world
+ * rank = replica x nranks + rank). The tool owns the process: it calls MPI_Init and
+ * MPI_Finalize itself and maps the status to an exit code; the runtime supplies what goes around
+ * them, in this order (each defined only when the runtime was built with MPI, OCTO_HAVE_MPI):
+ *
+ *   s = rt_mpi_open(path, o, &err);  MPI_Init(&argc, &argv);
+ *   st = rt_mpi_check(s, &err, path, mo);
+ *   if (st == RT_STATUS_OK) st = rt_mpi_run(s, ...)  (or rt_mpi_profile, rt_nccl_run);
+ *   rt_mpi_close();  MPI_Finalize();  rt_mpi_closed();  be_stream_free(s);
+ *
+ * Every process returns the same status; a rank that fails ends the job instead (rt_mpi_abort). */
 
-/* The common start of the MPI launchers: read the stream at path on every process, MPI_Init
- * (main's argc and argv) under a watchdog (RT_MPI_INIT_TIMEOUT: a process that stopped or never
- * started ends the others with a message and RT_EXIT_RUNTIME), inject o's fault at 'init', check
- * the world size (ranks x replicas), the model's options (data
- * file, scale) and MPI's tag range; world rank 0 prints any problem. Returns RT_EXIT_OK with *s
- * the stream (the caller frees it and ends MPI: rt_mpi_end), or an exit status after
- * rt_mpi_end.
- * Defined when built with MPI. */
-int rt_mpi_start(int *argc, char ***argv, const char *path, const rt_opts *mo,
-                 const rt_run_opts *o, be_stream **s);
+/* Before MPI_Init, in every process: read the stream at path (NULL with the reason in err, which
+ * rt_mpi_check reports), name this process for the message of a rank that mpirun ends, inject
+ * o's fault at 'init', and arm the watchdog over MPI_Init (RT_MPI_INIT_MIN_TIMEOUT: a process
+ * that stopped or never started ends the others with a message and
+ * rt_exit_code(RT_STATUS_RUN_FAILED)). Post: the caller calls MPI_Init, then rt_mpi_check. */
+be_stream *rt_mpi_open(const char *path, const rt_run_opts *o, strbuf *err);
+/* After MPI_Init: disarm rt_mpi_open's watchdog, then check the world size (ranks x replicas),
+ * the model's options (data file, scale) and MPI's tag range; world rank 0 prints any problem,
+ * and err's when s is NULL (rt_mpi_open failed). Returns RT_STATUS_OK or RT_STATUS_BAD_INPUT,
+ * the same on every process. */
+rt_status rt_mpi_check(const be_stream *s, const strbuf *err, const char *path,
+                       const rt_opts *mo);
+/* The mpi backend: resolve o's fault, prepare --init, --save and --resume, check the memory of
+ * each node, then run this process's rank with MPI non-blocking point-to-point messages and an
+ * all-reduce over replicas, and gather the figures on world rank 0, which prints the report (to
+ * stdout, errors to stderr) and writes the trace to trace_path when given. A failing rank prints
+ * its error and ends the job (rt_mpi_abort). Returns the run's status. Pre: rt_mpi_check
+ * returned RT_STATUS_OK for s. */
+rt_status rt_mpi_run(const be_stream *s, const char *path, const rt_opts *mo,
+                     const rt_run_opts *o, const char *trace_path);
+/* Before MPI_Finalize, every process: one that has not failed first waits in a barrier (polled,
+ * --timeout deadline) until every other has finished too; then the watchdog is armed over the
+ * MPI shut-down with the same deadline (a stopped process would hold the others in it for ever).
+ * When another process fails or is killed meanwhile, mpirun ends this one with SIGTERM: a process
+ * whose status is not RT_STATUS_OK has said why and exits without a message (the first status is
+ * the job's); any other says where it was ended. Post: the caller calls MPI_Finalize, then
+ * rt_mpi_closed. */
+void rt_mpi_close(void);
+/* After MPI_Finalize: disarm rt_mpi_close's watchdog. */
+void rt_mpi_closed(void);
 /* The deadline of MPI_Init: --timeout, but at least this many seconds (a loaded machine starts
  * processes slowly). */
 #define RT_MPI_INIT_MIN_TIMEOUT 10.0
 
-/* For the MPI launchers: the end of every process that returns its exit status. A process
- * that has not failed first waits in a barrier (polled, --timeout deadline) until every other
- * has finished too; then MPI_Finalize, under the watchdog with the same deadline (a stopped
- * process would hold the others in it for ever). When another process fails or is killed
- * meanwhile, mpirun ends this one with SIGTERM: a process whose status is not 0 has said why and
- * exits without a message (the first status is the job's); any other says where it was ended.
- * Defined when built with MPI. */
-void rt_mpi_end(void);
+/* For the MPI backends: end the job on every process (MPI_Abort) with the exit status the tool
+ * gave st (rt_exit_code); the one way a failing rank ends a job (see rt_set_exit_codes). Does not
+ * return. */
+void rt_mpi_abort(rt_status st);
 
 /* For the MPI launchers: MPI_Ibarrier on the world, polled until it completes or 'timeout'
  * seconds pass. Returns 0, or 1 at the deadline (-1: an MPI error). Defined when built with
@@ -502,15 +555,16 @@ int rt_mpi_barrier(double timeout);
  * makes blocking ('what': "making the replicas' communicator (MPI_Comm_split)"). Pre: s read, MPI
  * initialized; one armed at a time. Post (armed): if it is not disarmed within 'timeout' seconds,
  * the process prints "octo-run: error: [replica Q: ]rank R: WHAT did not complete within T s
- * (another process stopped)" and exits with RT_EXIT_RUNTIME (mpirun then ends the others).
+ * (another process stopped)" and exits with rt_exit_code(RT_STATUS_RUN_FAILED) (mpirun then ends
+ * the others).
  * Defined when built with MPI. */
 void rt_mpi_watch(const be_stream *s, double timeout, const char *what);
 
 /* For the MPI launchers (mpi and nccl backends): gather every process's figures (mine) on world
  * rank 0, which prints the run line ("PATH: ... backend BACKEND, N steps"), the report and writes
  * the trace and, with mo->dump and every rank successful, the dump's index (rt_dump_finish; mo
- * NULL: no dump); every process returns the exit status. Defined when built with MPI. */
-int rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *mine,
+ * NULL: no dump); every process returns the run's status. Defined when built with MPI. */
+rt_status rt_mpi_report(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *mine,
                   const char *path, const char *backend, const char *trace_path,
                   const rt_opts *mo);
 
@@ -606,35 +660,34 @@ int rt_calibration_json(const be_stream *s, const rt_rank_stats *stats, int n, i
                         const char *backend, strbuf *json, strbuf *err);
 /* rt_calibration_json written to o->calibrate (atomically; "-": stdout), with a line on stdout
  * that says what it holds,
- * or an error on stderr. Returns RT_EXIT_OK, RT_EXIT_RUNTIME (no calibration: a layer no rank
- * timed) or RT_EXIT_INPUT (the file cannot be written). */
-int rt_calibration_write(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *stats,
+ * or an error on stderr. Returns RT_STATUS_OK, RT_STATUS_RUN_FAILED (no calibration: a layer no
+ * rank timed) or RT_STATUS_BAD_INPUT (the file cannot be written). */
+rt_status rt_calibration_write(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *stats,
                          int n, int scale, const char *backend);
 /* The cpu backend's profiler: the stream's ranks as threads measure the layers (each distinct
  * configuration once), two threads measure the hub's link; the profile JSON is appended to
  * json. Returns 0, or -1 with the reason in err. */
 int rt_profile_threads(const be_stream *s, const rt_opts *mo, strbuf *json, strbuf *err);
-/* The mpi backend's profiler, for octo-run's main: every process measures its share of the
- * layers, world ranks 0 and 1 the link; rank 0 writes the profile to out_path. Every collective
- * and message waits at most o->timeout seconds (past it the job ends with RT_EXIT_RUNTIME,
- * naming the rank); o->fault may only be at RT_PLACE_SETUP (before the reduction). Returns the
- * exit status. Defined when built with MPI. */
-int rt_main_mpi_profile(int *argc, char ***argv, const char *path, const rt_opts *mo,
-                        const rt_run_opts *o, const char *out_path);
-
-/* Exit statuses of octo-run (docs/runtime.md). */
-enum { RT_EXIT_OK = 0, RT_EXIT_INPUT = 1, RT_EXIT_RUNTIME = 3, RT_EXIT_CHECK = 4,
-       RT_EXIT_NUMERIC = 5 };
+/* The mpi backend's profiler: every process measures its share of the layers, world ranks 0 and
+ * 1 the link; rank 0 writes the profile to out_path. Every collective and message waits at most
+ * o->timeout seconds (past it the job ends, naming the rank: rt_mpi_abort with
+ * RT_STATUS_RUN_FAILED); o->fault may only be at RT_PLACE_SETUP (before the reduction). Returns
+ * the status, the same on every process. Pre: rt_mpi_check returned RT_STATUS_OK for s (see
+ * rt_mpi_open). Defined when built with MPI. */
+rt_status rt_mpi_profile(const be_stream *s, const rt_opts *mo, const rt_run_opts *o,
+                         const char *out_path);
 
 /* Print the run's figures from every rank's stats (n = nranks x replicas entries): per step the
  * time and the loss (and, with check, the sequential loss and the gradient difference), per rank
  * the busy and waiting time; or the failure. When the stream's costs were measured at the run's
  * scale (s->scale), the plan's predicted step and busy times stand beside the measured ones and
  * a "prediction:" line compares the median step after the first with the prediction; otherwise
- * that line says why they are not compared. Returns the exit status: RT_EXIT_NUMERIC when a
- * loss or gradient was not finite, RT_EXIT_RUNTIME when a rank failed or died, RT_EXIT_CHECK when a loss or gradient differs from the reference by more than
- * 1e-5 (relative), else RT_EXIT_OK. */
-int rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *stats, int n,
+ * that line says why they are not compared. Returns the run's status: RT_STATUS_NONFINITE when
+ * a loss or gradient was not finite, RT_STATUS_RUN_FAILED when a rank failed or died,
+ * RT_STATUS_BAD_INPUT when only a --dump file could not be written, RT_STATUS_CHECK_MISMATCH
+ * when a loss or gradient differs from the reference by more than 1e-5 (relative), else
+ * RT_STATUS_OK. */
+rt_status rt_report_run(const be_stream *s, const rt_run_opts *o, const rt_rank_stats *stats, int n,
                   strbuf *out, strbuf *errs);
 
 /* The plan's prediction of rank x's peak bytes for a run whose prediction is comparable

@@ -4,10 +4,12 @@
  * per step the time and the loss (with --check also the sequential run's loss and the largest
  * gradient difference), per rank the busy and waiting time; --trace writes the timeline, --dump
  * every layer's tensors; --die and --stop inject faults, --mem-limit bounds the memory the run
- * may use. Exit codes (docs/runtime.md): 0 success, 1 bad input or command line (a run that
- * does not fit in memory too, an output or --dump file that cannot be written), 3 a rank
- * failed (timeout, transport error, a rank that died or stopped), 4 --check found a difference
- * above 1e-5, 5 a loss or gradient was NaN or infinite. */
+ * may use. The process is the tool's: it starts and ends MPI around the runtime's MPI backends
+ * and gives each outcome of the runtime (rt_status) its exit code (exit_codes; docs/runtime.md):
+ * 0 success, 1 bad input or command line (a run that does not fit in memory too, an output or
+ * --dump file that cannot be written), 3 a rank failed (timeout, transport error, a rank that
+ * died or stopped), 4 --check found a difference above 1e-5, 5 a loss or gradient was NaN or
+ * infinite. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,8 +27,18 @@
 #ifdef OCTO_HAVE_CUDA
 #include "gpu.h"
 #endif
+#ifdef OCTO_HAVE_MPI
+#include <mpi.h>
+#endif
 
 #define PROG "octo-run"
+
+/* The exit code of each outcome of the runtime (docs/architecture.md, "Exit codes and limits");
+ * the runtime ends a process with them where it must (rt_set_exit_codes). */
+static const int exit_codes[RT_STATUS_COUNT] = {
+    [RT_STATUS_OK] = 0,             [RT_STATUS_BAD_INPUT] = 1, [RT_STATUS_RUN_FAILED] = 3,
+    [RT_STATUS_CHECK_MISMATCH] = 4, [RT_STATUS_NONFINITE] = 5,
+};
 
 /* Command-line flags. */
 typedef enum flag_id {
@@ -137,9 +149,10 @@ static bool number(const char *text, double lo, double hi, double *out) {
   return true;
 }
 
-static int bad_value(const char *flag, const char *value, const char *want) {
+/* Say that flag's value is not 'want'. Returns RT_STATUS_BAD_INPUT. */
+static rt_status bad_value(const char *flag, const char *value, const char *want) {
   fprintf(stderr, PROG ": error: %s expects %s, got '%s'\n", flag, want, value);
-  return RT_EXIT_INPUT;
+  return RT_STATUS_BAD_INPUT;
 }
 
 /* --dump=DIR, before any step runs: make DIR (its parent must exist), or check that the one
@@ -168,11 +181,11 @@ static int dump_prepare(const char *dir) {
 /* --profile: measure s's layers at mo's scale (the cpu backend: with the rank threads and the
  * hub's link; cuda: on GPU 0, bf16 GEMM inputs when asked), write the profile JSON to path and say
  * what it measured. */
-static int write_profile(const be_stream *s, const rt_opts *mo, bool cuda, bool bf16,
-                         const char *path) {
+static rt_status write_profile(const be_stream *s, const rt_opts *mo, bool cuda, bool bf16,
+                               const char *path) {
   strbuf json = {0}, err = {0};
   double t0 = support_seconds();
-  int rc = RT_EXIT_OK;
+  rt_status rc = RT_STATUS_OK;
 #ifdef OCTO_HAVE_CUDA
   int got = cuda ? rt_profile_cuda(s, mo, bf16, &json, &err) : rt_profile_threads(s, mo, &json, &err);
 #else
@@ -182,9 +195,9 @@ static int write_profile(const be_stream *s, const rt_opts *mo, bool cuda, bool 
 #endif
   if (got != 0) {
     fprintf(stderr, PROG ": error: %s\n", strbuf_cstr(&err));
-    rc = strstr(strbuf_cstr(&err), "no CUDA") ? RT_EXIT_INPUT : RT_EXIT_RUNTIME;
+    rc = strstr(strbuf_cstr(&err), "no CUDA") ? RT_STATUS_BAD_INPUT : RT_STATUS_RUN_FAILED;
   } else if (cli_write_output(PROG, path, &json) != 0) {
-    rc = RT_EXIT_INPUT;
+    rc = RT_STATUS_BAD_INPUT;
   } else if (cuda) {
     printf("%s: profiled %d layers at scale %d on GPU 0 in %.1f s: %s\n", s->model,
            (int)s->nlayers, mo->scale, support_seconds() - t0, path);
@@ -197,14 +210,43 @@ static int write_profile(const be_stream *s, const rt_opts *mo, bool cuda, bool 
   return rc;
 }
 
-int main(int argc, char **argv) {
-  cli_init();
-#ifdef __GLIBC__
-  /* Kernels allocate their temporaries per call: keep freed memory in the heap instead of
-   * giving it back to the system and faulting it in again at the next call. */
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#ifdef OCTO_HAVE_MPI
+/* What a process under mpirun runs: the mpi backend's run or profiler, or the nccl backend. */
+typedef enum mpi_job { JOB_MPI, JOB_MPI_PROFILE, JOB_NCCL } mpi_job;
+
+/* One process of an MPI backend (the stream at path; out: the trace, or --profile's file): MPI
+ * started and ended around the runtime's parts, in the order rt_mpi_open gives. Returns this
+ * process's status (the same on every process; a rank that fails ends the job instead). */
+static rt_status run_mpi(int *argc, char ***argv, mpi_job job, const char *path,
+                         const rt_opts *mo, const rt_run_opts *o, bool bf16, const char *out) {
+  strbuf err = {0};
+  be_stream *s = rt_mpi_open(path, o, &err); /* arms the start-up's watchdog */
+  MPI_Init(argc, argv);
+  rt_status st = rt_mpi_check(s, &err, path, mo);
+  if (st == RT_STATUS_OK) {
+    switch (job) {
+    case JOB_MPI: st = rt_mpi_run(s, path, mo, o, out); break;
+    case JOB_MPI_PROFILE: st = rt_mpi_profile(s, mo, o, out); break;
+    case JOB_NCCL:
+#ifdef OCTO_HAVE_NCCL
+      st = rt_nccl_run(s, path, mo, o, bf16, out);
 #endif
+      break;
+    }
+  }
+  (void)bf16;
+  be_stream_free(s);
+  strbuf_free(&err);
+  rt_mpi_close(); /* the closing barrier; arms the shut-down's watchdog */
+  MPI_Finalize();
+  rt_mpi_closed();
+  return st;
+}
+#endif
+
+/* octo-run's whole run from its command line: every outcome as a status (main gives it its exit
+ * code). */
+static rt_status octo_run(int argc, char **argv) {
   const char *input = NULL, *trace_path = NULL, *backend = "cpu", *profile = NULL;
   bool bf16 = false;
   rt_opts mo = {0, 1, 0.01, NULL, NULL, false};
@@ -215,18 +257,18 @@ int main(int argc, char **argv) {
     const char *v;
     double x;
     cli_item it = cli_next(PROG, flags, NFLAGS, argc, argv, &i, &f, &v);
-    if (it == CLI_ERROR) return RT_EXIT_INPUT;
+    if (it == CLI_ERROR) return RT_STATUS_BAD_INPUT;
     if (it == CLI_INPUT) {
       if (input) {
         fprintf(stderr, PROG ": error: more than one input file ('%s' and '%s')\n", input, v);
-        return RT_EXIT_INPUT;
+        return RT_STATUS_BAD_INPUT;
       }
       input = v;
       continue;
     }
     switch ((flag_id)f->id) {
-    case F_HELP: usage(stdout); return 0;
-    case F_VERSION: printf(PROG " (OctoPipe) %s\n", OCTO_VERSION); return 0;
+    case F_HELP: usage(stdout); return RT_STATUS_OK;
+    case F_VERSION: printf(PROG " (OctoPipe) %s\n", OCTO_VERSION); return RT_STATUS_OK;
     case F_BACKEND:
       if (strcmp(v, "cpu") != 0 && strcmp(v, "mpi") != 0 && strcmp(v, "cuda") != 0 &&
           strcmp(v, "nccl") != 0)
@@ -249,7 +291,7 @@ int main(int argc, char **argv) {
     case F_DUMP:
       if (!v) {
         fputs(PROG ": error: --dump needs a directory: --dump=DIR\n", stderr);
-        return RT_EXIT_INPUT;
+        return RT_STATUS_BAD_INPUT;
       }
       if (!*v) return bad_value("--dump", v, "a directory");
       mo.dump = v;
@@ -316,12 +358,12 @@ int main(int argc, char **argv) {
   }
   if (!input) {
     fputs(PROG ": error: no input file (try '" PROG " --help')\n", stderr);
-    return RT_EXIT_INPUT;
+    return RT_STATUS_BAD_INPUT;
   }
   bool gpu = strcmp(backend, "cuda") == 0 || strcmp(backend, "nccl") == 0;
   if (profile && strcmp(backend, "nccl") == 0) {
     fputs(PROG ": error: --profile runs with --backend=cpu, mpi or cuda\n", stderr);
-    return RT_EXIT_INPUT;
+    return RT_STATUS_BAD_INPUT;
   }
   if (o.calibrate) {
     const char *why = gpu ? "runs with --backend=cpu or mpi"
@@ -330,7 +372,7 @@ int main(int argc, char **argv) {
                     : o.steps < 2 ? "needs --steps=2 or more (the first step warms up)" : NULL;
     if (why) {
       fprintf(stderr, PROG ": error: --calibrate %s\n", why);
-      return RT_EXIT_INPUT;
+      return RT_STATUS_BAD_INPUT;
     }
   }
   /* --profile on mpi has one place to strike: before its reduction (setup). */
@@ -339,55 +381,55 @@ int main(int argc, char **argv) {
   if (o.fault.kind != RT_FAULT_NONE && (gpu || (profile && !profile_setup))) {
     fputs(PROG ": error: --die and --stop run with --backend=cpu or mpi, without --profile "
           "(with it only on mpi at 'setup')\n", stderr);
-    return RT_EXIT_INPUT;
+    return RT_STATUS_BAD_INPUT;
   }
   if (o.fault.kind != RT_FAULT_NONE && o.fault.place == RT_PLACE_SAVE && !o.save) {
     fputs(PROG ": error: --die and --stop at 'save' need --save=DIR\n", stderr);
-    return RT_EXIT_INPUT;
+    return RT_STATUS_BAD_INPUT;
   }
   if (o.fault.kind != RT_FAULT_NONE && o.fault.place == RT_PLACE_END &&
       strcmp(backend, "mpi") != 0) {
     fputs(PROG ": error: --die and --stop at 'end' (after the report) run with "
           "--backend=mpi\n", stderr);
-    return RT_EXIT_INPUT;
+    return RT_STATUS_BAD_INPUT;
   }
   /* nccl reads the stream in each process: the real size unless --scale says */
   if (strcmp(backend, "nccl") == 0 && mo.scale == 0) mo.scale = 1;
   if (gpu && mo.dump) {
     fputs(PROG ": error: --dump needs the cpu or mpi backend\n", stderr);
-    return RT_EXIT_INPUT;
+    return RT_STATUS_BAD_INPUT;
   }
   if ((gpu || profile) && (o.init || o.save || o.resume)) {
     fputs(PROG ": error: --init, --save and --resume run with --backend=cpu or mpi, without "
           "--profile\n", stderr);
-    return RT_EXIT_INPUT;
+    return RT_STATUS_BAD_INPUT;
   }
-  if (mo.dump && dump_prepare(mo.dump) != 0) return RT_EXIT_INPUT;
+  if (mo.dump && dump_prepare(mo.dump) != 0) return RT_STATUS_BAD_INPUT;
 #ifndef OCTO_HAVE_CUDA
   if (gpu) {
     fputs(PROG ": error: this octo-run was built without CUDA (the GPU backends and --profile "
           "need the CUDA toolkit at build time)\n", stderr);
-    return RT_EXIT_INPUT;
+    return RT_STATUS_BAD_INPUT;
   }
 #else
   if (strcmp(backend, "nccl") == 0) {
 #ifdef OCTO_HAVE_NCCL
-    return rt_main_nccl(&argc, &argv, input, &mo, &o, bf16, trace_path);
+    return run_mpi(&argc, &argv, JOB_NCCL, input, &mo, &o, bf16, trace_path);
 #else
     fputs(PROG ": error: this octo-run was built without NCCL and MPI\n", stderr);
-    return RT_EXIT_INPUT;
+    return RT_STATUS_BAD_INPUT;
 #endif
   }
 #endif
   (void)gpu;
   if (strcmp(backend, "mpi") == 0) {
 #ifdef OCTO_HAVE_MPI
-    if (profile) return rt_main_mpi_profile(&argc, &argv, input, &mo, &o, profile);
-    return rt_main_mpi(&argc, &argv, input, &mo, &o, trace_path);
+    if (profile) return run_mpi(&argc, &argv, JOB_MPI_PROFILE, input, &mo, &o, bf16, profile);
+    return run_mpi(&argc, &argv, JOB_MPI, input, &mo, &o, bf16, trace_path);
 #else
     fputs(PROG ": error: this octo-run was built without MPI (install OpenMPI and rebuild)\n",
           stderr);
-    return RT_EXIT_INPUT;
+    return RT_STATUS_BAD_INPUT;
 #endif
   }
   strbuf err = {0};
@@ -395,13 +437,13 @@ int main(int argc, char **argv) {
   if (!s) {
     fprintf(stderr, PROG ": error: %s\n", strbuf_cstr(&err));
     strbuf_free(&err);
-    return RT_EXIT_INPUT;
+    return RT_STATUS_BAD_INPUT;
   }
   if (rt_fault_resolve(s, &o.fault, &err) != 0) {
     fprintf(stderr, PROG ": error: %s\n", strbuf_cstr(&err));
     strbuf_free(&err);
     be_stream_free(s);
-    return RT_EXIT_INPUT;
+    return RT_STATUS_BAD_INPUT;
   }
   if (mo.scale == 0 && s->scale > 0) mo.scale = s->scale; /* where its costs were measured */
   if (mo.scale == 0 && gpu) mo.scale = 1;                  /* GPUs run the real size */
@@ -409,14 +451,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, PROG ": error: %s\n", strbuf_cstr(&err));
     strbuf_free(&err);
     be_stream_free(s);
-    return RT_EXIT_INPUT;
+    return RT_STATUS_BAD_INPUT;
   }
   rt_model *probe = rt_model_new(s, &mo, &err); /* the data file and the scale, checked once */
   if (!probe) {
     fprintf(stderr, PROG ": error: %s\n", strbuf_cstr(&err));
     strbuf_free(&err);
     be_stream_free(s);
-    return RT_EXIT_INPUT;
+    return RT_STATUS_BAD_INPUT;
   }
   mo.scale = rt_model_scale(probe); /* every rank builds the same */
   if (!gpu && !profile && rt_mem_check(s, probe, &o, NULL, s->nranks * s->replicas, &err) != 0) {
@@ -424,18 +466,18 @@ int main(int argc, char **argv) {
     strbuf_free(&err);
     rt_model_free(probe);
     be_stream_free(s);
-    return RT_EXIT_INPUT;
+    return RT_STATUS_BAD_INPUT;
   }
   rt_model_free(probe);
   if (profile) {
-    int rc = write_profile(s, &mo, gpu, bf16, profile);
+    rt_status rc = write_profile(s, &mo, gpu, bf16, profile);
     be_stream_free(s);
     strbuf_free(&err);
     return rc;
   }
   int world = s->nranks * s->replicas;
   rt_rank_stats *stats = xcalloc((size_t)world, sizeof *stats);
-  int rc;
+  rt_status rc;
   bool cuda = strcmp(backend, "cuda") == 0;
 #ifdef OCTO_HAVE_CUDA
   int started = cuda ? rt_run_cuda(s, &mo, &o, bf16, stats) : rt_run_threads(s, &mo, &o, stats);
@@ -444,10 +486,10 @@ int main(int argc, char **argv) {
 #endif
   if (started != 0 && !cuda) {
     fputs(PROG ": error: cannot start the rank threads\n", stderr);
-    rc = RT_EXIT_RUNTIME;
+    rc = RT_STATUS_RUN_FAILED;
   } else if (started != 0 && stats[0].status == RT_FAILED && strstr(stats[0].err, "no CUDA")) {
     fprintf(stderr, PROG ": error: %s\n", stats[0].err);
-    rc = RT_EXIT_INPUT;
+    rc = RT_STATUS_BAD_INPUT;
   } else {
     strbuf out = {0}, errs = {0};
     printf("%s: %d rank%s x %d replica%s, %d stages, %d microbatches; backend %s, "
@@ -463,14 +505,16 @@ int main(int argc, char **argv) {
       fprintf(stderr, PROG ": %.*s\n", (int)(e ? e - l : (long)strlen(l)), l);
       l = e ? e + 1 : l + strlen(l);
     }
-    if (trace_path && rc != RT_EXIT_RUNTIME) {
+    if (trace_path && rc != RT_STATUS_RUN_FAILED) {
       strbuf tr = {0};
       rt_trace(s, stats, world, &tr);
-      if (cli_write_output(PROG, trace_path, &tr) != 0 && rc == RT_EXIT_OK) rc = RT_EXIT_INPUT;
+      if (cli_write_output(PROG, trace_path, &tr) != 0 && rc == RT_STATUS_OK)
+        rc = RT_STATUS_BAD_INPUT;
       strbuf_free(&tr);
     }
-    if (o.calibrate && rc == RT_EXIT_OK) rc = rt_calibration_write(s, &o, stats, world, mo.scale, "cpu");
-    if (rc == RT_EXIT_OK) rc = rt_dump_finish(s, &mo); /* last: every file it names is there */
+    if (o.calibrate && rc == RT_STATUS_OK)
+      rc = rt_calibration_write(s, &o, stats, world, mo.scale, "cpu");
+    if (rc == RT_STATUS_OK) rc = rt_dump_finish(s, &mo); /* last: every file it names is there */
     strbuf_free(&out);
     strbuf_free(&errs);
   }
@@ -479,4 +523,16 @@ int main(int argc, char **argv) {
   be_stream_free(s);
   strbuf_free(&err);
   return rc;
+}
+
+int main(int argc, char **argv) {
+  cli_init();
+#ifdef __GLIBC__
+  /* Kernels allocate their temporaries per call: keep freed memory in the heap instead of
+   * giving it back to the system and faulting it in again at the next call. */
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+  rt_set_exit_codes(exit_codes); /* before anything of the runtime runs */
+  return exit_codes[octo_run(argc, argv)];
 }
