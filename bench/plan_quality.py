@@ -10,7 +10,8 @@ and the distance from it, and the compile time. Ends with the geometric means an
 Usage: bench/plan_quality.py BUILD_DIR [--quick] [--ample] [--evals N] [--cases REGEX] [--json OUT]
   --quick   p in {4, 8}, m in {p, 4p} only
   --ample   ample memory: the generated cases run on H100s with 1 TiB each (the limit target)
-  --evals   plans the tuner may simulate per case (octoc --evals; default 1000)
+  --evals   plans the tuner may simulate per case (octoc --evals; default: octoc's own, a
+            search that converges)
 Speedups are over plans that fit in memory; a classic plan marked '!' does not fit.
 It prints figures; it fails only when octoc fails."""
 import argparse
@@ -130,7 +131,8 @@ def gen_specs(outdir, quick, ample):
 def run_case(octoc, path, budget):
     """octoc --compare --report=json on one spec: (report, seconds)."""
     t0 = time.perf_counter()
-    out = subprocess.run([octoc, path, "--compare", "--report=json", "--evals=%d" % budget],
+    effort = [] if budget is None else ["--evals=%d" % budget]
+    out = subprocess.run([octoc, path, "--compare", "--report=json"] + effort,
                          capture_output=True, text=True)
     dt = time.perf_counter() - t0
     if out.returncode != 0:
@@ -144,7 +146,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--ample", action="store_true")
     ap.add_argument("--cases", default=None)
-    ap.add_argument("--evals", type=int, default=1000)
+    ap.add_argument("--evals", type=int, default=None)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     octoc = os.path.join(a.build, "tools", "octoc")
