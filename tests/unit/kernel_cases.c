@@ -133,6 +133,9 @@ static const kcase kc_cases[] = {
       .v_dim = 4, .rope_theta = 100, .norm_eps = 1e-6, .latent_eps = 1e-6, .yarn_factor = 4,
       .yarn_orig = 8, .yarn_beta_fast = 4, .yarn_beta_slow = 0.05, .yarn_mscale = 0.9,
       .yarn_mscale_all = 0.6}},
+    {"vit_clip", "vit", /* CLIP's encoder layer: quick_gelu, a LayerNorm epsilon that shows */
+     {.B = 2, .S = 5, .hidden = 16, .heads = 2, .kv_heads = 2, .head_dim = 8, .ffn = 24,
+      .act = RT_ACT_QUICK_GELU, .norm_eps = 0.25}},
 };
 enum { KC_N = sizeof kc_cases / sizeof kc_cases[0] };
 
