@@ -157,7 +157,8 @@ void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
                 "\"yarn_original_seq\": %s, \"yarn_beta_fast\": %s, \"yarn_beta_slow\": %s, "
                 "\"yarn_mscale\": %s, \"yarn_mscale_all_dim\": %s, "
                 "\"state\": %d, \"groups\": %d, \"conv\": %d, \"inner\": %d, \"chunk\": %d, "
-                "\"vocab\": %d, \"tied\": %d, \"out_w\": %d},\n",
+                "\"patch\": %d, \"channels\": %d, \"image\": %d, \"unused\": %d, "
+                "\"drop_class\": %d, \"vision_norm\": %d, \"vocab\": %d, \"tied\": %d, \"out_w\": %d},\n",
                 d->B, d->S, d->in_S, d->in_w, d->hidden, d->heads, d->kv_heads, d->head_dim,
                 d->ffn, d->gated, rt_act_name(d->act), d->causal, d->window, theta, factor, low,
                 high, d->rope_orig, d->qkv_bias,
@@ -166,7 +167,8 @@ void rt_dump_entry(strbuf *index, int layer, const char *name, const char *kind,
                 !d->all_probs, d->shared_gate, d->sigmoid, d->score_bias,
                 d->egroups > 1 ? d->egroups : 1, d->egroups > 1 ? d->tgroups : 1, rscale, d->q_rank,
                 d->kv_rank, d->nope_dim, d->rope_dim, d->v_dim, leps, yarn[0], yarn[1], yarn[2], yarn[3], yarn[4], yarn[5], d->state, d->groups, d->conv,
-                d->inner, d->chunk, d->vocab, d->tied, p->out_w);
+                d->inner, d->chunk, d->patch, d->channels, d->image, d->unused, d->drop_class,
+                d->vision_norm, d->vocab, d->tied, p->out_w);
   strbuf_puts(index, "   \"params\": [");
   for (int i = 0; i < p->npt; i++) {
     const rt_ptensor *pt = &p->pt[i];
