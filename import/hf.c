@@ -1102,14 +1102,12 @@ static void hf_nemotron_h(hf_ctx *c, const cJSON *obj, hf_model *m) {
 static void hf_llava(hf_ctx *c, const cJSON *obj, hf_model *m, double *n) {
   const cJSON *vc = hf_get(c, obj, "", "vision_config");
   const cJSON *tc = hf_get(c, obj, "", "text_config");
-  /* transformers ties LLaVA's matrices by the text model's config (the language model's own
-   * tie_weights in 4.40; get_text_config(decoder=True) in later versions): the outer field is
-   * not read by the model, but it must still be a boolean */
+  /* transformers 4 ties LLaVA's matrices by the text model's config (the language model's own
+   * tie_weights); transformers 5 by the outer field, which its LlavaConfig sets to the outer
+   * OR the text model's: they agree unless the outer is true and the text model's false, which
+   * is refused below; the outer must be a boolean */
   const cJSON *tie = hf_get(c, obj, "", "tie_word_embeddings");
-  if (hf_bool_or_null(c, tie, "", "tie_word_embeddings") && tie) {
-    hf_use(c, "", "tie_word_embeddings", "unused: text_config.tie_word_embeddings ties the text "
-           "model's matrices");
-  }
+  bool outer_tie = hf_bool_or_null(c, tie, "", "tie_word_embeddings") && cJSON_IsTrue(tie);
   if (hf_get(c, obj, "", "vocab_size"))
     hf_use(c, "", "vocab_size", "unused: the text model's vocab_size is read");
   if (cJSON_IsObject(vc)) {
@@ -1228,6 +1226,13 @@ static void hf_llava(hf_ctx *c, const cJSON *obj, hf_model *m, double *n) {
   hf_fixed(c, tc, p, "attention_dropout", 0, 0, "OctoPipe has no attention dropout");
   hf_tie(c, tc, p, c->fam->tied, m); /* LlamaConfig's default: false */
   hf_pad(c, tc, p, m);
+  if (outer_tie && !m->tied)
+    hf_refuse(c, "", "tie_word_embeddings", "transformers 5 ties the text model's matrices by "
+              "it, transformers 4 by text_config.tie_word_embeddings, which is not true: give "
+              "both the same value");
+  else if (tie && !cJSON_IsNull(tie) && cJSON_IsBool(tie))
+    hf_use(c, "", "tie_word_embeddings", "checked: transformers 5 ties by it or "
+           "text_config.tie_word_embeddings, 4 by the latter");
   const cJSON *arch = hf_get(c, tc, p, "architectures");
   if (arch) hf_use(c, p, "architectures", "the text model's class");
   c->fam = outer;
