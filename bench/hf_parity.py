@@ -12,7 +12,7 @@ its transformers parameter (runtime/ckpt_names.def: the names and layouts, trans
 layout, experts split); every transformers parameter is compared exactly once (the tied case's
 shared matrix from the table and the LM head's copy together, their dumped gradients summed).
 
-    bench/hf_parity.py BUILD_DIR [--keep=DIR]
+    bench/hf_parity.py BUILD_DIR [--keep=DIR] [--case=FAMILY ...]
 
 Prints a header, then per case "FAMILY loss_hf loss_octo rel_loss max_grad_rel worst_tensor
 ok|FAIL" (the worse of the two plans; rel_loss = |octo - hf| / |hf|, max_grad_rel the largest
@@ -37,6 +37,17 @@ renamed in memory (the experts of a moe layer as one tensor, Nemotron-H's "backb
 "model."), and saves them as before: every parameter and gradient is compared under its name in
 the saved file (transformers' own revert_weight_conversion). It writes configs in its own form
 (rope_parameters, layer_types; Nemotron-H's layers_block_type), which octo-import reads too.
+llava: LlavaForConditionalGeneration with a CLIP vision tower (hidden 32, 4 heads, ffn 64, 3
+encoder layers of which LLaVA runs 2: vision_feature_layer -2; 8 x 8 pixels in 4 x 4 patches) and
+the Llama text model above; its image tokens are the first 4 positions of each sequence (their
+input_ids image_token_index, their targets none: LLaVA's labels -100), where octo-run puts the
+projected features (docs/language.md, "projector"); the pixels are octo-run's own, read back
+from its dump (the first layer's x.npy: rt_load's uniform [-1, 1) pixels, N C H W). Its
+vision tower's last encoder layer and post_layernorm, which LLaVA holds but does not run, get
+no gradient on either side (transformers' .grad is None: compared as zeros). A gradient that is
+zero in exact arithmetic and that octo-run gives as exactly 0 (a vit's key bias: softmax ignores
+a constant per query) matches when transformers' is rounding noise, below 1e-6 of the model's
+largest gradient (NOISE).
 
 Needs transformers and torch in the Python that runs it (e.g. a venv with
 --system-site-packages over Debian's python3-torch); where they are missing it says so and
@@ -55,6 +66,7 @@ NAMES_DEF = os.path.join(SRC, "runtime", "ckpt_names.def")
 
 LOSS_RTOL = 1e-5
 GRAD_RTOL = 1e-4
+NOISE = 1e-6  # transformers' rounding noise of a gradient zero in exact arithmetic, relative
 B, S = 2, 32
 
 TRAIN = """device cpu { peak = 100 TFLOPS  mem = 80 GiB  hbm = 2 TB/s  efficiency = 0.5 }
@@ -135,11 +147,20 @@ CASES = [
                                    query_pre_attn_scalar=24, tie_word_embeddings=True,
                                    layer_types=["sliding_attention", "full_attention"]),
      111, 1000),
+    # LLaVA: a CLIP tower (quick_gelu, its last layer unused) and the projector (class token
+    # dropped) in front of the Llama text model, the 4 image tokens first in each sequence
+    ("llava", "llava", dict(vocab_size=200, rope_theta=10000.0), 113, 1000),
 ]
+
+# LLaVA's vision tower (CLIPVisionConfig) and where its image tokens are.
+LLAVA_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                    num_attention_heads=4, image_size=8, patch_size=4, projection_dim=16,
+                    hidden_act="quick_gelu", layer_norm_eps=1e-5)
+LLAVA_IMAGE_TOKEN = 199
 
 # The ckpt_names.def naming of a model_type's rows (default MIXTRAL).
 NAMING = {"qwen3_moe": "QWEN_MOE", "qwen2_moe": "QWEN_MOE", "nemotron_h": "NEMOTRON_H",
-          "deepseek_v2": "DEEPSEEK", "deepseek_v3": "DEEPSEEK"}
+          "deepseek_v2": "DEEPSEEK", "deepseek_v3": "DEEPSEEK", "llava": "LLAVA"}
 # Buffers a family's files hold and its router reads (DeepSeek-V3's choice bias): drawn at random
 # too, compared by value, their gradient 0 (no gradient trains them).
 BUFFERS = ("e_score_correction_bias",)
@@ -159,7 +180,7 @@ def read_names(experts="MIXTRAL"):
                       re.M)
     if not rows:
         sys.exit("hf_parity: no CKPT_HF rows in " + NAMES_DEF)
-    mine = (experts,) if experts == "NEMOTRON_H" else ("ANY", experts)
+    mine = (experts,) if experts in ("NEMOTRON_H", "LLAVA") else ("ANY", experts)
     return {(k.lower(), p): (fmt, lay) for k, p, fmt, lay, st in rows if st in mine}
 
 
@@ -179,6 +200,17 @@ def build_model(model_type, fields, seed):
     if model_type not in CONFIG_MAPPING_NAMES:
         raise Skip("transformers %s has no %s" % (transformers.__version__, model_type))
     cls = transformers.CONFIG_MAPPING[model_type]
+    if model_type == "llava":  # the Llama text model of the other cases inside LLaVA
+        text = transformers.CONFIG_MAPPING["llama"](
+            **{k: v for k, v in dict(TINY, **fields).items() if v is not DROP})
+        vision = transformers.CONFIG_MAPPING["clip_vision_model"](**LLAVA_VISION)
+        cfg = cls(vision_config=vision, text_config=text, image_token_index=LLAVA_IMAGE_TOKEN,
+                  vision_feature_layer=-2, vision_feature_select_strategy="default",
+                  projector_hidden_act="gelu", tie_word_embeddings=False)
+        torch.manual_seed(seed)
+        model = transformers.LlavaForConditionalGeneration(cfg)
+        model.config._attn_implementation = "eager"
+        return randomize(model, seed)
     try:
         cfg = cls(**{k: v for k, v in dict(TINY, **fields).items() if v is not DROP})
     except ValueError as e:
@@ -189,9 +221,16 @@ def build_model(model_type, fields, seed):
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
                                                           torch_dtype=torch.float32)
+    return randomize(model, seed)
+
+
+def randomize(model, seed):  # noqa: ARG001 (the caller seeded torch with it)
+    """model with every parameter drawn from seed: norms' weights 1 + N(0, 0.1) (CLIP's
+    LayerNorms too), biases N(0, 0.1), the rest N(0, 0.15); the buffers of BUFFERS N(0, 0.1)."""
+    import torch
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
+            if re.search(r"(norm\d?|layrnorm)\.weight$", name):
                 p.copy_(1 + 0.1 * torch.randn_like(p))
             elif name.endswith(".bias"):
                 p.copy_(0.1 * torch.randn_like(p))
@@ -203,25 +242,37 @@ def build_model(model_type, fields, seed):
     return model.float()
 
 
-def stream(data, vocab):
-    """octo-run's step 0 of one microbatch of B sequences: inputs and targets, [B, S] each."""
+def stream(data, vocab, image=0):
+    """octo-run's step 0 of one microbatch of B sequences: inputs and targets, [B, S] each; with
+    'image' image tokens, the first 'image' positions of each sequence hold LLAVA_IMAGE_TOKEN and
+    have no target (-1)."""
     tok = [data[p % len(data)] % vocab for p in range(B * S + 1)]
     inputs = [tok[g * S:g * S + S] for g in range(B)]
     targets = [tok[g * S + 1:g * S + S + 1] for g in range(B)]
+    for g in range(B):
+        inputs[g][:image] = [LLAVA_IMAGE_TOKEN] * image
+        targets[g][:image] = [-1] * image
     return inputs, targets
 
 
-def hf_step(model, inputs, targets):
-    """Transformers' loss (the mean cross-entropy over all B x S tokens) and its parameters,
-    {name: (value, gradient)} as NumPy arrays, by their names in the saved file."""
+def hf_step(model, inputs, targets, pixels=None):
+    """Transformers' loss (the mean cross-entropy over the B x S tokens with a target) and its
+    parameters, {name: (value, gradient)} as NumPy arrays, by their names in the saved file; a
+    parameter that gets no gradient (LLaVA's unused vision layers) has zeros. pixels: LLaVA's
+    pixel_values."""
     import torch
     model.zero_grad()
-    logits = model(torch.tensor(inputs)).logits
+    if pixels is None:
+        logits = model(torch.tensor(inputs)).logits
+    else:
+        logits = model(input_ids=torch.tensor(inputs),
+                       pixel_values=torch.tensor(pixels, dtype=torch.float32)).logits
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
-                                             torch.tensor(targets).reshape(-1))
+                                             torch.tensor(targets).reshape(-1), ignore_index=-1)
     loss.backward()
     values = {n: p.detach().clone() for n, p in model.named_parameters()}
-    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    grads = {n: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().clone()
+             for n, p in model.named_parameters()}
     for n, b in model.named_buffers():
         if n.endswith(BUFFERS):
             values[n], grads[n] = b.detach().clone(), torch.zeros_like(b)
@@ -231,7 +282,8 @@ def hf_step(model, inputs, targets):
                          revert_weight_conversion(model, grads))
     except ImportError:
         pass
-    return float(loss), {n: (values[n].numpy().copy(), grads[n].numpy().copy()) for n in values}
+    return float(loss.detach()), {n: (values[n].numpy().copy(), grads[n].numpy().copy())
+                                  for n in values}
 
 
 def hf_window_keys(model, inputs):
@@ -243,15 +295,15 @@ def hf_window_keys(model, inputs):
     return int((att[0, 0, -1] > 0).sum())
 
 
-def rel(a, b):
-    """max|a - b| / max|b| (0 when both are 0)."""
+def rel(a, b, floor=0.0):
+    """max|a - b| / max(max|b|, floor) (0 when both are 0)."""
     import numpy as np
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     if a.shape != b.shape:
         return float("inf")
     d = float(np.max(np.abs(a - b))) if a.size else 0.0
-    m = float(np.max(np.abs(b))) if b.size else 0.0
+    m = max(float(np.max(np.abs(b))) if b.size else 0.0, floor)
     return d / m if m > 0 else (0.0 if d == 0 else float("inf"))
 
 
@@ -273,11 +325,13 @@ def compare_dump(dump, names, params, targets, tied=False, layer_blocks=False):
         problems.append("targets.npy differs from the oracle's targets")
     seen, grads = {}, {}
     worst, worst_name = 0.0, "-"
-    block = -1
+    block, vblock = -1, -1
     for layer in index["layers"]:
         kind = layer["kind"]
         if kind in ("attention", "mla") or (layer_blocks and kind != "embedding"):
             block += 1
+        if kind == "vit":  # LLaVA's vision encoder layers are numbered on their own
+            vblock += 1
         for prm in layer["params"]:
             key = (kind, prm["name"])
             if key not in names:
@@ -299,8 +353,13 @@ def compare_dump(dump, names, params, targets, tied=False, layer_blocks=False):
             elif layout == "CONV1D":  # [channels, width] -> [channels, 1, width]
                 conv = lambda a: a.reshape(a.shape[0], 1, a.shape[1])
                 pairs = [(fmt % block, conv(w), conv(g))]
+            elif layout == "CONV2D":  # [C, p^2, out] -> [out, C, p, p]
+                side = int(round(w.shape[1] ** 0.5))
+                conv = lambda a: a.reshape(-1, a.shape[2]).T.reshape(a.shape[2], a.shape[0], side,
+                                                                     side)
+                pairs = [(fmt, conv(w), conv(g))]
             else:
-                hf = fmt % block if "%d" in fmt else fmt
+                hf = (fmt % (vblock if kind == "vit" else block)) if "%d" in fmt else fmt
                 pairs = [(hf, w.T, g.T) if layout == "T" else (hf, w, g)]
             for hf, wo, go in pairs:
                 seen[hf] = seen.get(hf, 0) + 1
@@ -312,8 +371,14 @@ def compare_dump(dump, names, params, targets, tied=False, layer_blocks=False):
                     problems.append("%s: dumped weight differs from the saved one (rel %.3g)"
                                     % (hf, rel(wo, value)))
                 grads[hf] = grads[hf] + go if hf in grads else go.astype(np.float64)
+    # a gradient octo-run gives as exactly 0 (a vit's key bias, zero in exact arithmetic: softmax
+    # ignores a constant per query) matches when transformers' is rounding noise: below NOISE
+    # of the model's largest gradient
+    gmax = max([0.0] + [float(np.max(np.abs(params[hf][1]))) for hf in grads if params[hf][1].size])
     for hf, go in grads.items():
         r = rel(go, params[hf][1])
+        if r > 0 and not np.any(go) and float(np.max(np.abs(params[hf][1]))) <= NOISE * gmax:
+            r = 0.0
         if r > worst or r != r:
             worst, worst_name = r, hf
     for hf in params:
@@ -346,7 +411,10 @@ def one_case(tools, work, names, case):
     if r.returncode != 0:
         msg = " | ".join(l for l in r.stderr.splitlines() if "error:" in l)
         return "%-10s refused: %s" % (family, msg), True
-    inputs, targets = stream(data, model.config.vocab_size)
+    llava = model_type == "llava"
+    vocab = model.config.text_config.vocab_size if llava else model.config.vocab_size
+    side = LLAVA_VISION["image_size"] // LLAVA_VISION["patch_size"]
+    inputs, targets = stream(data, vocab, side * side if llava else 0)
     # The sliding window: OctoPipe's window w attends to the w keys t - w < j <= t (as transformers'
     # masking_utils); transformers' older masks (modeling_attn_mask_utils, 4.40) attend to w + 1,
     # t - w <= j <= t. Where this transformers attends to more than w, the oracle runs with the
@@ -363,7 +431,8 @@ def one_case(tools, work, names, case):
                          "runs with sliding_window = %d (%d keys)"
                          % (transformers_version(), keys, w, w, model.config.sliding_window,
                             hf_window_keys(model, inputs)))
-    loss_hf, params = hf_step(model, inputs, targets)
+    # LLaVA's pixels are octo-run's: the oracle runs after the first plan's dump
+    loss_hf, params = (None, None) if llava else hf_step(model, inputs, targets)
     tied = bool(model.config.tie_word_embeddings)
     layer_blocks = NAMING.get(model_type) == "NEMOTRON_H"
     loss_octo, loss_rel, grad_rel, worst_name, problems = None, -1.0, -1.0, "-", []
@@ -378,6 +447,13 @@ def one_case(tools, work, names, case):
         m = re.search(r"^step 1: .*, loss (\S+)$", out, re.M)
         if not m:
             raise RuntimeError("octo-run printed no loss for step 1:\n" + out)
+        if llava:
+            got = dumped_pixels(dump)
+            if loss_hf is None:
+                pixels = got
+                loss_hf, params = hf_step(model, inputs, targets, pixels)
+            elif not (got == pixels).all():
+                problems.append("%s plan: its pixels differ from the first plan's" % plan)
         loss = float(m.group(1))
         lr = abs(loss - loss_hf) / abs(loss_hf)
         if lr > loss_rel or lr != lr:
@@ -400,6 +476,16 @@ def one_case(tools, work, names, case):
     return "\n".join([row] + ["  note: %s: %s" % (family, n) for n in notes]), not ok
 
 
+def dumped_pixels(dump):
+    """The pixels octo-run gave its first layer (a vit_embed: B x C x H x H), from its dump."""
+    import numpy as np
+    with open(os.path.join(dump, "index.json")) as f:
+        first = json.load(f)["layers"][0]
+    d = first["dims"]
+    x = np.load(os.path.join(dump, first["prefix"] + "x.npy"))
+    return x.reshape(d["B"], d["channels"], d["image"], d["image"])
+
+
 def transformers_version():
     import transformers
     return transformers.__version__
@@ -410,6 +496,8 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("build", metavar="BUILD_DIR")
     ap.add_argument("--keep", metavar="DIR", help="keep every case's files in DIR")
+    ap.add_argument("--case", action="append", metavar="FAMILY",
+                    help="run only this case (repeatable; default every case)")
     args = ap.parse_args()
     try:
         import numpy  # noqa: F401
@@ -420,7 +508,7 @@ def main():
         return 0
     torch.set_num_threads(1)
     tools = os.path.join(args.build, "tools")
-    names = {n: read_names(n) for n in ("MIXTRAL", "QWEN_MOE", "DEEPSEEK", "NEMOTRON_H")}
+    names = {n: read_names(n) for n in ("MIXTRAL", "QWEN_MOE", "DEEPSEEK", "NEMOTRON_H", "LLAVA")}
     if args.keep:
         os.makedirs(args.keep, exist_ok=True)
         root = args.keep
@@ -431,6 +519,8 @@ def main():
         print("%-10s %10s %10s %9s %12s %-52s %s" % ("family", "loss_hf", "loss_octo", "rel_loss",
                                                     "max_grad_rel", "worst_tensor", "result"))
         for case in CASES:
+            if args.case and case[0] not in args.case:
+                continue
             work = os.path.join(root, case[0])
             shutil.rmtree(work, ignore_errors=True)
             os.makedirs(work)

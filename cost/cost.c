@@ -443,12 +443,59 @@ static void kind_embedding(cost_breakdown *bd, const cost_setup *su, const ir_la
   bd->out = tok * h * e;
 }
 
-/* ViT encoder layer: non-causal multi-head attention and an MLP over the tokens of b images. */
+/* ViT encoder layer (runtime/kernels/vit.c): non-causal multi-head attention and an MLP over
+ * the tokens of b images, with the biases CLIP's layer has (q, k, v, o, fc1, fc2 and the two
+ * LayerNorms'). An unused layer (LLaVA's after vision_feature_layer) holds the same weights and
+ * does no work: its output is its input. */
 static void kind_vit(cost_breakdown *bd, const cost_setup *su, const ir_layer *l) {
-  double h = P(VIT_HIDDEN), a = P(VIT_HEADS), s = P(VIT_TOKENS);
-  attention_block(bd, su, h, a, a, P(VIT_HEAD_DIM), s, false, 0, false, false);
-  mlp_block(bd, su, h, P(VIT_FFN), P(VIT_GATED) != 0, s, 0);
+  double h = P(VIT_HIDDEN), a = P(VIT_HEADS), s = P(VIT_TOKENS), f = P(VIT_FFN);
+  bool gated = P(VIT_GATED) != 0;
+  cost_breakdown work;
+  memset(&work, 0, sizeof work);
+  attention_block(&work, su, h, a, a, P(VIT_HEAD_DIM), s, false, 0, true, false);
+  mlp_block(&work, su, h, f, gated, s, 0);
+  weights(&work, su, 4 * h + (gated ? 2 : 1) * f, false); /* o, fc2, LayerNorm biases; fc1's */
+  if (P(VIT_UNUSED) == 1)
+    bd->params = work.params;
+  else
+    *bd = work;
   bd->out = su->b * s * h * su->e;
+}
+
+/* Vision embedding (runtime/kernels/vit_embed.c): the patch projection (a GEMM over the b x
+ * (image / patch)^2 unfolded patches of channels x patch^2 pixels), the class token and the
+ * positions added, the LayerNorm. Weights: the projection, the class token, a position per
+ * token, the LayerNorm's weight and bias. Kept: the patches (for W) and the norm's input. */
+static void kind_vit_embed(cost_breakdown *bd, const cost_setup *su, const ir_layer *l) {
+  double h = P(VIT_EMBED_HIDDEN), side = P(VIT_EMBED_IMAGE) / P(VIT_EMBED_PATCH);
+  double np = side * side, s = np + 1, tok = su->b * s, e = su->e;
+  double k = P(VIT_EMBED_CHANNELS) * P(VIT_EMBED_PATCH) * P(VIT_EMBED_PATCH);
+  elem(bd, su, "unfold", 2 * su->b * np * k * e, 2 * su->b * np * k * e, 0, false, false);
+  gemm(bd, su, "patch_proj", su->b * np, k, h, 1, false);
+  elem(bd, su, "positions", 3 * tok * h * e, tok * h * e, 2 * tok * h * e, false, false);
+  elem(bd, su, "pre_norm", 2 * tok * h * e, 3 * tok * h * e, 0, false, false);
+  weights(bd, su, k * h + h + s * h + 2 * h, false);
+  act(bd, su, "patches", su->b * np * k * e, COST_ACT_W);
+  act(bd, su, "pre_norm_in", tok * h * e, 0);
+  bd->out = tok * h * e;
+}
+
+/* Projector (runtime/kernels/projector.c): linear (in_hidden -> hidden, bias), activation,
+ * linear (hidden -> hidden, bias) over the tokens it keeps (tokens, or tokens - 1 without the
+ * class token). vision_norm adds the unused LayerNorm's 2 x in_hidden weights. */
+static void kind_projector(cost_breakdown *bd, const cost_setup *su, const ir_layer *l) {
+  double h = P(PROJECTOR_HIDDEN), v = P(PROJECTOR_IN_HIDDEN);
+  double s = P(PROJECTOR_TOKENS) - (P(PROJECTOR_DROP_CLASS) == 1 ? 1 : 0);
+  double tok = su->b * s, e = su->e;
+  gemm(bd, su, "linear_1", tok, v, h, 1, false);
+  elem(bd, su, "act", 2 * tok * h * e, 3 * tok * h * e, 0, false, false);
+  gemm(bd, su, "linear_2", tok, h, h, 1, false);
+  weights(bd, su, v * h + h + h * h + h, false);
+  if (P(PROJECTOR_VISION_NORM) == 1) weights(bd, su, 2 * v, false);
+  act(bd, su, "linear_1_in", tok * v * e, COST_ACT_INPUT | COST_ACT_W);
+  act(bd, su, "act_in", tok * h * e, 0);
+  act(bd, su, "linear_2_in", tok * h * e, COST_ACT_W);
+  bd->out = tok * h * e;
 }
 
 #undef P
@@ -465,6 +512,8 @@ static void breakdown(const ir_layer *l, const cost_setup *su, cost_breakdown *b
   case IR_KIND_LM_HEAD: kind_lm_head(bd, su, l); break;
   case IR_KIND_VIT: kind_vit(bd, su, l); break;
   case IR_KIND_MLA: kind_mla(bd, su, l); break;
+  case IR_KIND_VIT_EMBED: kind_vit_embed(bd, su, l); break;
+  case IR_KIND_PROJECTOR: kind_projector(bd, su, l); break;
   case IR_KIND_CUSTOM:
     bd->out = l->p[IR_LP_CUSTOM_OUT];
     bd->params = l->p[IR_LP_CUSTOM_PARAMS];

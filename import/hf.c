@@ -356,24 +356,6 @@ static void hf_string_is(hf_ctx *c, const cJSON *obj, const char *p, const char 
   if (v) hf_use(c, p, name, "checked: %s", what);
 }
 
-/* A property of the family that no field states and OctoPipe does not compute (Gemma's norms):
- * an error at model_type naming the family and what it computes. */
-static void hf_implicit(hf_ctx *c, const char *p, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void hf_implicit(hf_ctx *c, const char *p, const char *fmt, ...) {
-  strbuf why = {0};
-  va_list ap;
-  va_start(ap, fmt);
-  strbuf_vprintf(&why, fmt, ap);
-  va_end(ap);
-  c->errors++;
-  hf_path path = hf_mkpath(p, "model_type");
-  char buf[80];
-  diag_error(c->d, hf_loc(c, path.s), "%s = %s is not supported as is: %s (issue 27)", path.s,
-             hf_written(c, path.s, buf), strbuf_cstr(&why));
-  strbuf_free(&why);
-}
-
 /* ---- The model ---- */
 
 /* The model as the spec writes it. */
@@ -420,6 +402,12 @@ typedef struct hf_model {
   bool hybrid;              /* Nemotron-H: 'layers' is the hybrid pattern (M, *, -) */
   double m_state, m_heads, m_head_dim, m_groups, m_conv, m_expand, m_chunk; /* Mamba-2 */
   double vit_layers, vit_hidden, vit_heads, vit_ffn, vit_patch, vit_image; /* LLaVA's ViT */
+  double vit_channels;      /* its pixels' channels */
+  const char *vit_act;      /* its MLP's activation (language name; CLIP's quick_gelu) */
+  double vit_unused;        /* its last layers that LLaVA does not run (after
+                               vision_feature_layer): written 'unused = true' */
+  const char *proj_act;     /* LLaVA's projector's activation (language name) */
+  bool keep_class;          /* the projector keeps the class token ("full": drop_class = false) */
 } hf_model;
 
 /* The activation of field p+name in the language ("silu", ...), or NULL after refusing it. */
@@ -429,7 +417,7 @@ static const char *hf_act(hf_ctx *c, const cJSON *obj, const char *p, const char
     const char *hf, *octo;
   } acts[] = {{"silu", "silu"}, {"swish", "silu"}, {"gelu", "gelu"}, {"relu", "relu"},
               {"relu2", "relu2"}, {"tanh", "tanh"}, {"gelu_pytorch_tanh", "gelu_tanh"},
-              {"gelu_new", "gelu_tanh"}};
+              {"gelu_new", "gelu_tanh"}, {"quick_gelu", "quick_gelu"}};
   const cJSON *v = hf_get(c, obj, p, name);
   const char *s = v && cJSON_IsString(v) ? v->valuestring : v ? "" : dflt;
   for (size_t i = 0; i < sizeof acts / sizeof *acts; i++)
@@ -438,7 +426,7 @@ static const char *hf_act(hf_ctx *c, const cJSON *obj, const char *p, const char
       return acts[i].octo;
     }
   const char *what = "OctoPipe's activations are silu, gelu (the erf form), gelu_tanh "
-                     "(gelu_pytorch_tanh, gelu_new), relu, relu2 and tanh";
+                     "(gelu_pytorch_tanh, gelu_new), quick_gelu, relu, relu2 and tanh";
   if (v) hf_refuse(c, p, name, "%s", what);
   else hf_refuse(c, p, name, "the %s default is \"%s\": %s", c->fam->type, dflt, what);
   return NULL;
@@ -1114,14 +1102,12 @@ static void hf_nemotron_h(hf_ctx *c, const cJSON *obj, hf_model *m) {
 static void hf_llava(hf_ctx *c, const cJSON *obj, hf_model *m, double *n) {
   const cJSON *vc = hf_get(c, obj, "", "vision_config");
   const cJSON *tc = hf_get(c, obj, "", "text_config");
-  /* transformers ties LLaVA's matrices by the text model's config (the language model's own
-   * tie_weights in 4.40; get_text_config(decoder=True) in later versions): the outer field is
-   * not read by the model, but it must still be a boolean */
+  /* transformers 4 ties LLaVA's matrices by the text model's config (the language model's own
+   * tie_weights); transformers 5 by the outer field, which its LlavaConfig sets to the outer
+   * OR the text model's: they agree unless the outer is true and the text model's false, which
+   * is refused below; the outer must be a boolean */
   const cJSON *tie = hf_get(c, obj, "", "tie_word_embeddings");
-  if (hf_bool_or_null(c, tie, "", "tie_word_embeddings") && tie) {
-    hf_use(c, "", "tie_word_embeddings", "unused: text_config.tie_word_embeddings ties the text "
-           "model's matrices");
-  }
+  bool outer_tie = hf_bool_or_null(c, tie, "", "tie_word_embeddings") && cJSON_IsTrue(tie);
   if (hf_get(c, obj, "", "vocab_size"))
     hf_use(c, "", "vocab_size", "unused: the text model's vocab_size is read");
   if (cJSON_IsObject(vc)) {
@@ -1133,34 +1119,78 @@ static void hf_llava(hf_ctx *c, const cJSON *obj, hf_model *m, double *n) {
     if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "clip_vision_model") != 0)
       hf_refuse(c, p, "model_type", "OctoPipe's import reads CLIP vision towers (clip_vision_model)");
     else
-      hf_use(c, p, "model_type", "CLIP ViT: vit layers");
-    m->vit_hidden = hf_count(c, vc, p, "hidden_size", 768, 1, "vit hidden");
+      hf_use(c, p, "model_type", "CLIP ViT: vit_embed and vit layers");
+    m->vit_hidden = hf_count(c, vc, p, "hidden_size", 768, 1, "vit_embed, vit and projector widths");
     m->vit_layers = hf_count(c, vc, p, "num_hidden_layers", 12, 1, "vit layers");
     m->vit_heads = hf_count(c, vc, p, "num_attention_heads", 12, 1, "vit heads");
     m->vit_ffn = hf_count(c, vc, p, "intermediate_size", 3072, 1, "vit ffn");
-    m->vit_patch = hf_count(c, vc, p, "patch_size", 32, 1, "vit patch");
-    m->vit_image = hf_count(c, vc, p, "image_size", 224, 1, "vit image");
-    m->vit_eps = hf_positive(c, vc, p, "layer_norm_eps", 1e-5, "vit norm_eps (LayerNorm)");
-    hf_string_is(c, vc, p, "hidden_act", "quick_gelu", "gelu",
-                 "OctoPipe's ViT MLP uses GELU (the erf form), not quick_gelu x * sigmoid(1.702 x)");
+    m->vit_patch = hf_count(c, vc, p, "patch_size", 32, 1, "vit_embed and vit patch");
+    m->vit_image = hf_count(c, vc, p, "image_size", 224, 1, "vit_embed and vit image");
+    m->vit_channels = hf_count(c, vc, p, "num_channels", 3, 1, "vit_embed channels");
+    m->vit_eps = hf_positive(c, vc, p, "layer_norm_eps", 1e-5,
+                             "norm_eps of the vit_embed and vit LayerNorms");
+    m->vit_act = hf_act(c, vc, p, "hidden_act", "quick_gelu");
     hf_fixed(c, vc, p, "attention_dropout", 0, 0, "OctoPipe has no attention dropout");
+    hf_fixed(c, vc, p, "dropout", 0, 0, "OctoPipe has no dropout");
+    if (m->vit_hidden > 0 && m->vit_heads > 0 && fmod(m->vit_hidden, m->vit_heads) != 0)
+      hf_refuse(c, p, "num_attention_heads", "it must divide hidden_size %.0f (CLIP's head "
+                "width is hidden_size / num_attention_heads)", m->vit_hidden);
+    if (m->vit_patch > 0 && m->vit_image > 0 && fmod(m->vit_image, m->vit_patch) != 0)
+      hf_refuse(c, p, "image_size", "OctoPipe's vit_embed needs patch_size %.0f to divide it",
+                m->vit_patch);
     if (hf_get(c, vc, p, "projection_dim"))
       hf_use(c, p, "projection_dim", "unused: CLIP's contrastive projection is not in LLaVA");
     if (hf_get(c, vc, p, "vocab_size")) hf_use(c, p, "vocab_size", "unused by a vision tower");
-    if (hf_get(c, vc, p, "num_channels")) hf_use(c, p, "num_channels", "input channels");
-    hf_implicit(c, p, "CLIP's embeddings (patch convolution, class token, learned position "
-                      "embeddings) and its pre-LayerNorm have no OctoPipe layer kind");
+    if (hf_get(c, vc, p, "initializer_factor"))
+      hf_use(c, p, "initializer_factor", "unused: initialization only");
     c->fam = outer;
   } else {
     hf_refuse(c, "", "vision_config", "expected the vision tower's config (an object)");
   }
-  hf_string_is(c, obj, "", "projector_hidden_act", "gelu", "none",
-               "LLaVA's projector (two linear layers with biases around a GELU) has no OctoPipe "
-               "layer kind");
+  m->proj_act = hf_act(c, obj, "", "projector_hidden_act", "gelu");
+  hf_flag(c, obj, "", "multimodal_projector_bias", true, true,
+          "OctoPipe's projector's linear layers have biases");
+  /* vision_feature_layer: the index of the encoder's hidden states LLaVA projects (0: the
+   * embeddings, i: the output of layer i; negative from the end, -1 the last layer's); the
+   * layers after it are held but not run */
   const cJSON *vl = hf_get(c, obj, "", "vision_feature_layer");
-  if (vl) hf_use(c, "", "vision_feature_layer", "the vision layer whose output is projected");
+  double feat = -2, L = m->vit_layers;
+  if (vl && !cJSON_IsNull(vl)) {
+    if (!cJSON_IsNumber(vl) || vl->valuedouble != floor(vl->valuedouble)) {
+      hf_refuse(c, "", "vision_feature_layer", "OctoPipe projects one layer's hidden states (a "
+                "whole number; a list of layers concatenated is not supported)");
+      feat = NAN;
+    } else {
+      feat = vl->valuedouble;
+    }
+  }
+  double idx = feat < 0 ? L + 1 + feat : feat; /* into hidden_states[0 .. L] */
+  if (!isnan(feat) && L > 0 && !(idx >= 0 && idx <= L)) {
+    hf_refuse(c, "", "vision_feature_layer", "the vision tower's hidden states are 0 .. %.0f "
+              "(-%.0f .. -1 from the end)", L, L + 1);
+  } else if (!isnan(feat) && L > 0) {
+    m->vit_unused = L - idx;
+    if (vl)
+      hf_use(c, "", "vision_feature_layer", "the output of vit layer %.0f is projected; the "
+             "%.0f after it 'unused = true'", idx, m->vit_unused);
+  }
   const cJSON *vs = hf_get(c, obj, "", "vision_feature_select_strategy");
-  if (vs) hf_use(c, "", "vision_feature_select_strategy", "which image tokens are projected");
+  const char *strat = vs && cJSON_IsString(vs) ? vs->valuestring : vs && !cJSON_IsNull(vs) ? "" : "default";
+  if (strcmp(strat, "default") == 0) {
+    if (vs) hf_use(c, "", "vision_feature_select_strategy", "the class token is dropped (the "
+                   "projector's drop_class)");
+  } else if (strcmp(strat, "full") == 0) {
+    m->keep_class = true;
+    hf_use(c, "", "vision_feature_select_strategy", "every token is projected: drop_class = false");
+  } else {
+    hf_refuse(c, "", "vision_feature_select_strategy", "OctoPipe's projector takes \"default\" "
+              "(the class token dropped) or \"full\"");
+  }
+  static const char *const image_token[] = {"image_token_index", "image_token_id"};
+  for (int i = 0; i < 2; i++)
+    if (hf_get(c, obj, "", image_token[i]))
+      hf_use(c, "", image_token[i], "the image tokens: the projected features take the first "
+             "positions of each sequence, which have no loss (docs/import.md)");
   if (!cJSON_IsObject(tc)) {
     hf_refuse(c, "", "text_config", "expected the language model's config (an object)");
     return;
@@ -1177,8 +1207,11 @@ static void hf_llava(hf_ctx *c, const cJSON *obj, hf_model *m, double *n) {
   /* transformers fills an absent text_config field from LlamaConfig's defaults */
   m->hidden = hf_count(c, tc, p, "hidden_size", 4096, 1, "hidden");
   *n = hf_count(c, tc, p, "num_hidden_layers", 32, 1, "decoder layers");
+  bool seq_flag = m->seq > 0; /* --seq was given */
   m->heads = hf_count(c, tc, p, "num_attention_heads", 32, 1, "heads");
   m->kv_heads = hf_count(c, tc, p, "num_key_value_heads", m->heads, 1, "kv_heads");
+  double hd = hf_count(c, tc, p, "head_dim", 0, 1, "head_dim (written when not hidden / heads)");
+  if (hd > 0 && m->heads > 0 && hd * m->heads != m->hidden) m->head_dim = hd;
   m->ffn = hf_count(c, tc, p, "intermediate_size", 11008, 1, "ffn");
   m->vocab = hf_count(c, tc, p, "vocab_size", 32000, 1, "vocab");
   double seq = hf_count(c, tc, p, "max_position_embeddings", 2048, 1,
@@ -1189,10 +1222,30 @@ static void hf_llava(hf_ctx *c, const cJSON *obj, hf_model *m, double *n) {
   m->eps = hf_positive(c, tc, p, "rms_norm_eps", c->fam->eps, "norm_eps");
   hf_rope(c, tc, p, m);
   hf_flag(c, tc, p, "attention_bias", false, false, "OctoPipe's attention projections have no bias");
+  hf_flag(c, tc, p, "mlp_bias", false, false, "OctoPipe's MLP projections have no bias");
+  hf_fixed(c, tc, p, "attention_dropout", 0, 0, "OctoPipe has no attention dropout");
   hf_tie(c, tc, p, c->fam->tied, m); /* LlamaConfig's default: false */
+  hf_pad(c, tc, p, m);
+  if (outer_tie && !m->tied)
+    hf_refuse(c, "", "tie_word_embeddings", "transformers 5 ties the text model's matrices by "
+              "it, transformers 4 by text_config.tie_word_embeddings, which is not true: give "
+              "both the same value");
+  else if (tie && !cJSON_IsNull(tie) && cJSON_IsBool(tie))
+    hf_use(c, "", "tie_word_embeddings", "checked: transformers 5 ties by it or "
+           "text_config.tie_word_embeddings, 4 by the latter");
   const cJSON *arch = hf_get(c, tc, p, "architectures");
   if (arch) hf_use(c, p, "architectures", "the text model's class");
   c->fam = outer;
+  double side = m->vit_patch > 0 ? floor(m->vit_image / m->vit_patch) : 0;
+  double image_tokens = side * side + (m->keep_class ? 1 : 0);
+  if (m->seq > 0 && image_tokens >= m->seq && seq_flag) {
+    c->errors++;
+    diag_error(c->d, hf_loc(c, NULL), "--seq = %.0f: the %.0f image tokens take the first "
+               "positions of each sequence, which needs more", m->seq, image_tokens);
+  } else if (m->seq > 0 && image_tokens >= m->seq) {
+    hf_refuse(c, p, "max_position_embeddings", "the %.0f image tokens take the first positions "
+              "of each sequence: it needs more", image_tokens);
+  }
   if (*n > 0 && *n <= 1000000) {
     m->layers = xcalloc((size_t)*n + 1, 1);
     memset(m->layers, 'D', (size_t)*n);
@@ -1248,6 +1301,34 @@ static void hf_decoder_items(strbuf *s, const hf_model *m, char k, const char *i
   hf_real(&a, ", ", "softcap", m->attn_cap, 0);
   hf_line(s, indent, m->mla ? "layer attn : mla" : "layer attn : attention", &a);
   strbuf_printf(s, "%slayer %s\n", indent, k == 'E' || k == 'W' ? "moe : moe" : "mlp : mlp");
+}
+
+/* Append LLaVA's vision tower and projector to s: the vit_embed, the vit layers LLaVA runs, the
+ * ones after vision_feature_layer with 'unused = true', the projector (which holds CLIP's
+ * post_layernorm: 'vision_norm = true'). */
+static void hf_write_vision(strbuf *s, const hf_model *m) {
+  strbuf v = {0}; /* what the vit_embed and the vit layers share */
+  strbuf_printf(&v, "hidden = %.0f, patch = %.0f, image = %.0f", m->vit_hidden, m->vit_patch,
+                m->vit_image);
+  hf_real(&v, ", ", "norm_eps", m->vit_eps, HF_OCTO_EPS);
+  strbuf_printf(s, "  layer patches : vit_embed { %s", strbuf_cstr(&v));
+  if (m->vit_channels != 3) strbuf_printf(s, ", channels = %.0f", m->vit_channels);
+  strbuf_puts(s, " }\n");
+  strbuf_printf(&v, ", heads = %.0f, ffn = %.0f", m->vit_heads, m->vit_ffn);
+  if (strcmp(m->vit_act, "gelu") != 0) strbuf_printf(&v, ", act = %s", m->vit_act);
+  double used = m->vit_layers - m->vit_unused;
+  if (used > 0)
+    strbuf_printf(s, "  repeat %.0f {\n    layer vision : vit { %s }\n  }\n", used,
+                  strbuf_cstr(&v));
+  if (m->vit_unused > 0)
+    strbuf_printf(s, "  repeat %.0f {\n    layer vision_unused : vit { %s, unused = true }\n  }\n",
+                  m->vit_unused, strbuf_cstr(&v));
+  strbuf_free(&v);
+  strbuf_printf(s, "  layer projector : projector { in_hidden = %.0f, tokens = %.0f",
+                m->vit_hidden, floor(m->vit_image / m->vit_patch) * floor(m->vit_image / m->vit_patch) + 1);
+  if (strcmp(m->proj_act, "gelu") != 0) strbuf_printf(s, ", act = %s", m->proj_act);
+  if (m->keep_class) strbuf_puts(s, ", drop_class = false");
+  strbuf_puts(s, ", vision_norm = true }\n");
 }
 
 /* Write the spec of m named 'name' to s (header lines already there). */
@@ -1307,17 +1388,11 @@ static void hf_write_model(strbuf *s, const hf_model *m, const char *name, doubl
     if (m->rscale > 0) hf_real(s, "  ", "routed_scale", m->rscale, 1);
     strbuf_putc(s, '\n');
   }
+  if (m->vit_layers > 0) hf_write_vision(s, m);
   strbuf e = {0}; /* the embedding's parameters, each with a leading ", " */
   if (m->gemma) strbuf_puts(&e, ", scaled = true");
   if (m->padded) strbuf_printf(&e, ", pad_id = %.0f", m->pad_id);
   hf_line(s, "  ", "layer embed : embedding", &e);
-  if (m->vit_layers > 0) {
-    strbuf_printf(s, "  repeat %.0f {\n    layer vision : vit { hidden = %.0f, heads = %.0f, ffn = "
-                  "%.0f, patch = %.0f, image = %.0f", m->vit_layers, m->vit_hidden,
-                  m->vit_heads, m->vit_ffn, m->vit_patch, m->vit_image);
-    hf_real(s, ", ", "norm_eps", m->vit_eps, HF_OCTO_EPS);
-    strbuf_puts(s, " }\n  }\n");
-  }
   if (m->hybrid) {
     strbuf_printf(s, "  pattern \"%s\" {\n", m->layers);
     strbuf_printf(s, "    M = mamba2 { state = %.0f, heads = %.0f, head_dim = %.0f, groups = %.0f, "

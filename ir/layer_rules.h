@@ -233,6 +233,16 @@ static inline int lr_layer_check(int kind, const double *p, lr_report *r) {
       lr_problem(r, "heads = %g does not divide hidden = %g; give head_dim explicitly", h, hid);
     break;
   }
+  case LR_KIND_VIT_EMBED: {
+    double img = p[LR_P_VIT_EMBED_IMAGE], pat = p[LR_P_VIT_EMBED_PATCH];
+    if (LR_KNOWN2(img, pat) && pat > 0 && fmod(img, pat) != 0)
+      lr_problem(r, "patch = %g does not divide image = %g", pat, img);
+    break;
+  }
+  case LR_KIND_PROJECTOR:
+    if (p[LR_P_PROJECTOR_DROP_CLASS] == 1 && p[LR_P_PROJECTOR_TOKENS] < 2)
+      lr_problem(r, "drop_class = true needs tokens of at least 2 (the class token and one more)");
+    break;
   default:
     break;
   }

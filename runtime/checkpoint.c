@@ -1,7 +1,8 @@
 /* checkpoint.c -- weights and checkpoints in safetensors (runtime.h "Checkpoints";
  * docs/checkpoints.md): the names and layouts of a model's tensors (Hugging Face's for a
- * Llama-style model, ckpt_names.def; the runtime's own for any other), --init's check and
- * load, and the checkpoint a run saves (--save) and continues from (--resume): one step
+ * Llama-style model, Nemotron-H and LLaVA, ckpt_names.def; the runtime's own for any other),
+ * --init's check and load, and the checkpoint a run saves (--save) and continues from
+ * (--resume): one step
  * directory of weight shards and Adam-moment shards per rank, their indexes and a manifest with
  * every file's CRC-32, made under a temporary name and renamed whole. */
 #include <dirent.h>
@@ -22,16 +23,18 @@
 #include "safetensors.h"
 
 /* How a tensor of the runtime is stored in a file (ckpt_names.def LAYOUT). */
-enum { CK_AS_IS, CK_T, CK_EXPERT_T, CK_CAT_IN_T, CK_CAT_OUT_T, CK_ROW, CK_CONV1D };
+enum { CK_AS_IS, CK_T, CK_EXPERT_T, CK_CAT_IN_T, CK_CAT_OUT_T, CK_ROW, CK_CONV1D, CK_CONV2D };
 /* Which naming a row has (ckpt_names.def EXPERTS): a Llama-style model's with any naming of its
- * moe layers (ANY), with one of them (the values of rt_run_opts.ckpt_experts, or DeepSeek's), or
- * Nemotron-H's; the model's structure chooses DeepSeek's and Nemotron-H's (ck_names_of). */
+ * moe layers (ANY), with one of them (the values of rt_run_opts.ckpt_experts, or DeepSeek's),
+ * Nemotron-H's or LLaVA's; the model's structure chooses DeepSeek's, Nemotron-H's and LLaVA's
+ * (ck_names_of). */
 enum {
   CK_ANY = -1,
   CK_MIXTRAL = RT_CKPT_MIXTRAL,
   CK_QWEN_MOE = RT_CKPT_QWEN_MOE,
   CK_DEEPSEEK,
-  CK_NEMOTRON_H
+  CK_NEMOTRON_H,
+  CK_LLAVA
 };
 
 /* One row of ckpt_names.def. */
@@ -39,9 +42,10 @@ typedef struct ck_row {
   be_kind kind;      /* the layer kind */
   const char *param; /* the kernel's tensor name */
   const char *fmt;   /* the file's name: block, then expert */
-  int layout;        /* CK_AS_IS, CK_T, CK_EXPERT_T, CK_CAT_IN_T, CK_CAT_OUT_T, CK_ROW or
-                        CK_CONV1D */
-  int experts;       /* CK_ANY, CK_MIXTRAL, CK_QWEN_MOE, CK_DEEPSEEK or CK_NEMOTRON_H */
+  int layout;        /* CK_AS_IS, CK_T, CK_EXPERT_T, CK_CAT_IN_T, CK_CAT_OUT_T, CK_ROW,
+                        CK_CONV1D or CK_CONV2D */
+  int experts;       /* CK_ANY, CK_MIXTRAL, CK_QWEN_MOE, CK_DEEPSEEK, CK_NEMOTRON_H or
+                        CK_LLAVA */
 } ck_row;
 
 static const ck_row ck_rows[] = {
@@ -59,7 +63,7 @@ typedef struct ck_part {
   int part;         /* the expert (EXPERT_T), else 0 */
   int layout;       /* CK_* */
   int ndim;         /* its shape in the file */
-  int64_t shape[3];
+  int64_t shape[4];
   size_t floats;    /* its element count */
   bool copy;        /* the tied lm_head's copy of the embedding's table: read by the table's
                        name, never written (the table's part is) */
@@ -69,7 +73,7 @@ typedef struct ck_part {
 typedef struct ck_names {
   bool hf;       /* Hugging Face's names (ckpt_names.def), else "layers.I.PARAM" */
   int experts;   /* with hf: the moe layers' names (CK_MIXTRAL, CK_QWEN_MOE or CK_DEEPSEEK), or
-                    CK_NEMOTRON_H for Nemotron-H's names */
+                    CK_NEMOTRON_H for Nemotron-H's names, CK_LLAVA for LLaVA's */
   ck_part *part; /* every part of every layer, in layer and rt_lplan order */
   size_t n;
 } ck_names;
@@ -79,34 +83,53 @@ static const ck_row *ck_row_of(be_kind kind, const char *param, int experts) {
   for (size_t i = 0; i < sizeof ck_rows / sizeof *ck_rows; i++)
     if (ck_rows[i].kind == kind && strcmp(ck_rows[i].param, param) == 0 &&
         (ck_rows[i].experts == experts ||
-         (ck_rows[i].experts == CK_ANY && experts != CK_NEMOTRON_H)))
+         (ck_rows[i].experts == CK_ANY && experts != CK_NEMOTRON_H && experts != CK_LLAVA)))
       return &ck_rows[i];
   return NULL;
+}
+
+/* The index of the text model's first layer in a LLaVA-structured m: vit_embed, vit layers,
+ * projector, then the text model's layers; -1 when m does not start so. */
+static int ck_llava_text(const rt_model *m) {
+  int n = rt_model_nlayers(m), i = 0;
+  rt_layer_info L;
+  rt_model_layer(m, 0, &L);
+  if (L.k->id != BE_KIND_VIT_EMBED) return -1;
+  for (i = 1; i < n; i++) {
+    rt_model_layer(m, i, &L);
+    if (L.k->id != BE_KIND_VIT) break;
+  }
+  return i < n && L.k->id == BE_KIND_PROJECTOR ? i + 1 : -1;
 }
 
 /* Whether every row of m's tensors is named in the naming 'experts', and m has its structure:
  * embedding, then (attention or mla, gated mlp or moe) pairs, then lm_head for the Llama-style
  * namings; embedding, then mamba2, attention without rotary embedding and plain mlp layers,
- * then lm_head for CK_NEMOTRON_H. */
+ * then lm_head for CK_NEMOTRON_H; vit_embed, vit layers, projector, then the Llama-style
+ * structure for CK_LLAVA. */
 static bool ck_is_hf(const rt_model *m, int experts) {
-  int n = rt_model_nlayers(m);
+  int n = rt_model_nlayers(m), from = 0;
   if (n < 2) return false;
-  bool nemo = experts == CK_NEMOTRON_H;
+  bool nemo = experts == CK_NEMOTRON_H, llava = experts == CK_LLAVA;
+  if (llava && (from = ck_llava_text(m)) < 0) return false;
+  if (n - from < 2) return false;
   for (int i = 0; i < n; i++) {
     rt_layer_info L;
     rt_model_layer(m, i, &L);
     be_kind k = L.k->id, want;
-    if (i == 0) want = BE_KIND_EMBEDDING;
+    int j = i - from; /* the index in the text model */
+    if (j < 0) want = k; /* the vision tower and the projector: ck_llava_text checked them */
+    else if (j == 0) want = BE_KIND_EMBEDDING;
     else if (i == n - 1) want = BE_KIND_LM_HEAD;
     else if (nemo) want = k == BE_KIND_ATTENTION || k == BE_KIND_MAMBA2 ? k : BE_KIND_MLP;
-    else if (i % 2 == 1) want = k == BE_KIND_MLA ? k : BE_KIND_ATTENTION;
-    else want = k == BE_KIND_MOE ? BE_KIND_MOE : BE_KIND_MLP;
+    else if (j % 2 == 1) want = k == BE_KIND_MLA && !llava ? k : BE_KIND_ATTENTION;
+    else want = k == BE_KIND_MOE && !llava ? BE_KIND_MOE : BE_KIND_MLP;
     bool ffn = k == BE_KIND_MLP || k == BE_KIND_MOE;
     if (k != want || (ffn && L.d.gated == nemo) ||
         (k == BE_KIND_ATTENTION && L.d.no_rope != nemo))
       return false;
     for (int t = 0; t < L.p.npt; t++)
-      if (nemo || experts == CK_DEEPSEEK ? !ck_row_of(k, L.p.pt[t].name, experts)
+      if (nemo || llava || experts == CK_DEEPSEEK ? !ck_row_of(k, L.p.pt[t].name, experts)
                                          : !ck_row_of(k, L.p.pt[t].name, CK_MIXTRAL) &&
                                                !ck_row_of(k, L.p.pt[t].name, CK_QWEN_MOE))
         return false;
@@ -124,16 +147,18 @@ static void ck_names_of(const rt_model *m, int experts, ck_names *out) {
     rt_model_layer(m, i, &L);
     if (L.k->id == BE_KIND_MLA) experts = CK_DEEPSEEK;
   }
+  if (ck_llava_text(m) >= 0) experts = CK_LLAVA; /* a vision tower first: LLaVA's names */
   out->hf = ck_is_hf(m, experts);
   out->experts = experts;
   if (!out->hf && ck_is_hf(m, CK_NEMOTRON_H)) out->hf = true, out->experts = CK_NEMOTRON_H;
   size_t cap = 0;
-  for (int i = 0, block = -1; i < rt_model_nlayers(m); i++) {
+  for (int i = 0, block = -1, vblock = -1; i < rt_model_nlayers(m); i++) {
     rt_layer_info L;
     rt_model_layer(m, i, &L);
     if (L.k->id == BE_KIND_ATTENTION || L.k->id == BE_KIND_MLA ||
         (out->experts == CK_NEMOTRON_H && i > 0))
       block++;
+    if (L.k->id == BE_KIND_VIT) vblock++; /* the vision encoder's layers have their own */
     for (int t = 0; t < L.p.npt; t++) {
       const rt_ptensor *pt = &L.p.pt[t];
       const ck_row *row = out->hf ? ck_row_of(L.k->id, pt->name, out->experts) : NULL;
@@ -143,7 +168,7 @@ static void ck_names_of(const rt_model *m, int experts, ck_names *out) {
         ck_part p;
         memset(&p, 0, sizeof p);
         if (row)
-          snprintf(p.name, sizeof p.name, row->fmt, block, e);
+          snprintf(p.name, sizeof p.name, row->fmt, L.k->id == BE_KIND_VIT ? vblock : block, e);
         else
           snprintf(p.name, sizeof p.name, "layers.%d.%s", i, pt->name);
         p.layer = i;
@@ -157,6 +182,12 @@ static void ck_names_of(const rt_model *m, int experts, ck_names *out) {
           p.ndim = 2;
           p.shape[0] = 1;
           p.shape[1] = pt->dim[0];
+        } else if (layout == CK_CONV2D) { /* [C, p^2, out] as [out, C, p, p] */
+          int64_t side = (int64_t)lround(sqrt((double)pt->dim[1]));
+          p.ndim = 4;
+          p.shape[0] = pt->dim[2];
+          p.shape[1] = pt->dim[0];
+          p.shape[2] = p.shape[3] = side;
         } else if (layout == CK_CONV1D) {
           p.ndim = 3;
           p.shape[0] = pt->dim[0];
@@ -189,12 +220,14 @@ static void ck_names_of(const rt_model *m, int experts, ck_names *out) {
   }
 }
 
-/* The manifest's "names" of nm: "hf", "hf-qwen-moe", "hf-deepseek", "hf-nemotron-h" or "octopipe". */
+/* The manifest's "names" of nm: "hf", "hf-qwen-moe", "hf-deepseek", "hf-nemotron-h", "hf-llava"
+ * or "octopipe". */
 static const char *ck_scheme_name(const ck_names *nm) {
   return !nm->hf                         ? "octopipe"
          : nm->experts == CK_QWEN_MOE    ? "hf-qwen-moe"
          : nm->experts == CK_DEEPSEEK    ? "hf-deepseek"
          : nm->experts == CK_NEMOTRON_H ? "hf-nemotron-h"
+         : nm->experts == CK_LLAVA      ? "hf-llava"
                                          : "hf";
 }
 
@@ -236,6 +269,7 @@ static int ck_check_set(const st_set *set, const char *path, const ck_names *nm,
                        : nm->experts == CK_QWEN_MOE   ? "Hugging Face's, Qwen-MoE's for experts"
                        : nm->experts == CK_DEEPSEEK   ? "Hugging Face's, DeepSeek's"
                        : nm->experts == CK_NEMOTRON_H ? "Hugging Face's, Nemotron-H's"
+                       : nm->experts == CK_LLAVA      ? "Hugging Face's, LLaVA's"
                                                       : "Hugging Face's";
   size_t nwant = nm->n * (size_t)nsuf;
   char **want = xcalloc(nwant ? nwant : 1, sizeof *want);
@@ -332,6 +366,8 @@ static void ck_convert(const ck_part *p, const rt_ptensor *pt, float *ours, floa
   }
   int a = p->layout == CK_T ? 0 : 1;
   size_t R = (size_t)pt->dim[a], C = (size_t)pt->dim[a + 1]; /* ours: [R, C]; the file: [C, R] */
+  if (p->layout == CK_CONV2D) /* ours [channels x p^2, out], the file [out, channels x p^2] */
+    R = (size_t)pt->dim[0] * (size_t)pt->dim[1], C = (size_t)pt->dim[2];
   float *mat = ours + (size_t)p->part * R * C;
   enum { TILE = 32 }; /* in tiles, so that both sides stay in the cache */
   for (size_t r0 = 0; r0 < R; r0 += TILE)

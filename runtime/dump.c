@@ -180,6 +180,12 @@ int rt_dump_layer(const char *dir, const char *stem, const rt_ldims *d, const rt
   X("conv", INT, d->conv)                                                                     \
   X("inner", INT, d->inner)                                                                   \
   X("chunk", INT, d->chunk)                                                                   \
+  X("patch", INT, d->patch)                                                                   \
+  X("channels", INT, d->channels)                                                             \
+  X("image", INT, d->image)                                                                   \
+  X("unused", INT, d->unused)                                                                 \
+  X("drop_class", INT, d->drop_class)                                                         \
+  X("vision_norm", INT, d->vision_norm)                                                       \
   X("vocab", INT, d->vocab)                                                                   \
   X("tied", INT, d->tied)                                                                     \
   X("out_w", INT, p->out_w)

@@ -47,9 +47,11 @@ RT_HD static inline float rt_silu_grad(float z) {
 
 #define RT_SQRT2_PI 0.79788456080286535588 /* sqrt(2 / pi) */
 #define RT_GELU_C 0.044715                 /* the tanh approximation's cubic term */
+#define RT_QUICK_GELU_C 1.702f             /* quick_gelu's sigmoid slope */
 
 /* Activation a of z (gelu: the exact erf form, as torch's default; gelu_tanh: 0.5 z (1 +
- * tanh(sqrt(2/pi) (z + 0.044715 z^3))), torch's approximate="tanh"). */
+ * tanh(sqrt(2/pi) (z + 0.044715 z^3))), torch's approximate="tanh"; quick_gelu: z sigmoid(1.702
+ * z) in float, as transformers' QuickGELUActivation). */
 RT_HD static inline float rt_act_fwd(int a, float z) {
   switch (a) {
   case RT_ACT_RELU: return z > 0 ? z : 0;
@@ -59,6 +61,7 @@ RT_HD static inline float rt_act_fwd(int a, float z) {
   case RT_ACT_TANH: return tanhf(z);
   case RT_ACT_GELU_TANH:
     return (float)(0.5 * z * (1.0 + tanh(RT_SQRT2_PI * (z + RT_GELU_C * (double)z * z * z))));
+  case RT_ACT_QUICK_GELU: return z * rt_sigmoid(RT_QUICK_GELU_C * z);
   }
   return z;
 }
@@ -81,6 +84,10 @@ RT_HD static inline float rt_act_grad(int a, float z) {
     double zd = z, t = tanh(RT_SQRT2_PI * (zd + RT_GELU_C * zd * zd * zd));
     return (float)(0.5 * (1.0 + t) +
                    0.5 * zd * (1.0 - t * t) * RT_SQRT2_PI * (1.0 + 3.0 * RT_GELU_C * zd * zd));
+  }
+  case RT_ACT_QUICK_GELU: {
+    float s = rt_sigmoid(RT_QUICK_GELU_C * z);
+    return s * (1.0f + RT_QUICK_GELU_C * z * (1.0f - s));
   }
   }
   return 1.0f;

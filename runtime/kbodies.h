@@ -8,6 +8,7 @@
 #include "kb_moe.h"
 #include "kb_mamba2.h"
 #include "kb_mla.h"
+#include "kb_vision.h"
 #include "kb_model.h"
 
 #endif

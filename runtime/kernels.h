@@ -27,8 +27,10 @@
 typedef struct rt_ldims {
   int B;             /* sequences per microbatch */
   int S;             /* tokens per sequence (the layer's own; vit: its tokens) */
-  int in_S;          /* tokens per sequence of the layer's input (embedding splicing, first vit) */
-  int in_w;          /* width per token of the layer's input (1 for token ids) */
+  int in_S;          /* tokens per sequence of the layer's input (embedding splicing, first vit;
+                        vit_embed: pixel rows, channels x image; projector: its tokens) */
+  int in_w;          /* width per token of the layer's input (1 for token ids; vit_embed: image,
+                        one row of pixels; projector: the vision width) */
   int hidden;        /* model width (attention, mlp, moe, mamba2, vit, lm_head, embedding) */
   int heads;         /* attention / vit: query heads; mamba2: SSM heads */
   int kv_heads;      /* attention: key/value heads (divides heads); vit: = heads */
@@ -80,6 +82,12 @@ typedef struct rt_ldims {
   int conv;          /* mamba2: causal depthwise convolution width */
   int inner;         /* mamba2: inner width = heads * head_dim */
   int chunk;         /* mamba2: SSD chunk length */
+  int patch;         /* vit_embed: patch side in pixels */
+  int channels;      /* vit_embed: colour channels of the pixels */
+  int image;         /* vit_embed: image side in pixels (a multiple of patch) */
+  bool unused;       /* vit: held, not computed (output = input, no weight gradient) */
+  bool drop_class;   /* projector: the first (class) token of each image is not projected */
+  bool vision_norm;  /* projector: it also holds the vision tower's unused final LayerNorm */
   int vocab;         /* embedding / lm_head: vocabulary */
   bool tied;         /* lm_head: its matrix is the first embedding's table, [vocab, hidden]
                         (else its own, [hidden, vocab]) */

@@ -12,7 +12,9 @@
  *              h = LN1(x); q, k, v = h wq + bq, ...; full softmax attention per head;
  *              x1 = x + o wo + bo; h2 = LN2(x1); a = h2 w1 + b1; z = act(a) (gated:
  *              z = act(a) * (h2 w3 + b3)); y = x1 + z w2 + b2. LayerNorm eps norm_eps;
- *              act is rt_act_fwd (gelu: the exact erf form). */
+ *              act is rt_act_fwd (gelu: the exact erf form).
+ *              unused (LLaVA's encoder layers after vision_feature_layer): the same
+ *              parameters, held and saved, but y = x, dx = dy, no weight gradient, no state. */
 #include "attn.h"
 
 /* ---- vit ------------------------------------------------------------------------------------- */
@@ -98,7 +100,7 @@ static ka_vit ka_vit_layout(const rt_ldims *d, rt_lplan *p) {
   L.dv = s, s += N * A;
   L.dh = s, s += N * hid;
   L.save = s;
-  p->save_floats = s;
+  p->save_floats = d->unused ? 0 : s;
   p->out_w = d->hidden;
   return L;
 }
@@ -132,6 +134,10 @@ static ka_shape ka_vit_shape(const rt_ldims *d) {
 /* F: the encoder layer y from x. Post: save holds every F slot of ka_vit. */
 static void ka_vit_fwd(const rt_ldims *d, const float *w, const float *x, float *y,
                        float *save) {
+  if (d->unused) { /* held, not computed */
+    rt_copy(y, x, (size_t)d->B * d->S * d->hidden);
+    return;
+  }
   ka_vit L = ka_vit_layout(d, NULL);
   ka_shape sh = ka_vit_shape(d);
   int N = d->B * d->S, hid = d->hidden, A = d->heads * d->head_dim, F = d->ffn;
@@ -164,6 +170,10 @@ static void ka_vit_fwd(const rt_ldims *d, const float *w, const float *x, float 
  * slots of ka_vit (dy and the gradients of every projection output and norm output). */
 static void ka_vit_bwd_in(const rt_ldims *d, const float *w, float *save, const float *dy,
                           float *dx) {
+  if (d->unused) {
+    if (dx) rt_copy(dx, dy, (size_t)d->B * d->S * d->hidden);
+    return;
+  }
   ka_vit L = ka_vit_layout(d, NULL);
   ka_shape sh = ka_vit_shape(d);
   int N = d->B * d->S, hid = d->hidden, A = d->heads * d->head_dim, F = d->ffn;
@@ -208,6 +218,7 @@ static void ka_proj_grad(int N, int in, int out, const float *X, const float *dY
 /* W: g += the weight gradients, from save alone. Pre: ka_vit_bwd_in ran on save. */
 static void ka_vit_bwd_w(const rt_ldims *d, const float *w, const float *save, float *g) {
   (void)w;
+  if (d->unused) return; /* its weights get no gradient */
   ka_vit L = ka_vit_layout(d, NULL);
   int N = d->B * d->S, hid = d->hidden, A = d->heads * d->head_dim, F = d->ffn;
   const float *s = save;
@@ -227,7 +238,7 @@ static void ka_vit_bwd_w(const rt_ldims *d, const float *w, const float *save, f
 }
 
 /* Dimensions: hidden, heads and head_dim (rt_heads_dims, kv_heads = heads), its tokens
- * ((image / patch)^2 + 1 by default), ffn, gated, act, norm_eps; never causal. */
+ * ((image / patch)^2 + 1 by default), ffn, gated, act, norm_eps, unused; never causal. */
 static int ka_vit_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   (void)err;
   int k = in->scale;
@@ -248,11 +259,15 @@ static int ka_vit_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   d->gated = rt_lp(in, BE_LP_VIT_GATED, 0) != 0;
   d->act = (rt_act)(int)rt_lp(in, BE_LP_VIT_ACT, RT_ACT_GELU);
   d->norm_eps = rt_lp(in, BE_LP_VIT_NORM_EPS, 1e-5);
+  d->unused = rt_lp(in, BE_LP_VIT_UNUSED, 0) != 0;
   d->causal = false;
   d->in_S = d->S;
   d->in_w = d->hidden;
   return 0;
 }
 
+/* ka_flops, or 0 for an unused layer. */
+static double ka_vit_flops(const rt_ldims *d, double nw) { return d->unused ? 0 : ka_flops(d, nw); }
+
 const rt_kernel rt_kernel_VIT = {BE_KIND_VIT, 0, ka_vit_dims, ka_vit_plan, ka_vit_fwd,
-                                 ka_vit_bwd_in, ka_vit_bwd_w, ka_flops};
+                                 ka_vit_bwd_in, ka_vit_bwd_w, ka_vit_flops};

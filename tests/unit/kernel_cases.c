@@ -133,6 +133,22 @@ static const kcase kc_cases[] = {
       .v_dim = 4, .rope_theta = 100, .norm_eps = 1e-6, .latent_eps = 1e-6, .yarn_factor = 4,
       .yarn_orig = 8, .yarn_beta_fast = 4, .yarn_beta_slow = 0.05, .yarn_mscale = 0.9,
       .yarn_mscale_all = 0.6}},
+    {"vit_clip", "vit", /* CLIP's encoder layer: quick_gelu, a LayerNorm epsilon that shows */
+     {.B = 2, .S = 5, .hidden = 16, .heads = 2, .kv_heads = 2, .head_dim = 8, .ffn = 24,
+      .act = RT_ACT_QUICK_GELU, .norm_eps = 0.25}},
+    {"vit_unused", "vit", /* LLaVA's encoder layer after vision_feature_layer: the identity */
+     {.B = 2, .S = 5, .hidden = 16, .heads = 2, .kv_heads = 2, .head_dim = 8, .ffn = 24,
+      .act = RT_ACT_QUICK_GELU, .unused = true}},
+    {"vit_embed", "vit_embed", /* CLIP's embeddings: 3 channels of 4 x 4 pixels, 2 x 2 patches */
+     {.B = 2, .S = 5, .in_S = 12, .in_w = 4, .hidden = 8, .patch = 2, .channels = 3, .image = 4,
+      .norm_eps = 0.25}},
+    {"vit_embed_part", "vit_embed", /* at a scale: the first 5 patches of a 3 x 3 grid */
+     {.B = 2, .S = 6, .in_S = 12, .in_w = 6, .hidden = 8, .patch = 2, .channels = 2, .image = 6}},
+    {"projector", "projector", /* LLaVA's: the class token dropped, GELU */
+     {.B = 2, .S = 4, .in_S = 5, .in_w = 8, .hidden = 12, .act = RT_ACT_GELU, .drop_class = true}},
+    {"projector_full", "projector", /* every token kept; the unused vision norm held */
+     {.B = 2, .S = 5, .in_S = 5, .in_w = 8, .hidden = 12, .act = RT_ACT_QUICK_GELU,
+      .vision_norm = true}},
 };
 enum { KC_N = sizeof kc_cases / sizeof kc_cases[0] };
 

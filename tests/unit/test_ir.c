@@ -194,6 +194,7 @@ static ir_module *build_full_module(void) {
   set_param(l, "image", 336);
   set_param(l, "tokens", 577);
   set_param(l, "norm_eps", 1e-12);
+  set_param(l, "unused", 0);
   l = ir_module_add_layer(m, "custom", IR_KIND_CUSTOM);
   set_param(l, "f", 1.0 / 3.0);
   set_param(l, "b", 1e-4);

@@ -10,11 +10,12 @@ ACTS = {
     "silu": F.silu,
     "tanh": torch.tanh,
     "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
+    "quick_gelu": lambda z: z * torch.sigmoid(1.702 * z),  # CLIP's
 }
 
 
 def act(name, z):
-    """Activation 'name' (relu, relu2, gelu, silu, tanh, gelu_tanh) of z."""
+    """Activation 'name' (relu, relu2, gelu, silu, tanh, gelu_tanh, quick_gelu) of z."""
     if name not in ACTS:
         raise ValueError("unknown activation %r" % (name,))
     return ACTS[name](z)

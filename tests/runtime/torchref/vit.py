@@ -1,6 +1,7 @@
 """PyTorch reference of the vit layer kind (runtime/kernels/vit.c): a pre-norm transformer
 encoder layer (LayerNorm, full multi-head self-attention with biases, residual; LayerNorm, MLP
-with optional gate, residual). Written as the textbook formulation."""
+with optional gate, residual). Written as the textbook formulation. An unused layer (LLaVA's
+after vision_feature_layer) is the identity, its weights untouched."""
 import math
 
 import torch
@@ -14,6 +15,8 @@ def forward(dims, x, p):
     B, S, hidden = dims["B"], dims["S"], dims["hidden"]
     H, hd = dims["heads"], dims["head_dim"]
     act = _ACTS[dims["act"]]
+    if dims.get("unused"):  # held, not computed (LLaVA's layers after vision_feature_layer)
+        return x * 1
 
     h = F.layer_norm(x, (hidden,), p["ln1.w"], p["ln1.b"], eps=eps(dims))
 
