@@ -24,6 +24,7 @@ typedef struct sched_adapt_dev {
   double *held;      /* per microbatch: bytes it holds here that it frees by the end of its W
                         (allocated and not yet freed or being freed) */
   int *left;         /* per microbatch: its operations here not yet started */
+  double need_sum;   /* the sum of need over the microbatches that entered */
   int lo;            /* oldest microbatch with operations left here */
   int hi;            /* microbatches that entered (ran the F of the first stage) */
   ir_op_kind last;   /* kind of its last F or B (BW) choice, for alternation */
@@ -59,6 +60,9 @@ static bool sched_adapt_before(const sim_cand *a, const sim_cand *b) {
 static bool sched_adapt_safe(const sched_adapt_dev *ad, int k, double bytes, double free,
                              double limit) {
   double avail = free - bytes, slack = 1e-9 * limit;
+  /* all that every microbatch inside (and k) will still allocate fits at once: safe without
+   * looking at each (the common case where memory does not bind) */
+  if (ad->need_sum + (k < ad->hi ? 0 : ad->total_act) <= free + slack) return true;
   int end = k < ad->hi ? ad->hi : k + 1;
   for (int i = ad->lo; i < end; i++) {
     double need = ad->need[i] - (i == k ? bytes : 0);
@@ -106,14 +110,16 @@ static int sched_adapt_choose(void *ctx, const sim_view *v, const sim_cand *c, i
   int s = ch->stage, k = ch->mb;
   if (ch->kind == IR_OP_F) {
     ad->last = IR_OP_F;
-    if (s == ad->lowest) ad->hi = k + 1;
+    if (s == ad->lowest) ad->hi = k + 1, ad->need_sum += ad->total_act;
     ad->need[k] -= a->act[s];
+    ad->need_sum -= a->act[s];
     ad->held[k] += a->act[s];
   } else if (ch->kind == IR_OP_W) {
     ad->held[k] -= a->act_w[s] + a->rebuild[s];
   } else { /* B keeps act_w and the rebuilt state until W; BW frees all */
     ad->last = IR_OP_B;
     ad->need[k] -= a->rebuild[s];
+    ad->need_sum -= a->rebuild[s];
     ad->held[k] -= ch->kind == IR_OP_BW ? a->act[s] : a->act[s] - a->act_w[s];
   }
   ad->left[k]--;

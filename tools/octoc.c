@@ -58,7 +58,7 @@ static const cli_flag flags[] = {
      "add the classic plans (S-1F1B, balanced 1F1B, I-1F1B, ZB-H1,\n"
      "ZB-V, adaptive) to the report (or --emit=html), with their\nspeedup", false},
     {F_EVALS, "--evals", "N",
-     "plans the tuner may simulate (default 2000; 0: no limit);\n"
+     "plans the tuner may simulate (default 1000; 0: no limit);\n"
      "the plan is the same on every machine; with\n"
      "--search=config, the long tune of each of the best\n"
      "configurations (config's long_evals; the short tunes keep\ntheirs)", false},
