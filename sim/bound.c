@@ -66,20 +66,21 @@ typedef struct bd_type {
 enum { BD_MAX_TYPES = 12, BD_MAX_STATES = 200000 };
 static const double bd_max_work = 4e6;
 
-/* Whether the layers of types ty[0..nt) can be packed onto p devices, the k-th of which
- * (0-based, by first layer) has c - head[k] of time (it cannot start before the forward prefix
- * of the k-th layer, at least), each within memory mcap: its static bytes and one microbatch's
- * activations, and its static bytes and the memory-time its activations take spread over a step
- * of c (a step of at most c leaves at most (mcap - static) x c for them); dynamic programming
- * over the counts
- * left (a mixed-radix state), where bins[v] is the fewest devices holding state v, filled in
- * order of decreasing room (using fewer devices always leaves a larger next one). Returns 1
- * (fits), 0 (cannot), or -1 when the problem is too large to decide. When 'next' is not NULL it
- * receives the smallest capacity above 'above' at which the answer can change: where some
- * configuration starts to fit on some device (its work plus the device's start, or the capacity
- * at which its memory-time fits, whichever is later). */
-static int bd_pack(const bd_type *ty, int nt, double c, const double *head, double mcap,
-                   int p, double above, double *next) {
+/* How few devices can hold each subset of the layers of types ty[0..nt), on p devices, the
+ * k-th of which (0-based, by first layer) has c - head[k] of time (it cannot start before the
+ * forward prefix of the k-th layer, at least), each within memory mcap: its static bytes and one
+ * microbatch's activations, and its static bytes and the memory-time its activations take
+ * spread over a step of c (a step of at most c leaves at most (mcap - static) x c for them).
+ * Dynamic programming over the counts left (a mixed-radix state), where bins[v] is the fewest
+ * devices holding state v, filled in order of decreasing room (using fewer devices always leaves
+ * a larger next one; INT32_MAX when more than p). Returns 1 with *bins_out the array over the
+ * states (the caller frees it; its last entry is the whole set), or -1 when the problem is too
+ * large to decide. When 'next' is not NULL it receives the smallest capacity above 'above' at
+ * which the answer can change: where some configuration starts to fit on some device (its work
+ * plus the device's start, or the capacity at which its memory-time fits, whichever is
+ * later). */
+static int bd_bins(const bd_type *ty, int nt, double c, const double *head, double mcap,
+                   int p, double above, double *next, int **bins_out) {
   long states = 1;
   long radix[BD_MAX_TYPES];
   for (int i = 0; i < nt; i++) {
@@ -156,12 +157,23 @@ static int bd_pack(const bd_type *ty, int nt, double c, const double *head, doub
     }
     bins[v] = best;
   }
-  int fits = bins[states - 1] <= p;
-  free(bins);
   free(digit);
   free(cfg);
   free(cfg_k);
   free(cfg_t);
+  *bins_out = bins;
+  return 1;
+}
+
+/* Whether the packing bd_bins describes fits on p devices: 1, 0, or -1 (too large to decide). */
+static int bd_pack(const bd_type *ty, int nt, double c, const double *head, double mcap,
+                   int p, double above, double *next) {
+  int *bins;
+  if (bd_bins(ty, nt, c, head, mcap, p, above, next, &bins) < 0) return -1;
+  long last = 1;
+  for (int i = 0; i < nt; i++) last *= ty[i].count + 1;
+  int fits = bins[last - 1] <= p;
+  free(bins);
   return fits;
 }
 
@@ -272,6 +284,73 @@ static double bd_speed(const double *work, int n, int p, const int *cls) {
   }
   free(t);
   return best;
+}
+
+/* Whether the layers fit on two classes of devices within a step of c: the types' work on a
+ * device of the first class (tyA) and of the second (tyB: the same counts and memory), nA and nB
+ * devices, each within memory mcap; some subset of the layers must fit on the first class and the
+ * rest on the second (bd_bins on each, without the devices' starts). 1, 0, or -1 (too large). */
+static int bd_fits2(const bd_type *tyA, const bd_type *tyB, int nt, double c, double mcap,
+                    int nA, int nB, const double *zero) {
+  int *ba, *bb;
+  if (bd_bins(tyA, nt, c, zero, mcap, nA, 0, NULL, &ba) < 0) return -1;
+  if (bd_bins(tyB, nt, c, zero, mcap, nB, 0, NULL, &bb) < 0) {
+    free(ba);
+    return -1;
+  }
+  long states = 1;
+  for (int i = 0; i < nt; i++) states *= tyA[i].count + 1;
+  int fits = 0; /* the complement of state v is states - 1 - v */
+  for (long v = 0; v < states && !fits; v++) fits = ba[v] <= nA && bb[states - 1 - v] <= nB;
+  free(ba);
+  free(bb);
+  return fits;
+}
+
+/* (a''), whole layers on two classes of devices: the smallest step above lo (a step no plan can
+ * reach) at which the layers can be packed, by bisection on bd_fits2, as the packing of (a) does
+ * on one class; the layers grouped by their work on each class and their memory (at most
+ * BD_MAX_TYPES kinds). 'work' as in bd_speed, classes cls[dv] (exactly two). Returns lo when the
+ * packing is too large to decide, or no step fits. */
+static double bd_pack2(const bd_layer *ly, const double *work, int n, int p, const int *cls,
+                       double mcap, double lo) {
+  int a = -1, b = -1, nA = 0, nB = 0;
+  for (int dv = 0; dv < p; dv++) {
+    if (cls[dv] == dv && a < 0) a = dv;
+    else if (cls[dv] == dv) b = dv;
+    if (cls[dv] == a) nA++;
+    else nB++;
+  }
+  bd_type tyA[BD_MAX_TYPES], tyB[BD_MAX_TYPES];
+  int nt = 0;
+  for (int i = 0; i < n; i++) {
+    double ta = work[(size_t)i * p + a], tb = work[(size_t)i * p + b];
+    double mi = ly[i].param + ly[i].act;
+    int j = 0;
+    while (j < nt && !(tyA[j].t == ta && tyB[j].t == tb && tyA[j].mem == mi)) j++;
+    if (j == nt) {
+      if (nt == BD_MAX_TYPES) return lo;
+      tyA[nt] = (bd_type){ta, mi, ly[i].param, 0, 0};
+      tyB[nt++] = (bd_type){tb, mi, ly[i].param, 0, 0};
+    }
+    tyA[j].count++, tyB[j].count++;
+  }
+  double *zero = xcalloc((size_t)p, sizeof *zero);
+  double hi = lo > 0 ? lo : 1e-9;
+  int f = 0;
+  for (int it = 0; it < 40 && (f = bd_fits2(tyA, tyB, nt, hi, mcap, nA, nB, zero)) == 0; it++)
+    hi *= 2;
+  if (f == 1) {
+    for (int it = 0; it < 30 && hi - lo > 1e-9 * hi; it++) {
+      double mid = (lo + hi) / 2;
+      int fm = bd_fits2(tyA, tyB, nt, mid, mcap, nA, nB, zero);
+      if (fm < 0) break;
+      if (fm == 0) lo = mid;
+      else hi = mid;
+    }
+  }
+  free(zero);
+  return lo;
 }
 
 /* sim_bound_compute, with the exact packing of (a) only when 'exact'. */
@@ -451,6 +530,12 @@ static bool bound_compute(const ir_module *m, sim_bound *out, bool exact_packing
   out->exact = exact >= 0;
   double speed = bd_speed(work, n, p, cls);
   if (speed > out->work) out->work = speed, out->exact = false;
+  int classes = 0;
+  for (int dv = 0; dv < p; dv++) classes += cls[dv] == dv;
+  if (classes == 2 && exact_packing) {
+    double packed = bd_pack2(ly, work, n, p, cls, pack_mem, out->work);
+    if (packed > out->work) out->work = packed;
+  }
   free(cls);
   free(work);
   free(head);

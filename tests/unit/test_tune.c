@@ -243,6 +243,53 @@ void test_tune_adaptive_safe(void) {
   fclose(sink);
 }
 
+/* Make device dv of m a slower type "y": every layer's F, B and W there cost 'slow' times more. */
+static void tt_slow_device(ir_module *m, int dv, double slow) {
+  m->devices[dv].type = "y";
+  for (int i = 0; i < m->nlayers; i++) {
+    ir_layer *l = &m->layers[i];
+    ir_cost c = l->cost;
+    c.f *= slow, c.b *= slow, c.w *= slow;
+    *ir_layer_add_type_cost(m, l, "y") = c;
+  }
+}
+
+/* The bound on devices of two types: whole layers packed onto each class (a''), never above the
+ * exhaustive optimum; and on three equal layers, two fast devices and a ten times slower one, it
+ * is the two layers one fast device must take, where the relaxation that splits layers gives
+ * less. */
+void test_tune_bound_classes(void) {
+  uint64_t seed = 77;
+  FILE *sink = tmpfile();
+  diag_engine *q = diag_new(sink);
+  for (int trial = 0; trial < 12; trial++) {
+    int n = 4 + trial % 3, p = 3, mb = 2 + trial % 3;
+    double lim = trial % 2 ? 1e12 : 1e8 * ((n + 2) / 3) + 2e8;
+    ir_module *m = tt_model(&seed, n, p, mb, lim);
+    tt_slow_device(m, 2, 1.5 + trial % 4);
+    ir_module *e = ir_module_clone(m);
+    double want = tt_exhaustive(e, 0, q);
+    ir_module_free(e);
+    sim_bound bd;
+    UNIT_CHECK(sim_bound_compute(m, &bd));
+    if (isfinite(want) && !(bd.bound > 0 && bd.bound <= want * (1 + 1e-9)))
+      unit_fail_dbl(__FILE__, __LINE__, "bound <= exhaustive (two types)", bd.bound, want);
+    ir_module_free(m);
+  }
+  ir_module *m = tt_model(&seed, 3, 3, 1, 1e12);
+  for (int i = 0; i < 3; i++) {
+    ir_cost *c = &m->layers[i].cost;
+    c->f = c->b = c->w = 1e-3, c->param = 0;
+  }
+  tt_slow_device(m, 2, 10);
+  sim_bound bd;
+  UNIT_CHECK(sim_bound_compute(m, &bd));
+  UNIT_CHECK_EQ_DBL(round(bd.work * 1e9) / 1e9, 6e-3);
+  ir_module_free(m);
+  diag_free(q);
+  fclose(sink);
+}
+
 void test_tune_deterministic(void) {
   uint64_t seed = 5;
   FILE *sink = tmpfile();
