@@ -116,11 +116,12 @@ static int sched_adapt_choose(void *ctx, const sim_view *v, const sim_cand *c, i
     ad->held[k] += a->act[s];
   } else if (ch->kind == IR_OP_W) {
     ad->held[k] -= a->act_w[s] + a->rebuild[s];
-  } else { /* B keeps act_w and the rebuilt state until W; BW frees all */
+  } else { /* B allocates the rebuilt state, keeps it and act_w until W; BW frees all */
     ad->last = IR_OP_B;
     ad->need[k] -= a->rebuild[s];
     ad->need_sum -= a->rebuild[s];
-    ad->held[k] -= ch->kind == IR_OP_BW ? a->act[s] : a->act[s] - a->act_w[s];
+    ad->held[k] += a->rebuild[s];
+    ad->held[k] -= ch->kind == IR_OP_BW ? a->act[s] + a->rebuild[s] : a->act[s] - a->act_w[s];
   }
   ad->left[k]--;
   while (ad->lo < ad->hi && ad->left[ad->lo] == 0) ad->lo++;
