@@ -542,10 +542,13 @@ static int part_layout(part_ctx *c, const pass_option *o) {
       rc = 1;
       break;
     }
-    if ((int)m->layers[at].kind != want) {
+    if (pass_layout_symbol(notation, m->layers[at].kind) != *p) {
+      strbuf kinds = {0};
+      pass_layout_kinds(notation, *p, &kinds);
       diag_error(c->d, o->value_loc, "layout: symbol %d ('%c') of stage %d needs a layer of kind "
-                 "%s; layer %%%d \"%s\" is %s", sym, *p, stage, ir_kinds[want].name, at,
+                 "%s; layer %%%d \"%s\" is %s", sym, *p, stage, strbuf_cstr(&kinds), at,
                  m->layers[at].name, ir_kinds[m->layers[at].kind].name);
+      strbuf_free(&kinds);
       rc = 1;
       break;
     }
@@ -677,16 +680,35 @@ bool pass_megatron_cut_ok(const ir_module *m, int i) {
   if (pass_layout_notation_of(m) == PASS_LAYOUT_HYBRID)
     return !(i == 1 && prev == IR_KIND_EMBEDDING) &&
            !(i == m->nlayers - 1 && next == IR_KIND_LM_HEAD);
-  return !(prev == IR_KIND_ATTENTION && (next == IR_KIND_MLP || next == IR_KIND_MOE));
+  return !(pass_layout_symbol(PASS_LAYOUT_MEGATRON, prev) == 't' &&
+           (next == IR_KIND_MLP || next == IR_KIND_MOE));
+}
+
+/* Whether row i of layout_symbols is the first of its notation with its symbol. */
+static bool layout_first(int i) {
+  for (int j = 0; j < i; j++)
+    if (layout_symbols[j].notation == layout_symbols[i].notation &&
+        layout_symbols[j].symbol == layout_symbols[i].symbol)
+      return false;
+  return true;
 }
 
 void pass_layout_symbols(pass_layout_notation n, strbuf *sb) {
   int count = 0, total = 0;
-  for (int i = 0; i < LAYOUT_NSYMBOLS; i++) total += layout_symbols[i].notation == n;
+  for (int i = 0; i < LAYOUT_NSYMBOLS; i++) total += layout_symbols[i].notation == n && layout_first(i);
   for (int i = 0; i < LAYOUT_NSYMBOLS; i++)
-    if (layout_symbols[i].notation == n) {
+    if (layout_symbols[i].notation == n && layout_first(i)) {
       count++;
       strbuf_printf(sb, "%s%c", count == 1 ? "" : count == total ? " and " : ", ",
                     layout_symbols[i].symbol);
+    }
+}
+
+void pass_layout_kinds(pass_layout_notation n, char c, strbuf *sb) {
+  bool any = false;
+  for (int i = 0; i < LAYOUT_NSYMBOLS; i++)
+    if (layout_symbols[i].notation == n && layout_symbols[i].symbol == c) {
+      strbuf_printf(sb, "%s%s", any ? " or " : "", ir_kinds[layout_symbols[i].kind].name);
+      any = true;
     }
 }

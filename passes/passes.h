@@ -191,17 +191,20 @@ sim_status pass_adaptive_run(const sim_model *p, const ir_module *m, const pass_
 
 typedef enum pass_layout_notation { PASS_LAYOUT_MEGATRON, PASS_LAYOUT_HYBRID } pass_layout_notation;
 
-/* The layer kind that symbol c stands for in notation n, or -1. */
+/* The first layer kind that symbol c stands for in notation n, or -1 (a symbol may stand for
+ * several: pass_layout_kinds). */
 int pass_layout_kind(pass_layout_notation n, char c);
 /* The symbol of layer kind k in notation n, or 0 when it has none. */
 char pass_layout_symbol(pass_layout_notation n, ir_layer_kind k);
-/* Append notation n's symbols to sb as "E, t and L". */
+/* Append notation n's symbols to sb as "E, t and L" (each once). */
 void pass_layout_symbols(pass_layout_notation n, strbuf *sb);
+/* Append the kinds symbol c stands for in notation n to sb as "attention or mla". */
+void pass_layout_kinds(pass_layout_notation n, char c, strbuf *sb);
 /* The notation m's partition is written in: the hybrid pattern when m has Mamba-2 layers, else
  * the pipeline layout. */
 pass_layout_notation pass_layout_notation_of(const ir_module *m);
 /* Whether Megatron can start a stage at layer i (0 < i < m->nlayers) of m: not between an
- * attention layer and the MLP or MoE after it (a layout's 't' is both); in a hybrid pattern, not
+ * attention (or mla) layer and the MLP or MoE after it (a layout's 't' is both); in a hybrid pattern, not
  * after a leading embedding or before a trailing LM head (both implicit, so a stage of either
  * alone cannot be written). */
 bool pass_megatron_cut_ok(const ir_module *m, int i);

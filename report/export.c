@@ -76,7 +76,7 @@ int report_megatron_layout(const ir_module *m, strbuf *out, diag_engine *d, diag
                      (k == IR_KIND_LM_HEAD && s == m->nstages - 1)))
         continue; /* implicit in a hybrid pattern */
       char c = pass_layout_symbol(notation, k);
-      if (!hybrid && k == IR_KIND_ATTENTION) { /* 't': the attention and its MLP or MoE */
+      if (!hybrid && c == 't') { /* 't': the attention and its MLP or MoE */
         if (i + 1 < st->end &&
             (m->layers[i + 1].kind == IR_KIND_MLP || m->layers[i + 1].kind == IR_KIND_MOE))
           i++;
