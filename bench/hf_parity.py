@@ -147,6 +147,14 @@ CASES = [
                                    query_pre_attn_scalar=24, tie_word_embeddings=True,
                                    layer_types=["sliding_attention", "full_attention"]),
      111, 1000),
+    # Gemma 3 4B and larger: the global layers' rotary embedding scaled linearly (by 4 here), the
+    # local ones' not
+    ("gemma3-linear", "gemma3_text", dict(vocab_size=200, rope_theta=1000000.0,
+                                          rope_local_base_freq=10000.0, sliding_window=8,
+                                          query_pre_attn_scalar=24, tie_word_embeddings=True,
+                                          rope_scaling={"rope_type": "linear", "factor": 4.0},
+                                          layer_types=["sliding_attention", "full_attention"]),
+     114, 1000),
     # LLaVA: a CLIP tower (quick_gelu, its last layer unused) and the projector (class token
     # dropped) in front of the Llama text model, the 4 image tokens first in each sequence
     ("llava", "llava", dict(vocab_size=200, rope_theta=10000.0), 113, 1000),

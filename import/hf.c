@@ -369,6 +369,8 @@ typedef struct hf_model {
   double local_theta;       /* that of the windowed layers when it differs; 0: theta */
   double rope_factor, rope_low, rope_high, rope_orig; /* Llama 3.1's rope scaling (factor 0:
                                                           none) */
+  double rope_linear;       /* transformers' "linear" rope scaling's factor (0: none); Gemma 3:
+                               its global layers only */
   double eps;               /* RMSNorm epsilon of the decoder layers and the head (norm_eps) */
   bool qkv_bias;            /* the attention's q, k and v projections have biases (Qwen2) */
   bool qk_norm;             /* the attention normalizes each q and k head (Qwen3) */
@@ -499,6 +501,16 @@ static void hf_rope_llama3(hf_ctx *c, const cJSON *rs, const char *p, const char
   hf_leftovers(c, rs, q);
 }
 
+/* transformers' "linear" rope scaling (every position divided by factor), object rs at path q
+ * (field 'field' under prefix p, its type read from key tn): m->rope_linear. */
+static void hf_rope_linear(hf_ctx *c, const cJSON *rs, const char *p, const char *q,
+                           const char *field, const char *tn, hf_model *m) {
+  hf_use(c, q, tn, "linear rope scaling (rope_linear)");
+  m->rope_linear = hf_positive(c, rs, q, "factor", 0, "rope_linear");
+  if (m->rope_linear == 0) hf_refuse(c, p, field, "rope_type linear needs factor");
+  hf_leftovers(c, rs, q);
+}
+
 /* DeepSeek's YaRN rope scaling, object rs at path q (field 'field' under prefix p, its type read
  * from key tn): m->yarn_*, written on the mla layers. Both magnitude scales must be given (the
  * rotary factor is then their ratio, transformers' rule), no attention_factor, truncate true. */
@@ -541,8 +553,9 @@ static const cJSON *hf_rope_types(hf_ctx *c, const cJSON *rp, const char *p, hf_
   return full;
 }
 
-/* RoPE fields: rope_theta (any positive base: m->theta), rope_scaling (none, or Llama 3.1's
- * "llama3": m->rope_*), partial_rotary_factor (1). transformers 5 writes the two together as
+/* RoPE fields: rope_theta (any positive base: m->theta), rope_scaling (none, Llama 3.1's
+ * "llama3": m->rope_*, or "linear": m->rope_linear; DeepSeek's mla layers: "yarn" only),
+ * partial_rotary_factor (1). transformers 5 writes the two together as
  * rope_parameters, {"rope_theta": ..., "rope_type": "default" or "llama3", ...}, read the same
  * way (rope_type "default": no scaling), or per layer type for Gemma 3 (hf_rope_types). */
 static void hf_rope(hf_ctx *c, const cJSON *obj, const char *p, hf_model *m) {
@@ -562,11 +575,18 @@ static void hf_rope(hf_ctx *c, const cJSON *obj, const char *p, hf_model *m) {
     if (v5 && strcmp(type, "default") == 0) {
       hf_use(c, q.s, tn, "no rope scaling");
       hf_leftovers(c, rs, q.s);
-    } else if (strcmp(type, "yarn") == 0 && strncmp(c->fam->type, "deepseek_v", 10) == 0) {
+    } else if (strncmp(c->fam->type, "deepseek_v", 10) == 0) {
+      if (strcmp(type, "yarn") != 0) {
+        hf_refuse(c, p, field, "OctoPipe's mla layers scale their rotary part by YaRN only "
+                  "(rope_type \"yarn\")");
+        return;
+      }
       hf_rope_yarn(c, rs, p, q.s, field, tn, m);
+    } else if (strcmp(type, "linear") == 0) {
+      hf_rope_linear(c, rs, p, q.s, field, tn, m);
     } else if (strcmp(type, "llama3") != 0) {
-      hf_refuse(c, p, field, "OctoPipe's rope scaling is Llama 3.1's (rope_type \"llama3\"), "
-                "not linear, dynamic, yarn or longrope");
+      hf_refuse(c, p, field, "OctoPipe's rope scalings are Llama 3.1's (rope_type \"llama3\") "
+                "and \"linear\", not dynamic, yarn or longrope");
       return;
     } else {
       hf_rope_llama3(c, rs, p, q.s, field, tn, m);
@@ -1296,6 +1316,8 @@ static void hf_decoder_items(strbuf *s, const hf_model *m, char k, const char *i
     if (m->local_theta != m->theta) hf_real(&a, ", ", "rope_theta", m->local_theta, 0);
     if (m->local_theta > 0 && m->rope_factor > 0 && m->rope_factor != 1) /* Gemma 3: scaled */
       strbuf_puts(&a, ", rope_factor = 1"); /* are the global layers only */
+    if (m->local_theta > 0 && m->rope_linear > 0 && m->rope_linear != 1)
+      strbuf_puts(&a, ", rope_linear = 1");
   }
   hf_real(&a, ", ", "score_dim", m->score_dim, 0);
   hf_real(&a, ", ", "softcap", m->attn_cap, 0);
@@ -1369,6 +1391,7 @@ static void hf_write_model(strbuf *s, const hf_model *m, const char *name, doubl
     hf_real(s, "  ", "rope_high_freq_factor", m->rope_high, 0);
     hf_dim(s, "rope_original_seq", m->rope_orig);
   }
+  hf_real(s, "  ", "rope_linear", m->rope_linear, 1);
   hf_real(s, "  ", "norm_eps", m->eps, HF_OCTO_EPS);
   if (m->qkv_bias) strbuf_puts(s, "  qkv_bias = true");
   if (m->qk_norm) strbuf_puts(s, "  qk_norm = true");

@@ -193,6 +193,10 @@ static inline int lr_layer_check(int kind, const double *p, lr_report *r) {
     if (p[LR_P_ATTENTION_ROPE_FACTOR] != 1 && LR_KNOWN2(lo, hi) && !(hi > lo))
       lr_problem(r, "rope_high_freq_factor = %g must exceed rope_low_freq_factor = %g when "
                  "rope_factor is not 1", hi, lo);
+    double fac = p[LR_P_ATTENTION_ROPE_FACTOR], lin = p[LR_P_ATTENTION_ROPE_LINEAR];
+    if (LR_KNOWN2(fac, lin) && fac != 1 && lin != 1)
+      lr_problem(r, "rope_factor = %g and rope_linear = %g are two rope scalings; give one", fac,
+                 lin);
     break;
   }
   case LR_KIND_MOE: {

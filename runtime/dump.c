@@ -143,6 +143,7 @@ int rt_dump_layer(const char *dir, const char *stem, const rt_ldims *d, const rt
   X("rope_low_freq_factor", NUM, d->rope_low)                                                 \
   X("rope_high_freq_factor", NUM, d->rope_high)                                               \
   X("rope_original_seq", WHOLE, d->rope_orig)                                                 \
+  X("rope_linear", NUM, d->rope_linear)                                                       \
   X("qkv_bias", INT, d->qkv_bias)                                                             \
   X("qk_norm", INT, d->qk_norm)                                                               \
   X("rope", INT, !d->no_rope)                                                                 \

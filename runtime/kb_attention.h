@@ -27,11 +27,13 @@ RT_HD static inline void rt_attn_prob_row(int S, int lo, int hi, float m, float 
 /* ---- Rotary embedding ------------------------------------------------------------------------ */
 
 /* Element i = t*hd/2 + k of the rotary tables: cs[i] = cos(t * theta^(-2k/hd)), sn[i] likewise
- * sin (t < S, k < hd/2). */
+ * sin (t < S, k < hd/2); the frequency scaled as Llama 3.1's or transformers' "linear" rope
+ * scaling says. */
 typedef struct rt_b_attn_rope_table_a {
   int hd;         /* head width (even) */
   double theta;   /* base frequency (> 0) */
   double factor, low, high, orig; /* Llama 3.1 scaling (factor 1: none; else high > low) */
+  double linear;  /* linear scaling: every frequency divided by it (> 0; 1: none) */
   float *cs, *sn; /* [S, hd/2] each */
 } rt_b_attn_rope_table_a;
 RT_BODY_FN(attn_rope_table) {
@@ -46,6 +48,7 @@ RT_BODY_FN(attn_rope_table) {
       f = (1 - s) * f / p->factor + s * f;
     }
   }
+  f /= p->linear;
   p->cs[i] = (float)cos(t * f);
   p->sn[i] = (float)sin(t * f);
 }

@@ -43,6 +43,7 @@ typedef struct rt_ldims {
   double rope_theta; /* attention: rotary base frequency (> 0) */
   double rope_factor, rope_low, rope_high, rope_orig; /* attention: Llama 3.1 rope scaling
                                                           (factor 1: none) */
+  double rope_linear; /* attention: linear rope scaling, positions divided by it (> 0; 1: none) */
   bool qkv_bias;     /* attention: the q, k and v projections have biases */
   bool qk_norm;      /* attention: RMSNorm (eps norm_eps) of each q and k head before rotary */
   bool no_rope;      /* attention: no rotary embedding of q and k (rope = false; NoPE) */

@@ -18,7 +18,8 @@
  *              the sequence),
  *              theta = rope_theta, rotate-half: for i < hd/2, pair (i, i + hd/2) with angle
  *              t * theta^(-2i/hd) (with rope_factor != 1 scaled as Llama 3.1's "llama3" rope
- *              scaling, kb_attention.h attn_rope_table): out_i = x_i cos - x_{i+hd/2} sin,
+ *              scaling, kb_attention.h attn_rope_table; divided by rope_linear, transformers'
+ *              "linear" scaling): out_i = x_i cos - x_{i+hd/2} sin,
  *              out_{i+hd/2} = x_{i+hd/2} cos + x_i sin;
  *              query head qh reads kv head qh / (heads / kv_heads);
  *              scores = q k^T / sqrt(score_dim) (score_dim: head_dim unless given), capped to
@@ -295,6 +296,7 @@ static int ka_att_dims(const rt_dims_in *in, rt_ldims *d, strbuf *err) {
   d->rope_low = rt_lp(in, BE_LP_ATTENTION_ROPE_LOW, 1);
   d->rope_high = rt_lp(in, BE_LP_ATTENTION_ROPE_HIGH, 4);
   d->rope_orig = rt_lp(in, BE_LP_ATTENTION_ROPE_ORIG, 8192);
+  d->rope_linear = rt_lp(in, BE_LP_ATTENTION_ROPE_LINEAR, 1);
   d->qkv_bias = rt_lp(in, BE_LP_ATTENTION_QKV_BIAS, 0) != 0;
   d->qk_norm = rt_lp(in, BE_LP_ATTENTION_QK_NORM, 0) != 0;
   d->norm_eps = rt_lp(in, BE_LP_ATTENTION_NORM_EPS, 1e-5);

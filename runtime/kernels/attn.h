@@ -91,14 +91,16 @@ static inline void ka_core_bwd(const ka_shape *sh, const float *q, const float *
 }
 
 /* Rotary tables of attention dims d in scratch (body attn_rope_table): cs[t*hd/2 + i] = cos(t *
- * theta^(-2i/hd)) (rope-scaled when d->rope_factor != 1), sn likewise sin, t < S; free with
+ * theta^(-2i/hd)) (rope-scaled when d->rope_factor or d->rope_linear is not 1; pre:
+ * d->rope_linear > 0), sn likewise sin, t < S; free with
  * rt_scratch_free(cs) (one block, *sn inside it). */
 static inline float *ka_rope_tables(const rt_ldims *d, float **sn) {
   size_t n = (size_t)d->S * (d->head_dim / 2);
   float *cs = rt_scratch(2 * n);
   *sn = cs + n;
   RT_FOR(attn_rope_table, n, .hd = d->head_dim, .theta = d->rope_theta, .factor = d->rope_factor,
-         .low = d->rope_low, .high = d->rope_high, .orig = d->rope_orig, .cs = cs, .sn = *sn);
+         .low = d->rope_low, .high = d->rope_high, .orig = d->rope_orig, .linear = d->rope_linear,
+         .cs = cs, .sn = *sn);
   return cs;
 }
 

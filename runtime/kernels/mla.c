@@ -170,7 +170,7 @@ static void km_rope(const rt_ldims *d, int N, int heads, float *X, bool back) {
   } else {
     rt_ldims r = *d;
     r.head_dim = d->rope_dim;
-    r.rope_factor = 1; /* no Llama 3.1 scaling */
+    r.rope_factor = r.rope_linear = 1; /* no Llama 3.1 or linear scaling */
     cs = ka_rope_tables(&r, &sn);
   }
   ka_rope(N, d->S, heads, d->rope_dim, X, cs, sn, back);

@@ -149,6 +149,9 @@ static const kcase kc_cases[] = {
     {"projector_full", "projector", /* every token kept; the unused vision norm held */
      {.B = 2, .S = 5, .in_S = 5, .in_w = 8, .hidden = 12, .act = RT_ACT_QUICK_GELU,
       .vision_norm = true}},
+    {"attn_linear", "attention", /* Gemma 3's global layers: linear rope scaling by 8 */
+     {.B = 2, .S = 12, .hidden = 32, .heads = 2, .kv_heads = 1, .head_dim = 16, .causal = true,
+      .rope_theta = 1e6, .rope_linear = 8, .qk_norm = true, .norm_shift = 1, .post_norm = true}},
 };
 enum { KC_N = sizeof kc_cases / sizeof kc_cases[0] };
 
@@ -190,6 +193,7 @@ static bool kc_setup(const kcase *c, krun *r) {
     r->d.rope_high = 4;
     r->d.rope_orig = 8192;
   }
+  if (!r->d.rope_linear) r->d.rope_linear = 1;
   r->k = rt_kernel_find(c->kind);
   strbuf err = {0};
   if (!r->k || r->k->plan(&r->d, &r->p, &err) != 0) {

@@ -35,9 +35,11 @@ def _llama3_scaling(inv_freq, dims):
 
 def _rotary(t, theta, dims):
     """t: [B, heads, S, hd]; rotate each pair (i, i + hd/2) by angle pos * theta^(-2i/hd)
-    (rope-scaled as Llama 3.1 when dims say so)."""
+    (rope-scaled as Llama 3.1 when dims say so, and divided by rope_linear: transformers'
+    _compute_linear_scaling_rope_parameters)."""
     S, hd = t.shape[-2], t.shape[-1]
     inv_freq = _llama3_scaling(theta ** (-torch.arange(0, hd, 2, dtype=t.dtype) / hd), dims)
+    inv_freq = inv_freq / float(dims.get("rope_linear", 1.0))
     angles = torch.outer(torch.arange(S, dtype=t.dtype), inv_freq)  # [S, hd/2]
     angles = torch.cat([angles, angles], dim=-1)  # [S, hd]
     return t * angles.cos() + _rotate_half(t) * angles.sin()
