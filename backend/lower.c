@@ -612,7 +612,7 @@ be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where) {
   if (!costs_complete(m, d, where)) return NULL;
   sim_model *p = sim_model_build(m, d);
   if (!p) return NULL;
-  sim_opts so = {NULL, NULL, false, true};
+  sim_opts so = {.record = true};
   sim_result res = {0};
   if (sim_run(p, m, &so, &res) != SIM_OK) {
     sim_report_failure(&res, d, where);

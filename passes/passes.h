@@ -183,9 +183,10 @@ pass_adaptive_opts pass_adaptive_default(void);
  * costs complete), into r (priority mode; r->order holds the order chosen). Reports nothing.
  * Returns SIM_OK, or SIM_DEADLOCK when a device cannot hold even one microbatch: then
  * *overflow_dev and *overflow (bytes over its limit, the worst device) say where, and r is not
- * run. Pre: r zero-initialized or reused. */
+ * run; or, with cutoff > 0 (seconds; 0: none), SIM_CUTOFF as soon as the step provably ends
+ * after it (sim_opts.cutoff). Pre: r zero-initialized or reused. */
 sim_status pass_adaptive_run(const sim_model *p, const ir_module *m, const pass_adaptive_opts *o,
-                             sim_result *r, int *overflow_dev, double *overflow);
+                             double cutoff, sim_result *r, int *overflow_dev, double *overflow);
 
 /* ---- Megatron's partition notations (layout.def) ------------------------------------------ */
 
@@ -281,6 +282,8 @@ typedef struct pass_tune_stats {
   int iterations;            /* local-search iterations */
   int evaluations;           /* plans simulated */
   int pruned;                /* candidates discarded by their bound without simulating */
+  int cut;                   /* of the plans simulated, those stopped once they provably could
+                                not beat the plan they were compared with (sim_opts.cutoff) */
   int jobs;                  /* threads used */
   double seconds;            /* time taken */
   char stop[16];             /* why the search ended: "converged", "effort" or "time" */

@@ -230,7 +230,7 @@ pass_adaptive_opts pass_adaptive_default(void) {
 }
 
 sim_status pass_adaptive_run(const sim_model *p, const ir_module *m, const pass_adaptive_opts *o,
-                             sim_result *r, int *overflow_dev, double *overflow) {
+                             double cutoff, sim_result *r, int *overflow_dev, double *overflow) {
   sched_adapt a;
   sched_adapt_init(&a, m, m->ndevices, o);
   *overflow_dev = -1;
@@ -242,7 +242,7 @@ sim_status pass_adaptive_run(const sim_model *p, const ir_module *m, const pass_
   }
   sim_status st = SIM_DEADLOCK;
   if (*overflow_dev < 0) {
-    sim_opts so = {sched_adapt_choose, &a, !o->split, false};
+    sim_opts so = {.choose = sched_adapt_choose, .ctx = &a, .fused_bw = !o->split, .cutoff = cutoff};
     st = sim_run(p, m, &so, r);
   }
   sched_adapt_free(&a, m->ndevices);
@@ -259,7 +259,7 @@ int sched_build_adaptive(const sched_shape *sh, const sched_params *prm, diag_en
   if (sched_adapt_fit_check(sh, model, &a, prm->where, d)) {
     rc = 1;
   } else {
-    sim_opts so = {sched_adapt_choose, &a, !prm->adaptive.split, false};
+    sim_opts so = {.choose = sched_adapt_choose, .ctx = &a, .fused_bw = !prm->adaptive.split};
     sim_result r = {0};
     if (sim_run(model, m, &so, &r) == SIM_OK) {
       sim_store_order(&r, m);

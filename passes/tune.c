@@ -42,7 +42,19 @@ typedef struct tune_score {
   int tight_dev;    /* when it fits: the device whose peak memory is nearest its limit, when at
                        least TUNE_TIGHT of it (else -1): where recomputing a stage may let the
                        adaptive scheduler keep more microbatches in flight */
+  bool cut;         /* its simulation stopped at the batch's cutoff (tuner.cutoff): it is no
+                       better than that, scored as not ok and not cached */
 } tune_score;
+
+/* The score of a plan not simulated to its end (pruned, cut, late) or that cannot run: never
+ * better than a plan that ran. */
+static const tune_score tune_worst = {false, false, INFINITY, 1, INFINITY, INFINITY, -1, -1, false};
+
+/* The score of classic plan b as its own schedule runs it. */
+static tune_score tune_score_of(const pass_baseline *b) {
+  return (tune_score){true, b->fits, b->makespan, b->bubble, INFINITY, b->fits ? 0 : INFINITY,
+                      -1, -1, false};
+}
 
 /* Fraction of its memory limit above which a device is tight (see tune_score.tight_dev). */
 #define TUNE_TIGHT 0.9
@@ -103,6 +115,9 @@ typedef struct tuner {
   arena mem;               /* the cache's busy arrays */
   int evals;               /* plans simulated */
   int pruned;              /* candidates discarded by the bound without simulating */
+  int cut;                 /* simulations stopped at the cutoff (tune_score.cut) */
+  double cutoff;           /* the batch being judged: its simulations stop once their step
+                              provably exceeds this (s; 0: none) */
   int iters;               /* search iterations */
   uint64_t rng;            /* xorshift state */
   double t0;               /* start time */
@@ -190,7 +205,7 @@ static bool tune_spent(tuner *t) {
  * times (0 unless the plan runs). Thread-safe for distinct workers. */
 static tune_score tune_simulate(const tuner *t, tune_worker *wk, const tune_plan *pl,
                                 double *busy) {
-  tune_score sc = {false, false, INFINITY, 1, INFINITY, INFINITY, -1, -1};
+  tune_score sc = tune_worst;
   memset(busy, 0, (size_t)t->p * sizeof *busy);
   ir_module *w = wk->w;
   w->nstages = 0;
@@ -201,7 +216,9 @@ static tune_score tune_simulate(const tuner *t, tune_worker *wk, const tune_plan
   }
   sim_model *p = sim_model_build(w, wk->quiet);
   if (p) {
-    sim_status st = pass_adaptive_run(p, w, &pl->knobs, &wk->r, &sc.overflow_dev, &sc.overflow);
+    sim_status st = pass_adaptive_run(p, w, &pl->knobs, t->cutoff, &wk->r, &sc.overflow_dev,
+                                      &sc.overflow);
+    sc.cut = st == SIM_CUTOFF;
     if (st == SIM_OK) {
       sc.ok = true;
       sc.fits = wk->r.fits;
@@ -296,8 +313,9 @@ static void tune_job_run(void *ctx, int i, int worker) {
 
 /* Judge the first n slots of the batch: from the cache, as an earlier slot of the same batch,
  * discarded when their bound is above 'cutoff' (a step no better plan can have; INFINITY: no
- * discarding), else simulated on the pool and cached, in slot order. Pruned and late slots get a
- * score that is never better than any plan that ran. Post: every slot's score is set. */
+ * discarding), else simulated on the pool, each simulation stopped once its step provably
+ * exceeds 'cutoff', and cached when it ran to the end, in slot order. Pruned, cut and late slots
+ * get a score that is never better than any plan that ran. Post: every slot's score is set. */
 static void tune_batch(tuner *t, int n, double cutoff) {
   int which[TUNE_BATCH], nsim = 0;
   double *work = t->scratch, *stat = work + t->p, *head = stat + t->p;
@@ -316,21 +334,26 @@ static void tune_batch(tuner *t, int n, double cutoff) {
     if (sl->how == SLOT_SAME) continue;
     if (isfinite(cutoff) && tune_plan_bound(t, &sl->plan, work, stat, head) > cutoff * (1 + 1e-9)) {
       sl->how = SLOT_PRUNED;
-      sl->score = (tune_score){false, false, INFINITY, 1, INFINITY, INFINITY, -1, -1};
+      sl->score = tune_worst;
       t->pruned++;
       continue;
     }
     which[nsim++] = i;
   }
   tune_job job = {t, which};
+  t->cutoff = isfinite(cutoff) ? cutoff * (1 + 1e-9) : 0;
   support_pool_run(t->pool, nsim, tune_job_run, &job);
+  t->cutoff = 0;
   for (int i = 0; i < n; i++) {
     tune_slot *sl = &t->slots[i];
-    if (sl->how == SLOT_SIM) {
+    if (sl->how == SLOT_SIM && sl->score.cut) {
+      t->cut++; /* its score only says "worse than the cutoff": not cached */
+      t->evals++;
+    } else if (sl->how == SLOT_SIM) {
       memo_put(t, sl->key, &sl->score, sl->busy);
       t->evals++;
     } else if (sl->how == SLOT_LATE) {
-      sl->score = (tune_score){false, false, INFINITY, 1, INFINITY, INFINITY, -1, -1};
+      sl->score = tune_worst;
       t->late = true;
     } else if (sl->how == SLOT_SAME) {
       sl->score = t->slots[sl->same].score;
@@ -600,8 +623,7 @@ static void tune_enumerate(tuner *t, tune_plan *pl, int k, int at, int *n, tune_
 static int tune_classic_kept(const pass_tune_stats *st, const tune_score *bs, int classic) {
   if (classic < 0) return -1;
   const pass_baseline *b = &st->baselines[classic];
-  tune_score as_is = {true,     b->fits, b->makespan, b->bubble,
-                      INFINITY, b->fits ? 0 : INFINITY, -1, -1};
+  tune_score as_is = tune_score_of(b);
   return score_better(bs, &as_is) ? -1 : classic;
 }
 
@@ -822,15 +844,14 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
 
   /* Starts: every classic plan, as it is and under the adaptive scheduler. */
   st->nbaselines = pass_compare_on(m, t.pool, &st->baselines);
-  tune_score bs = {false, false, INFINITY, 1, INFINITY, INFINITY, -1, -1};
+  tune_score bs = tune_worst;
   int classic = -1; /* a classic plan with its own schedule that is still the best */
   int nstart = 0;   /* starting plans in the batch */
   for (int i = 0; i < st->nbaselines; i++) {
     const pass_baseline *b = &st->baselines[i];
     if (!b->ok) continue;
     if (strcmp(b->name, "S-1F1B") == 0) t.ref = b->makespan;
-    tune_score as_is = {true,     b->fits, b->makespan, b->bubble,
-                      INFINITY, b->fits ? 0 : INFINITY, -1, -1};
+    tune_score as_is = tune_score_of(b);
     if (score_better(&as_is, &bs)) {
       bs = as_is;
       best.k = b->nstages; /* the plan pass_compare made */
@@ -943,6 +964,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
   st->iterations = t.iters;
   st->evaluations = t.evals;
   st->pruned = t.pruned;
+  st->cut = t.cut;
   st->jobs = support_pool_jobs(t.pool);
   st->makespan = bs.makespan;
   st->bubble = bs.bubble;

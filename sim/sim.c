@@ -454,6 +454,8 @@ typedef struct sim_wdev {
   bool fused;     /* the running op is a fused BW */
   double mem;     /* memory in use */
   int remaining;  /* operations not yet started */
+  tick left;      /* compute not yet started: its operations', its tied exchange and optimizer
+                     step (for sim_opts.cutoff) */
   int inflight;   /* F started and W (or BW) not finished */
   tick busy;      /* compute time so far */
   tick comm;      /* end-of-step communication so far: reductions, the tied exchange */
@@ -526,6 +528,8 @@ typedef struct sim_ctx {
   sim_work *w;        /* its scratch (r->work) */
   tick now;           /* current time */
   int done_devs;      /* devices that finished their step */
+  tick cutoff;        /* sim_opts.cutoff in ticks (0: none) */
+  bool cut;           /* the step provably ends after the cutoff: stop */
 } sim_ctx;
 
 /* Op id of slot 'slot' of stage s, microbatch mb (see SL_F; fits an int: SIM_MAX_OPS). */
@@ -618,6 +622,8 @@ static void start_op(sim_ctx *c, int dv, int s, int mb, int slot, bool fused) {
   wd->running = op;
   wd->fused = fused;
   wd->remaining--;
+  if (c->cutoff > 0 && c->now + wd->left > c->cutoff) c->cut = true;
+  wd->left -= dur;
   sim_device_stats *ds = &c->r->dev[dv];
   wd->busy += dur;
   if ((slot == SL_W || fused) && c->now + dur > w->grad_ready[s]) {
@@ -982,13 +988,14 @@ sim_status sim_run(const sim_model *p, const ir_module *m, const sim_opts *opts,
     free(r->order);
     r->order = NULL;
   }
-  sim_ctx c = {p, m, opts, r, w, 0, 0};
+  sim_ctx c = {p, m, opts, r, w, 0, 0, opts->cutoff > 0 ? to_tick(opts->cutoff) : 0, false};
+  for (int dv = 0; dv < p->ndev; dv++) w->dev[dv].left = p->dev[dv].work + p->dev[dv].tie;
   if (!opts->choose && !check_schedule(&c)) {
     r->status = SIM_INVALID;
     return r->status;
   }
   for (int dv = 0; dv < p->ndev; dv++) try_start(&c, dv);
-  while (w->nheap > 0) {
+  while (w->nheap > 0 && !c.cut) {
     sim_event e = heap_pop(w);
     c.now = e.time;
     int op = e.code >> 1;
@@ -1003,6 +1010,11 @@ sim_status sim_run(const sim_model *p, const ir_module *m, const sim_opts *opts,
     } else {
       op_done(&c, op);
     }
+  }
+  if (c.cut) {
+    r->status = SIM_CUTOFF;
+    snprintf(r->why, sizeof r->why, "the step ends after the cutoff of %g s", opts->cutoff);
+    return r->status;
   }
   /* Devices whose last operation ended and that never got another chance (priority mode may
    * decline until the end). */

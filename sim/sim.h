@@ -121,6 +121,10 @@ typedef struct sim_opts {
   void *ctx;            /* passed to choose */
   bool fused_bw;        /* priority mode: offer fused BW instead of separate B and W */
   bool record;          /* keep the timeline (operations, transfers) in the result */
+  double cutoff;        /* > 0: stop with SIM_CUTOFF once the step provably ends after this
+                           many seconds (an operation starts at t on a device whose compute not
+                           yet started, its optimizer step and tied exchange included, takes
+                           more than cutoff - t); 0: run to the end */
 } sim_opts;
 
 /* One operation of the timeline (recorded runs only). */
@@ -176,6 +180,8 @@ typedef enum sim_status {
   SIM_DEADLOCK = 1, /* some operation can never run: see 'stuck' */
   SIM_INVALID = 2,  /* the schedule does not fit the model (an operation missing, repeated, on
                        the wrong device or out of range): see 'why' */
+  SIM_CUTOFF = 3,   /* stopped early: the step would end after sim_opts.cutoff (the figures of
+                       the result are not filled) */
 } sim_status;
 
 /* What a device was waiting for when the simulation could not go on. */

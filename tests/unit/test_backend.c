@@ -153,7 +153,7 @@ static bool tb_lower_ok(const ir_module *m, const char *what) {
   if (!ok) fprintf(stderr, "  %s: lowering failed\n", what);
   sim_model *p = ok ? sim_model_build(m, d) : NULL;
   sim_result r = {0};
-  sim_opts so = {NULL, NULL, false, true};
+  sim_opts so = {.record = true};
   if (p && sim_run(p, m, &so, &r) == SIM_OK) {
     ok = tb_prediction_ok(m, s, &r, what);
     for (int k = 0; k < s->nranks; k++) {

@@ -139,6 +139,7 @@ static ir_module *build_full_module(void) {
   set_param(l, "score_dim", 48);
   set_param(l, "softcap", 50);
   set_param(l, "rope", 1);
+  set_param(l, "rope_linear", 1);
   set_field(&l->cost, IR_REC_COST, "f", 1.2e-3);
   set_field(&l->cost, IR_REC_COST, "b", 2.4e-3);
   set_field(&l->cost, IR_REC_COST, "w", 1.2e-3);

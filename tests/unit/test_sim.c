@@ -92,7 +92,7 @@ void test_sim_priority_1f1b(void) {
   sim_model *p = sim_model_build(m, d);
   UNIT_CHECK(p != NULL);
   int ndev = 4;
-  sim_opts o = {rule_1f1b, &ndev, true, false};
+  sim_opts o = {.choose = rule_1f1b, .ctx = &ndev, .fused_bw = true};
   sim_result r = {0};
   UNIT_CHECK(sim_run(p, m, &o, &r) == SIM_OK);
   UNIT_CHECK_EQ_DBL(r.makespan, 0.033);
@@ -205,7 +205,7 @@ void test_sim_priority_decline(void) {
   ir_module *m = make_plan(&ps);
   diag_engine *d = diag_new(stderr);
   sim_model *p = sim_model_build(m, d);
-  sim_opts o = {rule_decline, NULL, false, false};
+  sim_opts o = {.choose = rule_decline};
   sim_result r = {0};
   UNIT_CHECK(sim_run(p, m, &o, &r) == SIM_DEADLOCK);
   UNIT_CHECK(r.nstuck == 2);
@@ -226,7 +226,7 @@ void test_sim_deterministic(void) {
   ir_module *m = make_plan(&ps);
   diag_engine *d = diag_new(stderr);
   sim_model *p = sim_model_build(m, d);
-  sim_opts pri = {rule_greedy, NULL, false, true};
+  sim_opts pri = {.choose = rule_greedy, .record = true};
   sim_result a = {0}, b = {0};
   UNIT_CHECK(sim_run(p, m, &pri, &a) == SIM_OK);
   UNIT_CHECK(sim_run(p, m, &pri, &b) == SIM_OK);

@@ -49,7 +49,7 @@ static double tt_adaptive(ir_module *m, diag_engine *q) {
   pass_adaptive_opts o = {true, 0.9};
   int dev;
   double over;
-  double ms = pass_adaptive_run(p, m, &o, &r, &dev, &over) == SIM_OK && r.fits ? r.makespan
+  double ms = pass_adaptive_run(p, m, &o, 0, &r, &dev, &over) == SIM_OK && r.fits ? r.makespan
                                                                                 : INFINITY;
   sim_result_free(&r);
   sim_model_free(p);
@@ -195,9 +195,12 @@ void test_tune_memory(void) {
 /* The adaptive scheduler's admission (the banker's rule) on random irregular plans: stages of
  * random lengths on random devices (several per device, in any order), some recomputing, split
  * or fused backward, under a limit from just enough for one microbatch on the fullest device
- * to 2.5 times that: every run ends (no deadlock) and no device goes over the limit. */
+ * to 2.5 times that: every run ends (no deadlock) and no device goes over the limit. The same
+ * runs with a cutoff (sim_opts.cutoff): at the step's own length never cut and the same step;
+ * at 0.9 of it cut in most plans. */
 void test_tune_adaptive_safe(void) {
   uint64_t seed = 4242;
+  int cut = 0, ran = 0;
   FILE *sink = tmpfile();
   diag_engine *q = diag_new(sink);
   for (int trial = 0; trial < 300; trial++) {
@@ -223,7 +226,7 @@ void test_tune_adaptive_safe(void) {
       sim_result r = {0};
       int dev;
       double over;
-      sim_status st = pass_adaptive_run(pm, m, &o, &r, &dev, &over);
+      sim_status st = pass_adaptive_run(pm, m, &o, 0, &r, &dev, &over);
       if (tries == 0) { /* learn what one microbatch needs on the fullest device */
         UNIT_CHECK(st == SIM_DEADLOCK && dev >= 0 && over > 0);
         lim = (lim + over) * (1 + slack);
@@ -233,12 +236,18 @@ void test_tune_adaptive_safe(void) {
         for (int i = 0; i < r.ndevices; i++)
           if (!(r.dev[i].peak_mem <= lim * (1 + 1e-9)))
             unit_fail_dbl(__FILE__, __LINE__, "peak <= limit", r.dev[i].peak_mem, lim);
+        double step = r.makespan;
+        if (pass_adaptive_run(pm, m, &o, step, &r, &dev, &over) != SIM_OK || r.makespan != step)
+          unit_fail_dbl(__FILE__, __LINE__, "not cut at its own step", r.makespan, step);
+        cut += pass_adaptive_run(pm, m, &o, 0.9 * step, &r, &dev, &over) == SIM_CUTOFF;
+        ran++;
       }
       sim_result_free(&r);
       sim_model_free(pm);
     }
     ir_module_free(m);
   }
+  if (!(cut > ran / 2)) unit_fail_dbl(__FILE__, __LINE__, "most cut at 0.9", cut, ran);
   diag_free(q);
   fclose(sink);
 }
