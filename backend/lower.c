@@ -546,6 +546,7 @@ static void build_tables(lower *L) {
       wstash += c.act_w;
     }
     bs->recompute = is->recompute == IR_RECOMPUTE_FULL;
+    bs->recompute_layers = bs->recompute ? is->recompute_layers : 0; /* the first N (0: all) */
     bs->stash_bytes = (uint64_t)llround(stash);
     bs->wstash_bytes = (uint64_t)llround(wstash);
     /* The output's size as the simulator sends it: the last layer's, on the first device

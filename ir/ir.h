@@ -448,6 +448,9 @@ typedef struct ir_stage {
   ir_recompute recompute; /* per-stage recomputation: NONE (the layers cost as recorded) or FULL
                              (its recomputable layers keep only their input and pay F again
                              before B; only when the module's train.recompute is none) */
+  int recompute_layers;   /* with FULL: how many of its recomputable layers recompute, the first
+                             ones (Megatron's block method); 0: all of them (and always 0 with
+                             NONE); ir_stage_layer_recomputes */
   ir_loc loc;     /* where it was defined */
 } ir_stage;
 
@@ -507,16 +510,23 @@ const ir_cost *ir_layer_cost_on(const ir_module *m, const ir_layer *l, int dv);
 /* Whether recomputation applies to layers of kind k (layer_kinds.def RECOMPUTABLE: the
  * transformer-stack kinds; Megatron recomputes neither the embedding nor the LM head). */
 bool ir_kind_recomputable(ir_layer_kind k);
+/* Number of layers of stage s whose kind is recomputable. */
+int ir_stage_recomputable(const ir_module *m, const ir_stage *s);
+/* Whether stage s recomputes its layer i: s->recompute is FULL, the layer's kind is recomputable
+ * and, when s->recompute_layers = N > 0, it is one of the stage's first N recomputable layers
+ * (Megatron's block method; docs/ir.md "Stage recomputation" says why the first). Takes
+ * O(i - s->first) when N > 0, O(1) otherwise. Pre: s->first <= i < s->end. */
+bool ir_stage_layer_recomputes(const ir_module *m, const ir_stage *s, int i);
 /* The cost record of layer i as stage s (on its device's type, ir_layer_cost_on) charges it:
- * the recorded costs, or, when s->recompute is FULL and the layer's kind is recomputable, b + f
+ * the recorded costs, or, when the stage recomputes the layer (ir_stage_layer_recomputes), b + f
  * (the forward again before B) and act = act_w = the bytes of the layer's input (the previous
  * layer's out; the layer's own out for layer 0), held from F until W; the state B rebuilds from
  * that input is not in the record but ir_stage_layer_rebuild's. Pre: s->first <= i < s->end,
  * costs set. */
 ir_cost ir_stage_layer_cost(const ir_module *m, const ir_stage *s, int i);
 /* The bytes that B of layer i rebuilds as stage s runs it and keeps until W (memory that grows at
- * B, beside what ir_stage_layer_cost charges): when s->recompute is FULL and the layer's kind is
- * recomputable, its recorded act_w (on its device's type: the saved state the forward run again
+ * B, beside what ir_stage_layer_cost charges): when the stage recomputes the layer
+ * (ir_stage_layer_recomputes), its recorded act_w (on its device's type: the saved state the forward run again
  * writes, which W needs); else 0. The module-wide policies change the records instead and rebuild
  * nothing here. Pre: s->first <= i < s->end. Post: >= 0 when the record's act_w is. */
 double ir_stage_layer_rebuild(const ir_module *m, const ir_stage *s, int i);

@@ -111,10 +111,25 @@ bool ir_kind_recomputable(ir_layer_kind k) {
   return (unsigned)k < IR_KIND_COUNT && ir_kinds[k].recomputable;
 }
 
+int ir_stage_recomputable(const ir_module *m, const ir_stage *s) {
+  int n = 0;
+  for (int i = s->first; i < s->end; i++) n += ir_kind_recomputable(m->layers[i].kind);
+  return n;
+}
+
+bool ir_stage_layer_recomputes(const ir_module *m, const ir_stage *s, int i) {
+  if (s->recompute != IR_RECOMPUTE_FULL || !ir_kind_recomputable(m->layers[i].kind)) return false;
+  if (s->recompute_layers <= 0) return true;
+  int before = 0; /* recomputable layers of s before i */
+  for (int j = s->first; j < i && before < s->recompute_layers; j++)
+    before += ir_kind_recomputable(m->layers[j].kind);
+  return before < s->recompute_layers;
+}
+
 ir_cost ir_stage_layer_cost(const ir_module *m, const ir_stage *s, int i) {
   const ir_layer *l = &m->layers[i];
   ir_cost c = *ir_layer_cost_on(m, l, s->device);
-  if (s->recompute != IR_RECOMPUTE_FULL || !ir_kind_recomputable(l->kind)) return c;
+  if (!ir_stage_layer_recomputes(m, s, i)) return c;
   const ir_cost *src = i > 0 ? ir_layer_cost_on(m, &m->layers[i - 1], s->device) : &c;
   if (ir_field_is_set(&c, IR_F_COST_b) && ir_field_is_set(&c, IR_F_COST_f)) c.b += c.f;
   if (ir_field_is_set(src, IR_F_COST_out)) { /* unset costs stay unset */
@@ -127,7 +142,7 @@ ir_cost ir_stage_layer_cost(const ir_module *m, const ir_stage *s, int i) {
 
 double ir_stage_layer_rebuild(const ir_module *m, const ir_stage *s, int i) {
   const ir_layer *l = &m->layers[i];
-  if (s->recompute != IR_RECOMPUTE_FULL || !ir_kind_recomputable(l->kind)) return 0;
+  if (!ir_stage_layer_recomputes(m, s, i)) return 0;
   const ir_cost *c = ir_layer_cost_on(m, l, s->device);
   return ir_field_is_set(c, IR_F_COST_act_w) ? c->act_w : 0;
 }

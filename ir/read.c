@@ -3,6 +3,7 @@
  * file:line:col and keeps going (a statement with a syntax error is skipped up to the next line
  * that starts a statement), so that one run shows many errors. Semantic invariants (stage cover,
  * schedule completeness, memory) are the verifier's (verify.c). Linear in the input size. */
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -1144,38 +1145,58 @@ static bool rd_layer(rd_parser *p) {
   }
 }
 
-/* The attributes of stage si: "{ [recompute = VALUE] }" (the one attribute a stage has; which
- * values a stage may take is ir_verify's check). Pre: the current token is '{'. Unknown names,
- * duplicates and bad values are reported and parsing goes on; returns false only after a syntax
- * error. */
+/* The attributes a stage may carry, in the order the printer writes them (tests/fuzz/dict.py
+ * reads the names): its recomputation policy and how many of its recomputable layers recompute. */
+static const char *const rd_stage_attr_names[] = {"recompute", "recompute_layers"};
+enum { RD_STAGE_RECOMPUTE, RD_STAGE_RECOMPUTE_LAYERS, RD_STAGE_ATTRS };
+
+/* The attributes of stage si: "{ [NAME = VALUE {, NAME = VALUE}] }" with the names of
+ * rd_stage_attr_names, each at most once, in any order (which combinations a stage may take is
+ * ir_verify's check; a recompute_layers below 1 or beyond an int is the reader's). Pre: the
+ * current token is '{'. Unknown names, duplicates and bad values are reported and parsing goes
+ * on; returns false only after a syntax error. */
 static bool rd_stage_attrs(rd_parser *p, int si) {
   rd_next(p);
-  bool seen = false;
+  bool seen[RD_STAGE_ATTRS] = {false};
   while (p->tok.kind != RD_RBRACE) {
     if (p->tok.kind != RD_IDENT) {
-      rd_expected(p, "an attribute name (recompute) or '}'");
+      rd_expected(p, "an attribute name (recompute, recompute_layers) or '}'");
       return false;
     }
     rd_token nt = p->tok;
     char name[64];
-    bool known = rd_text(p, &nt, 0, name, sizeof name) && strcmp(name, "recompute") == 0;
-    if (!known) {
+    int a = -1; /* the attribute's index in rd_stage_attr_names */
+    if (rd_text(p, &nt, 0, name, sizeof name))
+      for (int k = 0; k < RD_STAGE_ATTRS && a < 0; k++)
+        if (strcmp(name, rd_stage_attr_names[k]) == 0) a = k;
+    if (a < 0) {
       strbuf word = {0};
       rd_put_text(&word, p->text + nt.off, nt.len, 40);
-      rd_error(p, rd_loc(p, &nt), "unknown stage attribute '%s'; expected recompute",
+      rd_error(p, rd_loc(p, &nt),
+               "unknown stage attribute '%s'; expected recompute or recompute_layers",
                strbuf_cstr(&word));
       strbuf_free(&word);
-    } else if (seen) {
-      rd_error(p, rd_loc(p, &nt), "duplicate attribute 'recompute'");
+    } else if (seen[a]) {
+      rd_error(p, rd_loc(p, &nt), "duplicate attribute '%s'", rd_stage_attr_names[a]);
     }
     rd_next(p);
     if (!rd_expect(p, RD_EQUAL, "'='")) return false;
     rd_value v;
-    if (!rd_parse_value(p, &v, "recompute")) return false;
+    const char *what = a < 0 ? "recompute" : rd_stage_attr_names[a];
+    if (!rd_parse_value(p, &v, what)) return false;
     double x;
-    if (known && !seen && rd_convert(p, &v, IR_T_RECOMPUTE, "recompute", &x))
-      p->m->stages[si].recompute = (ir_recompute)x;
-    seen = seen || known;
+    ir_stage *s = &p->m->stages[si];
+    if (a == RD_STAGE_RECOMPUTE && !seen[a] && rd_convert(p, &v, IR_T_RECOMPUTE, what, &x)) {
+      s->recompute = (ir_recompute)x;
+    } else if (a == RD_STAGE_RECOMPUTE_LAYERS && !seen[a] &&
+               rd_convert(p, &v, IR_T_COUNT, what, &x)) {
+      if (x < 1 || x > INT_MAX)
+        rd_error(p, v.loc, "'recompute_layers' = %.17g is out of range: a stage recomputes 1 to "
+                 "%d of its layers (0 is recompute = none)", x, INT_MAX);
+      else
+        s->recompute_layers = (int)x;
+    }
+    if (a >= 0) seen[a] = true;
     rd_next(p);
     if (p->tok.kind == RD_COMMA) {
       rd_next(p);
@@ -1190,7 +1211,7 @@ static bool rd_stage_attrs(rd_parser *p, int si) {
   return true;
 }
 
-/* stage @sI = [%a, %b) [{ recompute = none|full }] [loc(...)] */
+/* stage @sI = [%a, %b) [{ recompute = none|full [, recompute_layers = N] }] [loc(...)] */
 static bool rd_stage(rd_parser *p) {
   rd_token kw = p->tok;
   rd_next(p);

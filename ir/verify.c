@@ -304,7 +304,8 @@ static void vf_stages(vf_ctx *v) {
 
 /* Check the stages' recompute attributes: a stage recomputes only 'none' or 'full', and 'full'
  * only when the module's recompute is none (the cost records then hold the costs without
- * recomputation, which ir_stage_layer_cost adjusts). */
+ * recomputation, which ir_stage_layer_cost adjusts); recompute_layers = N only with 'full', and
+ * N at most the stage's recomputable layers. */
 static void vf_stage_recompute(vf_ctx *v) {
   const ir_module *m = v->m;
   int global = (int)ir_field_value(&m->train, IR_F_TRAIN_recompute);
@@ -317,6 +318,15 @@ static void vf_stage_recompute(vf_ctx *v) {
       vf_error(v, s->loc, "stage @s%d: recompute = full needs the module's recompute to be none "
                "(it is %s, already in every layer's costs)", i,
                ir_enum_name(IR_T_RECOMPUTE, global));
+    if (s->recompute_layers == 0) continue;
+    if (s->first < 0 || s->first > s->end || s->end > m->nlayers) continue; /* reported */
+    int n = ir_stage_recomputable(m, s);
+    if (s->recompute != IR_RECOMPUTE_FULL)
+      vf_error(v, s->loc, "stage @s%d: recompute_layers = %d needs recompute = full (it is %s)", i,
+               s->recompute_layers, ir_enum_name(IR_T_RECOMPUTE, (int)s->recompute));
+    else if (s->recompute_layers > n)
+      vf_error(v, s->loc, "stage @s%d: recompute_layers = %d, but the stage has %d recomputable "
+               "layer%s", i, s->recompute_layers, n, n == 1 ? "" : "s");
   }
 }
 

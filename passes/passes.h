@@ -272,6 +272,8 @@ typedef struct pass_tune_opts {
   bool progress;    /* print a progress line to stderr */
   bool no_recompute; /* never make a stage recompute (the default lets it, when the module's
                         recompute policy is none; see docs/tuner.md) */
+  bool whole_stages; /* a recomputing stage recomputes all its recomputable layers (the default
+                        lets the search choose how many, the first N: recompute_layers) */
 } pass_tune_opts;
 
 /* The tuner's defaults: the tune pass's options' (options.def), no progress line. */

@@ -9,6 +9,7 @@
  * in batches of a fixed size on a pool of threads and judged in a fixed order, and the budget is
  * counted in plans simulated, so the plan does not depend on the thread count or the machine's
  * speed. The algorithm, its moves and knobs are documented in docs/tuner.md. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,8 +25,10 @@ typedef struct tune_plan {
   int k;              /* number of stages */
   int *ends;          /* k stage ends (exclusive layer index; ends[k-1] == layers) */
   int *dev;           /* k stage devices */
-  unsigned char *rc;  /* k flags: the stage recomputes (recompute = full); all 0 unless the
-                         module's policy is none and memory asked for it */
+  int *rc;            /* k: how the stage recomputes: 0 none, TUNE_RC_ALL every recomputable
+                         layer (recompute = full), N (1 <= N < its recomputable layers) the
+                         first N (recompute_layers = N); all 0 unless the module's policy is
+                         none and memory asked for it */
   pass_adaptive_opts knobs; /* schedule knobs */
 } tune_plan;
 
@@ -55,6 +58,9 @@ static tune_score tune_score_of(const pass_baseline *b) {
   return (tune_score){true, b->fits, b->makespan, b->bubble, INFINITY, b->fits ? 0 : INFINITY,
                       -1, -1, false};
 }
+
+/* tune_plan.rc of a stage that recomputes every recomputable layer. */
+#define TUNE_RC_ALL INT_MAX
 
 /* Fraction of its memory limit above which a device is tight (see tune_score.tight_dev). */
 #define TUNE_TIGHT 0.9
@@ -164,6 +170,12 @@ static void plan_copy(tune_plan *dst, const tune_plan *src) {
 /* First layer of stage s. */
 static int plan_first(const tune_plan *pl, int s) { return s ? pl->ends[s - 1] : 0; }
 
+/* Write stage s of pl's recomputation into is: recompute and recompute_layers. */
+static void plan_stage_rc(const tune_plan *pl, int s, ir_stage *is) {
+  is->recompute = pl->rc[s] ? IR_RECOMPUTE_FULL : IR_RECOMPUTE_NONE;
+  is->recompute_layers = pl->rc[s] && pl->rc[s] != TUNE_RC_ALL ? pl->rc[s] : 0;
+}
+
 /* FNV-1a hash of a plan (never 0). */
 static uint64_t plan_hash(const tune_plan *pl) {
   uint64_t h = 1469598103934665603ull;
@@ -174,6 +186,8 @@ static uint64_t plan_hash(const tune_plan *pl) {
     h = (h ^ (uint64_t)(uint32_t)pl->dev[i]) * 1099511628211ull;
     if (pl->rc[i]) /* only then: plans without recomputation hash as before */
       h = (h ^ (0x80000000u | (uint64_t)(uint32_t)i)) * 1099511628211ull;
+    if (pl->rc[i] && pl->rc[i] != TUNE_RC_ALL) /* and full recomputation as before too */
+      h = (h ^ (0x40000000u | (uint64_t)(uint32_t)pl->rc[i])) * 1099511628211ull;
   }
   return h ? h : 1;
 }
@@ -212,7 +226,7 @@ static tune_score tune_simulate(const tuner *t, tune_worker *wk, const tune_plan
   for (int s = 0; s < pl->k; s++) {
     ir_stage *is = ir_module_add_stage(w, plan_first(pl, s), pl->ends[s]);
     is->device = pl->dev[s];
-    is->recompute = pl->rc[s] ? IR_RECOMPUTE_FULL : IR_RECOMPUTE_NONE;
+    plan_stage_rc(pl, s, is);
   }
   sim_model *p = sim_model_build(w, wk->quiet);
   if (p) {
@@ -382,12 +396,18 @@ static void tune_busy(tuner *t, const tune_plan *pl) {
  * false when the move does not apply. Kinds: 0 shift boundary s|s+1 left, 1 right, 2 move stage
  * s to device d, 3 swap the devices of stages s and d (a stage index), 4 split stage s (second
  * half to device d), 5 merge stages s and s+1 (same device), 6 toggle split, 7 set mem_margin to
- * the d-th value of margins[], 8 toggle stage s's recomputation (when t->recomp and the stage has
- * a recomputable layer). A stage keeps its recomputation through shifts, moves and swaps; both
- * halves of a split keep it; a merged stage recomputes when the first of the two did. */
+ * the d-th value of margins[], 8 toggle stage s's recomputation between none and all its
+ * recomputable layers (when t->recomp and the stage has one; how many of them is tune_trim's
+ * choice, after the search). A stage keeps its recomputation through shifts, moves and swaps;
+ * both halves of a split keep it; a merged stage recomputes when the first of the two did. */
 static const double margins[] = {0.5, 0.7, 0.85, 0.95, 1.0};
 enum { MV_LEFT, MV_RIGHT, MV_MOVE, MV_SWAP, MV_SPLIT, MV_MERGE, MV_KNOB_SPLIT, MV_KNOB_MARGIN,
        MV_RECOMP };
+
+/* The recomputable layers of stage s of pl. */
+static int tune_rc_count(const tuner *t, const tune_plan *pl, int s) {
+  return t->cum_rc[pl->ends[s]] - t->cum_rc[plan_first(pl, s)];
+}
 
 static bool tune_move(const tuner *t, const tune_plan *cur, int kind, int s, int d,
                       tune_plan *out) {
@@ -446,8 +466,8 @@ static bool tune_move(const tuner *t, const tune_plan *cur, int kind, int s, int
     out->knobs.mem_margin = margins[d];
     return true;
   case MV_RECOMP:
-    if (!t->recomp || t->cum_rc[cur->ends[s]] == t->cum_rc[plan_first(cur, s)]) return false;
-    out->rc[s] = !cur->rc[s];
+    if (!t->recomp || tune_rc_count(t, cur, s) == 0) return false;
+    out->rc[s] = cur->rc[s] ? 0 : TUNE_RC_ALL;
     return true;
   default:
     return false;
@@ -534,7 +554,8 @@ static void tune_descend(tuner *t, tune_plan *cur, tune_score *cs, tune_plan *be
      * any stage may start (its activations shrink to its layers' inputs); a stage of the device
      * whose memory is tight may start (more microbatches fit in flight there). Plans that fit
      * with every device below TUNE_TIGHT of its limit and no stage recomputing get none of these
-     * moves, so their search is as without them. */
+     * moves, so their search is as without them. A stage starts with all its recomputable
+     * layers; tune_trim chooses how many after the search. */
     if (t->recomp)
       for (int i0 = 0; i0 < cur->k; i0++) {
         int s = (i0 + t->iters) % cur->k;
@@ -567,6 +588,40 @@ static bool tune_random_move(tuner *t, const tune_plan *cur, tune_plan *out) {
   int kind = rng_below(t, 6), s = rng_below(t, cur->k);
   int d = kind == MV_SWAP ? rng_below(t, cur->k) : rng_below(t, t->p);
   return tune_move(t, cur, kind, s, d, out);
+}
+
+/* Per-layer recomputation of the search's best plan *best (score *bs): for each stage that
+ * recomputes all its R >= 2 recomputable layers, in stage order, a bisection over the count N of
+ * its first recomputable layers that recompute (recompute_layers; Megatron's block method) for
+ * the smallest N with which the plan still fits, each stage's choice made with the earlier
+ * stages' in place; of the plans simulated (N = R included) the best by score_better is kept,
+ * so the plan is never worse than the search's. Fewer recomputed layers shorten the stage's B
+ * and hold more memory. Deterministic; adds at most ceil(log2 R) plans per recomputing stage to
+ * the evaluations, after the search's effort budget (none when no stage recomputes, with
+ * whole_stages, when the best does not fit or the time budget ran out). cand: scratch with room
+ * for best->k stages. */
+static void tune_trim(tuner *t, tune_plan *best, tune_score *bs, tune_plan *cand) {
+  if (!t->recomp || t->o->whole_stages || !bs->ok || !bs->fits) return;
+  for (int s = 0; s < best->k && !t->late; s++) {
+    int r = tune_rc_count(t, best, s);
+    if (best->rc[s] != TUNE_RC_ALL || r < 2) continue;
+    int lo = 1, hi = r, keep = TUNE_RC_ALL; /* N = hi fits */
+    tune_score ks = *bs;
+    while (lo < hi && !t->late) {
+      int mid = lo + (hi - lo) / 2;
+      plan_copy(cand, best);
+      cand->rc[s] = mid;
+      tune_score sc = tune_eval(t, cand);
+      if (sc.ok && sc.fits) {
+        hi = mid;
+        if (score_better(&sc, &ks)) ks = sc, keep = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    best->rc[s] = keep;
+    *bs = ks;
+  }
 }
 
 /* Most plans an exhaustive search may simulate. */
@@ -959,6 +1014,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
       cs = tune_eval(&t, &cur);
     }
   }
+  if (classic < 0) tune_trim(&t, &best, &bs, &cand);
   tune_progress(&t, &bs, true);
 
   st->iterations = t.iters;
@@ -994,7 +1050,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
       for (int s = 0; s < best.k; s++) {
         ir_stage *is = ir_module_add_stage(m, plan_first(&best, s), best.ends[s]);
         is->device = best.dev[s];
-        is->recompute = best.rc[s] ? IR_RECOMPUTE_FULL : IR_RECOMPUTE_NONE;
+        plan_stage_rc(&best, s, is);
       }
       strbuf_printf(&text, "schedule{method=adaptive, split=%s, mem_margin=%g}",
                     best.knobs.split ? "true" : "false", best.knobs.mem_margin);
@@ -1021,14 +1077,14 @@ void pass_tune_stats_free(pass_tune_stats *st) {
 }
 
 pass_tune_opts pass_tune_defaults(void) {
-  static const char *const keys[] = {"evals", "budget", "jobs", "seed", "restarts", "max_stages",
-                                     "recompute"};
+  static const char *const keys[] = {"evals", "budget",     "jobs",      "seed",
+                                     "restarts", "max_stages", "recompute", "recompute_layers"};
   const pass_info *p = &pass_registry[PASS_ID_TUNE];
-  double v[7];
-  for (int i = 0; i < 7; i++) v[i] = pass_option_find(p, keys[i])->def;
+  double v[8];
+  for (int i = 0; i < 8; i++) v[i] = pass_option_find(p, keys[i])->def;
   pass_tune_opts o = {.evals = (int)v[0], .budget = v[1], .jobs = (int)v[2],
                       .seed = (uint64_t)v[3], .restarts = (int)v[4], .max_stages = (int)v[5],
-                      .progress = false, .no_recompute = v[6] == 0};
+                      .progress = false, .no_recompute = v[6] == 0, .whole_stages = v[7] == 0};
   return o;
 }
 
@@ -1043,14 +1099,16 @@ int pass_run_tune(ir_module *m, const pass_options *opts, diag_engine *d) {
   pass_tune_opts o = pass_tune_defaults();
   int64_t restarts, max_stages, evals, jobs;
   int pr;
-  bool recompute;
+  bool recompute, partial;
   if (pass_opt_int(opts, "evals", &evals, d) || pass_opt_quantity(opts, "budget", &o.budget, d) ||
       pass_opt_int(opts, "jobs", &jobs, d) || pass_opt_seed(opts, "seed", &o.seed, d) ||
       pass_opt_int(opts, "restarts", &restarts, d) ||
       pass_opt_int(opts, "max_stages", &max_stages, d) ||
-      pass_opt_choice(opts, "progress", &pr, d) || pass_opt_bool(opts, "recompute", &recompute, d))
+      pass_opt_choice(opts, "progress", &pr, d) || pass_opt_bool(opts, "recompute", &recompute, d) ||
+      pass_opt_bool(opts, "recompute_layers", &partial, d))
     return 1;
   o.no_recompute = !recompute;
+  o.whole_stages = !partial;
   o.evals = (int)evals;
   o.jobs = (int)jobs;
   o.restarts = (int)restarts;

@@ -174,8 +174,9 @@ static void json_tuner(const pass_tune_stats *st, strbuf *out) {
 }
 
 /* The layers of stage st whose activations the plan recomputes, as a JSON array of layer
- * indices: those of a recomputable kind (ir_kind_recomputable) when the stage's own recompute is
- * full, else when the module's is not none (its kind, selective or full, is the module's
+ * indices: those the stage recomputes (ir_stage_layer_recomputes: of a recomputable kind, the
+ * first recompute_layers of them when given) when the stage's own recompute is full, else those
+ * of a recomputable kind (ir_kind_recomputable) when the module's is not none (its kind, selective or full, is the module's
  * "recompute"); [] when none. Pre: st is a stage of m. */
 static void json_recompute_layers(const ir_module *m, const ir_stage *st, strbuf *out) {
   bool on = st->recompute == IR_RECOMPUTE_FULL ||
@@ -183,7 +184,9 @@ static void json_recompute_layers(const ir_module *m, const ir_stage *st, strbuf
   bool f = true;
   strbuf_putc(out, '[');
   for (int i = st->first; on && i < st->end; i++)
-    if (i >= 0 && i < m->nlayers && ir_kind_recomputable(m->layers[i].kind)) {
+    if (i >= 0 && i < m->nlayers &&
+        (st->recompute == IR_RECOMPUTE_FULL ? ir_stage_layer_recomputes(m, st, i)
+                                            : ir_kind_recomputable(m->layers[i].kind))) {
       strbuf_printf(out, f ? "%d" : ", %d", i);
       f = false;
     }

@@ -123,7 +123,7 @@ const char *rep_layer_name(const ir_module *m, int layer, char buf[24]) {
 }
 
 rep_cost_sum rep_cost_range(const ir_module *m, int first, int end, int dev) {
-  ir_stage whole = {first, end, dev, IR_RECOMPUTE_NONE, {0}};
+  ir_stage whole = {.first = first, .end = end, .device = dev, .recompute = IR_RECOMPUTE_NONE};
   return rep_cost_stage(m, &whole);
 }
 

@@ -43,7 +43,8 @@ typedef struct mlayer {
   size_t w_off, nw;   /* its parameters in the stage's arrays */
   size_t sv_off;      /* its saved state: in the stage's state block, or for a layer of a
                          recomputing stage that is not rebuilt, in the stage's kept buffer */
-  bool rebuilt;       /* its stage recomputes and its kind is recomputable: F keeps only its
+  bool rebuilt;       /* its stage recomputes it (its kind is recomputable and it is among the
+                         stage's first recompute_layers of them, all when 0): F keeps only its
                          input (in the kept buffer at in_off), B runs its F again into the block */
   size_t in_off;      /* a rebuilt layer: its input (the kernel's x) in the kept buffer */
   int prev_S, prev_w; /* tokens per sequence and width of what it receives (the previous layer's
@@ -353,7 +354,10 @@ rt_model *rt_model_new(const be_stream *s, const rt_opts *o, strbuf *err) {
       mlayer *L = &m->layers[i];
       L->w_off = p;
       p = sat_add(p, L->nw);
-      L->rebuilt = st->recompute && rt_kernel_recomputable(L->k);
+      /* The stage's first recompute_layers recomputable layers (all when 0), as the plan
+       * charges them (be_stage_layer_recomputes, the IR's ir_stage_layer_recomputes). */
+      L->rebuilt = st->recompute && rt_kernel_recomputable(L->k) &&
+                   be_stage_layer_recomputes(s, &s->stages[si], i);
       if (L->rebuilt) {
         L->in_off = k;
         k = sat_add(k, (size_t)m->B * L->d.in_S * L->d.in_w);

@@ -412,7 +412,7 @@ static bool bound_compute(const ir_module *m, sim_bound *out, bool exact_packing
      * rebuilds (ir_stage_layer_rebuild) from B until W, which the bound need not count: both
      * only make such a plan longer or larger. */
     if (recomp_free && ir_kind_recomputable(m->layers[i].kind)) {
-      ir_stage whole = {i, i + 1, -1, IR_RECOMPUTE_FULL, {0}};
+      ir_stage whole = {.first = i, .end = i + 1, .device = -1, .recompute = IR_RECOMPUTE_FULL};
       double in = ir_stage_layer_cost(m, &whole, i).act;
       if (in < l->act) l->act = in;
     }

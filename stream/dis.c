@@ -226,7 +226,11 @@ static void put_header(strbuf *out, const be_stream *s) {
     be_put_bytes(out, (double)st->stash_bytes);
     strbuf_puts(out, ", wstash ");
     be_put_bytes(out, (double)st->wstash_bytes);
-    if (st->recompute) strbuf_puts(out, ", recompute (B recomputes the forward)");
+    if (st->recompute && st->recompute_layers > 0)
+      strbuf_printf(out, ", recompute its first %d recomputable layers (B recomputes their "
+                    "forward)", (int)st->recompute_layers);
+    else if (st->recompute)
+      strbuf_puts(out, ", recompute (B recomputes the forward)");
     strbuf_putc(out, '\n');
   }
 }

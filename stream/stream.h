@@ -137,7 +137,7 @@ typedef struct be_tensor_ref {
 /* ---- Streams -------------------------------------------------------------------------------- */
 
 /* Version of the binary format written by be_write and the only one be_read accepts. */
-#define BE_FORMAT_VERSION 5u
+#define BE_FORMAT_VERSION 6u
 
 /* One instruction: an opcode and its operands (be_ops[op].nops of them; the rest are 0). */
 typedef struct be_inst {
@@ -212,7 +212,11 @@ typedef struct be_stage {
   int32_t recompute;     /* 1: the stage recomputes (IR 'recompute = full'): its FWD keeps only
                             what STASH and WSTASH count (its input), and its BWD_IN and BWD run
                             the forward again first; 0: no */
+  int32_t recompute_layers; /* with recompute 1: how many of its recomputable layers do, the
+                               first ones (IR 'recompute_layers'); 0: all of them (and always 0
+                               without recompute) */
 } be_stage;
+
 
 /* Shape of a tensor that travels between stages. */
 typedef struct be_shape {
@@ -248,6 +252,14 @@ typedef struct be_stream {
   int32_t nshapes;
   be_program *ranks;  /* nranks programs */
 } be_stream;
+
+/* Whether stage st of s recomputes its layer i: st->recompute, the layer's kind recomputable
+ * (be_kinds) and, with st->recompute_layers = N > 0, among the stage's first N recomputable
+ * layers. Pre: st->first <= i < st->end <= s->nlayers. */
+bool be_stage_layer_recomputes(const be_stream *s, const be_stage *st, int i);
+/* The recomputable layers of stage st of s (those of a kind of be_kinds marked recomputable).
+ * Pre: 0 <= st->first <= st->end <= s->nlayers. */
+int be_stage_recomputable(const be_stream *s, const be_stage *st);
 
 /* The tied embeddings of s (layer_rules.h lr_tie_source): when the stream has a tied lm_head,
  * sets *emb and *head to the shared table's layer (the first embedding) and the head's layer and

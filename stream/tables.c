@@ -96,6 +96,27 @@ int be_lparam_lookup(int k, const char *name) {
 
 int be_layer_kind(const be_layer *l) { return be_kind_lookup(l->kind); }
 
+/* Whether layer l's kind is known and recomputable. */
+static bool layer_recomputable(const be_layer *l) {
+  int k = be_layer_kind(l);
+  return k >= 0 && be_kinds[k].recomputable;
+}
+
+int be_stage_recomputable(const be_stream *s, const be_stage *st) {
+  int n = 0;
+  for (int i = st->first; i < st->end; i++) n += layer_recomputable(&s->layers[i]);
+  return n;
+}
+
+bool be_stage_layer_recomputes(const be_stream *s, const be_stage *st, int i) {
+  if (!st->recompute || !layer_recomputable(&s->layers[i])) return false;
+  if (st->recompute_layers <= 0) return true;
+  int before = 0; /* recomputable layers of st before i */
+  for (int j = st->first; j < i && before < st->recompute_layers; j++)
+    before += layer_recomputable(&s->layers[j]);
+  return before < st->recompute_layers;
+}
+
 double be_layer_param(const be_layer *l, be_lparam p) {
   for (int k = 0; k < l->nparams; k++)
     if (l->params[k].name && strcmp(l->params[k].name, be_lparams[p].name) == 0)

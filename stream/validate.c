@@ -288,6 +288,15 @@ static int check_header(vctx *v) {
                   (int)s->nranks);
     if (st->recompute != 0 && st->recompute != 1)
       return fail(v, "stage %d: recompute flag %d is neither 0 nor 1", i, (int)st->recompute);
+    if (st->recompute_layers < 0)
+      return fail(v, "stage %d: recomputed layers %d is negative", i, (int)st->recompute_layers);
+    if (st->recompute_layers > 0 && !st->recompute)
+      return fail(v, "stage %d: %d recomputed layers without the recompute flag", i,
+                  (int)st->recompute_layers);
+    if (st->recompute_layers > be_stage_recomputable(s, st))
+      return fail(v, "stage %d: %d recomputed layers, but it has %d recomputable layer%s", i,
+                  (int)st->recompute_layers, be_stage_recomputable(s, st),
+                  be_stage_recomputable(s, st) == 1 ? "" : "s");
     next = st->end;
   }
   if (next != s->nlayers)

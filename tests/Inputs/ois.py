@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ois.py -- read, edit and rewrite OctoPipe instruction streams (.ois, docs/isa.md "File
-format", version 5) for tests that need damaged or hand-edited streams: swapped, dropped or
+format", version 6) for tests that need damaged or hand-edited streams: swapped, dropped or
 changed instructions and predicted times (re-checksummed, so that the validator and the deadlock
 checker see them), a different version, truncation, flipped bytes.
 
@@ -84,7 +84,7 @@ def parse(data):
         for _ in range(r.take("I")):
             r.str()
             r.take("d")
-    r.p += nstages * 44  # first, end, rank, out bytes, shape, stash, wstash, recompute
+    r.p += nstages * 48  # first, end, rank, out bytes, shape, stash, wstash, recompute, its layers
     for _ in range(r.take("I")):
         _, ndim = r.take("ii")
         r.p += 8 * ndim

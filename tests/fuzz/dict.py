@@ -47,6 +47,8 @@ def words(root, kind):
         read = open(os.path.join(root, "ir", "read.c")).read()
         kw = re.search(r"rd_keywords\[\] = \{([^}]*)\}", read).group(1)
         w += re.findall(r'"([a-z]+)"', kw)
+        attrs = re.search(r"rd_stage_attr_names\[\] = \{([^}]*)\}", read).group(1)
+        w += re.findall(r'"([a-z_]+)"', attrs)
         w += table_strings(root, "ops.def", "IR_OP", 0)
         w += ["module", "intra", "inter", "true", "false", "@", "@s", "$d", "%", "->", "{", "}",
               "[", "]", "=", ",", "\"", "#"]

@@ -207,8 +207,8 @@ static be_stream *fb_build(int replicas, bool fused) {
   fb_layer(&s->layers[3], "head", "lm_head", tok_n, tok_v);
   s->stages = xcalloc(2, sizeof *s->stages);
   /* Stage 0 sends a [1, 128, 64] bf16 activation (shape 0); stage 1's output is opaque. */
-  s->stages[0] = (be_stage){0, 2, 0, 16384, 0, 65536, 32768, 0};
-  s->stages[1] = (be_stage){2, 4, 1, 131072, -1, 65536, 32768, 1}; /* recomputes */
+  s->stages[0] = (be_stage){0, 2, 0, 16384, 0, 65536, 32768, 0, 0};
+  s->stages[1] = (be_stage){2, 4, 1, 131072, -1, 65536, 32768, 1, 1}; /* recomputes its mlp */
   s->nshapes = 2;
   s->shapes = xcalloc(2, sizeof *s->shapes);
   s->shapes[0] = (be_shape){2, 3, {1, 128, 64, 0}};
@@ -318,7 +318,8 @@ static bool fb_equal(const be_stream *a, const be_stream *b) {
         a->stages[i].out_shape != b->stages[i].out_shape ||
         a->stages[i].stash_bytes != b->stages[i].stash_bytes ||
         a->stages[i].wstash_bytes != b->stages[i].wstash_bytes ||
-        a->stages[i].recompute != b->stages[i].recompute)
+        a->stages[i].recompute != b->stages[i].recompute ||
+        a->stages[i].recompute_layers != b->stages[i].recompute_layers)
       return false;
   for (int i = 0; i < a->nshapes; i++) {
     const be_shape *x = &a->shapes[i], *y = &b->shapes[i];
@@ -402,11 +403,11 @@ void test_backend_format_roundtrip(void) {
     strbuf_free(&a);
     strbuf_free(&err);
   }
-  /* The layout: magic, version 4 little-endian. */
+  /* The layout: magic, version 6 little-endian. */
   be_stream *s = fb_build(1, false);
   strbuf a = fb_bytes(s);
   UNIT_CHECK(a.len > 16 && memcmp(a.data, "\x89OIS\r\n\x1a\n", 8) == 0);
-  UNIT_CHECK(a.data[8] == 5 && a.data[9] == 0 && a.data[10] == 0 && a.data[11] == 0);
+  UNIT_CHECK(a.data[8] == 6 && a.data[9] == 0 && a.data[10] == 0 && a.data[11] == 0);
   /* The trailer is the standard CRC-32 of the rest ("123456789" -> 0xCBF43926). */
   UNIT_CHECK(fb_crc32((const uint8_t *)"123456789", 9) == 0xcbf43926u);
   uint8_t *patched = xmalloc(a.len);
@@ -674,25 +675,29 @@ void test_backend_format_header_errors(void) {
   fb_expect_reject((const uint8_t *)"#!octo\n", 7, "not an OctoPipe instruction stream");
 
   memcpy(c, a.data, a.len);
-  c[8] = 7;
+  c[8] = 8;
   fb_patch_crc(c, a.len);
-  fb_expect_reject(c, a.len, "format version 7, this build reads version 5");
+  fb_expect_reject(c, a.len, "format version 8, this build reads version 6");
   memcpy(c, a.data, a.len);
   c[8] = 1; /* a file of the format before streams carried the prediction */
   fb_patch_crc(c, a.len);
-  fb_expect_reject(c, a.len, "format version 1, this build reads version 5");
+  fb_expect_reject(c, a.len, "format version 1, this build reads version 6");
   memcpy(c, a.data, a.len);
   c[8] = 2; /* before stages carried their recomputation */
   fb_patch_crc(c, a.len);
-  fb_expect_reject(c, a.len, "format version 2, this build reads version 5");
+  fb_expect_reject(c, a.len, "format version 2, this build reads version 6");
   memcpy(c, a.data, a.len);
   c[8] = 3; /* before the header carried dropout */
   fb_patch_crc(c, a.len);
-  fb_expect_reject(c, a.len, "format version 3, this build reads version 5");
+  fb_expect_reject(c, a.len, "format version 3, this build reads version 6");
   memcpy(c, a.data, a.len);
   c[8] = 4; /* before the TIE instruction (tied embeddings) */
   fb_patch_crc(c, a.len);
-  fb_expect_reject(c, a.len, "format version 4, this build reads version 5");
+  fb_expect_reject(c, a.len, "format version 4, this build reads version 6");
+  memcpy(c, a.data, a.len);
+  c[8] = 5; /* before stages carried how many layers recompute (recompute_layers) */
+  fb_patch_crc(c, a.len);
+  fb_expect_reject(c, a.len, "format version 5, this build reads version 6");
 
   memcpy(c, a.data, a.len);
   c[a.len] = 0;
@@ -852,6 +857,9 @@ static void e_size(be_stream *s) { s->ranks[1].slots[6].bytes = 8192; }
 static void e_shape(be_stream *s) { s->stages[0].out_shape = 1; }
 static void e_stash_size(be_stream *s) { s->stages[0].stash_bytes = 65537; }
 static void e_recompute_flag(be_stream *s) { s->stages[0].recompute = 2; }
+static void e_recompute_layers_alone(be_stream *s) { s->stages[0].recompute_layers = 1; }
+static void e_recompute_layers_many(be_stream *s) { s->stages[1].recompute_layers = 2; }
+static void e_recompute_layers_neg(be_stream *s) { s->stages[1].recompute_layers = -1; }
 static void e_overlap(be_stream *s) { s->ranks[0].slots[2].offset = 8192; }
 static void e_no_w(be_stream *s) { fb_del(s, 0, 15); }
 static void e_w_before_b(be_stream *s) {
@@ -1031,6 +1039,12 @@ static const fb_case fb_cases[] = {
      "rank 0 at 0001 (FWD): slot %2 (bytes 8192..73728) overlaps slot %1, which still holds act "
      "s0 mb0", false},
     {"recompute flag", 1, e_recompute_flag, "stage 0: recompute flag 2 is neither 0 nor 1", true},
+    {"recomputed layers without the flag", 1, e_recompute_layers_alone,
+     "stage 0: 1 recomputed layers without the recompute flag", false},
+    {"more recomputed layers than recomputable", 1, e_recompute_layers_many,
+     "stage 1: 2 recomputed layers, but it has 1 recomputable layer", false},
+    {"negative recomputed layers", 1, e_recompute_layers_neg, "recomputed layers -1 is negative",
+     true},
     {"stash too small", 1, e_stash_size,
      "rank 0 at 0001 (FWD): slot %2 of 65536 bytes is too small for stash s0 mb0 (65537 bytes)",
      false},
