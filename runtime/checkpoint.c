@@ -828,36 +828,90 @@ static int ck_barrier(rt_comm *c, const rt_run_opts *o, const char *which, strbu
   return rc == 0 ? 0 : rc == 2 ? 2 : 1;
 }
 
-int rt_ckpt_save(const be_stream *s, rt_model *m, int rank, int replica, int step,
-                 const rt_opts *mo, const rt_run_opts *o, rt_comm *c, strbuf *err) {
-  bool lead = rank == 0 && replica == 0;
-  strbuf tmp = {0}, final = {0}, name = {0};
+/* The temporary and final step directories of the save of step 'step': DIR/.step-N.tmp and
+ * DIR/step-N (appended to tmp and final). */
+static void ck_save_dirs(const rt_run_opts *o, int step, strbuf *tmp, strbuf *final) {
+  strbuf name = {0};
   ck_step_name(&name, step);
-  strbuf_printf(&tmp, "%s/.%s.tmp", o->save, strbuf_cstr(&name));
-  ck_path(&final, o->save, strbuf_cstr(&name));
-  int rc = 0;
-  if (lead) { /* a temporary left by a run that was killed while saving goes first */
-    if (ck_remove_dir(strbuf_cstr(&tmp), err) != 0) {
-      rc = -1;
-    } else if (mkdir(strbuf_cstr(&tmp), 0777) != 0) {
-      strbuf_printf(err, "cannot make '%s': %s", strbuf_cstr(&tmp), strerror(errno));
-      rc = -1;
-    }
-  }
-  if (rc == 0) rc = ck_barrier(c, o, "first", err);
-  if (rc == 0 && replica == 0)
-    rc = ck_write_shards(s, m, rank, o->ckpt_experts, strbuf_cstr(&tmp), err);
-  if (rc == 0) rc = ck_barrier(c, o, "second", err);
-  if (rc == 0 && lead)
-    rc = ck_finish(s, m, mo, o, step, strbuf_cstr(&tmp), strbuf_cstr(&final), err);
-  if (rc != 0 && rc != 2) {
-    char what[48];
-    snprintf(what, sizeof what, "--save at step %d", step);
-    ck_prefix(err, what);
+  strbuf_printf(tmp, "%s/.%s.tmp", o->save, strbuf_cstr(&name));
+  ck_path(final, o->save, strbuf_cstr(&name));
+  strbuf_free(&name);
+}
+
+/* Put "--save at step N: " before the message in err. */
+static void ck_save_prefix(strbuf *err, int step) {
+  char what[48];
+  snprintf(what, sizeof what, "--save at step %d", step);
+  ck_prefix(err, what);
+}
+
+/* rt_ckpt_save_begin without the prefix. */
+static int ck_save_begin(const rt_run_opts *o, int step, strbuf *err) {
+  strbuf tmp = {0}, final = {0};
+  ck_save_dirs(o, step, &tmp, &final);
+  int rc = 0; /* a temporary left by a run that was killed while saving goes first */
+  if (ck_remove_dir(strbuf_cstr(&tmp), err) != 0) {
+    rc = -1;
+  } else if (mkdir(strbuf_cstr(&tmp), 0777) != 0) {
+    strbuf_printf(err, "cannot make '%s': %s", strbuf_cstr(&tmp), strerror(errno));
+    rc = -1;
   }
   strbuf_free(&tmp);
   strbuf_free(&final);
-  strbuf_free(&name);
+  return rc;
+}
+
+/* rt_ckpt_save_rank without the prefix. */
+static int ck_save_rank(const be_stream *s, rt_model *m, int rank, int step,
+                        const rt_run_opts *o, strbuf *err) {
+  strbuf tmp = {0}, final = {0};
+  ck_save_dirs(o, step, &tmp, &final);
+  int rc = ck_write_shards(s, m, rank, o->ckpt_experts, strbuf_cstr(&tmp), err);
+  strbuf_free(&tmp);
+  strbuf_free(&final);
+  return rc;
+}
+
+/* rt_ckpt_save_end without the prefix. */
+static int ck_save_end(const be_stream *s, const rt_model *m, int step, const rt_opts *mo,
+                       const rt_run_opts *o, strbuf *err) {
+  strbuf tmp = {0}, final = {0};
+  ck_save_dirs(o, step, &tmp, &final);
+  int rc = ck_finish(s, m, mo, o, step, strbuf_cstr(&tmp), strbuf_cstr(&final), err);
+  strbuf_free(&tmp);
+  strbuf_free(&final);
+  return rc;
+}
+
+int rt_ckpt_save_begin(const rt_run_opts *o, int step, strbuf *err) {
+  int rc = ck_save_begin(o, step, err);
+  if (rc != 0) ck_save_prefix(err, step);
+  return rc;
+}
+
+int rt_ckpt_save_rank(const be_stream *s, rt_model *m, int rank, int step,
+                      const rt_run_opts *o, strbuf *err) {
+  int rc = ck_save_rank(s, m, rank, step, o, err);
+  if (rc != 0) ck_save_prefix(err, step);
+  return rc;
+}
+
+int rt_ckpt_save_end(const be_stream *s, const rt_model *m, int step, const rt_opts *mo,
+                     const rt_run_opts *o, strbuf *err) {
+  int rc = ck_save_end(s, m, step, mo, o, err);
+  if (rc != 0) ck_save_prefix(err, step);
+  return rc;
+}
+
+int rt_ckpt_save(const be_stream *s, rt_model *m, int rank, int replica, int step,
+                 const rt_opts *mo, const rt_run_opts *o, rt_comm *c, strbuf *err) {
+  bool lead = rank == 0 && replica == 0;
+  int rc = lead ? ck_save_begin(o, step, err) : 0;
+  if (rc == 0) rc = ck_barrier(c, o, "first", err);
+  if (rc == 0 && replica == 0) rc = ck_save_rank(s, m, rank, step, o, err);
+  if (rc == 0) rc = ck_barrier(c, o, "second", err);
+  if (rc == 0 && lead) rc = ck_save_end(s, m, step, mo, o, err);
+  if (rc != 0 && rc != 2) ck_save_prefix(err, step);
   return rc;
 }
 
