@@ -364,6 +364,9 @@ typedef struct rt_run_opts {
   int ckpt_experts;     /* the names of moe layers' routers and experts in checkpoints:
                            RT_CKPT_MIXTRAL, or RT_CKPT_QWEN_MOE when --init's or --resume's
                            files have Qwen-MoE's (rt_ckpt_prepare) */
+  int ckpt_gen;         /* the generation of LLaVA's names --init's file has (checkpoint.c,
+                           ckpt_renames.def; rt_ckpt_prepare): 0, those checkpoints are written
+                           with, or another */
 } rt_run_opts;
 
 /* The two Hugging Face namings of a moe layer's router and experts (docs/checkpoints.md). */
