@@ -55,6 +55,54 @@ static const ck_row ck_rows[] = {
 #undef CKPT_HF
 };
 
+/* The generations of LLaVA's names (ckpt_renames.def), CK_GEN_SAVED first. */
+enum {
+#define CKPT_GEN(ID, WHAT) CK_GEN_##ID,
+#define CKPT_RENAME(ID, FROM, TO)
+#include "ckpt_renames.def"
+#undef CKPT_GEN
+#undef CKPT_RENAME
+  CK_NGEN
+};
+
+/* What each generation is, for the messages. */
+static const char *const ck_gen_what[CK_NGEN] = {
+#define CKPT_GEN(ID, WHAT) WHAT,
+#define CKPT_RENAME(ID, FROM, TO)
+#include "ckpt_renames.def"
+#undef CKPT_GEN
+#undef CKPT_RENAME
+};
+
+/* One prefix change of a generation (ckpt_renames.def). */
+typedef struct ck_rename {
+  int gen;          /* CK_GEN_* */
+  const char *from; /* the first generation's prefix */
+  const char *to;   /* this generation's */
+} ck_rename;
+
+static const ck_rename ck_renames[] = {
+#define CKPT_GEN(ID, WHAT)
+#define CKPT_RENAME(ID, FROM, TO) {CK_GEN_##ID, FROM, TO},
+#include "ckpt_renames.def"
+#undef CKPT_GEN
+#undef CKPT_RENAME
+};
+
+/* name (the first generation's, at most cap - 1 bytes) as generation gen names it, in place:
+ * the first prefix change of gen that applies. */
+static void ck_rename_to(char *name, size_t cap, int gen) {
+  for (size_t i = 0; i < sizeof ck_renames / sizeof *ck_renames; i++) {
+    const ck_rename *r = &ck_renames[i];
+    size_t nf = strlen(r->from);
+    if (r->gen != gen || strncmp(name, r->from, nf) != 0) continue;
+    char tmp[256];
+    int n = snprintf(tmp, sizeof tmp, "%s%s", r->to, name + nf);
+    if (n > 0 && (size_t)n < cap) memcpy(name, tmp, (size_t)n + 1); /* the rows' names fit */
+    return;
+  }
+}
+
 /* One tensor of a file: a part of one parameter tensor of one layer (the whole tensor, or one
  * expert's matrix). */
 typedef struct ck_part {
@@ -74,6 +122,8 @@ typedef struct ck_names {
   bool hf;       /* Hugging Face's names (ckpt_names.def), else "layers.I.PARAM" */
   int experts;   /* with hf: the moe layers' names (CK_MIXTRAL, CK_QWEN_MOE or CK_DEEPSEEK), or
                     CK_NEMOTRON_H for Nemotron-H's names, CK_LLAVA for LLaVA's */
+  int gen;       /* with CK_LLAVA: the generation of its names (CK_GEN_*; checkpoints are
+                    written with CK_GEN_SAVED's) */
   ck_part *part; /* every part of every layer, in layer and rt_lplan order */
   size_t n;
 } ck_names;
@@ -139,8 +189,9 @@ static bool ck_is_hf(const rt_model *m, int experts) {
 
 /* Every tensor of m as a file names and shapes it: a Llama-style model's with the moe layers'
  * router and experts named as 'experts' says (RT_CKPT_MIXTRAL or RT_CKPT_QWEN_MOE), a
- * Nemotron-H model's with Nemotron-H's names. */
-static void ck_names_of(const rt_model *m, int experts, ck_names *out) {
+ * Nemotron-H model's with Nemotron-H's names, a LLaVA model's with generation gen's (CK_GEN_*;
+ * ignored for the other models). */
+static void ck_names_of(const rt_model *m, int experts, int gen, ck_names *out) {
   memset(out, 0, sizeof *out);
   for (int i = 0; i < rt_model_nlayers(m); i++) { /* latent attention: DeepSeek's names */
     rt_layer_info L;
@@ -150,6 +201,7 @@ static void ck_names_of(const rt_model *m, int experts, ck_names *out) {
   if (ck_llava_text(m) >= 0) experts = CK_LLAVA; /* a vision tower first: LLaVA's names */
   out->hf = ck_is_hf(m, experts);
   out->experts = experts;
+  out->gen = out->hf && experts == CK_LLAVA ? gen : CK_GEN_SAVED;
   if (!out->hf && ck_is_hf(m, CK_NEMOTRON_H)) out->hf = true, out->experts = CK_NEMOTRON_H;
   size_t cap = 0;
   for (int i = 0, block = -1, vblock = -1; i < rt_model_nlayers(m); i++) {
@@ -167,9 +219,10 @@ static void ck_names_of(const rt_model *m, int experts, ck_names *out) {
       for (int e = 0; e < parts; e++) {
         ck_part p;
         memset(&p, 0, sizeof p);
-        if (row)
+        if (row) {
           snprintf(p.name, sizeof p.name, row->fmt, L.k->id == BE_KIND_VIT ? vblock : block, e);
-        else
+          ck_rename_to(p.name, sizeof p.name, out->gen);
+        } else
           snprintf(p.name, sizeof p.name, "layers.%d.%s", i, pt->name);
         p.layer = i;
         p.pt = t;
@@ -247,11 +300,14 @@ static void ck_part_what(strbuf *sb, const be_stream *s, const ck_part *p, const
                 rt_kernel_name(L.k), L.p.pt[p->pt].name);
 }
 
-/* Tensors a file may hold that no model parameter is: buffers transformers recomputes. */
+/* Tensors a file may hold that no model parameter is: buffers transformers recomputes (the
+ * rotary frequencies, CLIP's position ids in older vision towers). */
 static bool ck_ignored(const char *name) {
+  static const char *const tails[] = {".rotary_emb.inv_freq", ".embeddings.position_ids"};
   size_t n = strlen(name);
-  const char *tail = ".rotary_emb.inv_freq";
-  return n >= strlen(tail) && strcmp(name + n - strlen(tail), tail) == 0;
+  for (size_t i = 0; i < sizeof tails / sizeof *tails; i++)
+    if (n >= strlen(tails[i]) && strcmp(name + n - strlen(tails[i]), tails[i]) == 0) return true;
+  return false;
 }
 
 static int ck_cmp_str(const void *a, const void *b) {
@@ -265,11 +321,14 @@ static int ck_cmp_str(const void *a, const void *b) {
 static int ck_check_set(const st_set *set, const char *path, const ck_names *nm,
                         const char *const *suf, int nsuf, const be_stream *s, const rt_model *m,
                         const char *what, strbuf *err) {
+  char llava[192]; /* LLaVA's names of another generation say which */
+  snprintf(llava, sizeof llava, "Hugging Face's, LLaVA's%s%s",
+           nm->gen != CK_GEN_SAVED ? " of " : "", nm->gen != CK_GEN_SAVED ? ck_gen_what[nm->gen] : "");
   const char *scheme = !nm->hf                        ? "the runtime's own"
                        : nm->experts == CK_QWEN_MOE   ? "Hugging Face's, Qwen-MoE's for experts"
                        : nm->experts == CK_DEEPSEEK   ? "Hugging Face's, DeepSeek's"
                        : nm->experts == CK_NEMOTRON_H ? "Hugging Face's, Nemotron-H's"
-                       : nm->experts == CK_LLAVA      ? "Hugging Face's, LLaVA's"
+                       : nm->experts == CK_LLAVA      ? llava
                                                       : "Hugging Face's";
   size_t nwant = nm->n * (size_t)nsuf;
   char **want = xcalloc(nwant ? nwant : 1, sizeof *want);
@@ -427,8 +486,8 @@ int rt_ckpt_load(rt_model *m, const rt_run_opts *o, strbuf *err) {
     strbuf_puts(&wpath, o->init);
   }
   const char *what = resume ? "--resume" : "--init";
-  ck_names nm;
-  ck_names_of(m, o->ckpt_experts, &nm);
+  ck_names nm; /* --init's file has its generation's names, a checkpoint the first */
+  ck_names_of(m, o->ckpt_experts, resume ? CK_GEN_SAVED : o->ckpt_gen, &nm);
   st_set *ws = st_set_open(strbuf_cstr(&wpath), err);
   st_set *os = ws && resume && rt_model_adam(m) ? st_set_open(strbuf_cstr(&opath), err) : NULL;
   int rc = ws && (os || !resume || !rt_model_adam(m)) ? 0 : -1;
@@ -475,7 +534,7 @@ static int ck_rank_of(const be_stream *s, int i) {
 static int ck_write_shards(const be_stream *s, rt_model *m, int rank, int experts,
                            const char *dir, strbuf *err) {
   ck_names nm;
-  ck_names_of(m, experts, &nm);
+  ck_names_of(m, experts, CK_GEN_SAVED, &nm);
   bool adam = rt_model_adam(m);
   st_writer *wr[2] = {st_writer_new(), adam ? st_writer_new() : NULL};
   float **keep = NULL; /* the host copies the writers borrow */
@@ -603,7 +662,7 @@ static bool ck_is_step_name(const char *name) {
 static int ck_write_index(const be_stream *s, const rt_model *m, int k, int experts,
                           const char *dir, strbuf *err) {
   ck_names nm;
-  ck_names_of(m, experts, &nm);
+  ck_names_of(m, experts, CK_GEN_SAVED, &nm);
   size_t nsuf = k ? 2 : 1, n = 0;
   char **line = xcalloc(nm.n ? nm.n * nsuf : 1, sizeof *line);
   double total = 0;
@@ -724,7 +783,7 @@ static int ck_finish(const be_stream *s, const rt_model *m, const rt_opts *mo,
   strbuf_puts(&j, "  \"model\": ");
   strbuf_json_str(&j, s->model);
   ck_names nm;
-  ck_names_of(m, o->ckpt_experts, &nm);
+  ck_names_of(m, o->ckpt_experts, CK_GEN_SAVED, &nm);
   strbuf_printf(&j, ",\n  \"step\": %d,\n  \"names\": \"%s\",\n  \"scale\": %d,\n", step,
                 ck_scheme_name(&nm), rt_model_scale(m));
   free(nm.part);
@@ -828,36 +887,90 @@ static int ck_barrier(rt_comm *c, const rt_run_opts *o, const char *which, strbu
   return rc == 0 ? 0 : rc == 2 ? 2 : 1;
 }
 
-int rt_ckpt_save(const be_stream *s, rt_model *m, int rank, int replica, int step,
-                 const rt_opts *mo, const rt_run_opts *o, rt_comm *c, strbuf *err) {
-  bool lead = rank == 0 && replica == 0;
-  strbuf tmp = {0}, final = {0}, name = {0};
+/* The temporary and final step directories of the save of step 'step': DIR/.step-N.tmp and
+ * DIR/step-N (appended to tmp and final). */
+static void ck_save_dirs(const rt_run_opts *o, int step, strbuf *tmp, strbuf *final) {
+  strbuf name = {0};
   ck_step_name(&name, step);
-  strbuf_printf(&tmp, "%s/.%s.tmp", o->save, strbuf_cstr(&name));
-  ck_path(&final, o->save, strbuf_cstr(&name));
-  int rc = 0;
-  if (lead) { /* a temporary left by a run that was killed while saving goes first */
-    if (ck_remove_dir(strbuf_cstr(&tmp), err) != 0) {
-      rc = -1;
-    } else if (mkdir(strbuf_cstr(&tmp), 0777) != 0) {
-      strbuf_printf(err, "cannot make '%s': %s", strbuf_cstr(&tmp), strerror(errno));
-      rc = -1;
-    }
-  }
-  if (rc == 0) rc = ck_barrier(c, o, "first", err);
-  if (rc == 0 && replica == 0)
-    rc = ck_write_shards(s, m, rank, o->ckpt_experts, strbuf_cstr(&tmp), err);
-  if (rc == 0) rc = ck_barrier(c, o, "second", err);
-  if (rc == 0 && lead)
-    rc = ck_finish(s, m, mo, o, step, strbuf_cstr(&tmp), strbuf_cstr(&final), err);
-  if (rc != 0 && rc != 2) {
-    char what[48];
-    snprintf(what, sizeof what, "--save at step %d", step);
-    ck_prefix(err, what);
+  strbuf_printf(tmp, "%s/.%s.tmp", o->save, strbuf_cstr(&name));
+  ck_path(final, o->save, strbuf_cstr(&name));
+  strbuf_free(&name);
+}
+
+/* Put "--save at step N: " before the message in err. */
+static void ck_save_prefix(strbuf *err, int step) {
+  char what[48];
+  snprintf(what, sizeof what, "--save at step %d", step);
+  ck_prefix(err, what);
+}
+
+/* rt_ckpt_save_begin without the prefix. */
+static int ck_save_begin(const rt_run_opts *o, int step, strbuf *err) {
+  strbuf tmp = {0}, final = {0};
+  ck_save_dirs(o, step, &tmp, &final);
+  int rc = 0; /* a temporary left by a run that was killed while saving goes first */
+  if (ck_remove_dir(strbuf_cstr(&tmp), err) != 0) {
+    rc = -1;
+  } else if (mkdir(strbuf_cstr(&tmp), 0777) != 0) {
+    strbuf_printf(err, "cannot make '%s': %s", strbuf_cstr(&tmp), strerror(errno));
+    rc = -1;
   }
   strbuf_free(&tmp);
   strbuf_free(&final);
-  strbuf_free(&name);
+  return rc;
+}
+
+/* rt_ckpt_save_rank without the prefix. */
+static int ck_save_rank(const be_stream *s, rt_model *m, int rank, int step,
+                        const rt_run_opts *o, strbuf *err) {
+  strbuf tmp = {0}, final = {0};
+  ck_save_dirs(o, step, &tmp, &final);
+  int rc = ck_write_shards(s, m, rank, o->ckpt_experts, strbuf_cstr(&tmp), err);
+  strbuf_free(&tmp);
+  strbuf_free(&final);
+  return rc;
+}
+
+/* rt_ckpt_save_end without the prefix. */
+static int ck_save_end(const be_stream *s, const rt_model *m, int step, const rt_opts *mo,
+                       const rt_run_opts *o, strbuf *err) {
+  strbuf tmp = {0}, final = {0};
+  ck_save_dirs(o, step, &tmp, &final);
+  int rc = ck_finish(s, m, mo, o, step, strbuf_cstr(&tmp), strbuf_cstr(&final), err);
+  strbuf_free(&tmp);
+  strbuf_free(&final);
+  return rc;
+}
+
+int rt_ckpt_save_begin(const rt_run_opts *o, int step, strbuf *err) {
+  int rc = ck_save_begin(o, step, err);
+  if (rc != 0) ck_save_prefix(err, step);
+  return rc;
+}
+
+int rt_ckpt_save_rank(const be_stream *s, rt_model *m, int rank, int step,
+                      const rt_run_opts *o, strbuf *err) {
+  int rc = ck_save_rank(s, m, rank, step, o, err);
+  if (rc != 0) ck_save_prefix(err, step);
+  return rc;
+}
+
+int rt_ckpt_save_end(const be_stream *s, const rt_model *m, int step, const rt_opts *mo,
+                     const rt_run_opts *o, strbuf *err) {
+  int rc = ck_save_end(s, m, step, mo, o, err);
+  if (rc != 0) ck_save_prefix(err, step);
+  return rc;
+}
+
+int rt_ckpt_save(const be_stream *s, rt_model *m, int rank, int replica, int step,
+                 const rt_opts *mo, const rt_run_opts *o, rt_comm *c, strbuf *err) {
+  bool lead = rank == 0 && replica == 0;
+  int rc = lead ? ck_save_begin(o, step, err) : 0;
+  if (rc == 0) rc = ck_barrier(c, o, "first", err);
+  if (rc == 0 && replica == 0) rc = ck_save_rank(s, m, rank, step, o, err);
+  if (rc == 0) rc = ck_barrier(c, o, "second", err);
+  if (rc == 0 && lead) rc = ck_save_end(s, m, step, mo, o, err);
+  if (rc != 0 && rc != 2) ck_save_prefix(err, step);
   return rc;
 }
 
@@ -867,8 +980,8 @@ int rt_ckpt_save(const be_stream *s, rt_model *m, int rank, int replica, int ste
  * Qwen-MoE name and not its Mixtral one, else Mixtral's. */
 static int ck_probe_experts(const st_set *set, const rt_model *m) {
   ck_names a, b;
-  ck_names_of(m, CK_MIXTRAL, &a);
-  ck_names_of(m, CK_QWEN_MOE, &b); /* the same parts in the same order, other names */
+  ck_names_of(m, CK_MIXTRAL, CK_GEN_SAVED, &a);
+  ck_names_of(m, CK_QWEN_MOE, CK_GEN_SAVED, &b); /* the same parts in the same order, other names */
   int experts = CK_MIXTRAL;
   for (size_t i = 0; i < a.n; i++)
     if (strcmp(a.part[i].name, b.part[i].name) != 0) {
@@ -881,19 +994,69 @@ static int ck_probe_experts(const st_set *set, const rt_model *m) {
   return experts;
 }
 
+/* The generation of LLaVA's names (CK_GEN_*) that set has for model m, its moe layers named as
+ * 'experts' says: the one under which the set holds the most of m's tensors, the first of equals;
+ * CK_GEN_SAVED for a model without LLaVA's names. */
+static int ck_probe_gen(const st_set *set, const rt_model *m, int experts) {
+  int best = CK_GEN_SAVED;
+  size_t most = 0;
+  for (int g = 0; g < CK_NGEN; g++) {
+    ck_names nm;
+    ck_names_of(m, experts, g, &nm);
+    size_t n = 0;
+    for (size_t i = 0; nm.gen == g && i < nm.n; i++) n += st_set_find(set, nm.part[i].name, NULL) != NULL;
+    bool other = nm.gen != g; /* not LLaVA's names: one generation */
+    free(nm.part);
+    if (other) break;
+    if (n > most) most = n, best = g;
+  }
+  return best;
+}
+
+/* Whether set, whose LLaVA tensors nm names (its generation nm->gen), also holds a tensor of m
+ * by another generation's name: then -1 with the error naming the tensor, the file and both
+ * generations ('what': the option); else 0 (also for a model without LLaVA's names). */
+static int ck_check_mixed(const st_set *set, const ck_names *nm, const rt_model *m,
+                          const char *what, strbuf *err) {
+  if (!nm->hf || nm->experts != CK_LLAVA) return 0;
+  int rc = 0;
+  for (int g = 0; g < CK_NGEN && rc == 0; g++) {
+    if (g == nm->gen) continue;
+    ck_names other; /* the same parts in the same order, other names */
+    ck_names_of(m, nm->experts, g, &other);
+    for (size_t i = 0; i < other.n && i < nm->n && rc == 0; i++) {
+      const st_file *f;
+      if (strcmp(other.part[i].name, nm->part[i].name) == 0 ||
+          !st_set_find(set, other.part[i].name, &f))
+        continue;
+      strbuf_printf(err, "%s: %s: tensor '%s' has LLaVA's names of %s, the file's others those "
+                    "of %s (a file has one generation of names; '%s' would be '%s')", what,
+                    st_path(f), other.part[i].name, ck_gen_what[g], ck_gen_what[nm->gen],
+                    other.part[i].name, nm->part[i].name);
+      rc = -1;
+    }
+    free(other.part);
+  }
+  return rc;
+}
+
 /* Open the set at path and check it against model m (rt_ckpt_prepare), the moe layers with the
- * names of *experts; probe (--init): find them first (ck_probe_experts) into *experts. */
-static int ck_check_path(const char *path, int *experts, bool probe, const char *const *suf,
-                         int nsuf, const be_stream *s, const rt_model *m, const char *what,
-                         strbuf *err) {
+ * names of *experts, LLaVA's of generation *gen; probe (--init): find both first
+ * (ck_probe_experts, ck_probe_gen) into *experts and *gen, and refuse a file that mixes LLaVA's
+ * generations (ck_check_mixed). */
+static int ck_check_path(const char *path, int *experts, int *gen, bool probe,
+                         const char *const *suf, int nsuf, const be_stream *s, const rt_model *m,
+                         const char *what, strbuf *err) {
   strbuf why = {0};
   st_set *set = st_set_open(path, &why);
   int rc = -1;
   if (set) {
     if (probe) *experts = ck_probe_experts(set, m);
+    if (probe) *gen = ck_probe_gen(set, m, *experts);
     ck_names nm;
-    ck_names_of(m, *experts, &nm);
-    rc = ck_check_set(set, path, &nm, suf, nsuf, s, m, what, err);
+    ck_names_of(m, *experts, *gen, &nm);
+    rc = probe ? ck_check_mixed(set, &nm, m, what, err) : 0;
+    if (rc == 0) rc = ck_check_set(set, path, &nm, suf, nsuf, s, m, what, err);
     free(nm.part);
   } else {
     strbuf_printf(err, "%s: %s", what, strbuf_cstr(&why));
@@ -1135,6 +1298,7 @@ int rt_ckpt_prepare(const be_stream *s, rt_opts *mo, rt_run_opts *o, strbuf *err
   /* a run from scratch names moe layers as Mixtral does, or as Qwen-MoE does when they have
    * shared experts (Mixtral has none) */
   o->ckpt_experts = RT_CKPT_MIXTRAL;
+  o->ckpt_gen = 0; /* LLaVA's names as checkpoints have them; --init's file may have others */
   for (int i = 0; i < s->nlayers; i++)
     if (be_layer_kind(&s->layers[i]) == BE_KIND_MOE &&
         be_layer_param(&s->layers[i], BE_LP_MOE_SHARED) > 0)
@@ -1169,17 +1333,17 @@ int rt_ckpt_prepare(const be_stream *s, rt_opts *mo, rt_run_opts *o, strbuf *err
   if (o->init || o->resume) {
     rt_model *m = rt_model_new(s, mo, err);
     if (!m) return -1;
-    int rc, *ex = &o->ckpt_experts;
+    int rc, *ex = &o->ckpt_experts, *gen = &o->ckpt_gen;
     if (o->init) {
-      rc = ck_check_path(o->init, ex, true, ck_plain, 1, s, m, "--init", err);
+      rc = ck_check_path(o->init, ex, gen, true, ck_plain, 1, s, m, "--init", err);
     } else { /* the manifest gave the names */
       strbuf p = {0};
       ck_path(&p, o->resume_dir, ST_INDEX_NAME);
-      rc = ck_check_path(strbuf_cstr(&p), ex, false, ck_plain, 1, s, m, "--resume", err);
+      rc = ck_check_path(strbuf_cstr(&p), ex, gen, false, ck_plain, 1, s, m, "--resume", err);
       p.len = 0;
       ck_path(&p, o->resume_dir, CK_OPTIM_INDEX);
       if (rc == 0 && rt_model_adam(m))
-        rc = ck_check_path(strbuf_cstr(&p), ex, false, ck_moments, 2, s, m, "--resume", err);
+        rc = ck_check_path(strbuf_cstr(&p), ex, gen, false, ck_moments, 2, s, m, "--resume", err);
       strbuf_free(&p);
     }
     rt_model_free(m);

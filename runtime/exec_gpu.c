@@ -16,7 +16,13 @@
  *         stream, after the compute stream's work so far: exactly the semantics the deadlock
  *         checker proves. The all-reduce over replicas is ncclAllReduce on a communicator per
  *         pipeline rank. Set-up (initialization, warm-up, the barrier before the first step) is
- *         bound by --timeout too. */
+ *         bound by --timeout too.
+ * TIE (tied embeddings) sums the two copies of the tied matrix's gradient as the cpu backend does
+ * (each rank adds the other's copy to its own, so both hold the same sum bit for bit): cuda pairs
+ * the two ranks' TIEs like an all-reduce (a device-to-device copy each way, then each adds), nccl
+ * exchanges the copies in one NCCL group on the communication stream. Checkpoints (--init,
+ * --resume, --save) are checkpoint.c's, run with the rank's GPU bound as the model's device, so
+ * the files are the CPU backends' byte for byte. */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -55,6 +61,11 @@ typedef struct grank {
   int pc;                      /* cuda backend: next instruction of the step */
   int enqueued;                /* markers recorded this step (read by the watchdog: atomic) */
   bool at_reduce;              /* cuda backend: waiting at an ALLREDUCE for the other replicas */
+  bool at_tie;                 /* cuda backend: waiting at a TIE for its twin's rank */
+  float *tie_buf;              /* TIE with another rank: the twin's copy of the tied gradient
+                                  (device), else NULL */
+  cudaEvent_t tied;            /* TIE: cuda, its copy of the twin's gradient was taken; nccl, the
+                                  exchange completed (on the communication stream) */
   rt_rank_stats *st;           /* its figures */
   cublasHandle_t blas;         /* for the single-process all-reduce */
 #ifdef OCTO_HAVE_NCCL
@@ -65,7 +76,9 @@ typedef struct grank {
 /* The whole run on this process. */
 typedef struct gpu_run {
   const be_stream *s;
+  const rt_opts *mo;           /* the model's options (a checkpoint's manifest records them) */
   const rt_run_opts *o;
+  int first;                   /* the training steps taken before this run (--resume) */
   grank *g;                    /* ranks of this process */
   int n;
   bool nccl;                   /* nccl backend (else cuda) */
@@ -76,6 +89,7 @@ typedef struct gpu_run {
   int step;                    /* step enqueued and watched, -1 none */
   bool step_done, stop;        /* the watched step completed; the watchdog must stop */
   bool failed, claimed;        /* the run failed (atomic); its message is being written */
+  bool output;                 /* the failure is a checkpoint that cannot be written (RT_OUTPUT) */
   char why[480];               /* failure (fits rt_rank_stats.err) */
 } gpu_run;
 
@@ -102,6 +116,14 @@ static void describe(char *out, size_t n, const be_program *p, int a) {
   be_msg_text(&sb, &p->code[a]);
   snprintf(out, n, "%s", strbuf_cstr(&sb));
   strbuf_free(&sb);
+}
+
+/* "the tied matrix's gradient exchange of s0 with s3 on rank 3": the TIE at address a of g (as
+ * the cpu backend words it), into out (n bytes). */
+static void describe_tie(char *out, size_t n, const gpu_run *R, const grank *g, int a) {
+  const be_inst *in = &g->p->code[a];
+  snprintf(out, n, "the tied matrix's gradient exchange of s%d with s%d on rank %d", (int)in->a[0],
+           (int)in->a[1], (int)R->s->stages[in->a[1]].rank);
 }
 
 /* Index of the first instruction of g, from 'from' on, whose marker has not completed, or ncode.
@@ -171,6 +193,7 @@ static void *watchdog(void *arg) {
         const be_inst *in = &g->p->code[a];
         char what[120] = "";
         if (in->op == BE_OP_WAIT) describe(what, sizeof what, g->p, g->posted_at[in->a[0]]);
+        if (in->op == BE_OP_TIE) describe_tie(what, sizeof what, R, g, a);
         if (nccl_err[0])
           run_fail(R, "rank %d at %04d (%s)%s%s: NCCL error: %s", g->rank, a,
                    be_ops[in->op].name, what[0] ? ": " : "", what, nccl_err);
@@ -242,8 +265,9 @@ static void pair_posts(gpu_run *R, gchan *c) {
   if (c->hr == c->nr) c->nr = c->hr = 0;
 }
 
-/* Enqueue the compute instruction at address a of g for step 'step': the model's operations on
- * g's device (its compute stream). LOSS waits for the stream (the loss comes to the host). */
+/* Enqueue the compute instruction at address a of g for training step 'step' (this run's
+ * step - R->first): the model's operations on g's device (its compute stream); a TIE only when
+ * g's rank holds both stages. LOSS waits for the stream (the loss comes to the host). */
 static void enqueue_compute(gpu_run *R, grank *g, int a, int step) {
   const be_inst *in = &g->p->code[a];
   const int32_t *x = in->a;
@@ -280,7 +304,8 @@ static void enqueue_compute(gpu_run *R, grank *g, int a, int step) {
         if (!failed(R)) rt_to_host(host, dg, n * sizeof *host);
         if (!failed(R) && !rg_dev_error(g->dev)) {
           double rel = rt_grad_diff_host(host, n, g->ref, i);
-          if (rel > g->st->grad_diff[step] || rel != rel) g->st->grad_diff[step] = rel;
+          int k = step - R->first;
+          if (rel > g->st->grad_diff[k] || rel != rel) g->st->grad_diff[k] = rel;
         }
         free(host);
       }
@@ -292,6 +317,7 @@ static void enqueue_compute(gpu_run *R, grank *g, int a, int step) {
     }
     break;
   }
+  case BE_OP_TIE: rt_model_tie_local(g->m); break; /* this rank holds both copies */
   default: break;
   }
   rt_dev_bind(prev);
@@ -349,6 +375,79 @@ static void enqueue_nccl_msg(gpu_run *R, grank *g, int a) {
 #endif
 
 /* ---- Steps -------------------------------------------------------------------------------- */
+
+/* cuda backend: the TIE at address a of g, whose twin stage is on another rank q of g's replica.
+ * Returns false (g yields) until q is at its TIE too; the second to arrive enqueues both: once
+ * both compute streams reached their TIE, each copies the other's copy of the tied gradient into
+ * its tie_buf; once both copies are taken, each adds the other's to its own (rt_model_tie_add),
+ * so both hold the same sum bit for bit, as on the cpu backend. Then both are past their TIE.
+ * Pre: g->pc == a. */
+static bool tie_cuda(gpu_run *R, grank *g, int a) {
+  const be_inst *in = &g->p->code[a];
+  grank *q = &R->g[(size_t)g->replica * R->s->nranks + R->s->stages[in->a[1]].rank];
+  g->at_tie = true;
+  if (!q->at_tie) return false;
+  const be_inst *qi = &q->p->code[q->pc];
+  size_t n = 0, nq = 0;
+  float *gg = rt_model_tied_grad(g->m, in->a[0], &n);
+  float *gq = qi->op == BE_OP_TIE ? rt_model_tied_grad(q->m, qi->a[0], &nq) : NULL;
+  if (!gg || !gq || n != nq || qi->a[1] != in->a[0] || !g->tie_buf || !q->tie_buf) {
+    run_fail(R, "rank %d at %04d (TIE): its twin, rank %d at %04d (%s), is not the TIE of s%d "
+             "with s%d", g->rank, a, q->rank, q->pc, be_ops[qi->op].name, (int)in->a[1],
+             (int)in->a[0]);
+    return false;
+  }
+  cudaEventRecord(g->sync, g->compute);
+  cudaEventRecord(q->sync, q->compute);
+  cudaStreamWaitEvent(g->compute, q->sync, 0); /* q's gradient is complete */
+  cudaStreamWaitEvent(q->compute, g->sync, 0);
+  cudaMemcpyAsync(g->tie_buf, gq, n * sizeof(float), cudaMemcpyDeviceToDevice, g->compute);
+  cudaMemcpyAsync(q->tie_buf, gg, n * sizeof(float), cudaMemcpyDeviceToDevice, q->compute);
+  cudaEventRecord(g->tied, g->compute);
+  cudaEventRecord(q->tied, q->compute);
+  cudaStreamWaitEvent(g->compute, q->tied, 0); /* q took its copy of g's gradient: g may add */
+  cudaStreamWaitEvent(q->compute, g->tied, 0);
+  grank *both[2] = {g, q};
+  for (int i = 0; i < 2; i++) {
+    grank *x = both[i];
+    int at = x->pc;
+    const rt_dev *prev = rt_dev_bind(rg_dev_kernels(x->dev));
+    rt_model_tie_add(x->m, x->p->code[at].a[0], x->tie_buf);
+    rt_dev_bind(prev);
+    marked(x, at, x->compute);
+    x->at_tie = false;
+    x->pc++;
+  }
+  return true;
+}
+
+#ifdef OCTO_HAVE_NCCL
+/* nccl backend: the TIE at address a of g, whose twin stage is on another rank: one NCCL group
+ * on the communication stream, after the compute stream's work so far, sends g's copy of the
+ * tied gradient to the twin's rank and receives the twin's into tie_buf; the compute stream
+ * waits for the group and adds it to g's copy (rt_model_tie_add; the twin adds g's: the same sum
+ * bit for bit). The caller records the marker, which the watchdog holds to the deadline. */
+static void tie_nccl(gpu_run *R, grank *g, int a) {
+  const be_inst *in = &g->p->code[a];
+  int peer = g->replica * R->s->nranks + R->s->stages[in->a[1]].rank;
+  size_t n = 0;
+  float *own = rt_model_tied_grad(g->m, in->a[0], &n);
+  cudaEventRecord(g->sync, g->compute);
+  cudaStreamWaitEvent(g->comm, g->sync, 0);
+  ncclGroupStart();
+  ncclResult_t e = ncclSend(own, n, ncclFloat32, peer, g->pipe, g->comm);
+  ncclResult_t e2 = ncclRecv(g->tie_buf, n, ncclFloat32, peer, g->pipe, g->comm);
+  if (e == ncclSuccess) e = e2;
+  if (e != ncclSuccess)
+    run_fail(R, "rank %d at %04d (TIE): %s", g->rank, a, ncclGetErrorString(e));
+  nccl_done(R, g, g->pipe, a, "ncclGroupEnd", ncclGroupEnd());
+  cudaEventRecord(g->tied, g->comm);
+  cudaStreamWaitEvent(g->compute, g->tied, 0);
+  const rt_dev *prev = rt_dev_bind(rg_dev_kernels(g->dev));
+  rt_model_tie_add(g->m, in->a[0], g->tie_buf);
+  rt_dev_bind(prev);
+}
+#endif
 
 /* cuda backend: run one instruction of g (the host side); returns false when g must yield (a
  * WAIT on a message not yet paired, an ALLREDUCE waiting for the other replicas). */
@@ -424,6 +523,11 @@ static bool step_cuda(gpu_run *R, grank *g, int step) {
     marked(g, a, g->compute);
     break;
   }
+  case BE_OP_TIE:
+    if (R->s->stages[in->a[1]].rank != g->rank) return tie_cuda(R, g, a);
+    enqueue_compute(R, g, a, step); /* both copies here */
+    marked(g, a, g->compute);
+    break;
   default:
     enqueue_compute(R, g, a, step);
     marked(g, a, g->compute);
@@ -463,6 +567,9 @@ static void step_nccl(gpu_run *R, grank *g, int step) {
         nccl_done(R, g, g->reduce, a, "ncclAllReduce",
                   ncclAllReduce(gr, gr, n, ncclFloat32, ncclSum, g->reduce, g->compute));
       marked(g, a, g->compute);
+    } else if (in->op == BE_OP_TIE && R->s->stages[in->a[1]].rank != g->rank) {
+      tie_nccl(R, g, a);
+      marked(g, a, g->compute);
     } else {
       enqueue_compute(R, g, a, step);
       marked(g, a, g->compute);
@@ -475,8 +582,9 @@ static void step_nccl(gpu_run *R, grank *g, int step) {
 #endif
 }
 
-/* After step 'step' completed: per-instruction spans from the markers into each rank's figures. */
-static void collect_step(gpu_run *R, int step) {
+/* After this run's step k (0: its first) completed: per-instruction spans from the markers into
+ * each rank's figures. */
+static void collect_step(gpu_run *R, int k) {
   for (int i = 0; i < R->n; i++) {
     grank *g = &R->g[i];
     const be_program *p = g->p;
@@ -493,16 +601,16 @@ static void collect_step(gpu_run *R, int step) {
       if (in->op == BE_OP_WAIT) g->st->wait_s += t1 - t0;
       if (R->o->trace && (compute || in->op == BE_OP_WAIT)) {
         double base = 0;
-        for (int k = 0; k < step; k++) base += g->st->step_s[k];
-        rt_record(g->st, in, step, base + t0, base + t1);
+        for (int j = 0; j < k; j++) base += g->st->step_s[j];
+        rt_record(g->st, in, k, base + t0, base + t1);
       }
       last_ms = ms;
     }
-    g->st->step_s[step] = last_ms * 1e-3;
+    g->st->step_s[k] = last_ms * 1e-3;
     cudaError_t e = cudaStreamSynchronize(g->compute);
     if (e != cudaSuccess) /* e.g. a kernel's asynchronous fault, which no later call reports */
-      run_fail(R, "rank %d: step %d: %s", g->rank, step + 1, cudaGetErrorString(e));
-    g->st->loss[step] = g->loss;
+      run_fail(R, "rank %d: step %d: %s", g->rank, R->first + k + 1, cudaGetErrorString(e));
+    g->st->loss[k] = g->loss;
   }
 }
 
@@ -520,9 +628,14 @@ static bool grank_init(gpu_run *R, grank *g, int device, bool bf16, const rt_opt
   g->m = g->dev ? rt_model_new(s, mo, &err) : NULL;
   for (int i = 0; g->m && i < s->nstages; i++)
     if (s->stages[i].rank == g->rank) rt_model_init_stage(g->m, i);
+  /* --init's or --resume's weights (and moments) replace the initial ones: checkpoint.c's load,
+   * through host buffers put on this device */
+  double t_load = support_seconds();
+  bool loaded = g->m && rt_ckpt_load(g->m, R->o, &err) == 0;
+  g->st->load_s = support_seconds() - t_load;
   rt_dev_bind(prev);
   const char *e = g->dev ? rg_dev_error(g->dev) : NULL;
-  if (!g->m || e) {
+  if (!loaded || e) {
     run_fail(R, "rank %d: %s", g->rank, e ? e : strbuf_cstr(&err));
     strbuf_free(&err);
     return false;
@@ -532,6 +645,11 @@ static bool grank_init(gpu_run *R, grank *g, int device, bool bf16, const rt_opt
     ro.no_recompute = true;
     g->ref = rt_model_new(s, &ro, &err);
     for (int i = 0; g->ref && i < s->nstages; i++) rt_model_init_stage(g->ref, i);
+    if (!g->ref || rt_ckpt_load(g->ref, R->o, &err) != 0) {
+      run_fail(R, "rank %d: --check's reference: %s", g->rank, strbuf_cstr(&err));
+      strbuf_free(&err);
+      return false;
+    }
   }
   strbuf_free(&err);
   int ns = g->p->nslots ? g->p->nslots : 1;
@@ -556,10 +674,23 @@ static bool grank_init(gpu_run *R, grank *g, int device, bool bf16, const rt_opt
     cudaEventCreateWithFlags(&g->done[i], cudaEventDisableTiming);
   }
   free(floats);
+  for (int a = 0; a < g->p->ncode && !g->tie_buf; a++) { /* a TIE with another rank */
+    const be_inst *in = &g->p->code[a];
+    if (in->op != BE_OP_TIE || s->stages[in->a[1]].rank == g->rank) continue;
+    size_t n = 0;
+    rt_model_tied_grad(g->m, in->a[0], &n);
+    if (cudaMalloc((void **)&g->tie_buf, (n ? n : 1) * sizeof(float)) != cudaSuccess) {
+      g->tie_buf = NULL;
+      ok = false;
+      break;
+    }
+    rt_model_count(g->m, RT_MEM_WORKSPACE, (double)n * sizeof(float)); /* as the cpu's */
+  }
   g->mark = xcalloc((size_t)(g->p->ncode ? g->p->ncode : 1), sizeof *g->mark);
   for (int a = 0; a < g->p->ncode; a++) cudaEventCreate(&g->mark[a]);
   cudaEventCreate(&g->start);
   cudaEventCreateWithFlags(&g->sync, cudaEventDisableTiming);
+  cudaEventCreateWithFlags(&g->tied, cudaEventDisableTiming);
   cublasCreate(&g->blas);
   if (!ok) run_fail(R, "rank %d: out of device memory for its buffers", g->rank);
   return ok;
@@ -575,6 +706,8 @@ static void grank_free(grank *g) {
   for (int a = 0; a < g->p->ncode && g->mark; a++) cudaEventDestroy(g->mark[a]);
   if (g->start) cudaEventDestroy(g->start);
   if (g->sync) cudaEventDestroy(g->sync);
+  if (g->tied) cudaEventDestroy(g->tied);
+  cudaFree(g->tie_buf); /* NULL is fine */
   if (g->blas) cublasDestroy(g->blas);
   if (g->m) { /* its tensors are on its device */
     const rt_dev *prev = rt_dev_bind(rg_dev_kernels(g->dev));
@@ -593,19 +726,87 @@ static void grank_free(grank *g) {
   rt_model_free(g->ref);
 }
 
-/* Run every step: enqueue (cooperatively for cuda), then let the watchdog declare it done. */
+#ifdef OCTO_HAVE_NCCL
+/* nccl backend: a barrier of the save of step 'step' ('which': "first", "second") over every
+ * process, MPI_Ibarrier polled until --timeout. Returns 0, or 1 with the reason in err, worded
+ * as the cpu backend's (rt_ckpt_save). */
+static int save_barrier(gpu_run *R, int step, const char *which, strbuf *err) {
+  int rc = rt_mpi_barrier(R->o->timeout);
+  if (rc == 1)
+    strbuf_printf(err, "--save at step %d: the checkpoint's %s barrier did not complete within "
+                  "%g s", step, which, R->o->timeout);
+  else if (rc != 0)
+    strbuf_printf(err, "--save at step %d: the checkpoint's %s barrier failed (MPI_Ibarrier)",
+                  step, which);
+  return rc != 0;
+}
+#endif
+
+/* Save the checkpoint of training step 'step' (steps taken; every rank's step complete) into
+ * o->save with checkpoint.c, each rank's state read from its GPU through host buffers (its
+ * device bound), so that the files are the cpu backends' byte for byte: rt_ckpt_save_begin on
+ * rank 0 of replica 0, rt_ckpt_save_rank on every rank of replica 0, rt_ckpt_save_end on rank 0
+ * of replica 0 -- in turn on the cuda backend (every rank in this process), between two
+ * barriers on nccl (as rt_ckpt_save). A rank whose GPU failed while it was read stops the save
+ * before the rename (DIR/latest keeps the previous checkpoint). A failure fails the run
+ * (R->output when a file could not be written); rank 0 of replica 0 counts the save. */
+static void save_step(gpu_run *R, int step) {
+  strbuf err = {0};
+  double t0 = support_seconds();
+  grank *lead = NULL; /* rank 0 of replica 0, when in this process */
+  for (int i = 0; i < R->n; i++)
+    if (R->g[i].rank == 0 && R->g[i].replica == 0) lead = &R->g[i];
+  int rc = lead ? rt_ckpt_save_begin(R->o, step, &err) : 0, who = 0;
+#ifdef OCTO_HAVE_NCCL
+  if (rc == 0 && R->nccl) rc = save_barrier(R, step, "first", &err);
+#endif
+  for (int i = 0; i < R->n && rc == 0; i++) {
+    grank *g = &R->g[i];
+    if (g->replica != 0) continue;
+    who = g->rank;
+    const rt_dev *prev = rt_dev_bind(rg_dev_kernels(g->dev));
+    rc = rt_ckpt_save_rank(R->s, g->m, g->rank, step, R->o, &err);
+    rt_dev_bind(prev);
+    const char *e = rg_dev_error(g->dev);
+    if (rc == 0 && e) {
+      strbuf_printf(&err, "--save at step %d: reading its state from the GPU: %s", step, e);
+      rc = 1;
+    }
+  }
+#ifdef OCTO_HAVE_NCCL
+  if (rc == 0 && R->nccl) rc = save_barrier(R, step, "second", &err);
+#endif
+  if (rc == 0 && lead) {
+    who = 0;
+    rc = rt_ckpt_save_end(R->s, lead->m, step, R->mo, R->o, &err);
+  }
+  if (rc != 0 && !failed(R)) {
+    R->output = rc < 0;
+    run_fail(R, "rank %d: %s", who, strbuf_cstr(&err));
+  } else if (rc == 0 && lead) {
+    lead->st->saved_step = step;
+    lead->st->saves++;
+    lead->st->save_s += support_seconds() - t0;
+  }
+  strbuf_free(&err);
+}
+
+/* Run this run's steps (training steps R->first + 1 .. o->steps): enqueue each (cooperatively for
+ * cuda), let the watchdog declare it done, collect its figures, then save a checkpoint when
+ * --save asks for one after it (--save-every, and the last step). */
 static void run_steps(gpu_run *R) {
   const be_stream *s = R->s;
-  int steps = R->o->steps > 0 ? R->o->steps : 1;
-  for (int step = 0; step < steps && !failed(R); step++) {
+  int steps = (R->o->steps > 0 ? R->o->steps : 1) - R->first; /* this run's */
+  for (int k = 0; k < steps && !failed(R); k++) {
+    int step = R->first + k; /* the training step: its data; k: its index in the figures */
     for (int i = 0; i < R->n; i++) {
       grank *g = &R->g[i];
-      if (g->ref) g->st->ref_loss[step] = rt_reference_step(g->ref, step, s->replicas);
+      if (g->ref) g->st->ref_loss[k] = rt_reference_step(g->ref, step, s->replicas);
       rt_model_set_step(g->m, step, g->replica);
       g->loss = 0;
       cudaEventRecord(g->start, g->compute);
       g->pc = 0;
-      g->at_reduce = false;
+      g->at_reduce = g->at_tie = false;
       __atomic_store_n(&g->enqueued, 0, __ATOMIC_RELEASE);
     }
     /* The watchdog watches the step while it is enqueued, so that a host blocked in a CUDA or
@@ -624,7 +825,8 @@ static void run_steps(gpu_run *R) {
         left = false;
         for (int i = 0; i < R->n; i++) {
           grank *g = &R->g[i];
-          while (g->pc < g->p->ncode && !g->at_reduce && step_cuda(R, g, step)) moved = true;
+          while (g->pc < g->p->ncode && !g->at_reduce && !g->at_tie && step_cuda(R, g, step))
+            moved = true;
           if (g->pc < g->p->ncode) left = true;
         }
         if (left && !moved) {
@@ -634,6 +836,7 @@ static void run_steps(gpu_run *R) {
             char what[120] = "";
             if (g->p->code[g->pc].op == BE_OP_WAIT)
               describe(what, sizeof what, g->p, g->posted_at[g->p->code[g->pc].a[0]]);
+            if (g->p->code[g->pc].op == BE_OP_TIE) describe_tie(what, sizeof what, R, g, g->pc);
             run_fail(R, "rank %d at %04d (%s)%s%s: no rank can go on (the stream deadlocks)",
                      g->rank, g->pc, be_ops[g->p->code[g->pc].op].name, what[0] ? ": " : "",
                      what);
@@ -645,11 +848,14 @@ static void run_steps(gpu_run *R) {
     while (!R->step_done && !failed(R)) pthread_cond_wait(&R->cv, &R->mu);
     R->step = -1;
     pthread_mutex_unlock(&R->mu);
-    if (!failed(R)) collect_step(R, step);
+    if (!failed(R)) collect_step(R, k);
     for (int i = 0; i < R->n; i++) {
       const char *e = rg_dev_error(R->g[i].dev);
       if (e) run_fail(R, "rank %d: %s", R->g[i].rank, e);
     }
+    bool last = k == steps - 1,
+         every = R->o->save_every > 0 && (step + 1) % R->o->save_every == 0;
+    if (R->o->save && !failed(R) && (last || every)) save_step(R, step + 1);
   }
 }
 
@@ -724,22 +930,12 @@ int rt_profile_cuda(const be_stream *s, const rt_opts *mo, bool bf16, strbuf *js
   return rc;
 }
 
-/* Why the GPU backends refuse a stream with tied embeddings: their step loop has no TIE. */
-#define RT_GPU_NO_TIE                                                                          \
-  "the GPU backends do not run tied embeddings (lm_head tied = true) yet: their step has no "  \
-  "TIE; run it with --backend=cpu or mpi"
-
 int rt_run_cuda(const be_stream *s, const rt_opts *mo, const rt_run_opts *o, bool bf16,
                 rt_rank_stats *stats) {
-  int ndev = 0, emb, head;
-  if (be_stream_tie(s, &emb, &head)) {
-    rt_rank_stats_init(&stats[0], 0, 0, o->steps > 0 ? o->steps : 1);
-    snprintf(stats[0].err, sizeof stats[0].err, "%s", RT_GPU_NO_TIE);
-    stats[0].status = RT_FAILED;
-    return -1;
-  }
+  int ndev = 0;
+  int steps = (o->steps > 0 ? o->steps : 1) - o->first_step; /* this run's */
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-    rt_rank_stats_init(&stats[0], 0, 0, o->steps > 0 ? o->steps : 1);
+    rt_rank_stats_init(&stats[0], 0, 0, steps);
     snprintf(stats[0].err, sizeof stats[0].err, "no CUDA device is visible");
     stats[0].status = RT_FAILED;
     return -1;
@@ -747,11 +943,12 @@ int rt_run_cuda(const be_stream *s, const rt_opts *mo, const rt_run_opts *o, boo
   gpu_run R;
   memset(&R, 0, sizeof R);
   R.s = s;
+  R.mo = mo;
   R.o = o;
+  R.first = o->first_step;
   R.n = s->nranks * s->replicas;
   R.g = xcalloc((size_t)R.n, sizeof *R.g);
   chans = xcalloc((size_t)s->replicas * s->nranks * s->nranks, sizeof *chans);
-  int steps = o->steps > 0 ? o->steps : 1;
   bool ok = true;
   for (int w = 0; w < R.n; w++) {
     rt_rank_stats_init(&stats[w], w % s->nranks, w / s->nranks, steps);
@@ -762,9 +959,9 @@ int rt_run_cuda(const be_stream *s, const rt_opts *mo, const rt_run_opts *o, boo
   }
   for (int w = 0; w < R.n && ok; w++) ok = grank_init(&R, &R.g[w], 0, bf16, mo);
   if (ok) run_all(&R);
-  if (failed(&R)) {
+  if (failed(&R)) { /* RT_OUTPUT: a checkpoint that cannot be written, exit 1 as on the cpu */
     snprintf(stats[0].err, sizeof stats[0].err, "%s", R.why);
-    stats[0].status = RT_FAILED;
+    stats[0].status = R.output ? RT_OUTPUT : RT_FAILED;
   }
   cudaDeviceSynchronize();
   for (int w = 0; w < R.n; w++) grank_free(&R.g[w]);
@@ -782,13 +979,24 @@ int rt_run_cuda(const be_stream *s, const rt_opts *mo, const rt_run_opts *o, boo
 rt_status rt_nccl_run(const be_stream *s, const char *path, const rt_opts *mo,
                       const rt_run_opts *o, bool bf16, const char *trace_path) {
   rt_status rc = RT_STATUS_OK;
-  int me, world, emb, head;
+  int me, world;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (be_stream_tie(s, &emb, &head)) { /* every process has the stream: all end here */
-    if (me == 0) fprintf(stderr, "octo-run: error: %s\n", RT_GPU_NO_TIE);
+  /* --init, --resume, --save: checked in every process, as rt_mpi_run does (the same verdict
+   * everywhere: rank 0 says it); a resumed run takes the checkpoint's scale */
+  rt_opts mo1 = *mo;
+  rt_run_opts o1 = *o;
+  if (mo1.scale == 0 && s->scale > 0) mo1.scale = s->scale; /* where its costs were measured */
+  strbuf cerr = {0};
+  if (rt_ckpt_prepare(s, &mo1, &o1, &cerr) != 0) {
+    if (me == 0) fprintf(stderr, "octo-run: error: %s\n", strbuf_cstr(&cerr));
+    strbuf_free(&cerr);
     return RT_STATUS_BAD_INPUT;
   }
+  strbuf_free(&cerr);
+  if (mo1.scale == 0) mo1.scale = 1; /* GPUs run the real size */
+  mo = &mo1;
+  o = &o1;
   /* Local rank: the processes on this machine, in world order. */
   MPI_Comm node;
   rt_mpi_watch(s, o->timeout, "the split of the world by node (MPI_Comm_split_type)");
@@ -809,11 +1017,14 @@ rt_status rt_nccl_run(const be_stream *s, const char *path, const rt_opts *mo,
   if (worst != RT_STATUS_OK) return (rt_status)worst;
   int device = local % ndev;
   cudaSetDevice(device);
-  int rank = me % s->nranks, replica = me / s->nranks, steps = o->steps > 0 ? o->steps : 1;
+  int rank = me % s->nranks, replica = me / s->nranks;
+  int steps = (o->steps > 0 ? o->steps : 1) - o->first_step; /* this run's */
   gpu_run R;
   memset(&R, 0, sizeof R);
   R.s = s;
+  R.mo = mo;
   R.o = o;
+  R.first = o->first_step;
   R.n = 1;
   R.nccl = true;
   R.device = device;
@@ -867,9 +1078,12 @@ rt_status rt_nccl_run(const be_stream *s, const char *path, const rt_opts *mo,
      * first message): one float each way with every peer, in one group. The pairs are
      * symmetric: a stage boundary carries activations one way and gradients the other. */
     bool *peer = xcalloc((size_t)s->nranks, sizeof *peer);
-    for (int a = 0; a < g->p->ncode; a++)
-      if (g->p->code[a].op == BE_OP_SEND || g->p->code[a].op == BE_OP_RECV)
-        peer[g->p->code[a].a[0]] = true;
+    for (int a = 0; a < g->p->ncode; a++) {
+      const be_inst *in = &g->p->code[a];
+      if (in->op == BE_OP_SEND || in->op == BE_OP_RECV) peer[in->a[0]] = true;
+      if (in->op == BE_OP_TIE && s->stages[in->a[1]].rank != rank) /* its twin talks back */
+        peer[s->stages[in->a[1]].rank] = true;
+    }
     float *warm = NULL;
     cudaMalloc((void **)&warm, 2 * (size_t)s->nranks * sizeof *warm);
     ncclGroupStart();
@@ -901,10 +1115,10 @@ rt_status rt_nccl_run(const be_stream *s, const char *path, const rt_opts *mo,
     cudaFree(warm);
     free(peer);
   }
-  if (failed(&R)) {
+  if (failed(&R)) { /* a checkpoint that cannot be written: exit 1, as on the mpi backend */
     fprintf(stderr, "octo-run: error: %s\n", R.why);
     fflush(stderr);
-    rt_mpi_abort(RT_STATUS_RUN_FAILED);
+    rt_mpi_abort(R.output ? RT_STATUS_BAD_INPUT : RT_STATUS_RUN_FAILED);
   }
   char what[64];
   snprintf(what, sizeof what, "nccl (%d GPUs)", world);

@@ -364,6 +364,9 @@ typedef struct rt_run_opts {
   int ckpt_experts;     /* the names of moe layers' routers and experts in checkpoints:
                            RT_CKPT_MIXTRAL, or RT_CKPT_QWEN_MOE when --init's or --resume's
                            files have Qwen-MoE's (rt_ckpt_prepare) */
+  int ckpt_gen;         /* the generation of LLaVA's names --init's file has (checkpoint.c,
+                           ckpt_renames.def; rt_ckpt_prepare): 0, those checkpoints are written
+                           with, or another */
 } rt_run_opts;
 
 /* The two Hugging Face namings of a moe layer's router and experts (docs/checkpoints.md). */
@@ -601,6 +604,19 @@ int rt_ckpt_load(rt_model *m, const rt_run_opts *o, strbuf *err);
  * (it measured the data file the manifest names). */
 int rt_ckpt_save(const be_stream *s, rt_model *m, int rank, int replica, int step,
                  const rt_opts *mo, const rt_run_opts *o, rt_comm *c, strbuf *err);
+/* rt_ckpt_save's three parts, for a process that holds every rank's model itself (the cuda
+ * backend), which orders them without barriers: rt_ckpt_save_begin (once: makes
+ * DIR/.step-N.tmp, an earlier run's leftover removed), then rt_ckpt_save_rank for every rank r of
+ * replica 0 with its model (its shards; the model's device bound to the calling thread, its
+ * step complete), then rt_ckpt_save_end (once, with any rank's model of the stream: the indexes,
+ * the manifest, the rename, DIR/latest, the pruning). Each returns 0, or -1 with the reason in
+ * err ("--save at step N: cannot write ..."); after a failure the previous checkpoint stays
+ * DIR/latest's. The files are rt_ckpt_save's, byte for byte. */
+int rt_ckpt_save_begin(const rt_run_opts *o, int step, strbuf *err);
+int rt_ckpt_save_rank(const be_stream *s, rt_model *m, int rank, int step,
+                      const rt_run_opts *o, strbuf *err);
+int rt_ckpt_save_end(const be_stream *s, const rt_model *m, int step, const rt_opts *mo,
+                     const rt_run_opts *o, strbuf *err);
 
 /* For the checkpoints: device pointers to layer i's weights and Adam moments (NULL with SGD)
  * in its stage's arrays (rt_lplan order). Returns false when its stage is not initialized. */

@@ -393,15 +393,15 @@ static rt_status octo_run(int argc, char **argv) {
           "--backend=mpi\n", stderr);
     return RT_STATUS_BAD_INPUT;
   }
-  /* nccl reads the stream in each process: the real size unless --scale says */
-  if (strcmp(backend, "nccl") == 0 && mo.scale == 0) mo.scale = 1;
+  /* nccl reads the stream in each process: the real size unless --scale says (or, resuming, the
+   * checkpoint: rt_nccl_run) */
+  if (strcmp(backend, "nccl") == 0 && mo.scale == 0 && !o.resume) mo.scale = 1;
   if (gpu && mo.dump) {
     fputs(PROG ": error: --dump needs the cpu or mpi backend\n", stderr);
     return RT_STATUS_BAD_INPUT;
   }
-  if ((gpu || profile) && (o.init || o.save || o.resume)) {
-    fputs(PROG ": error: --init, --save and --resume run with --backend=cpu or mpi, without "
-          "--profile\n", stderr);
+  if (profile && (o.init || o.save || o.resume)) {
+    fputs(PROG ": error: --init, --save and --resume run without --profile\n", stderr);
     return RT_STATUS_BAD_INPUT;
   }
   if (mo.dump && dump_prepare(mo.dump) != 0) return RT_STATUS_BAD_INPUT;
@@ -446,7 +446,7 @@ static rt_status octo_run(int argc, char **argv) {
     return RT_STATUS_BAD_INPUT;
   }
   if (mo.scale == 0 && s->scale > 0) mo.scale = s->scale; /* where its costs were measured */
-  if (mo.scale == 0 && gpu) mo.scale = 1;                  /* GPUs run the real size */
+  if (mo.scale == 0 && gpu && !o.resume) mo.scale = 1;    /* GPUs run the real size */
   if (rt_ckpt_prepare(s, &mo, &o, &err) != 0) {
     fprintf(stderr, PROG ": error: %s\n", strbuf_cstr(&err));
     strbuf_free(&err);
