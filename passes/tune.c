@@ -906,6 +906,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
     const pass_baseline *b = &st->baselines[i];
     if (!b->ok) continue;
     if (strcmp(b->name, "S-1F1B") == 0) t.ref = b->makespan;
+    if (b->nstages > t.kmax) continue; /* more stages than max_stages allows */
     tune_score as_is = tune_score_of(b);
     if (score_better(&as_is, &bs)) {
       bs = as_is;

@@ -134,6 +134,33 @@ static bool module_tied(const ir_module *m) {
   return false;
 }
 
+/* Megatron's layers in stage s of m (a written layout's: a 't' is an attention layer with the
+ * MLP or MoE after it; in a hybrid pattern each layer is one) that recomputation applies to:
+ * *units of them, of which the first *done recompute. Returns -1 when a Megatron layer is only
+ * partly recomputed (its attention and not its MLP): *units holds that layer's first IR layer. */
+static int megatron_recompute_units(const ir_module *m, int s, bool hybrid, int *units,
+                                    int *done) {
+  const ir_stage *st = &m->stages[s];
+  *units = *done = 0;
+  for (int i = st->first; i < st->end; i++) {
+    if (!ir_kind_recomputable(m->layers[i].kind)) continue;
+    int last = i; /* the unit's last IR layer */
+    if (!hybrid && (m->layers[i].kind == IR_KIND_ATTENTION || m->layers[i].kind == IR_KIND_MLA) &&
+        i + 1 < st->end &&
+        (m->layers[i + 1].kind == IR_KIND_MLP || m->layers[i + 1].kind == IR_KIND_MOE))
+      last = i + 1;
+    bool a = ir_stage_layer_recomputes(m, st, i), b = ir_stage_layer_recomputes(m, st, last);
+    if (a != b) {
+      *units = i;
+      return -1;
+    }
+    (*units)++;
+    *done += a;
+    i = last;
+  }
+  return 0;
+}
+
 int report_megatron_args(const ir_module *m, strbuf *out, diag_engine *d, diag_loc where) {
   strbuf layout = {0};
   if (report_megatron_layout(m, &layout, d, where) != 0) {
@@ -156,6 +183,31 @@ int report_megatron_args(const ir_module *m, strbuf *out, diag_engine *d, diag_l
     strbuf_free(&layout);
     return -1;
   }
+  /* every stage recomputes: Megatron's full recomputation of every layer (method uniform, one
+   * layer a checkpoint), or of the first K layers of every stage (method block) */
+  int block = 0; /* K; 0: every layer */
+  for (int s = 0; own > 0 && s < m->nstages; s++) {
+    int units, done;
+    if (megatron_recompute_units(m, s, hybrid, &units, &done) != 0) {
+      diag_error(d, where, "cannot write Megatron flags: @s%d recomputes attention layer %%%d "
+                 "\"%s\" but not the layer after it, and Megatron recomputes a transformer "
+                 "layer whole" MEGATRON_HINT, s, units, m->layers[units].name);
+      strbuf_free(&layout);
+      return -1;
+    }
+    if (done < units && block == 0) block = done;
+  }
+  for (int s = 0; block > 0 && s < m->nstages; s++) {
+    int units, done;
+    megatron_recompute_units(m, s, hybrid, &units, &done);
+    if (done != (units < block ? units : block)) {
+      diag_error(d, where, "cannot write Megatron flags: @s%d recomputes %d of its %d layers, "
+                 "but Megatron's block method recomputes the first %d of every stage (as "
+                 "another stage does)" MEGATRON_HINT, s, done, units, block);
+      strbuf_free(&layout);
+      return -1;
+    }
+  }
   if (own > 0) rc = IR_RECOMPUTE_FULL; /* every stage recomputes: the module-wide policy */
   int64_t tensor = (int64_t)ir_field_value(t, IR_F_TRAIN_tensor);
   strbuf_printf(out, "--tensor-model-parallel-size %lld\n", (long long)tensor);
@@ -163,7 +215,10 @@ int report_megatron_args(const ir_module *m, strbuf *out, diag_engine *d, diag_l
                 (long long)ir_field_value(t, IR_F_TRAIN_micro_batch),
                 (long long)ir_field_value(t, IR_F_TRAIN_global_batch));
   if (rc == IR_RECOMPUTE_SELECTIVE) strbuf_puts(out, "--recompute-granularity selective\n");
-  if (rc == IR_RECOMPUTE_FULL)
+  if (rc == IR_RECOMPUTE_FULL && block > 0)
+    strbuf_printf(out, "--recompute-granularity full --recompute-method block "
+                       "--recompute-num-layers %d\n", block);
+  else if (rc == IR_RECOMPUTE_FULL)
     strbuf_puts(out, "--recompute-granularity full --recompute-method uniform "
                      "--recompute-num-layers 1\n");
   if (ir_field_value(t, IR_F_TRAIN_zero) >= 1) strbuf_puts(out, "--use-distributed-optimizer\n");

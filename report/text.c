@@ -284,7 +284,10 @@ static void text_stages(const ir_module *m, strbuf *sb) {
     table_bytes(&t, c.any ? c.act : NAN);
     table_bytes(&t, c.any ? c.param : NAN);
     table_bytes(&t, rep_stage_send_bytes(m, s));
-    if (recomputes) table_cell(&t, ir_enum_name(IR_T_RECOMPUTE, (int)st->recompute));
+    if (recomputes && st->recompute_layers > 0) /* the first N recomputable layers */
+      table_cellf(&t, "full, first %d", st->recompute_layers);
+    else if (recomputes)
+      table_cell(&t, ir_enum_name(IR_T_RECOMPUTE, (int)st->recompute));
   }
   table_flush(&t, sb);
 }
