@@ -263,6 +263,8 @@ void pass_baseline_free(pass_baseline *rows, int n, bool array);
 typedef struct pass_tune_opts {
   int evals;        /* plans the search may simulate (the effort budget; deterministic); 0: no
                        limit */
+  double work;      /* operations the search may simulate, a plan counting 3 x its stages x
+                       microbatches (deterministic; bounds large problems' time); 0: no limit */
   double budget;    /* seconds the search may take (machine-dependent); 0: no limit */
   int jobs;         /* threads simulating candidates; 0: the cores available. The plan does not
                        depend on it */

@@ -122,6 +122,8 @@ typedef struct tuner {
   int evals;               /* plans simulated */
   int pruned;              /* candidates discarded by the bound without simulating */
   int cut;                 /* simulations stopped at the cutoff (tune_score.cut) */
+  double work;             /* operations of the plans simulated (3 x stages x microbatches each,
+                              cut or not): the work budget's count */
   double cutoff;           /* the batch being judged: its simulations stop once their step
                               provably exceeds this (s; 0: none) */
   int iters;               /* search iterations */
@@ -211,6 +213,7 @@ static bool score_better(const tune_score *a, const tune_score *b) {
 /* Whether the search must stop: the effort budget is spent, or the time budget (when given). */
 static bool tune_spent(tuner *t) {
   if (t->o->evals > 0 && t->evals >= t->o->evals) return true;
+  if (t->o->work > 0 && t->work >= t->o->work) return true;
   if (t->o->budget > 0 && support_seconds() - t->t0 > t->o->budget) t->late = true;
   return t->late;
 }
@@ -360,12 +363,14 @@ static void tune_batch(tuner *t, int n, double cutoff) {
   t->cutoff = 0;
   for (int i = 0; i < n; i++) {
     tune_slot *sl = &t->slots[i];
+    if (sl->how == SLOT_SIM) {
+      t->evals++;
+      t->work += 3.0 * sl->plan.k * t->nmb;
+    }
     if (sl->how == SLOT_SIM && sl->score.cut) {
       t->cut++; /* its score only says "worse than the cutoff": not cached */
-      t->evals++;
     } else if (sl->how == SLOT_SIM) {
       memo_put(t, sl->key, &sl->score, sl->busy);
-      t->evals++;
     } else if (sl->how == SLOT_LATE) {
       sl->score = tune_worst;
       t->late = true;
@@ -1078,14 +1083,17 @@ void pass_tune_stats_free(pass_tune_stats *st) {
 }
 
 pass_tune_opts pass_tune_defaults(void) {
-  static const char *const keys[] = {"evals", "budget",     "jobs",      "seed",
-                                     "restarts", "max_stages", "recompute", "recompute_layers"};
+  static const char *const keys[] = {"evals",    "budget",     "jobs",      "seed",
+                                     "restarts", "max_stages", "recompute", "recompute_layers",
+                                     "work"};
+  enum { NKEYS = sizeof keys / sizeof keys[0] };
   const pass_info *p = &pass_registry[PASS_ID_TUNE];
-  double v[8];
-  for (int i = 0; i < 8; i++) v[i] = pass_option_find(p, keys[i])->def;
+  double v[NKEYS];
+  for (int i = 0; i < NKEYS; i++) v[i] = pass_option_find(p, keys[i])->def;
   pass_tune_opts o = {.evals = (int)v[0], .budget = v[1], .jobs = (int)v[2],
                       .seed = (uint64_t)v[3], .restarts = (int)v[4], .max_stages = (int)v[5],
-                      .progress = false, .no_recompute = v[6] == 0, .whole_stages = v[7] == 0};
+                      .progress = false, .no_recompute = v[6] == 0, .whole_stages = v[7] == 0,
+                      .work = v[8]};
   return o;
 }
 
@@ -1098,10 +1106,11 @@ static void tune_stats_delete(void *p) {
 /* tune: the tuner as a pass; its figures (pass_tune_stats) go to opts->results when given. */
 int pass_run_tune(ir_module *m, const pass_options *opts, diag_engine *d) {
   pass_tune_opts o = pass_tune_defaults();
-  int64_t restarts, max_stages, evals, jobs;
+  int64_t restarts, max_stages, evals, jobs, work;
   int pr;
   bool recompute, partial;
-  if (pass_opt_int(opts, "evals", &evals, d) || pass_opt_quantity(opts, "budget", &o.budget, d) ||
+  if (pass_opt_int(opts, "evals", &evals, d) || pass_opt_int(opts, "work", &work, d) ||
+      pass_opt_quantity(opts, "budget", &o.budget, d) ||
       pass_opt_int(opts, "jobs", &jobs, d) || pass_opt_seed(opts, "seed", &o.seed, d) ||
       pass_opt_int(opts, "restarts", &restarts, d) ||
       pass_opt_int(opts, "max_stages", &max_stages, d) ||
@@ -1111,6 +1120,7 @@ int pass_run_tune(ir_module *m, const pass_options *opts, diag_engine *d) {
   o.no_recompute = !recompute;
   o.whole_stages = !partial;
   o.evals = (int)evals;
+  o.work = (double)work;
   o.jobs = (int)jobs;
   o.restarts = (int)restarts;
   o.max_stages = (int)max_stages;

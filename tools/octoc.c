@@ -58,8 +58,10 @@ static const cli_flag flags[] = {
      "add the classic plans (S-1F1B, balanced 1F1B, I-1F1B, ZB-H1,\n"
      "ZB-V, adaptive) to the report (or --emit=html), with their\nspeedup", false},
     {F_EVALS, "--evals", "N",
-     "plans the tuner may simulate (default 1000; 0: no limit);\n"
-     "the plan is the same on every machine; with\n"
+     "plans the tuner may simulate (default: until 20 restarts in\n"
+     "a row find nothing better, at most 4000 plans and 2.5e8\n"
+     "simulated operations; given, N plans and no operations cap;\n"
+     "0: no limit); the plan is the same on every machine; with\n"
      "--search=config, the long tune of each of the best\n"
      "configurations (config's long_evals; the short tunes keep\ntheirs)", false},
     {F_BUDGET, "--budget", "SECONDS",
@@ -142,7 +144,7 @@ static void default_pipeline(const ir_module *m, const octoc_opts *o, strbuf *te
                   v > 1 ? "adaptive" : "1f1b");
   } else if (m->ndevices > 0) {
     strbuf_printf(text, "cost,tune{progress=%s", o->verify_diags ? "false" : "auto");
-    if (o->evals >= 0) strbuf_printf(text, ", evals=%lld", (long long)o->evals);
+    if (o->evals >= 0) strbuf_printf(text, ", evals=%lld, work=0", (long long)o->evals);
     if (o->budget) strbuf_printf(text, ", budget=%s", o->budget);
     if (o->jobs >= 0) strbuf_printf(text, ", jobs=%lld", (long long)o->jobs);
     if (o->seed) strbuf_printf(text, ", seed=%s", o->seed);
