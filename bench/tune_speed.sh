@@ -1,6 +1,7 @@
 #!/bin/sh
-# tune_speed.sh -- the tuner's targets (issue 15), with octoc's default settings (an effort
-# budget of 1000 plans simulated, every core):
+# tune_speed.sh -- the tuner's targets (issues 15, 28), with octoc's default settings (until 20
+# restarts in a row find nothing better, at most 4000 plans and 2.5e8 simulated operations;
+# every core):
 #   1. time and distance from the bound: 64 layers / 8 devices / 64 microbatches, 128 / 16 / 128
 #      (two nodes) and 256 / 64 / 512 (eight nodes), Llama-3-8B-like decoder layers at 4K tokens
 #      on H100 nodes with a 72 GiB limit;

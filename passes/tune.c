@@ -945,8 +945,18 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
   /* The balanced partitions with several stages per device again, placed for balance instead of
    * order (largest stage first onto the device where it ends earliest): layers of very
    * different costs that no contiguous split evens out. */
+  /* The same plans with every stage recomputing: where activations crowd the devices' memory
+   * (long sequences), no one stage's recomputation pays, but all of them together keep many
+   * microbatches in flight; the search may then stop stages recomputing, and the trim keeps
+   * only the layers that must. */
+  int n0 = nstart;
+  for (int i = 0; t.recomp && i < n0 && nstart < TUNE_BATCH; i++) {
+    tune_plan *rp = &t.slots[nstart++].plan;
+    plan_copy(rp, &t.slots[i].plan);
+    for (int s = 0; s < rp->k; s++) rp->rc[s] = tune_rc_count(&t, rp, s) > 0 ? TUNE_RC_ALL : 0;
+  }
   int balanced_from = nstart; /* the starts placed for balance follow */
-  for (int i = 0, n0 = nstart; i < n0 && nstart < TUNE_BATCH; i++)
+  for (int i = 0; i < n0 && nstart < TUNE_BATCH; i++)
     if (t.slots[i].plan.k >= 2 * t.p) {
       plan_copy(&t.slots[nstart].plan, &t.slots[i].plan);
       tune_place_lpt(&t, &t.slots[nstart].plan);
