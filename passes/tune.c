@@ -1066,7 +1066,8 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
       for (int s = 0; s < best.k; s++) {
         ir_stage *is = ir_module_add_stage(m, plan_first(&best, s), best.ends[s]);
         is->device = best.dev[s];
-        plan_stage_rc(&best, s, is);
+        if (tune_rc_count(&t, &best, s) > 0) /* a stage that kept its flag through a shift but */
+          plan_stage_rc(&best, s, is);       /* has nothing to recompute is written without */
       }
       strbuf_printf(&text, "schedule{method=adaptive, split=%s, mem_margin=%g}",
                     best.knobs.split ? "true" : "false", best.knobs.mem_margin);
