@@ -642,6 +642,7 @@ int cost_estimate_layer(const ir_module *m, const ir_layer *l, const ir_device_r
     e->flops[COST_B] += core_flops;
     e->bytes[COST_B] += core_bytes;
     e->time[COST_B] += core_time;
+    e->core_time = core_time;
   } else if (ir_kind_recomputable(l->kind) && rc == IR_RECOMPUTE_FULL) {
     e->act = input;
     e->act_w = input;
@@ -655,12 +656,13 @@ int cost_estimate_layer(const ir_module *m, const ir_layer *l, const ir_device_r
 
 /* ---- The pass ---- */
 
-/* Whether all eight fields of a cost record are set. */
+/* Whether every field of a cost record is set but core (set only where selective
+ * recomputation repeats an attention core). */
 static bool cost_complete(const ir_cost *c) {
   int first, n;
   ir_record_fields(IR_REC_COST, &first, &n);
   for (int i = first; i < first + n; i++)
-    if (!ir_field_is_set(c, i)) return false;
+    if (i != IR_F_COST_core && !ir_field_is_set(c, i)) return false;
   return true;
 }
 
@@ -673,8 +675,8 @@ static double whole_ns(double t) {
   return scale_apply(round(t / scale * per_ns) / per_ns, scale);
 }
 
-/* Store an estimate in a layer's cost record (every field set; times to the nanosecond, bytes
- * whole). */
+/* Store an estimate in a layer's cost record (every field set, core only when selective
+ * recomputation repeats some; times to the nanosecond, bytes whole). */
 static void store(ir_cost *c, const cost_estimate *e) {
   memset(c, 0, sizeof *c);
   ir_field_set(c, IR_F_COST_f, whole_ns(e->time[COST_F]));
@@ -685,6 +687,7 @@ static void store(ir_cost *c, const cost_estimate *e) {
   ir_field_set(c, IR_F_COST_out, round(e->out));
   ir_field_set(c, IR_F_COST_param, round(e->param_bytes));
   ir_field_set(c, IR_F_COST_grad, round(e->grad_bytes));
+  if (e->core_time > 0) ir_field_set(c, IR_F_COST_core, whole_ns(e->core_time));
 }
 
 /* Location of the train block, else of the module. */

@@ -29,6 +29,9 @@ typedef struct cost_estimate {
                                counts it), but not a parameter of the model of its own */
   double param_bytes;       /* parameter + gradient + optimizer-state bytes per GPU */
   double grad_bytes;        /* gradient bytes per GPU reduced over data parallel */
+  double core_time;         /* with the module's selective recomputation: the seconds of the
+                               attention core's forward that B runs again (in time[COST_B]);
+                               0 otherwise */
 } cost_estimate;
 
 /* ---- Breakdown: the parts of a layer (docs/cost-model.md names the same parts) ---- */

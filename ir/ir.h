@@ -519,7 +519,8 @@ int ir_stage_recomputable(const ir_module *m, const ir_stage *s);
 bool ir_stage_layer_recomputes(const ir_module *m, const ir_stage *s, int i);
 /* The cost record of layer i as stage s (on its device's type, ir_layer_cost_on) charges it:
  * the recorded costs, or, when the stage recomputes the layer (ir_stage_layer_recomputes), b + f
- * (the forward again before B) and act = act_w = the bytes of the layer's input (the previous
+ * (the forward again before B; b - core + f when the module's selective recomputation put the
+ * attention core's forward, core, in b already) and act = act_w = the bytes of the layer's input (the previous
  * layer's out; the layer's own out for layer 0), held from F until W; the state B rebuilds from
  * that input is not in the record but ir_stage_layer_rebuild's. Pre: s->first <= i < s->end,
  * costs set. */

@@ -131,7 +131,8 @@ ir_cost ir_stage_layer_cost(const ir_module *m, const ir_stage *s, int i) {
   ir_cost c = *ir_layer_cost_on(m, l, s->device);
   if (!ir_stage_layer_recomputes(m, s, i)) return c;
   const ir_cost *src = i > 0 ? ir_layer_cost_on(m, &m->layers[i - 1], s->device) : &c;
-  if (ir_field_is_set(&c, IR_F_COST_b) && ir_field_is_set(&c, IR_F_COST_f)) c.b += c.f;
+  if (ir_field_is_set(&c, IR_F_COST_b) && ir_field_is_set(&c, IR_F_COST_f)) /* the whole */
+    c.b += c.f - (ir_field_is_set(&c, IR_F_COST_core) ? c.core : 0); /* forward, not the core */
   if (ir_field_is_set(src, IR_F_COST_out)) { /* unset costs stay unset */
     double in = src->out;
     if (ir_field_is_set(&c, IR_F_COST_act)) c.act = in;

@@ -303,8 +303,9 @@ static void vf_stages(vf_ctx *v) {
 }
 
 /* Check the stages' recompute attributes: a stage recomputes only 'none' or 'full', and 'full'
- * only when the module's recompute is none (the cost records then hold the costs without
- * recomputation, which ir_stage_layer_cost adjusts); recompute_layers = N only with 'full', and
+ * only when the module's recompute is none or selective (the cost records then hold the costs
+ * without recomputation, or with selective's and its core, which ir_stage_layer_cost adjusts;
+ * the module's full is in every record already); recompute_layers = N only with 'full', and
  * N at most the stage's recomputable layers. */
 static void vf_stage_recompute(vf_ctx *v) {
   const ir_module *m = v->m;
@@ -314,10 +315,9 @@ static void vf_stage_recompute(vf_ctx *v) {
     if (s->recompute == IR_RECOMPUTE_SELECTIVE)
       vf_error(v, s->loc, "stage @s%d: recompute = selective is not a per-stage choice (with "
                "flash attention it saves no memory); use none or full", i);
-    else if (s->recompute == IR_RECOMPUTE_FULL && global != IR_RECOMPUTE_NONE)
+    else if (s->recompute == IR_RECOMPUTE_FULL && global == IR_RECOMPUTE_FULL)
       vf_error(v, s->loc, "stage @s%d: recompute = full needs the module's recompute to be none "
-               "(it is %s, already in every layer's costs)", i,
-               ir_enum_name(IR_T_RECOMPUTE, global));
+               "or selective (it is full, already in every layer's costs)", i);
     if (s->recompute_layers == 0) continue;
     if (s->first < 0 || s->first > s->end || s->end > m->nlayers) continue; /* reported */
     int n = ir_stage_recomputable(m, s);

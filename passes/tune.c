@@ -100,7 +100,7 @@ typedef struct tuner {
   const ir_module *m;      /* the module planned */
   const pass_tune_opts *o; /* options */
   int n, p, kmax;          /* layers, devices, most stages tried */
-  bool recomp;             /* stages may recompute: the module's policy is none and some layer
+  bool recomp;             /* stages may recompute: the module's policy is not full and some layer
                               is recomputable */
   int *cum_rc;             /* per layer i: recomputable layers < i */
   double nmb;              /* microbatches */
@@ -796,7 +796,7 @@ static void tune_setup(tuner *t) {
   for (int i = 0; i < t->n; i++)
     t->cum_rc[i + 1] = t->cum_rc[i] + ir_kind_recomputable(m->layers[i].kind);
   t->recomp = t->cum_rc[t->n] > 0 && !t->o->no_recompute &&
-              (int)ir_field_value(&m->train, IR_F_TRAIN_recompute) == IR_RECOMPUTE_NONE;
+              (int)ir_field_value(&m->train, IR_F_TRAIN_recompute) != IR_RECOMPUTE_FULL;
   t->rate = xmalloc((size_t)t->p * sizeof *t->rate);
   t->cum_f[0] = t->cum_param[0] = 0;
   for (int i = 0; i < t->n; i++) {

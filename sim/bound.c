@@ -361,7 +361,7 @@ static bool bound_compute(const ir_module *m, sim_bound *out, bool exact_packing
   double mbs = ir_field_value(&m->train, IR_F_TRAIN_microbatches);
   if (n == 0 || p == 0 || !(mbs >= 1)) return false;
   bd_layer *ly = xcalloc((size_t)n, sizeof *ly);
-  bool recomp_free = (int)ir_field_value(&m->train, IR_F_TRAIN_recompute) == IR_RECOMPUTE_NONE;
+  bool recomp_free = (int)ir_field_value(&m->train, IR_F_TRAIN_recompute) != IR_RECOMPUTE_FULL;
   double mcap = 0;   /* the largest memory limit: no device holds more */
   double mtotal = 0; /* all devices' limits together */
   double rate = 0; /* the fastest optimizer rate */
@@ -407,7 +407,8 @@ static bool bound_compute(const ir_module *m, sim_bound *out, bool exact_packing
     l->opt = c->param > 0 && rate > 0 ? 2 * c->param / rate : 0;
     l->param = c->param;
     l->act = c->act;
-    /* A plan may recompute the layer's stage (when the module's policy is none): then it keeps
+    /* A plan may recompute the layer's stage (when the module's policy is none or selective; b
+     * then grows by f - core >= 0, so the recorded b stays a lower bound): then it keeps
      * only its input from F (ir_stage_layer_cost), and pays more B and holds the state B
      * rebuilds (ir_stage_layer_rebuild) from B until W, which the bound need not count: both
      * only make such a plan longer or larger. */
