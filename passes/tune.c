@@ -965,9 +965,17 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
   tune_batch(&t, nstart, INFINITY);
   int balanced = -1; /* the best start placed for balance: a seed of its own (its local optimum
                         differs most from those of the starts in pipeline order) */
+  int plain = 0; /* the best start that recomputes nothing (of the first n0) */
+  for (int i = 1; i < n0; i++)
+    if (score_better(&t.slots[i].score, &t.slots[plain].score)) plain = i;
   for (int i = 0; i < nstart; i++) {
-    if (i < balanced_from) pool_offer(&pool, &t.slots[i].plan, &t.slots[i].score);
-    else if (balanced < 0 || score_better(&t.slots[i].score, &t.slots[balanced].score)) balanced = i;
+    /* an all-recomputing start seeds a search only when it beats every plain one: descending
+     * from it stops its stages recomputing one move at a time, long on many stages */
+    if (i < n0 || (i < balanced_from && score_better(&t.slots[i].score, &t.slots[plain].score)))
+      pool_offer(&pool, &t.slots[i].plan, &t.slots[i].score);
+    else if (i >= balanced_from &&
+             (balanced < 0 || score_better(&t.slots[i].score, &t.slots[balanced].score)))
+      balanced = i;
     if (score_better(&t.slots[i].score, &bs)) {
       bs = t.slots[i].score;
       plan_copy(&best, &t.slots[i].plan);
