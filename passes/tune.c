@@ -28,7 +28,8 @@ typedef struct tune_plan {
   int *rc;            /* k: how the stage recomputes: 0 none, TUNE_RC_ALL every recomputable
                          layer (recompute = full), N (1 <= N < its recomputable layers) the
                          first N (recompute_layers = N); all 0 unless the module's policy is
-                         none and memory asked for it */
+                         not full and memory asked for it; a stage that kept it through a shift
+                         but has no recomputable layer left recomputes nothing (plan_stage_rc) */
   pass_adaptive_opts knobs; /* schedule knobs */
 } tune_plan;
 
@@ -172,10 +173,18 @@ static void plan_copy(tune_plan *dst, const tune_plan *src) {
 /* First layer of stage s. */
 static int plan_first(const tune_plan *pl, int s) { return s ? pl->ends[s - 1] : 0; }
 
-/* Write stage s of pl's recomputation into is: recompute and recompute_layers. */
-static void plan_stage_rc(const tune_plan *pl, int s, ir_stage *is) {
-  is->recompute = pl->rc[s] ? IR_RECOMPUTE_FULL : IR_RECOMPUTE_NONE;
-  is->recompute_layers = pl->rc[s] && pl->rc[s] != TUNE_RC_ALL ? pl->rc[s] : 0;
+
+/* The recomputable layers of stage s of pl. */
+static int tune_rc_count(const tuner *t, const tune_plan *pl, int s) {
+  return t->cum_rc[pl->ends[s]] - t->cum_rc[plan_first(pl, s)];
+}
+
+/* Write stage s of pl's recomputation into is: recompute and recompute_layers (none for a stage
+ * without recomputable layers, whatever its flag). */
+static void plan_stage_rc(const tuner *t, const tune_plan *pl, int s, ir_stage *is) {
+  int rc = tune_rc_count(t, pl, s) > 0 ? pl->rc[s] : 0;
+  is->recompute = rc ? IR_RECOMPUTE_FULL : IR_RECOMPUTE_NONE;
+  is->recompute_layers = rc && rc != TUNE_RC_ALL ? rc : 0;
 }
 
 /* FNV-1a hash of a plan (never 0). */
@@ -229,7 +238,7 @@ static tune_score tune_simulate(const tuner *t, tune_worker *wk, const tune_plan
   for (int s = 0; s < pl->k; s++) {
     ir_stage *is = ir_module_add_stage(w, plan_first(pl, s), pl->ends[s]);
     is->device = pl->dev[s];
-    plan_stage_rc(pl, s, is);
+    plan_stage_rc(t, pl, s, is);
   }
   sim_model *p = sim_model_build(w, wk->quiet);
   if (p) {
@@ -366,11 +375,10 @@ static void tune_batch(tuner *t, int n, double cutoff) {
     if (sl->how == SLOT_SIM) {
       t->evals++;
       t->work += 3.0 * sl->plan.k * t->nmb;
-    }
-    if (sl->how == SLOT_SIM && sl->score.cut) {
-      t->cut++; /* its score only says "worse than the cutoff": not cached */
-    } else if (sl->how == SLOT_SIM) {
-      memo_put(t, sl->key, &sl->score, sl->busy);
+      if (sl->score.cut)
+        t->cut++; /* its score only says "worse than the cutoff": not cached */
+      else
+        memo_put(t, sl->key, &sl->score, sl->busy);
     } else if (sl->how == SLOT_LATE) {
       sl->score = tune_worst;
       t->late = true;
@@ -409,10 +417,6 @@ static const double margins[] = {0.5, 0.7, 0.85, 0.95, 1.0};
 enum { MV_LEFT, MV_RIGHT, MV_MOVE, MV_SWAP, MV_SPLIT, MV_MERGE, MV_KNOB_SPLIT, MV_KNOB_MARGIN,
        MV_RECOMP };
 
-/* The recomputable layers of stage s of pl. */
-static int tune_rc_count(const tuner *t, const tune_plan *pl, int s) {
-  return t->cum_rc[pl->ends[s]] - t->cum_rc[plan_first(pl, s)];
-}
 
 static bool tune_move(const tuner *t, const tune_plan *cur, int kind, int s, int d,
                       tune_plan *out) {
@@ -942,9 +946,6 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
     if (plan_from_pipeline(m, starts[i], t.workers[0].quiet, &t.slots[nstart].plan, cap) &&
         t.slots[nstart].plan.k <= t.kmax)
       nstart++;
-  /* The balanced partitions with several stages per device again, placed for balance instead of
-   * order (largest stage first onto the device where it ends earliest): layers of very
-   * different costs that no contiguous split evens out. */
   /* The same plans with every stage recomputing: where activations crowd the devices' memory
    * (long sequences), no one stage's recomputation pays, but all of them together keep many
    * microbatches in flight; the search may then stop stages recomputing, and the trim keeps
@@ -955,6 +956,9 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
     plan_copy(rp, &t.slots[i].plan);
     for (int s = 0; s < rp->k; s++) rp->rc[s] = tune_rc_count(&t, rp, s) > 0 ? TUNE_RC_ALL : 0;
   }
+  /* The balanced partitions with several stages per device again, placed for balance instead of
+   * order (largest stage first onto the device where it ends earliest): layers of very
+   * different costs that no contiguous split evens out. */
   int balanced_from = nstart; /* the starts placed for balance follow */
   for (int i = 0; i < n0 && nstart < TUNE_BATCH; i++)
     if (t.slots[i].plan.k >= 2 * t.p) {
@@ -1074,8 +1078,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
       for (int s = 0; s < best.k; s++) {
         ir_stage *is = ir_module_add_stage(m, plan_first(&best, s), best.ends[s]);
         is->device = best.dev[s];
-        if (tune_rc_count(&t, &best, s) > 0) /* a stage that kept its flag through a shift but */
-          plan_stage_rc(&best, s, is);       /* has nothing to recompute is written without */
+        plan_stage_rc(&t, &best, s, is);
       }
       strbuf_printf(&text, "schedule{method=adaptive, split=%s, mem_margin=%g}",
                     best.knobs.split ? "true" : "false", best.knobs.mem_margin);
