@@ -938,7 +938,7 @@ static bool device_def(sema *s, fe_stmt *dev, ir_device_rec *rec) {
   snprintf(what, sizeof what, "device '%s'", dev->name);
   int before = diag_error_count(s->d);
   uint64_t failed = fill_record(s, dev->assigns, IR_REC_DEVICE, rec, NULL, what);
-  record_defaults(s, IR_REC_DEVICE, rec, dev->name_loc, what, "gemm_half");
+  record_defaults(s, IR_REC_DEVICE, rec, dev->name_loc, what, "gemm_half pcie");
   record_positive(s, rec, IR_REC_DEVICE, dev->name_loc, what, "node gemm_half", failed);
   if (rec->efficiency > 1)
     diag_error(s->d, L(dev->name_loc), "%s: efficiency = %g must be at most 1", what,

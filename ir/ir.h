@@ -451,6 +451,9 @@ typedef struct ir_stage {
   int recompute_layers;   /* with FULL: how many of its recomputable layers recompute, the first
                              ones (Megatron's block method); 0: all of them (and always 0 with
                              NONE); ir_stage_layer_recomputes */
+  bool offload;           /* its activations of each microbatch go to host memory over the
+                             device's PCIe link when F ends and come back before B
+                             (docs/simulator.md, activation offload); needs the device's 'pcie' */
   ir_loc loc;     /* where it was defined */
 } ir_stage;
 

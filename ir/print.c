@@ -246,11 +246,14 @@ void ir_print(const ir_module *m, strbuf *out, const ir_print_opts *o) {
   for (int i = 0; i < m->nstages; i++) {
     const ir_stage *s = &m->stages[i];
     strbuf_printf(out, "  stage @s%d = [%%%d, %%%d)", i, s->first, s->end);
+    const char *sep = " { ";
     if (s->recompute != IR_RECOMPUTE_NONE || s->recompute_layers != 0) {
-      strbuf_printf(out, " { recompute = %s", ir_enum_name(IR_T_RECOMPUTE, (int)s->recompute));
+      strbuf_printf(out, "%srecompute = %s", sep, ir_enum_name(IR_T_RECOMPUTE, (int)s->recompute));
       if (s->recompute_layers != 0) strbuf_printf(out, ", recompute_layers = %d", s->recompute_layers);
-      strbuf_puts(out, " }");
+      sep = ", ";
     }
+    if (s->offload) strbuf_printf(out, "%soffload = true", sep), sep = ", ";
+    if (sep[1] == ' ') strbuf_puts(out, " }");
     print_loc(out, &s->loc, dbg);
     strbuf_putc(out, '\n');
   }

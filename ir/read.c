@@ -1146,9 +1146,10 @@ static bool rd_layer(rd_parser *p) {
 }
 
 /* The attributes a stage may carry, in the order the printer writes them (tests/fuzz/dict.py
- * reads the names): its recomputation policy and how many of its recomputable layers recompute. */
-static const char *const rd_stage_attr_names[] = {"recompute", "recompute_layers"};
-enum { RD_STAGE_RECOMPUTE, RD_STAGE_RECOMPUTE_LAYERS, RD_STAGE_ATTRS };
+ * reads the names): its recomputation policy, how many of its recomputable layers recompute, and
+ * whether its activations go to host memory between F and B. */
+static const char *const rd_stage_attr_names[] = {"recompute", "recompute_layers", "offload"};
+enum { RD_STAGE_RECOMPUTE, RD_STAGE_RECOMPUTE_LAYERS, RD_STAGE_OFFLOAD, RD_STAGE_ATTRS };
 
 /* The attributes of stage si: "{ [NAME = VALUE {, NAME = VALUE}] }" with the names of
  * rd_stage_attr_names, each at most once, in any order (which combinations a stage may take is
@@ -1160,7 +1161,7 @@ static bool rd_stage_attrs(rd_parser *p, int si) {
   bool seen[RD_STAGE_ATTRS] = {false};
   while (p->tok.kind != RD_RBRACE) {
     if (p->tok.kind != RD_IDENT) {
-      rd_expected(p, "an attribute name (recompute, recompute_layers) or '}'");
+      rd_expected(p, "an attribute name (recompute, recompute_layers, offload) or '}'");
       return false;
     }
     rd_token nt = p->tok;
@@ -1173,7 +1174,7 @@ static bool rd_stage_attrs(rd_parser *p, int si) {
       strbuf word = {0};
       rd_put_text(&word, p->text + nt.off, nt.len, 40);
       rd_error(p, rd_loc(p, &nt),
-               "unknown stage attribute '%s'; expected recompute or recompute_layers",
+               "unknown stage attribute '%s'; expected recompute, recompute_layers or offload",
                strbuf_cstr(&word));
       strbuf_free(&word);
     } else if (seen[a]) {
@@ -1195,6 +1196,8 @@ static bool rd_stage_attrs(rd_parser *p, int si) {
                  "%d of its layers (0 is recompute = none)", x, INT_MAX);
       else
         s->recompute_layers = (int)x;
+    } else if (a == RD_STAGE_OFFLOAD && !seen[a] && rd_convert(p, &v, IR_T_BOOL, what, &x)) {
+      s->offload = x != 0;
     }
     if (a >= 0) seen[a] = true;
     rd_next(p);
@@ -1211,7 +1214,8 @@ static bool rd_stage_attrs(rd_parser *p, int si) {
   return true;
 }
 
-/* stage @sI = [%a, %b) [{ recompute = none|full [, recompute_layers = N] }] [loc(...)] */
+/* stage @sI = [%a, %b) [{ recompute = none|full [, recompute_layers = N] [, offload = BOOL] }]
+ * [loc(...)] */
 static bool rd_stage(rd_parser *p) {
   rd_token kw = p->tok;
   rd_next(p);

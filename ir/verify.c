@@ -330,6 +330,21 @@ static void vf_stage_recompute(vf_ctx *v) {
   }
 }
 
+/* Check the stages' offload attributes: a stage offloads only from a device whose link to host
+ * memory is known (its 'pcie' bandwidth); an unplaced stage is the placement check's. */
+static void vf_stage_offload(vf_ctx *v) {
+  const ir_module *m = v->m;
+  for (int i = 0; i < m->nstages; i++) {
+    const ir_stage *s = &m->stages[i];
+    int dv = s->device;
+    if (!s->offload || dv < 0 || dv >= m->ndevices) continue;
+    const ir_device_rec *r = &m->devices[dv].rec;
+    if (!ir_field_is_set(r, IR_F_DEVICE_pcie) || !(r->pcie > 0))
+      vf_error(v, s->loc, "stage @s%d: offload = true needs the bandwidth of $d%d's link to host "
+               "memory: give device type \"%s\" a 'pcie' field", i, dv, m->devices[dv].type);
+  }
+}
+
 /* Check the placement: when any stage is placed or the module is scheduled, every stage is
  * placed, on an existing device. */
 static void vf_placement(vf_ctx *v) {
@@ -529,6 +544,7 @@ int ir_verify(const ir_module *m, diag_engine *d, diag_loc where) {
   vf_stages(&v);
   if (m->nstages > 0) vf_placement(&v);
   if (m->nstages > 0) vf_stage_recompute(&v);
+  if (m->nstages > 0) vf_stage_offload(&v);
   if (m->schedules) vf_schedules(&v);
   if (m->schedule_method && !m->schedules)
     vf_error(&v, m->loc, "'schedule method \"%s\"' names the method of schedules the module does "
