@@ -276,6 +276,8 @@ typedef struct pass_tune_opts {
                         recompute policy is none; see docs/tuner.md) */
   bool whole_stages; /* a recomputing stage recomputes all its recomputable layers (the default
                         lets the search choose how many, the first N: recompute_layers) */
+  bool no_offload;   /* never make a stage offload its activations (the default lets it when
+                        every device has a 'pcie' link to host memory; docs/tuner.md) */
 } pass_tune_opts;
 
 /* The tuner's defaults: the tune pass's options' (options.def), no progress line. */

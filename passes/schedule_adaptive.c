@@ -22,7 +22,8 @@ typedef struct sched_adapt_dev {
   double *need;      /* per microbatch: bytes it will still allocate here (its F not yet run,
                         the rebuilt state of its B not yet run); total_act before it enters */
   double *held;      /* per microbatch: bytes it holds here that it frees by the end of its W
-                        (allocated and not yet freed or being freed) */
+                        (allocated and not yet freed or being freed; an offloading stage's
+                        activations count in need instead while they are on the host) */
   int *left;         /* per microbatch: its operations here not yet started */
   double need_sum;   /* the sum of need over the microbatches that entered */
   int lo;            /* oldest microbatch with operations left here */
@@ -126,6 +127,18 @@ static int sched_adapt_choose(void *ctx, const sim_view *v, const sim_cand *c, i
   ad->left[k]--;
   while (ad->lo < ad->hi && ad->left[ad->lo] == 0) ad->lo++;
   return pick;
+}
+
+/* The simulator's word on an offloading stage's activations (sim_host_fn): when they reach the
+ * host, microbatch mb no longer holds them and will allocate them again (need); when they come
+ * back, it holds them again. */
+static void sched_adapt_host(void *ctx, int device, int stage, int mb, bool back) {
+  sched_adapt *a = ctx;
+  sched_adapt_dev *ad = &a->dev[device];
+  double x = back ? a->act[stage] : -a->act[stage];
+  ad->need[mb] -= x;
+  ad->need_sum -= x;
+  ad->held[mb] += x;
 }
 
 /* Append a size in bytes to sb as the IR prints it ("1.5GiB", "1023KiB"). */
@@ -242,7 +255,8 @@ sim_status pass_adaptive_run(const sim_model *p, const ir_module *m, const pass_
   }
   sim_status st = SIM_DEADLOCK;
   if (*overflow_dev < 0) {
-    sim_opts so = {.choose = sched_adapt_choose, .ctx = &a, .fused_bw = !o->split, .cutoff = cutoff};
+    sim_opts so = {.choose = sched_adapt_choose, .ctx = &a, .host = sched_adapt_host,
+                   .fused_bw = !o->split, .cutoff = cutoff};
     st = sim_run(p, m, &so, r);
   }
   sched_adapt_free(&a, m->ndevices);
@@ -259,7 +273,8 @@ int sched_build_adaptive(const sched_shape *sh, const sched_params *prm, diag_en
   if (sched_adapt_fit_check(sh, model, &a, prm->where, d)) {
     rc = 1;
   } else {
-    sim_opts so = {.choose = sched_adapt_choose, .ctx = &a, .fused_bw = !prm->adaptive.split};
+    sim_opts so = {.choose = sched_adapt_choose, .ctx = &a, .host = sched_adapt_host,
+                   .fused_bw = !prm->adaptive.split};
     sim_result r = {0};
     if (sim_run(model, m, &so, &r) == SIM_OK) {
       sim_store_order(&r, m);

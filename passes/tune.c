@@ -30,6 +30,8 @@ typedef struct tune_plan {
                          first N (recompute_layers = N); all 0 unless the module's policy is
                          not full and memory asked for it; a stage that kept it through a shift
                          but has no recomputable layer left recomputes nothing (plan_stage_rc) */
+  bool *off;          /* k: the stage offloads its activations to host memory (only when
+                         tuner.offload; never the last stage, plan_stage_mem) */
   pass_adaptive_opts knobs; /* schedule knobs */
 } tune_plan;
 
@@ -103,6 +105,8 @@ typedef struct tuner {
   int n, p, kmax;          /* layers, devices, most stages tried */
   bool recomp;             /* stages may recompute: the module's policy is not full and some layer
                               is recomputable */
+  bool offload;            /* stages may offload: every device has a 'pcie' link to host memory
+                              (and the option allows it) */
   int *cum_rc;             /* per layer i: recomputable layers < i */
   double nmb;              /* microbatches */
   double *lw;              /* per layer: F + B + W (for cost-aware splits) */
@@ -152,6 +156,7 @@ static void plan_init(tune_plan *pl, int cap) {
   pl->ends = xmalloc((size_t)cap * sizeof *pl->ends);
   pl->dev = xmalloc((size_t)cap * sizeof *pl->dev);
   pl->rc = xcalloc((size_t)cap, sizeof *pl->rc);
+  pl->off = xcalloc((size_t)cap, sizeof *pl->off);
   pl->knobs = pass_adaptive_default();
 }
 
@@ -159,6 +164,7 @@ static void plan_free(tune_plan *pl) {
   free(pl->ends);
   free(pl->dev);
   free(pl->rc);
+  free(pl->off);
 }
 
 /* Copy src into dst. Pre: dst has room for src->k stages. */
@@ -167,6 +173,7 @@ static void plan_copy(tune_plan *dst, const tune_plan *src) {
   memcpy(dst->ends, src->ends, (size_t)src->k * sizeof *src->ends);
   memcpy(dst->dev, src->dev, (size_t)src->k * sizeof *src->dev);
   memcpy(dst->rc, src->rc, (size_t)src->k * sizeof *src->rc);
+  memcpy(dst->off, src->off, (size_t)src->k * sizeof *src->off);
   dst->knobs = src->knobs;
 }
 
@@ -179,12 +186,14 @@ static int tune_rc_count(const tuner *t, const tune_plan *pl, int s) {
   return t->cum_rc[pl->ends[s]] - t->cum_rc[plan_first(pl, s)];
 }
 
-/* Write stage s of pl's recomputation into is: recompute and recompute_layers (none for a stage
- * without recomputable layers, whatever its flag). */
-static void plan_stage_rc(const tuner *t, const tune_plan *pl, int s, ir_stage *is) {
+/* Write stage s of pl's memory choices into is: recompute and recompute_layers (none for a
+ * stage without recomputable layers, whatever its flag), and offload (never for the last stage,
+ * whose B follows its F at once, whatever its flag). */
+static void plan_stage_mem(const tuner *t, const tune_plan *pl, int s, ir_stage *is) {
   int rc = tune_rc_count(t, pl, s) > 0 ? pl->rc[s] : 0;
   is->recompute = rc ? IR_RECOMPUTE_FULL : IR_RECOMPUTE_NONE;
   is->recompute_layers = rc && rc != TUNE_RC_ALL ? rc : 0;
+  is->offload = pl->off[s] && s + 1 < pl->k;
 }
 
 /* FNV-1a hash of a plan (never 0). */
@@ -199,6 +208,8 @@ static uint64_t plan_hash(const tune_plan *pl) {
       h = (h ^ (0x80000000u | (uint64_t)(uint32_t)i)) * 1099511628211ull;
     if (pl->rc[i] && pl->rc[i] != TUNE_RC_ALL) /* and full recomputation as before too */
       h = (h ^ (0x40000000u | (uint64_t)(uint32_t)pl->rc[i])) * 1099511628211ull;
+    if (pl->off[i] && i + 1 < pl->k) /* as plan_stage_mem writes it */
+      h = (h ^ (0x20000000u | (uint64_t)(uint32_t)i)) * 1099511628211ull;
   }
   return h ? h : 1;
 }
@@ -238,7 +249,7 @@ static tune_score tune_simulate(const tuner *t, tune_worker *wk, const tune_plan
   for (int s = 0; s < pl->k; s++) {
     ir_stage *is = ir_module_add_stage(w, plan_first(pl, s), pl->ends[s]);
     is->device = pl->dev[s];
-    plan_stage_rc(t, pl, s, is);
+    plan_stage_mem(t, pl, s, is);
   }
   sim_model *p = sim_model_build(w, wk->quiet);
   if (p) {
@@ -411,11 +422,12 @@ static void tune_busy(tuner *t, const tune_plan *pl) {
  * half to device d), 5 merge stages s and s+1 (same device), 6 toggle split, 7 set mem_margin to
  * the d-th value of margins[], 8 toggle stage s's recomputation between none and all its
  * recomputable layers (when t->recomp and the stage has one; how many of them is tune_trim's
- * choice, after the search). A stage keeps its recomputation through shifts, moves and swaps;
- * both halves of a split keep it; a merged stage recomputes when the first of the two did. */
+ * choice, after the search), 9 toggle stage s's activation offload (when t->offload, not the
+ * last stage). A stage keeps its recomputation and offload through shifts, moves and swaps;
+ * both halves of a split keep them; a merged stage takes the first of the two's. */
 static const double margins[] = {0.5, 0.7, 0.85, 0.95, 1.0};
 enum { MV_LEFT, MV_RIGHT, MV_MOVE, MV_SWAP, MV_SPLIT, MV_MERGE, MV_KNOB_SPLIT, MV_KNOB_MARGIN,
-       MV_RECOMP };
+       MV_RECOMP, MV_OFFLOAD };
 
 
 static bool tune_move(const tuner *t, const tune_plan *cur, int kind, int s, int d,
@@ -455,6 +467,7 @@ static bool tune_move(const tuner *t, const tune_plan *cur, int kind, int s, int
     memmove(out->ends + s + 1, cur->ends + s, (size_t)(k - s) * sizeof *out->ends);
     memmove(out->dev + s + 1, cur->dev + s, (size_t)(k - s) * sizeof *out->dev);
     memmove(out->rc + s + 1, cur->rc + s, (size_t)(k - s) * sizeof *out->rc);
+    memmove(out->off + s + 1, cur->off + s, (size_t)(k - s) * sizeof *out->off);
     out->ends[s] = cut;
     out->dev[s + 1] = d;
     out->k = k + 1;
@@ -465,6 +478,7 @@ static bool tune_move(const tuner *t, const tune_plan *cur, int kind, int s, int
     memmove(out->ends + s, cur->ends + s + 1, (size_t)(k - s - 1) * sizeof *out->ends);
     memmove(out->dev + s + 1, cur->dev + s + 2, (size_t)(k - s - 2) * sizeof *out->dev);
     memmove(out->rc + s + 1, cur->rc + s + 2, (size_t)(k - s - 2) * sizeof *out->rc);
+    memmove(out->off + s + 1, cur->off + s + 2, (size_t)(k - s - 2) * sizeof *out->off);
     out->k = k - 1;
     return true;
   case MV_KNOB_SPLIT:
@@ -477,6 +491,10 @@ static bool tune_move(const tuner *t, const tune_plan *cur, int kind, int s, int
   case MV_RECOMP:
     if (!t->recomp || tune_rc_count(t, cur, s) == 0) return false;
     out->rc[s] = cur->rc[s] ? 0 : TUNE_RC_ALL;
+    return true;
+  case MV_OFFLOAD:
+    if (!t->offload || s + 1 >= k) return false;
+    out->off[s] = !cur->off[s];
     return true;
   default:
     return false;
@@ -565,12 +583,15 @@ static void tune_descend(tuner *t, tune_plan *cur, tune_score *cs, tune_plan *be
      * with every device below TUNE_TIGHT of its limit and no stage recomputing get none of these
      * moves, so their search is as without them. A stage starts with all its recomputable
      * layers; tune_trim chooses how many after the search. */
-    if (t->recomp)
+    for (int kind = MV_RECOMP; kind <= MV_OFFLOAD; kind++) {
+      if (!(kind == MV_RECOMP ? t->recomp : t->offload)) continue;
       for (int i0 = 0; i0 < cur->k; i0++) {
         int s = (i0 + t->iters) % cur->k;
-        if (cur->rc[s] || memory || (cs->tight_dev >= 0 && cur->dev[s] == cs->tight_dev))
-          VEC_PUSH(mv, nmv, mv_cap, ((tune_mv){MV_RECOMP, s, 0}));
+        bool on = kind == MV_RECOMP ? cur->rc[s] != 0 : cur->off[s];
+        if (on || memory || (cs->tight_dev >= 0 && cur->dev[s] == cs->tight_dev))
+          VEC_PUSH(mv, nmv, mv_cap, ((tune_mv){kind, s, 0}));
       }
+    }
     /* Judge them batch by batch; a fitting plan prunes candidates whose bound is not shorter. */
     int found = -1, size_at = 0;
     for (int at = 0; at < nmv && found < 0;) {
@@ -678,6 +699,7 @@ static void tune_enumerate(tuner *t, tune_plan *pl, int k, int at, int *n, tune_
       pl->ends[k] = end;
       pl->dev[k] = dv;
       pl->rc[k] = 0;
+      pl->off[k] = false;
       tune_enumerate(t, pl, k + 1, end, n, best, bs);
     }
 }
@@ -727,6 +749,7 @@ static void plan_from_module(const ir_module *m, tune_plan *pl) {
     pl->ends[s] = m->stages[s].end;
     pl->dev[s] = m->stages[s].device;
     pl->rc[s] = 0;
+    pl->off[s] = false;
   }
 }
 
@@ -801,6 +824,8 @@ static void tune_setup(tuner *t) {
     t->cum_rc[i + 1] = t->cum_rc[i] + ir_kind_recomputable(m->layers[i].kind);
   t->recomp = t->cum_rc[t->n] > 0 && !t->o->no_recompute &&
               (int)ir_field_value(&m->train, IR_F_TRAIN_recompute) != IR_RECOMPUTE_FULL;
+  t->offload = !t->o->no_offload && t->p > 0;
+  for (int dv = 0; dv < t->p; dv++) t->offload &= m->devices[dv].rec.pcie > 0;
   t->rate = xmalloc((size_t)t->p * sizeof *t->rate);
   t->cum_f[0] = t->cum_param[0] = 0;
   for (int i = 0; i < t->n; i++) {
@@ -923,6 +948,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
       memcpy(best.ends, b->stage_end, (size_t)b->nstages * sizeof *best.ends);
       memcpy(best.dev, b->stage_dev, (size_t)b->nstages * sizeof *best.dev);
       memset(best.rc, 0, (size_t)b->nstages * sizeof *best.rc);
+      memset(best.off, 0, (size_t)b->nstages * sizeof *best.off);
       best.knobs = pass_adaptive_default();
       classic = i;
     }
@@ -931,6 +957,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
     memcpy(sp->ends, b->stage_end, (size_t)b->nstages * sizeof *sp->ends);
     memcpy(sp->dev, b->stage_dev, (size_t)b->nstages * sizeof *sp->dev);
     memset(sp->rc, 0, (size_t)b->nstages * sizeof *sp->rc);
+    memset(sp->off, 0, (size_t)b->nstages * sizeof *sp->off);
     sp->knobs = pass_adaptive_default();
   }
   /* More starts under the adaptive scheduler: balanced partitions with more stages per device
@@ -956,6 +983,14 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
     plan_copy(rp, &t.slots[i].plan);
     for (int s = 0; s < rp->k; s++) rp->rc[s] = tune_rc_count(&t, rp, s) > 0 ? TUNE_RC_ALL : 0;
   }
+  /* And with every stage but the last offloading its activations (memory-crowded plans whose
+   * forwards take longer than their activations' copy over PCIe keep many microbatches in
+   * flight without paying a forward again). */
+  for (int i = 0; t.offload && i < n0 && nstart < TUNE_BATCH; i++) {
+    tune_plan *op = &t.slots[nstart++].plan;
+    plan_copy(op, &t.slots[i].plan);
+    for (int s = 0; s < op->k; s++) op->off[s] = s + 1 < op->k;
+  }
   /* The balanced partitions with several stages per device again, placed for balance instead of
    * order (largest stage first onto the device where it ends earliest): layers of very
    * different costs that no contiguous split evens out. */
@@ -973,8 +1008,9 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
   for (int i = 1; i < n0; i++)
     if (score_better(&t.slots[i].score, &t.slots[plain].score)) plain = i;
   for (int i = 0; i < nstart; i++) {
-    /* an all-recomputing start seeds a search only when it beats every plain one: descending
-     * from it stops its stages recomputing one move at a time, long on many stages */
+    /* an all-recomputing or all-offloading start seeds a search only when it beats every plain
+     * one: descending from it stops its stages recomputing (offloading) one move at a time,
+     * long on many stages */
     if (i < n0 || (i < balanced_from && score_better(&t.slots[i].score, &t.slots[plain].score)))
       pool_offer(&pool, &t.slots[i].plan, &t.slots[i].score);
     else if (i >= balanced_from &&
@@ -1078,7 +1114,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
       for (int s = 0; s < best.k; s++) {
         ir_stage *is = ir_module_add_stage(m, plan_first(&best, s), best.ends[s]);
         is->device = best.dev[s];
-        plan_stage_rc(&t, &best, s, is);
+        plan_stage_mem(&t, &best, s, is);
       }
       strbuf_printf(&text, "schedule{method=adaptive, split=%s, mem_margin=%g}",
                     best.knobs.split ? "true" : "false", best.knobs.mem_margin);
@@ -1107,7 +1143,7 @@ void pass_tune_stats_free(pass_tune_stats *st) {
 pass_tune_opts pass_tune_defaults(void) {
   static const char *const keys[] = {"evals",    "budget",     "jobs",      "seed",
                                      "restarts", "max_stages", "recompute", "recompute_layers",
-                                     "work"};
+                                     "work", "offload"};
   enum { NKEYS = sizeof keys / sizeof keys[0] };
   const pass_info *p = &pass_registry[PASS_ID_TUNE];
   double v[NKEYS];
@@ -1115,7 +1151,7 @@ pass_tune_opts pass_tune_defaults(void) {
   pass_tune_opts o = {.evals = (int)v[0], .budget = v[1], .jobs = (int)v[2],
                       .seed = (uint64_t)v[3], .restarts = (int)v[4], .max_stages = (int)v[5],
                       .progress = false, .no_recompute = v[6] == 0, .whole_stages = v[7] == 0,
-                      .work = v[8]};
+                      .work = v[8], .no_offload = v[9] == 0};
   return o;
 }
 
@@ -1130,15 +1166,17 @@ int pass_run_tune(ir_module *m, const pass_options *opts, diag_engine *d) {
   pass_tune_opts o = pass_tune_defaults();
   int64_t restarts, max_stages, evals, jobs, work;
   int pr;
-  bool recompute, partial;
+  bool recompute, partial, offload;
   if (pass_opt_int(opts, "evals", &evals, d) || pass_opt_int(opts, "work", &work, d) ||
       pass_opt_quantity(opts, "budget", &o.budget, d) ||
       pass_opt_int(opts, "jobs", &jobs, d) || pass_opt_seed(opts, "seed", &o.seed, d) ||
       pass_opt_int(opts, "restarts", &restarts, d) ||
       pass_opt_int(opts, "max_stages", &max_stages, d) ||
       pass_opt_choice(opts, "progress", &pr, d) || pass_opt_bool(opts, "recompute", &recompute, d) ||
-      pass_opt_bool(opts, "recompute_layers", &partial, d))
+      pass_opt_bool(opts, "recompute_layers", &partial, d) ||
+      pass_opt_bool(opts, "offload", &offload, d))
     return 1;
+  o.no_offload = !offload;
   o.no_recompute = !recompute;
   o.whole_stages = !partial;
   o.evals = (int)evals;

@@ -119,7 +119,8 @@ typedef struct html_lists {
 } html_lists;
 
 /* Group r's n operations, or (xfers) transfers by sender, by device, each device's in start
- * order; records with a device outside [0, ndev) are left out. */
+ * order; records with a device outside [0, ndev) are left out, and so are the copies to and
+ * from host memory (they overlap the device's compute, which its row shows; the trace has them). */
 static html_lists html_group(const sim_result *r, int n, int ndev, bool xfers) {
   html_lists l = {xmalloc(sizeof *l.items * ((size_t)n + 1)),
                   xcalloc((size_t)ndev + 2, sizeof *l.first)};
@@ -128,7 +129,8 @@ static html_lists html_group(const sim_result *r, int n, int ndev, bool xfers) {
     for (int i = 0; i < n; i++) {
       int d = xfers ? r->xfers[i].from : r->ops[i].device;
       bool ok = d >= 0 && d < ndev &&
-                (!xfers || (r->xfers[i].to >= 0 && r->xfers[i].to < ndev));
+                (xfers ? r->xfers[i].to >= 0 && r->xfers[i].to < ndev
+                       : (int)r->ops[i].kind < SIM_OP_OFFLOAD);
       if (!ok) continue;
       if (pass == 0)
         l.first[d + 1]++;

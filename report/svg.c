@@ -291,7 +291,8 @@ void report_svg(const ir_module *m, const sim_result *r, strbuf *out) {
   strbuf_puts(out, "<g id=\"ops\">\n");
   for (int i = 0; i < r->nops; i++) {
     const sim_op_event *e = &r->ops[i];
-    if (e->device < 0 || e->device >= c.ndev || e->kind < 0 || (int)e->kind >= SIM_OP_END)
+    /* the host copies run on the PCIe link, beside the compute this row shows */
+    if (e->device < 0 || e->device >= c.ndev || e->kind < 0 || (int)e->kind >= SIM_OP_OFFLOAD)
       continue;
     present[e->kind] = true;
     const rep_op_kind_info *st = rep_op_kind(e->kind);

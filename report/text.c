@@ -119,7 +119,7 @@ static void device_stages(const ir_module *m, int dev, strbuf *sb) {
 
 /* Append a timeline operation in IR notation: "F @s2 1", "allreduce". */
 static void op_text(const sim_op_event *e, strbuf *sb) {
-  if (e->kind < IR_OP_COUNT)
+  if (e->stage >= 0)
     strbuf_printf(sb, "%s @s%d %d", rep_op_kind_name(e->kind), e->stage, e->mb);
   else
     strbuf_puts(sb, rep_op_kind_name(e->kind));

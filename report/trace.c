@@ -184,6 +184,13 @@ void report_trace(const ir_module *m, const sim_result *r, strbuf *out) {
         nthreads = lane_thread(dir, lanes.nlanes[d][dir] - 1) + 1;
   if (nthreads < 3) nthreads = 3; /* every device names a send and a recv thread */
   int dp_thread = nthreads++; /* the data-parallel reductions: they may overlap compute */
+  int host_thread = nthreads; /* then the copies to and from host memory (one thread each) */
+  nthreads += 2;
+  bool *copies = xcalloc((size_t)(ndev ? ndev : 1), sizeof *copies); /* devices with copies */
+  for (int i = 0; i < r->nops; i++)
+    if (r->ops[i].device >= 0 && r->ops[i].device < ndev &&
+        ((int)r->ops[i].kind == SIM_OP_OFFLOAD || (int)r->ops[i].kind == SIM_OP_RELOAD))
+      copies[r->ops[i].device] = true;
   int stride = trace_id_stride(trace_id_pid(ndev - 1), nthreads);
   strbuf_puts(out, "{\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"model\": ");
   strbuf_json_str(out, m->name);
@@ -218,6 +225,11 @@ void report_trace(const ir_module *m, const sim_result *r, strbuf *out) {
                "data-parallel", 0);
     trace_meta(out, &first, "thread_sort_index", pid, trace_id_tid(pid, dp_thread, stride), NULL,
                1 + nsend + nrecv);
+    for (int k = 0; k < 2 && copies[d]; k++) {
+      int tid = trace_id_tid(pid, host_thread + k, stride);
+      trace_meta(out, &first, "thread_name", pid, tid, k ? "from host" : "to host", 0);
+      trace_meta(out, &first, "thread_sort_index", pid, tid, NULL, 2 + nsend + nrecv + k);
+    }
     strbuf_free(&name);
   }
 
@@ -226,7 +238,7 @@ void report_trace(const ir_module *m, const sim_result *r, strbuf *out) {
     if (e->device < 0 || e->device >= ndev) continue;
     const char *kind = rep_op_kind_name(e->kind);
     char name[64];
-    if (e->kind < IR_OP_COUNT)
+    if (e->stage >= 0)
       snprintf(name, sizeof name, "%s s%d mb%d", kind, e->stage, e->mb);
     else
       snprintf(name, sizeof name, "%s", kind);
@@ -234,12 +246,15 @@ void report_trace(const ir_module *m, const sim_result *r, strbuf *out) {
     /* the data-parallel collectives (all-reduce; ZeRO-1's reduce-scatter and all-gather) */
     bool collective = (int)e->kind == SIM_OP_ALLREDUCE || (int)e->kind == SIM_OP_REDUCE_SCATTER ||
                       (int)e->kind == SIM_OP_ALLGATHER;
-    int thread = collective ? dp_thread : THREAD_COMPUTE;
+    int thread = collective                       ? dp_thread
+                 : (int)e->kind == SIM_OP_OFFLOAD ? host_thread
+                 : (int)e->kind == SIM_OP_RELOAD  ? host_thread + 1
+                                                  : THREAD_COMPUTE;
     trace_head(out, &first, name, kind, "X", pid, trace_id_tid(pid, thread, stride), e->start);
     strbuf_puts(out, ", \"dur\": ");
     trace_dur(out, e->start, e->end);
     strbuf_puts(out, ", \"args\": {");
-    if (e->kind < IR_OP_COUNT && e->stage >= 0 && e->stage < m->nstages) {
+    if (e->stage >= 0 && e->stage < m->nstages) {
       const ir_stage *st = &m->stages[e->stage];
       strbuf_printf(out, "\"stage\": %d, \"mb\": %d, \"layers\": \"[%%%d, %%%d)\", ", e->stage,
                     e->mb, st->first, st->end);
@@ -277,4 +292,5 @@ void report_trace(const ir_module *m, const sim_result *r, strbuf *out) {
   strbuf_puts(out, "\n]}\n");
   free(lanes.lane);
   free(lanes.nlanes);
+  free(copies);
 }

@@ -78,7 +78,9 @@ double rep_module_mem_limit(const ir_module *m) {
   return lim;
 }
 
-double rep_op_mem_time(const sim_op_event *e) { return e->kind == IR_OP_F ? e->start : e->end; }
+double rep_op_mem_time(const sim_op_event *e) {
+  return e->kind == IR_OP_F || (int)e->kind == SIM_OP_RELOAD ? e->start : e->end;
+}
 
 bool rep_first_oom(const ir_module *m, const sim_result *r, rep_oom *o) {
   bool found = false;

@@ -14,8 +14,10 @@ typedef struct bd_layer {
   double opt;     /* its share of the optimizer step at the fastest rate (s) */
   double param;   /* static bytes: parameters, gradients, optimizer state */
   double act;     /* activation bytes one microbatch keeps from F to B */
-  double hold;    /* the least time a microbatch keeps them: the forwards of the layers after
-                     it and the backward from the last layer down to it (s) */
+  double hold;    /* the least time a microbatch keeps them after its F: the forwards of the
+                     layers after it and the backward from the last layer down to it, or, when
+                     a device can offload, their copy to the host and back and its own B, if
+                     shorter (s) */
 } bd_layer;
 
 static int cmp_desc(const void *a, const void *b) {
@@ -365,7 +367,9 @@ static bool bound_compute(const ir_module *m, sim_bound *out, bool exact_packing
   double mcap = 0;   /* the largest memory limit: no device holds more */
   double mtotal = 0; /* all devices' limits together */
   double rate = 0; /* the fastest optimizer rate */
+  double pcie = 0; /* the fastest link to host memory (0: no device can offload) */
   for (int dv = 0; dv < p; dv++) {
+    if (m->devices[dv].rec.pcie > pcie) pcie = m->devices[dv].rec.pcie;
     double lim = ir_device_mem_limit(m, dv);
     if (!isfinite(lim)) mcap = INFINITY;
     else if (lim > mcap) mcap = lim;
@@ -423,6 +427,10 @@ static bool bound_compute(const ir_module *m, sim_bound *out, bool exact_packing
   for (int i = n - 1; i >= 0; i--) {
     hold += ly[i].b;
     ly[i].hold = hold;
+    /* an offloading stage keeps a layer's activations on the device only while they are copied
+     * to the host (at least its act over the fastest link) and back, and through its B */
+    double off = pcie > 0 ? 2 * ly[i].act / pcie + ly[i].b : INFINITY;
+    if (off < ly[i].hold) ly[i].hold = off;
     hold += ly[i].f;
   }
 
@@ -433,14 +441,12 @@ static bool bound_compute(const ir_module *m, sim_bound *out, bool exact_packing
    * likewise covers b_L and the backward of a..L-1, which is what the suffix after L lost; the
    * round trip of a stage's last layer c plus the stage's own backward is at least the round
    * trip from L. For (d) the window starts at the stage's F end, so only backward times count. */
-  /* backs_from: b of i .. n-1; fwds_after: f of i+1 .. n-1 */
-  double prefix_f = 0, prefix_b = 0, above = 0, backs_from = 0, fwds_after = 0;
-  for (int i = 0; i < n; i++) above += ly[i].f + ly[i].b, backs_from += ly[i].b, fwds_after += ly[i].f;
+  double prefix_f = 0, prefix_b = 0, above = 0;
+  for (int i = 0; i < n; i++) above += ly[i].f + ly[i].b;
   out->path = above + ly[0].w + ly[0].opt;
   for (int i = 0; i < n; i++) {
     const bd_layer *l = &ly[i];
     above -= l->f + l->b; /* the path of the layers after i */
-    fwds_after -= l->f;
     double backs = mbs * l->b > above + l->b ? mbs * l->b : above + l->b;
     double chain = prefix_f + mbs * l->f + backs + prefix_b;
     double whole = prefix_f + mbs * (l->f + l->b + l->w) + l->opt;
@@ -449,28 +455,23 @@ static bool bound_compute(const ir_module *m, sim_bound *out, bool exact_packing
     if (isfinite(mcap) && l->act > 0 && mcap > l->param) {
       double inflight = floor((mcap - l->param) / l->act);
       if (inflight >= 1 && inflight < mbs) {
-        /* each microbatch holds them from its F's end to its B's end, at least the forwards
-         * of the layers after this one and the backward from the last layer down to it */
-        double mem = prefix_f + l->f + mbs / inflight * (fwds_after + backs_from) + prefix_b;
+        /* each microbatch holds them from its F's end to its B's end for at least 'hold' */
+        double mem = prefix_f + l->f + mbs / inflight * l->hold + prefix_b;
         if (mem > out->memory) out->memory = mem, out->memory_layer = i;
       }
     }
     prefix_f += l->f;
     prefix_b += l->b;
-    backs_from -= l->b;
   }
 
-  /* (d') every microbatch holds each layer's activations at least from its F's end through the
-   * forwards of the layers after it and the backward from the last layer down to that layer:
+  /* (d') every microbatch holds each layer's activations for at least its 'hold' after its F:
    * that memory-time, over the step, fits in what the devices' limits leave beside the static
    * memory. */
   if (isfinite(mtotal)) {
-    double held = 0, stat = 0, backs = 0, fwds = 0; /* fwds: f of the layers after i */
+    double held = 0, stat = 0;
     for (int i = n - 1; i >= 0; i--) {
-      backs += ly[i].b;
-      held += ly[i].act * (fwds + backs);
+      held += ly[i].act * ly[i].hold;
       stat += ly[i].param;
-      fwds += ly[i].f;
     }
     if (mtotal > stat && held > 0) {
       double mem = mbs * held / (mtotal - stat);

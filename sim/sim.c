@@ -50,6 +50,9 @@ typedef struct sim_stage {
                            bucket[first_bucket .. first_bucket + nbuckets), one per layer in
                            backward order (last layer first) */
   int nbuckets;         /* 0 without overlap (or without data parallelism) */
+  bool offload;         /* its activations go to host memory after F and come back before B */
+  tick host;            /* offload: time of one copy of act over its device's PCIe link (each
+                           direction) */
 } sim_stage;
 
 /* One bucket of gradients reduced over data parallelism while the backward still runs. */
@@ -194,6 +197,10 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
         diag_error(d, stage_loc(m, s, where), "stage @s%d is placed on $d%d, which does not exist "
                    "(the module has %d device%s)", s, dv, m->ndevices, m->ndevices == 1 ? "" : "s");
       errors++;
+    } else if (m->stages[s].offload && !(m->devices[dv].rec.pcie > 0)) {
+      diag_error(d, stage_loc(m, s, where), "stage @s%d offloads its activations, but $d%d has no "
+                 "'pcie' bandwidth to host memory", s, dv);
+      errors++;
     }
   }
   for (int i = 0; i < m->nlayers && errors < 20; i++) {
@@ -256,6 +263,12 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
     }
     st->out_bytes = m->layers[is->end - 1].cost.out;
     st->link_next = st->link_prev = -1;
+    if (is->offload && st->act > 0) { /* the verifier saw the device's pcie */
+      double t = st->act / m->devices[st->dev].rec.pcie;
+      step += 2 * nmb * t;
+      st->offload = true;
+      st->host = to_tick(t);
+    }
   }
   /* Transfers between consecutive stages on different devices. */
   int nlinks = 0;
@@ -432,18 +445,21 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
 
 /* ---- Engine ---------------------------------------------------------------------------------*/
 
-/* A pending event: an operation ending (op >= 0, kind EV_DONE) or a tensor arriving for op. */
+/* A pending event: an operation ending, a tensor arriving for an operation, or a copy between
+ * device and host memory of an offloading stage ending. */
 typedef struct sim_event {
   tick time;    /* when */
   uint32_t seq; /* posting order: breaks ties deterministically */
-  int32_t code; /* op id * 2 + (0: operation done, 1: input arrived) */
+  int32_t code; /* op id * 2 + (0: operation done, 1: input arrived); negative: -1 - (op id * 2 +
+                   (0: F's activations reached the host, 1: B's came back)) */
 } sim_event;
 
 /* Run state of one operation slot. */
 typedef struct sim_wop {
   uint8_t deps;  /* inputs not yet arrived */
   uint8_t state; /* low bits 0 not started, 1 running, 2 done; 0x10: in the schedule, 0x20:
-                    scheduled as a fused BW (fixed mode) */
+                    scheduled as a fused BW (fixed mode); 0x40 (B of an offloading stage): its
+                    activations' copy back is posted */
 } sim_wop;
 
 /* Run state of one device. */
@@ -461,6 +477,9 @@ typedef struct sim_wdev {
   tick comm;      /* end-of-step communication so far: reductions, the tied exchange */
   tick end;       /* when its step ends (after finishing) */
   tick ready;     /* a device of the tied exchange: when its gradients were reduced */
+  int event;      /* recorded runs: the timeline index of the running operation's event */
+  int out;        /* copies to host memory in flight: its next F waits until they end (the
+                     runtime frees their buffers before it) */
   bool at_tie;    /* it waits at the exchange for its twin (sim_model.tie_dev) */
 } sim_wdev;
 
@@ -477,6 +496,12 @@ typedef struct sim_work {
   int ready_cap;      /* capacity of both */
   tick *link_free;    /* per link: when it finishes its queued transfers */
   int link_cap;       /* capacity of link_free */
+  tick *host_free;    /* per device dv: [2 dv] when its copies to host memory, [2 dv + 1] its
+                         copies back, finish the ones queued */
+  int host_cap;       /* capacity of host_free, in devices */
+  int *defer;         /* B ops (of offloading stages) whose copy back waits for memory, in the
+                         order they became due */
+  int ndefer, defer_cap; /* entries, allocated */
   sim_event *heap;    /* pending events */
   int nheap, heap_cap; /* events pending, allocated */
   uint32_t seq;       /* next event sequence number */
@@ -567,7 +592,9 @@ static void work_reset(sim_work *w, const sim_model *p) {
   }
   memset(w->op, 0, nops * sizeof *w->op);
   for (int s = 0; s < p->nstages; s++) {
-    uint8_t df = s > 0, db = 1 + (s + 1 < p->nstages), dw = 1;
+    /* an offloading stage's B also waits for its activations' copy to the host and back (it
+     * counts F's end as the first of these) */
+    uint8_t df = s > 0, db = (uint8_t)(1 + (s + 1 < p->nstages) + p->st[s].offload), dw = 1;
     for (int mb = 0; mb < p->nmb; mb++) {
       int base = op_id(p, s, mb, 0);
       w->op[base + SL_F].deps = df;
@@ -579,6 +606,12 @@ static void work_reset(sim_work *w, const sim_model *p) {
     w->dev[dv] = (sim_wdev){.running = -1, .mem = p->dev[dv].static_mem};
   for (int i = 0; i < p->nstages * SL_N; i++) w->next_mb[i] = 0;
   for (int i = 0; i < p->nlinks; i++) w->link_free[i] = 0;
+  if (p->ndev > w->host_cap) {
+    w->host_free = grow(w->host_free, 2 * sizeof(tick), (size_t)p->ndev);
+    w->host_cap = p->ndev;
+  }
+  for (int i = 0; i < 2 * p->ndev; i++) w->host_free[i] = 0;
+  w->ndefer = 0;
   w->nheap = 0;
   w->seq = 0;
 }
@@ -610,6 +643,104 @@ static void transfer(sim_ctx *c, int link, tick dur, int op, ir_op_kind kind, in
   }
 }
 
+/* Device dv's memory grew at now for operation (kind, s, mb): note a new peak. */
+static void note_peak(sim_ctx *c, int dv, ir_op_kind kind, int s, int mb) {
+  sim_wdev *wd = &c->w->dev[dv];
+  sim_device_stats *ds = &c->r->dev[dv];
+  if (wd->mem <= ds->peak_mem) return;
+  ds->peak_mem = wd->mem;
+  ds->peak_op = wd->pos;
+  ds->peak_at = (ir_op){kind, s, mb};
+  ds->peak_time = to_s(c->now);
+}
+
+/* Post a copy of an offloading stage's activations of one microbatch over its device's PCIe
+ * link at now, queued behind the earlier ones of its direction: back = false, to the host (op
+ * is the F that ended); back = true, back to the device for its B (op), allocated at once. */
+static void host_copy(sim_ctx *c, int op, bool back) {
+  const sim_model *p = c->p;
+  sim_work *w = c->w;
+  int s = op / SL_N / p->nmb, mb = op / SL_N % p->nmb;
+  const sim_stage *st = &p->st[s];
+  int dv = st->dev;
+  sim_wdev *wd = &w->dev[dv];
+  tick *q = &w->host_free[2 * dv + back];
+  tick start = *q > c->now ? *q : c->now, end = start + st->host;
+  *q = end;
+  heap_push(w, end, -1 - (op * 2 + back));
+  if (!back) { /* recorded when it ends (host_done) */
+    wd->out++;
+    return;
+  }
+  w->op[op].state |= 0x40;
+  wd->mem += st->act;
+  bool fused = (w->op[op].state & 0x20) || (c->o->choose && c->o->fused_bw);
+  note_peak(c, dv, fused ? IR_OP_BW : IR_OP_B, s, mb);
+  if (c->o->host) c->o->host(c->o->ctx, dv, s, mb, true);
+  if (c->o->record) record_op(c, SIM_OP_RELOAD, dv, s, mb, c->now, end, wd->mem, wd->mem);
+}
+
+/* Whether B op's activations fit back in their device's memory now (within its limit). */
+static bool reload_fits(const sim_ctx *c, int op) {
+  const sim_stage *st = &c->p->st[op / SL_N / c->p->nmb];
+  double lim = c->p->dev[st->dev].mem_limit;
+  return c->w->dev[st->dev].mem + st->act <= lim + 1e-9 * lim;
+}
+
+/* Device dv's memory shrank: post the copies back that wait for it, in the order they became
+ * due, as long as the next one fits. */
+static void retry_reloads(sim_ctx *c, int dv) {
+  sim_work *w = c->w;
+  int k = 0;
+  bool blocked = false;
+  for (int i = 0; i < w->ndefer; i++) {
+    int op = w->defer[i];
+    if (c->p->st[op / SL_N / c->p->nmb].dev != dv || blocked || !reload_fits(c, op)) {
+      blocked |= c->p->st[op / SL_N / c->p->nmb].dev == dv;
+      w->defer[k++] = op;
+    } else {
+      host_copy(c, op, true);
+    }
+  }
+  w->ndefer = k;
+}
+
+/* An input of op arrived (a tensor, or its F's end): count it; for the B of an offloading stage
+ * whose input gradient has arrived and whose activations reached the host, post their copy back
+ * (the last input it then waits for) when it fits in memory and none due earlier on the device
+ * waits, else queue it for retry_reloads. */
+static void arrive(sim_ctx *c, int op) {
+  sim_work *w = c->w;
+  satisfy(w, op);
+  if (op % SL_N != SL_B || !c->p->st[op / SL_N / c->p->nmb].offload || w->op[op].deps != 1 ||
+      (w->op[op].state & 0x40))
+    return;
+  int dv = c->p->st[op / SL_N / c->p->nmb].dev;
+  bool queued = false;
+  for (int i = 0; i < w->ndefer && !queued; i++)
+    queued = c->p->st[w->defer[i] / SL_N / c->p->nmb].dev == dv;
+  if (!queued && reload_fits(c, op)) {
+    host_copy(c, op, true);
+  } else {
+    w->op[op].state |= 0x40; /* due: posted by retry_reloads */
+    VEC_PUSH(w->defer, w->ndefer, w->defer_cap, op);
+  }
+}
+
+/* The copy to the host of F op's activations (an offloading stage's) ended at now: the device
+ * frees them. */
+static void host_done(sim_ctx *c, int op) {
+  const sim_model *p = c->p;
+  int s = op / SL_N / p->nmb, mb = op / SL_N % p->nmb, dv = p->st[s].dev;
+  sim_wdev *wd = &c->w->dev[dv];
+  wd->mem -= p->st[s].act;
+  wd->out--;
+  if (c->o->host) c->o->host(c->o->ctx, dv, s, mb, false);
+  if (c->o->record)
+    record_op(c, SIM_OP_OFFLOAD, dv, s, mb, c->now - p->st[s].host, c->now, wd->mem, wd->mem);
+  if (c->w->ndefer) retry_reloads(c, dv);
+}
+
 /* Start op (slot 'slot' of stage s, microbatch mb; fused: a BW) on device dv at now. */
 static void start_op(sim_ctx *c, int dv, int s, int mb, int slot, bool fused) {
   const sim_model *p = c->p;
@@ -624,7 +755,6 @@ static void start_op(sim_ctx *c, int dv, int s, int mb, int slot, bool fused) {
   wd->remaining--;
   if (c->cutoff > 0 && c->now + wd->left > c->cutoff) c->cut = true;
   wd->left -= dur;
-  sim_device_stats *ds = &c->r->dev[dv];
   wd->busy += dur;
   if ((slot == SL_W || fused) && c->now + dur > w->grad_ready[s]) {
     w->grad_ready[s] = c->now + dur;
@@ -636,12 +766,7 @@ static void start_op(sim_ctx *c, int dv, int s, int mb, int slot, bool fused) {
   if (slot == SL_F) wd->inflight++;
   if (slot == SL_F || grow > 0) {
     wd->mem += grow;
-    if (wd->mem > ds->peak_mem) {
-      ds->peak_mem = wd->mem;
-      ds->peak_op = wd->pos;
-      ds->peak_at = (ir_op){fused ? IR_OP_BW : (ir_op_kind)slot, s, mb};
-      ds->peak_time = to_s(c->now);
-    }
+    note_peak(c, dv, fused ? IR_OP_BW : (ir_op_kind)slot, s, mb);
   }
   if (c->r->order) ir_schedule_push(&c->r->order[dv], fused ? IR_OP_BW : (ir_op_kind)slot, s, mb);
   wd->pos++;
@@ -651,6 +776,7 @@ static void start_op(sim_ctx *c, int dv, int s, int mb, int slot, bool fused) {
     if (slot == SL_B) mem -= fused ? st->act + st->rebuild : st->act - st->act_w;
     if (slot == SL_W) mem -= st->act_w + st->rebuild;
     record_op(c, fused ? IR_OP_BW : slot, dv, s, mb, c->now, c->now + dur, mem, wd->mem);
+    wd->event = c->r->nops - 1;
   }
   heap_push(w, c->now + dur, op * 2);
 }
@@ -759,6 +885,7 @@ static void offer(sim_ctx *c, int dv) {
       if (slot == SL_W && c->o->fused_bw) continue;
       int mb = nx[slot];
       if (mb >= p->nmb || w->op[op_id(p, s, mb, slot)].deps != 0) continue;
+      if (slot == SL_F && w->dev[dv].out) continue; /* after the copies to host in flight */
       VEC_RESERVE(w->cands, n, w->cands_cap);
       bool fb = slot == SL_B && c->o->fused_bw;
       w->cands[n++] = (sim_cand){fb ? IR_OP_BW : (ir_op_kind)slot, s, mb,
@@ -791,7 +918,7 @@ static void try_start(sim_ctx *c, int dv) {
   }
   const ir_op *o = &c->m->schedules[dv].ops[wd->pos];
   int slot = o->kind == IR_OP_F ? SL_F : o->kind == IR_OP_W ? SL_W : SL_B;
-  if (c->w->op[op_id(c->p, o->stage, o->mb, slot)].deps != 0) return;
+  if (c->w->op[op_id(c->p, o->stage, o->mb, slot)].deps != 0 || (slot == SL_F && wd->out)) return;
   start_op(c, dv, o->stage, o->mb, slot, o->kind == IR_OP_BW);
 }
 
@@ -807,7 +934,10 @@ static void op_done(sim_ctx *c, int op) {
   wd->running = -1;
   w->op[op].state = (uint8_t)((w->op[op].state & 0xf0) | 2);
   if (slot == SL_F) {
-    satisfy(w, op + SL_B);
+    if (st->offload)
+      host_copy(c, op, false);
+    else
+      satisfy(w, op + SL_B);
     if (s + 1 < p->nstages) {
       int nxt = op_id(p, s + 1, mb, SL_F);
       if (st->link_next < 0) {
@@ -828,7 +958,7 @@ static void op_done(sim_ctx *c, int op) {
     if (s > 0) {
       int prv = op_id(p, s - 1, mb, SL_B);
       if (st->link_prev < 0)
-        satisfy(w, prv);
+        arrive(c, prv);
       else
         transfer(c, st->link_prev, st->x_prev, prv, IR_OP_B, s, s - 1, mb, st->in_bytes);
     }
@@ -836,6 +966,9 @@ static void op_done(sim_ctx *c, int op) {
     wd->mem -= st->act_w + st->rebuild;
     wd->inflight--;
   }
+  /* a backward's memory after its end, exact even when a copy to the host ended meanwhile */
+  if (c->o->record && slot != SL_F) c->r->ops[wd->event].mem = wd->mem;
+  if (w->ndefer && slot != SL_F) retry_reloads(c, dv);
   try_start(c, dv);
 }
 
@@ -998,9 +1131,15 @@ sim_status sim_run(const sim_model *p, const ir_module *m, const sim_opts *opts,
   while (w->nheap > 0 && !c.cut) {
     sim_event e = heap_pop(w);
     c.now = e.time;
-    int op = e.code >> 1;
-    if (e.code & 1) {
-      satisfy(w, op);
+    int code = e.code < 0 ? -1 - e.code : e.code, op = code >> 1;
+    if (e.code < 0 && !(code & 1)) { /* F's activations reached the host: now B's input */
+      host_done(&c, op);
+      int dv = p->st[op / SL_N / p->nmb].dev;
+      if (!w->dev[dv].out && w->dev[dv].running < 0) try_start(&c, dv); /* its F may go on */
+      op += SL_B - SL_F;
+    }
+    if (e.code < 0 || (e.code & 1)) {
+      arrive(&c, op);
       /* Only an input that makes its operation startable can change what an idle device does:
        * in priority mode, the operation must also be its stage's next of its kind. */
       int smb = op / SL_N, s = smb / p->nmb, dv = p->st[s].dev;
@@ -1072,6 +1211,8 @@ void sim_result_free(sim_result *r) {
     free(w->grad_ready);
     free(w->grad_start);
     free(w->link_free);
+    free(w->host_free);
+    free(w->defer);
     free(w->heap);
     free(w->cands);
     free(w);

@@ -113,12 +113,18 @@ typedef struct sim_view {
  * included). Must be deterministic. */
 typedef int (*sim_choose_fn)(void *ctx, const sim_view *v, const sim_cand *c, int n);
 
+/* Told when an offloading stage's activations of microbatch mb leave device dv's memory (back =
+ * false: their copy to the host ended) and when they come back (back = true: their copy back
+ * was posted, and allocated). Must not fail. */
+typedef void (*sim_host_fn)(void *ctx, int device, int stage, int mb, bool back);
+
 /* ---- Running ------------------------------------------------------------------------------- */
 
 /* How to run. Zero-initialize for the fixed mode without a timeline. */
 typedef struct sim_opts {
   sim_choose_fn choose; /* NULL: fixed mode (the module's schedules); else priority mode */
-  void *ctx;            /* passed to choose */
+  void *ctx;            /* passed to choose and host */
+  sim_host_fn host;     /* NULL, or told of the offloading stages' copies (see sim_host_fn) */
   bool fused_bw;        /* priority mode: offer fused BW instead of separate B and W */
   bool record;          /* keep the timeline (operations, transfers) in the result */
   double cutoff;        /* > 0: stop with SIM_CUTOFF once the step provably ends after this
@@ -144,9 +150,11 @@ typedef struct sim_op_event {
  * all-reduce, the optimizer step, with ZeRO-1 the gradient reduce-scatter (instead of the
  * all-reduce) and the all-gather of the updated weights, and with tied embeddings on two devices
  * the exchange of the shared matrix's gradient (after the reduction, before the optimizer step,
- * on both devices at once); SIM_OP_END is one past the last. */
+ * on both devices at once); then the copies of an offloading stage's activations over its device's
+ * PCIe link (stage and mb set; they overlap its compute): to host memory after F (OFFLOAD) and back
+ * before B (RELOAD). SIM_OP_END is one past the last. */
 enum { SIM_OP_ALLREDUCE = IR_OP_COUNT, SIM_OP_OPTIM, SIM_OP_REDUCE_SCATTER, SIM_OP_ALLGATHER,
-       SIM_OP_TIE, SIM_OP_END };
+       SIM_OP_TIE, SIM_OP_OFFLOAD, SIM_OP_RELOAD, SIM_OP_END };
 
 /* One point-to-point transfer (recorded runs only). */
 typedef struct sim_transfer {
