@@ -172,6 +172,14 @@ int report_megatron_args(const ir_module *m, strbuf *out, diag_engine *d, diag_l
   int p = m->ndevices; /* the layout's '|' cuts give the virtual stages per rank */
   /* the configuration: degrees, batch, recomputation, distributed optimizer, overlap */
   const ir_train *t = &m->train;
+  for (int s = 0; s < m->nstages; s++)
+    if (m->stages[s].offload) { /* megatron/core/transformer/transformer_config.py */
+      diag_error(d, where, "cannot write Megatron flags: @s%d offloads its activations to host "
+                 "memory, and Megatron-LM's CPU offloading does not run with pipeline "
+                 "parallelism" MEGATRON_HINT, s);
+      strbuf_free(&layout);
+      return -1;
+    }
   int rc = (int)ir_field_value(t, IR_F_TRAIN_recompute), own = 0;
   for (int s = 0; s < m->nstages; s++) own += m->stages[s].recompute == IR_RECOMPUTE_FULL;
   if (own > 0 && own < m->nstages) {

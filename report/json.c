@@ -293,6 +293,8 @@ void report_json(const ir_module *m, const sim_result *r, const report_extra *x,
     strbuf_json_str(out, ir_enum_name(IR_T_RECOMPUTE, (int)st->recompute));
     inner_key(out, "recompute_layers", &f1);
     json_recompute_layers(m, st, out);
+    inner_key(out, "offload", &f1);
+    strbuf_puts(out, st->offload ? "true" : "false");
     strbuf_putc(out, '}');
   }
   strbuf_puts(out, m->nstages ? "\n  ]" : "]");

@@ -263,12 +263,19 @@ static void text_costs(const ir_module *m, strbuf *sb) {
 static void text_stages(const ir_module *m, strbuf *sb) {
   bool mixed = rep_mixed(m);
   strbuf_printf(sb, "\nstages (%d):\n", m->nstages);
-  static const char *const cols[] = {"stage", "layers", "first", "last", "device", ">F ms",
-                                     ">B ms", ">W ms", ">act", ">param", ">send", "recompute"};
-  bool recomputes = false; /* the recompute column only when some stage recomputes */
-  for (int s = 0; s < m->nstages; s++) recomputes |= m->stages[s].recompute != IR_RECOMPUTE_NONE;
+  const char *cols[13] = {"stage", "layers", "first", "last", "device", ">F ms",
+                          ">B ms", ">W ms", ">act", ">param", ">send"};
+  /* the recompute and offload columns only when some stage recomputes (offloads) */
+  bool recomputes = false, offloads = false;
+  for (int s = 0; s < m->nstages; s++) {
+    recomputes |= m->stages[s].recompute != IR_RECOMPUTE_NONE;
+    offloads |= m->stages[s].offload;
+  }
+  int ncols = 11;
+  if (recomputes) cols[ncols++] = "recompute";
+  if (offloads) cols[ncols++] = "offload";
   text_table t;
-  table_init(&t, recomputes ? 12 : 11, cols);
+  table_init(&t, ncols, cols);
   for (int s = 0; s < m->nstages; s++) {
     const ir_stage *st = &m->stages[s];
     char b1[24], b2[24];
@@ -288,6 +295,7 @@ static void text_stages(const ir_module *m, strbuf *sb) {
       table_cellf(&t, "full, first %d", st->recompute_layers);
     else if (recomputes)
       table_cell(&t, ir_enum_name(IR_T_RECOMPUTE, (int)st->recompute));
+    if (offloads) table_cell(&t, st->offload ? "yes" : "-");
   }
   table_flush(&t, sb);
 }
