@@ -9,7 +9,9 @@ number of layers, so every stage holds the layers the plan gives it), and runs o
 with torch's _PipelineScheduleRuntime on the plan's stage-to-rank placement and action order.
 A data-parallel plan (the JSON's "data" D > 1) runs D replicas of the pipeline, each on its own
 share of the batch, and all-reduces the gradients over the replicas; the layers the plan
-recomputes (the JSON stages' "recompute_layers") run under torch.utils.checkpoint. Every process
+recomputes (the JSON stages' "recompute_layers") run under torch.utils.checkpoint, and the stages
+that offload their activations (the JSON stages' "offload") keep what autograd saves for the
+backward in host memory (torch.autograd.graph.saved_tensors_hooks). Every process
 then compares the gradients of its stages with a non-pipelined run of the whole model on the
 whole batch and prints the largest difference.
 
@@ -50,7 +52,7 @@ MB_SIZE = 2        # samples per microbatch
 # rank r as (stage, kind, mb); mbs: microbatches per replica; layers: layer count; data: replicas
 # of the pipeline; recompute: the module's policy ("none", "selective", "full"); rc_layers[s]:
 # the layers of stage s the plan recomputes (a set).
-Plan = collections.namedtuple("Plan", "stages rows mbs layers data recompute rc_layers")
+Plan = collections.namedtuple("Plan", "stages rows mbs layers data recompute rc_layers offload")
 
 
 def fail(msg):
@@ -66,7 +68,7 @@ def read_plan(json_path, csv_path):
         rep = json.load(f)
     layers, mbs = rep["layers"], rep["microbatches"]
     missing = [k for k in ("data", "recompute") if k not in rep] + \
-        ["recompute_layers"] * any("recompute_layers" not in s for s in rep["stages"])
+        [k for k in ("recompute_layers", "offload") if any(k not in s for s in rep["stages"])]
     if missing:
         fail("%s has no %s: write it with this octo-opt (octo-opt PLAN.oir --report=json)"
              % (json_path, ", ".join('"%s"' % k for k in missing)))
@@ -75,6 +77,7 @@ def read_plan(json_path, csv_path):
         fail("%s: \"data\" is %r, expected a replica count >= 1" % (json_path, data))
     stages = [(s["first"], s["end"], s["device"]) for s in rep["stages"]]
     rc_layers = [set(s["recompute_layers"]) for s in rep["stages"]]
+    offload = [s["offload"] is True for s in rep["stages"]]
     if not stages:
         fail("%s has no stages: make the report of a planned module" % json_path)
     end = 0
@@ -116,7 +119,7 @@ def read_plan(json_path, csv_path):
             i, w = seen.get((s, "I", mb), 0), seen.get((s, "W", mb), 0)
             if f != 1 or not ((b == 1 and i == w == 0) or (b == 0 and i == w == 1)):
                 fail("stage %d microbatch %d: %d F, %d B, %d I, %d W" % (s, mb, f, b, i, w))
-    return Plan(stages, rows, mbs, layers, data, recompute, rc_layers)
+    return Plan(stages, rows, mbs, layers, data, recompute, rc_layers, offload)
 
 
 def replicas(n):
@@ -159,6 +162,39 @@ def build_model(torch, layers):
     for _ in range(layers):
         blocks.append(torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh()))
     return torch.nn.ModuleList(blocks)
+
+
+def offloaded(torch, stage):
+    """Wraps a stage's module so that what autograd saves in its forward for the backward goes to
+    host memory (pinned on CUDA) and comes back when the backward needs it, as an offloading
+    stage's activations do; counts the tensors sent (moved) and brought back (loaded)."""
+
+    class Offloaded(torch.nn.Module):
+        """A stage whose saved tensors live in host memory between its forward and backward."""
+
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner   # the stage's module
+            self.moved = 0       # saved tensors sent to host memory
+            self.loaded = 0      # and brought back for the backward
+
+        def pack(self, t):
+            self.moved += 1
+            host = torch.empty(t.size(), dtype=t.dtype, layout=t.layout,
+                               pin_memory=t.device.type == "cuda")
+            host.copy_(t)
+            return (t.device, host)
+
+        def unpack(self, packed):
+            self.loaded += 1
+            device, host = packed
+            return host.to(device, non_blocking=True)
+
+        def forward(self, x):
+            with torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack):
+                return self.inner(x)
+
+    return Offloaded(stage)
 
 
 def checkpoint_layers(torch, model, plan, layers):
@@ -250,10 +286,14 @@ def run_rank(rank, args, plan):
     mine = [s for s, st in enumerate(stages) if st[2] == prank]
     rc = set().union(*(plan.rc_layers[s] for s in mine))
     wrapped = checkpoint_layers(torch, model, plan, rc)
+    moving = []   # the Offloaded stages
     pstages = []
     for s in mine:
         first, end, _ = stages[s]
         sub = torch.nn.Sequential(*[model[i] for i in range(first, end)])
+        if plan.offload[s]:
+            sub = offloaded(torch, sub)
+            moving.append(sub)
         x, y = example_tensors(torch, device, s == 0)
         pstages.append(PipelineStage(sub, s, len(stages), device, input_args=(x,),
                                      output_args=(y,), group=pp_group))
@@ -288,14 +328,20 @@ def run_rank(rank, args, plan):
                     continue
                 scale = max(q.grad.abs().max().item(), 1e-30)
                 worst = max(worst, (p.grad - q.grad).abs().max().item() / scale)
+    for st in moving:
+        if st.moved == 0 or st.loaded < st.moved:
+            print("rank %d: an offloading stage sent %d saved tensors to host memory and brought "
+                  "%d back" % (rank, st.moved, st.loaded))
+            worst = float("inf")
     again = sum(w.runs - w.forwards for w in wrapped)
     if again < len(wrapped) * mbs:
         print("rank %d: %d recomputations of %d checkpointed layers x %d microbatches"
               % (rank, again, len(wrapped), mbs))
         worst = float("inf")
     who = "rank %d" % prank if data == 1 else "rank %d replica %d" % (prank, replica)
-    print("%s: stages %s, %d layers recomputed (%d forwards again), largest gradient "
-          "difference %.2e" % (who, " ".join(str(s) for s in mine), len(wrapped), again, worst),
+    print("%s: stages %s, %d layers recomputed (%d forwards again), %d tensors offloaded, "
+          "largest gradient difference %.2e" % (who, " ".join(str(s) for s in mine), len(wrapped),
+                                                again, sum(st.moved for st in moving), worst),
           flush=True)
     dist.destroy_process_group()
     return worst
@@ -330,7 +376,8 @@ def main():
         print("  rank %d: %s; %d actions" % (r, ", ".join(
             "stage %d layers [%d, %d)" % (s, plan.stages[s][0], plan.stages[s][1]) +
             (" recomputes %s" % ",".join(str(i) for i in sorted(plan.rc_layers[s]))
-             if plan.rc_layers[s] else "") for s in mine), len(acts)))
+             if plan.rc_layers[s] else "") + (" offloads" if plan.offload[s] else "")
+            for s in mine), len(acts)))
     torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if torchrun:   # before torch is imported: a wrong count fails here, not in torch
         err = check_world(plan, int(os.environ["WORLD_SIZE"]), sys.argv)
