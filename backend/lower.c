@@ -7,7 +7,10 @@
  * on every pair of ranks sends and receives come in the same order and every receive is posted
  * before its send in the reference order. WAITs go just before the first use, FREEs after the
  * last, and the buffer of a send is released (WAIT, FREE) when the reference order has run its
- * consumer. Buffers are first virtual (one per tensor) and then packed into slots per rank. The
+ * consumer. An offloading stage's stash and wstash go to host memory right after its F (OFFLOAD;
+ * WAIT and FREE before the rank's next F or RELOAD) and come back into new buffers before its B
+ * (RELOAD, WAIT), after the WAIT of B's incoming gradient. Buffers are first virtual (one per
+ * tensor) and then packed into slots per rank. The
  * stream keeps the prediction: the simulated makespan, each rank's busy time and peak memory,
  * and the simulated start and end of each compute instruction. */
 #include <math.h>
@@ -48,6 +51,8 @@ typedef struct lower {
   long *pos;        /* [(s * nmb + m) * 3 + slot]: position in the reference order (F, B, W) */
   release *rel;     /* pending releases of sent buffers */
   int nrel, rel_cap;
+  release *off;     /* offloaded buffers whose copy to host memory is pending (due unused) */
+  int noff, off_cap;
   double *when;     /* [((s * nmb + m) * 3 + slot) * 2 + 0/1]: simulated start and end of the
                        operation (a fused BW in the B slot) */
   int *pred_cap;    /* per rank: entries allocated in its program's pred table */
@@ -113,6 +118,41 @@ static void release_due(lower *L, int r, long now) {
   L->nrel = k;
 }
 
+/* Release (WAIT, FREE) the buffers of rank r whose copy to host memory is pending: before the
+ * rank's next F or RELOAD allocates, and at the end of the step. */
+static void release_offloads(lower *L, int r) {
+  int k = 0;
+  for (int i = 0; i < L->noff; i++) {
+    release *x = &L->off[i];
+    if (x->rank == r) {
+      emit(L, r, BE_OP_WAIT, x->buf, 0, 0, 0, 0, 0);
+      emit(L, r, BE_OP_FREE, x->buf, 0, 0, 0, 0, 0);
+    } else {
+      L->off[k++] = *x;
+    }
+  }
+  L->noff = k;
+}
+
+/* OFFLOAD buffer 'buf' (tensor t of stage s, microbatch mb; -1: none) of rank r to host memory;
+ * it is released by release_offloads. */
+static void offload(lower *L, int r, int buf, be_tensor_kind t, int s, int mb) {
+  if (buf < 0) return;
+  emit(L, r, BE_OP_OFFLOAD, buf, t, s, mb, 0, 0);
+  release x = {r, buf, 0};
+  VEC_PUSH(L->off, L->noff, L->off_cap, x);
+}
+
+/* Post the RELOAD of tensor t of stage s, microbatch mb into a new buffer of rank r when 'had'
+ * (the buffer F kept, -1: none) was offloaded; returns the new buffer (or -1), which the caller
+ * WAITs for before B. */
+static int reload(lower *L, int r, int had, be_tensor_kind t, int s, int mb) {
+  if (had < 0) return -1;
+  int b = new_buf(L, r, t, s);
+  emit(L, r, BE_OP_RELOAD, b, t, s, mb, 0, 0);
+  return b;
+}
+
 /* Post at the consumer the receive of what operation (kind, s, mb) will produce, when that
  * crosses ranks: act s for F, grad s for B and BW. */
 static void post_receives(lower *L, ir_op_kind kind, int s, int mb) {
@@ -149,9 +189,11 @@ static void hand_over(lower *L, int r, int q, int buf, be_tensor_kind t, int s, 
 static void lower_op(lower *L, const ir_op *o, long now) {
   int s = o->stage, mb = o->mb, nmb = L->nmb, r = L->rank_of[s];
   int i = s * nmb + mb;
+  bool offloads = L->s->stages[s].offload;
   release_due(L, r, now);
   post_receives(L, o->kind, s, mb);
   if (o->kind == IR_OP_F) {
+    release_offloads(L, r); /* the copies out end before this F allocates */
     int in;
     if (s == 0) {
       in = new_buf(L, r, BE_T_INPUT, 0);
@@ -165,6 +207,10 @@ static void lower_op(lower *L, const ir_op *o, long now) {
     L->stash[i] = st;
     L->wstash[i] = sw;
     add_pred(L, r, emit(L, r, BE_OP_FWD, s, mb, in, out, st, sw), s, mb, SL_F);
+    if (offloads) {
+      offload(L, r, st, BE_T_STASH, s, mb);
+      offload(L, r, sw, BE_T_WSTASH, s, mb);
+    }
     free_buf(L, r, in);
     if (s + 1 == L->nst) {
       int g = new_buf(L, r, BE_T_GRAD, L->nst);
@@ -178,6 +224,14 @@ static void lower_op(lower *L, const ir_op *o, long now) {
   } else if (o->kind == IR_OP_B || o->kind == IR_OP_BW) {
     int g = L->grad_in[(s + 1) * nmb + mb];
     wait_if_pending(L, r, g);
+    if (offloads) { /* the copies back, once B's gradient is here (and the copies out ended) */
+      release_offloads(L, r);
+      L->stash[i] = reload(L, r, L->stash[i], BE_T_STASH, s, mb);
+      L->wstash[i] = reload(L, r, L->wstash[i], BE_T_WSTASH, s, mb);
+      int back[2] = {L->stash[i], L->wstash[i]}; /* both copies in flight, then their WAITs */
+      for (int k = 0; k < 2; k++)
+        if (back[k] >= 0) emit(L, r, BE_OP_WAIT, back[k], 0, 0, 0, 0, 0);
+    }
     int dx = s > 0 ? new_buf(L, r, BE_T_GRAD, s) : -1;
     bool fused = o->kind == IR_OP_BW;
     int at = emit(L, r, fused ? BE_OP_BWD : BE_OP_BWD_IN, s, mb, g, L->stash[i], L->wstash[i], dx);
@@ -547,6 +601,7 @@ static void build_tables(lower *L) {
     }
     bs->recompute = is->recompute == IR_RECOMPUTE_FULL;
     bs->recompute_layers = bs->recompute ? is->recompute_layers : 0; /* the first N (0: all) */
+    bs->offload = is->offload;
     bs->stash_bytes = (uint64_t)llround(stash);
     bs->wstash_bytes = (uint64_t)llround(wstash);
     /* The output's size as the simulator sends it: the last layer's, on the first device
@@ -668,6 +723,7 @@ be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where) {
     }
     for (int r = 0; r < L.s->nranks; r++) {
       release_due(&L, r, -1);
+      release_offloads(&L, r);
       for (int st = 0; st < L.nst && L.s->replicas > 1; st++)
         if (L.rank_of[st] == r) emit(&L, r, BE_OP_ALLREDUCE, st, 0, 0, 0, 0, 0);
       if (te >= 0 && L.rank_of[te] == r) emit(&L, r, BE_OP_TIE, te, th, 0, 0, 0, 0);
@@ -699,6 +755,7 @@ be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where) {
   free(L.when);
   free(L.pred_cap);
   free(L.rel);
+  free(L.off);
   sim_result_free(&res);
   sim_model_free(p);
   return out;

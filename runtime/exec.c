@@ -64,6 +64,45 @@ static int tie_exchange(rt_model *m, int own, int twin, int peer, rt_comm *c, do
   return 0;
 }
 
+/* OFFLOAD or RELOAD at pc of rank r (tensor a[1] of stage a[2], microbatch a[3]) on the cpu and
+ * mpi backends, synchronously: OFFLOAD copies buffer b (the tensor's rt_tensor_floats, none for
+ * a STASH, whose runtime size is 0) into h; RELOAD copies h's copy back into b, the tensor's new
+ * buffer, and moves the model's saved state there (a WSTASH: rt_model_move_state). A RELOAD
+ * without a copy held, or host memory that cannot be allocated, makes st fail at the
+ * instruction. */
+static void host_copy(rt_host_store *h, rt_model *m, const be_stream *s, int r, int pc,
+                      float *b, rt_rank_stats *st) {
+  const be_inst *in = &s->ranks[r].code[pc];
+  int kind = in->a[1], stage = in->a[2], mb = in->a[3];
+  size_t bytes = rt_tensor_floats(m, (be_tensor_kind)kind, stage) * sizeof(float);
+  rt_host_copy *c = rt_host_at(h, kind, stage, mb);
+  strbuf what = {0};
+  be_tensor_ref t = {(be_tensor_kind)kind, stage, mb};
+  if (!c) {
+    strbuf_puts(&what, "no host copy of ");
+    be_tensor_text(&what, t);
+    strbuf_puts(&what, ": its stage does not offload on this rank");
+  } else if (in->op == BE_OP_OFFLOAD) {
+    void *to = rt_host_keep(h, c, bytes);
+    if (!to && bytes) {
+      strbuf_printf(&what, "cannot allocate %zu bytes of host memory to offload ", bytes);
+      be_tensor_text(&what, t);
+    } else if (bytes) {
+      memcpy(to, b, bytes);
+    }
+  } else if (!c->held) {
+    strbuf_puts(&what, "reload of ");
+    be_tensor_text(&what, t);
+    strbuf_puts(&what, ", but host memory holds no copy of it (no OFFLOAD of it this step)");
+  } else {
+    if (c->bytes) memcpy(b, c->data, c->bytes < bytes ? c->bytes : bytes);
+    rt_host_drop(h, c);
+    if (kind == BE_T_WSTASH && b) rt_model_move_state(m, stage, mb, b);
+  }
+  if (what.len) failed_at(st, s, r, pc, strbuf_cstr(&what));
+  strbuf_free(&what);
+}
+
 /* Whether a --dump write of m failed (at the instruction pc of rank r, which wrote it): then st
  * fails with RT_OUTPUT ("rank 0 at 0029 (BWD_W): --dump: cannot write ..."), which ends the run
  * with RT_STATUS_BAD_INPUT. */
@@ -275,6 +314,10 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
   for (int i = 0; i < p->nslots; i++) buf[i] = floats[i] ? (float *)(void *)(arena + off[i]) : NULL;
   rt_req *req = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *req);
   int *posted_at = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *posted_at);
+  /* per slot: a host copy (OFFLOAD, RELOAD) is posted on it; the copy itself is synchronous */
+  bool *copying = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *copying);
+  rt_host_store host; /* the offloaded tensors, in host memory (malloc: not the device's) */
+  rt_host_init(&host, s, rank, malloc, free);
   float *tie_buf = NULL; /* TIE: the twin's copy of the tied gradient (tie_exchange) */
 
   double *optim_s = xcalloc((size_t)steps, sizeof *optim_s); /* per step, with calibrate */
@@ -329,8 +372,19 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
         if (rc != 0) failed_at(st, s, rank, pc, "the transport refused the message");
         break;
       }
+      case BE_OP_OFFLOAD:
+      case BE_OP_RELOAD:
+        compute = false;
+        posted_at[a[0]] = pc;
+        copying[a[0]] = true;
+        host_copy(&host, m, s, rank, pc, buf[a[0]], st);
+        break;
       case BE_OP_WAIT: {
         compute = false;
+        if (copying[a[0]]) { /* the host copy was made when posted */
+          copying[a[0]] = false;
+          break;
+        }
         strbuf why = {0};
         int rc = c->wait(c->ctx, &req[a[0]], o->timeout, &why);
         if (rc != 0) {
@@ -453,6 +507,9 @@ int rt_exec_rank(const be_stream *s, int rank, int replica, const rt_opts *mo,
   free(floats);
   free(req);
   free(posted_at);
+  free(copying);
+  st->host_bytes = host.peak;
+  rt_host_free(&host);
   rt_dev_mfree(tie_buf);
   strbuf_free(&err);
   rt_model_free(m);
@@ -541,6 +598,9 @@ static void report_memory(const be_stream *s, const rt_rank_stats *x, bool pred,
                   k[RT_MEM_PRIVATE] / MIB);
   if (pred) strbuf_puts(out, k[RT_MEM_PRIVATE] > 0 ? " (the last two not in the plan)"
                                                    : " (not in the plan)");
+  if (x->host_bytes > 0)
+    strbuf_printf(out, "; host memory of offloaded activations %.2f MiB (not device memory)",
+                  x->host_bytes / MIB);
   if (x->ref_bytes > 0) strbuf_printf(out, "; --check's reference %.2f MiB besides",
                                       x->ref_bytes / MIB);
   strbuf_putc(out, '\n');

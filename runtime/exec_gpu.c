@@ -17,6 +17,10 @@
  *         checker proves. The all-reduce over replicas is ncclAllReduce on a communicator per
  *         pipeline rank. Set-up (initialization, warm-up, the barrier before the first step) is
  *         bound by --timeout too.
+ * OFFLOAD and RELOAD (activation offload) are cudaMemcpyAsync calls between the slot's device
+ * buffer and pinned host memory on a third stream per rank, the copy stream, after the compute
+ * stream's work so far; the slot's event marks the copy's end, and the WAIT makes the compute
+ * stream wait for it, as for a message.
  * TIE (tied embeddings) sums the two copies of the tied matrix's gradient as the cpu backend does
  * (each rank adds the other's copy to its own, so both hold the same sum bit for bit): cuda pairs
  * the two ranks' TIEs like an all-reduce (a device-to-device copy each way, then each adds), nccl
@@ -49,11 +53,16 @@ typedef struct grank {
   rg_dev *dev;                 /* the GPU as its model's device: its compute stream */
   rt_model *ref;               /* --check: the CPU sequential reference (all stages) */
   cudaStream_t compute, comm;  /* its streams */
+  cudaStream_t copy;           /* its copy stream: OFFLOAD and RELOAD, to and from pinned host
+                                  memory */
+  rt_host_store host;          /* its offloaded tensors, in pinned host memory (host_pinned) */
   float **buf;                 /* per slot: device buffer */
-  cudaEvent_t *ready;          /* per slot: the compute stream reached the SEND or RECV */
-  cudaEvent_t *done;           /* per slot: its message completed */
-  bool *paired;                /* cuda backend: the slot's message is paired (done recorded) */
-  int *posted_at;              /* per slot: address of its SEND or RECV */
+  cudaEvent_t *ready;          /* per slot: the compute stream reached the SEND, RECV, OFFLOAD or
+                                  RELOAD */
+  cudaEvent_t *done;           /* per slot: its message or host copy completed */
+  bool *paired;                /* cuda backend: the slot's message is paired (done recorded; a
+                                  host copy always is) */
+  int *posted_at;              /* per slot: address of its SEND, RECV, OFFLOAD or RELOAD */
   cudaEvent_t *mark;           /* per address: after the instruction (on its stream) */
   cudaEvent_t start;           /* the step's start on the compute stream */
   cudaEvent_t sync;            /* cuda backend: its compute stream reached the all-reduce */
@@ -449,6 +458,59 @@ static void tie_nccl(gpu_run *R, grank *g, int a) {
 }
 #endif
 
+/* The pinned host memory of the ranks' host stores (rt_host_store's allocator): NULL when
+ * cudaMallocHost fails. */
+static void *host_pinned(size_t n) {
+  void *p = NULL;
+  return cudaMallocHost(&p, n ? n : 1) == cudaSuccess ? p : NULL;
+}
+static void host_unpin(void *p) { cudaFreeHost(p); }
+
+/* Enqueue OFFLOAD or RELOAD at address a of g (tensor a[1] of stage a[2], microbatch a[3], the
+ * slot a[0]): on g's copy stream, after the compute stream's work so far, a cudaMemcpyAsync from
+ * the slot's buffer into its pinned copy in g's host store (OFFLOAD) or back into the slot's new
+ * buffer (RELOAD, which also moves the model's saved state there: a WSTASH); the slot's done
+ * event marks the copy's end, for its WAIT. A RELOAD without a copy held, or pinned memory that
+ * cannot be allocated, fails the run naming the rank and the instruction. */
+static void enqueue_copy(gpu_run *R, grank *g, int a) {
+  const be_inst *in = &g->p->code[a];
+  int slot = in->a[0], kind = in->a[1], stage = in->a[2], mb = in->a[3];
+  bool out = in->op == BE_OP_OFFLOAD;
+  g->posted_at[slot] = a;
+  g->paired[slot] = true; /* no partner: its WAIT never yields */
+  cudaEventRecord(g->ready[slot], g->compute);
+  cudaStreamWaitEvent(g->copy, g->ready[slot], 0);
+  size_t bytes = rt_tensor_floats(g->m, (be_tensor_kind)kind, stage) * sizeof(float);
+  rt_host_copy *c = rt_host_at(&g->host, kind, stage, mb);
+  strbuf tn = {0};
+  be_tensor_ref t = {(be_tensor_kind)kind, stage, mb};
+  be_tensor_text(&tn, t);
+  const char *op = be_ops[in->op].name;
+  if (!c) {
+    run_fail(R, "rank %d at %04d (%s): no host copy of %s: its stage does not offload on this "
+             "rank", g->rank, a, op, strbuf_cstr(&tn));
+  } else if (out) {
+    void *h = rt_host_keep(&g->host, c, bytes);
+    if (!h && bytes)
+      run_fail(R, "rank %d at %04d (%s): cannot allocate %zu bytes of pinned host memory to "
+               "offload %s", g->rank, a, op, bytes, strbuf_cstr(&tn));
+    else if (bytes && g->buf[slot])
+      cudaMemcpyAsync(h, g->buf[slot], bytes, cudaMemcpyDeviceToHost, g->copy);
+  } else if (!c->held) {
+    run_fail(R, "rank %d at %04d (%s): reload of %s, but host memory holds no copy of it (no "
+             "OFFLOAD of it this step)", g->rank, a, op, strbuf_cstr(&tn));
+  } else {
+    size_t n = c->bytes < bytes ? c->bytes : bytes;
+    if (n && g->buf[slot])
+      cudaMemcpyAsync(g->buf[slot], c->data, n, cudaMemcpyHostToDevice, g->copy);
+    rt_host_drop(&g->host, c);
+    if (kind == BE_T_WSTASH && g->buf[slot]) rt_model_move_state(g->m, stage, mb, g->buf[slot]);
+  }
+  strbuf_free(&tn);
+  cudaEventRecord(g->done[slot], g->copy);
+  marked(g, a, g->copy);
+}
+
 /* cuda backend: run one instruction of g (the host side); returns false when g must yield (a
  * WAIT on a message not yet paired, an ALLREDUCE waiting for the other replicas). */
 static bool step_cuda(gpu_run *R, grank *g, int step) {
@@ -475,6 +537,10 @@ static bool step_cuda(gpu_run *R, grank *g, int step) {
     marked(g, a, g->compute);
     break;
   }
+  case BE_OP_OFFLOAD:
+  case BE_OP_RELOAD:
+    enqueue_copy(R, g, a);
+    break;
   case BE_OP_WAIT:
     if (!g->paired[in->a[0]]) return false;
     cudaStreamWaitEvent(g->compute, g->done[in->a[0]], 0);
@@ -557,6 +623,8 @@ static void step_nccl(gpu_run *R, grank *g, int step) {
         marked(g, k, g->comm);
       }
       a = b - 1;
+    } else if (in->op == BE_OP_OFFLOAD || in->op == BE_OP_RELOAD) {
+      enqueue_copy(R, g, a);
     } else if (in->op == BE_OP_WAIT) {
       cudaStreamWaitEvent(g->compute, g->done[in->a[0]], 0);
       marked(g, a, g->compute);
@@ -593,7 +661,8 @@ static void collect_step(gpu_run *R, int k) {
       const be_inst *in = &p->code[a];
       cudaEventElapsedTime(&ms, g->start, g->mark[a]);
       bool compute = (be_ops[in->op].flags & (BE_COMPUTE | BE_END)) != 0;
-      bool on_compute = in->op != BE_OP_SEND && in->op != BE_OP_RECV;
+      bool on_compute = in->op != BE_OP_SEND && in->op != BE_OP_RECV &&
+                        !(be_ops[in->op].flags & BE_COPY); /* those on the comm or copy stream */
       if (!on_compute) continue;
       double t0 = last_ms * 1e-3, t1 = ms * 1e-3;
       if (t1 < t0) t1 = t0;
@@ -623,6 +692,8 @@ static bool grank_init(gpu_run *R, grank *g, int device, bool bf16, const rt_opt
   cudaSetDevice(device);
   cudaStreamCreateWithFlags(&g->compute, cudaStreamNonBlocking);
   cudaStreamCreateWithFlags(&g->comm, cudaStreamNonBlocking);
+  cudaStreamCreateWithFlags(&g->copy, cudaStreamNonBlocking);
+  rt_host_init(&g->host, s, g->rank, host_pinned, host_unpin);
   g->dev = rg_dev_new(device, g->compute, bf16, &err);
   const rt_dev *prev = g->dev ? rt_dev_bind(rg_dev_kernels(g->dev)) : NULL;
   g->m = g->dev ? rt_model_new(s, mo, &err) : NULL;
@@ -717,6 +788,9 @@ static void grank_free(grank *g) {
   rg_dev_free(g->dev);
   if (g->compute) cudaStreamDestroy(g->compute);
   if (g->comm) cudaStreamDestroy(g->comm);
+  if (g->copy) cudaStreamDestroy(g->copy);
+  if (g->st) g->st->host_bytes = g->host.peak;
+  rt_host_free(&g->host);
   free(g->buf);
   free(g->ready);
   free(g->done);

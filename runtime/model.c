@@ -455,6 +455,15 @@ void rt_model_use_state(rt_model *m, int st_i, int mb, float *buf) {
   sv->ext = true;
 }
 
+void rt_model_move_state(rt_model *m, int st_i, int mb, float *buf) {
+  if (st_i < 0 || st_i >= m->nstages || mb < 0 || mb >= m->nmb || !buf) return;
+  mstage *st = stage_of(m, st_i);
+  msaved *sv = &st->saved[mb];
+  if (!sv->ext) return; /* the model's own blocks hold it */
+  if (st->recompute) sv->kept = buf;
+  else sv->buf = buf;
+}
+
 /* ---- The buffer arena of a rank (rt_arena), the interpreter's and the memory plan's ---- */
 
 void rt_slot_floats(const be_stream *s, int rank, const rt_model *m, size_t *floats) {
@@ -552,11 +561,14 @@ double rt_wstash_peak(const be_stream *s, int rank, const rt_model *m) {
   double *held = xcalloc((size_t)(p->nslots ? p->nslots : 1), sizeof *held), live = 0, peak = 0;
   for (int pc = 0; pc < p->ncode; pc++) {
     const be_inst *in = &p->code[pc];
-    int slot = in->op == BE_OP_FWD ? in->a[5] : in->op == BE_OP_FREE ? in->a[0] : -1;
+    /* a WSTASH buffer: FWD's, or one RELOAD fills (an offloading stage's, back before B) */
+    bool reload = in->op == BE_OP_RELOAD && in->a[1] == BE_T_WSTASH;
+    int slot = in->op == BE_OP_FWD ? in->a[5] : in->op == BE_OP_FREE || reload ? in->a[0] : -1;
+    int stage = reload ? in->a[2] : in->a[0];
     if (slot < 0 || slot >= p->nslots) continue;
     live -= held[slot];
-    held[slot] = in->op == BE_OP_FWD && in->a[0] >= 0 && in->a[0] < s->nstages
-                     ? (double)rt_tensor_floats(m, BE_T_WSTASH, in->a[0]) * sizeof(float)
+    held[slot] = (in->op == BE_OP_FWD || reload) && stage >= 0 && stage < s->nstages
+                     ? (double)rt_tensor_floats(m, BE_T_WSTASH, stage) * sizeof(float)
                      : 0;
     live += held[slot];
     if (live > peak) peak = live;

@@ -130,6 +130,50 @@ size_t rt_model_bytes(const rt_model *m);
  * no F of (st, mb) is in flight. Without it, the model keeps the state in blocks of its own. */
 void rt_model_use_state(rt_model *m, int st, int mb, float *buf);
 
+/* Move the saved state of (stage st, microbatch mb), which the stream's WSTASH buffer holds
+ * (rt_model_use_state), to buf: a copy of that buffer (the stream's RELOAD of it after its
+ * OFFLOAD), which B and W then read. Pre: F of (st, mb) ran and its W (or fused B) has not; buf
+ * holds rt_tensor_floats(m, BE_T_WSTASH, st) floats equal to the old buffer's. Without a WSTASH
+ * buffer at that F (the model's own blocks hold the state) it does nothing. */
+void rt_model_move_state(rt_model *m, int st, int mb, float *buf);
+
+/* One copy of a rank's host store: an offloaded tensor's bytes in host memory. */
+typedef struct rt_host_copy {
+  void *data;   /* the allocation (kept for the next step's copy), or NULL */
+  size_t bytes; /* bytes of the copy held */
+  size_t cap;   /* bytes allocated */
+  bool held;    /* a copy is held (OFFLOAD wrote it, its RELOAD has not taken it yet) */
+} rt_host_copy;
+
+/* The host memory of one rank's offloaded tensors (OFFLOAD, RELOAD): one copy per (tensor kind
+ * stash or wstash, stage, microbatch) of the rank's offloading stages. It is host memory, not
+ * the device's: the model's memory tracker does not count it. */
+typedef struct rt_host_store {
+  int nstages, nmb;              /* the stream's */
+  int *index;                    /* per stage: its place among the rank's offloading stages, or
+                                    -1 */
+  rt_host_copy *copies;          /* [(index x nmb + mb) x 2 + (kind == wstash)] */
+  size_t ncopies;                /* their count */
+  double bytes, peak;            /* bytes of the copies held now, and the most at once */
+  void *(*alloc)(size_t);        /* host allocation (malloc; the GPU backends: pinned memory),
+                                    NULL when it fails */
+  void (*release)(void *);       /* its release */
+} rt_host_store;
+
+/* Set up h for rank 'rank' of s, with allocator alloc and its release. Post: no copy held. */
+void rt_host_init(rt_host_store *h, const be_stream *s, int rank, void *(*alloc)(size_t),
+                  void (*release)(void *));
+/* The copy of tensor (kind, stage, mb), or NULL when the stage is not an offloading stage of
+ * the rank or the kind is neither stash nor wstash. */
+rt_host_copy *rt_host_at(rt_host_store *h, int kind, int stage, int mb);
+/* Make c hold a copy of 'bytes' bytes (replacing one held): returns where to write them, or
+ * NULL when the host memory cannot be allocated (nothing held then). Counts them in h. */
+void *rt_host_keep(rt_host_store *h, rt_host_copy *c, size_t bytes);
+/* c no longer holds a copy (its RELOAD took it); the allocation stays for reuse. */
+void rt_host_drop(rt_host_store *h, rt_host_copy *c);
+/* Release every allocation of h. */
+void rt_host_free(rt_host_store *h);
+
 /* What one rank of a run holds at its peak, in bytes (in double: no sum overflows, however
  * large the model). */
 typedef struct rt_mem_need {
@@ -435,6 +479,8 @@ typedef struct rt_rank_stats {
                           (rt_model_peak of its model, with the buffer arena) */
   double ref_bytes;    /* with check: the sequential reference's high-water mark */
   bool planned;        /* its buffer arena is the stream's own layout (rt_arena) */
+  double host_bytes;   /* the most host memory its offloaded tensors held at once (OFFLOAD;
+                          not device memory, not in mem) */
   double wait_s;       /* time blocked in WAIT */
   rt_event *ev;        /* timeline (with trace) */
   int nev, ev_cap;

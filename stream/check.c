@@ -3,7 +3,8 @@
  * rank's consecutive SEND/RECV instructions form a group, groups queue in posting order, a send
  * and a receive complete together when both are in their rank's front group and are the next
  * unmatched messages of their direction between the two ranks, and a WAIT blocks until its
- * message completed. It proves that every rank reaches its end, or explains why not. A TIE
+ * message completed. Host copies (OFFLOAD, RELOAD) involve no other rank: their WAIT never
+ * blocks. It proves that every rank reaches its end, or explains why not. A TIE
  * passes: the validator placed it after the rank's every message, so no rank waits on one in
  * TIE, and its twin is reached when every rank is. */
 #include <stdlib.h>
@@ -22,11 +23,16 @@ typedef struct msg {
   bool done;          /* completed */
 } msg;
 
+/* slot_msg's mark of a slot with a pending host copy (OFFLOAD, RELOAD): no message, nothing
+ * another rank does; its WAIT always passes. */
+enum { CHECK_COPY = -2 };
+
 /* Execution state of one rank. */
 typedef struct rstate {
   int pc;          /* next instruction */
   bool finished;   /* ran past its last instruction */
-  int *slot_msg;   /* per slot: the pending message posted on it, -1 when none */
+  int *slot_msg;   /* per slot: the pending message posted on it, -1 when none, CHECK_COPY
+                      for a pending host copy */
   int *posted;     /* its messages in posting order (indices into msgs) */
   int nposted, posted_cap;
   int head;        /* first of 'posted' not done */
@@ -151,15 +157,18 @@ static int run_rank(checker *c, int r, strbuf *err) {
       post(c, r, st->pc, in);
     } else {
       st->in_group = false;
-      if (in->op == BE_OP_WAIT) {
+      if (be_ops[in->op].flags & BE_COPY) { /* a host copy: local, it completes by itself */
+        int slot = in->a[0];
+        if (slot >= 0 && slot < p->nslots) st->slot_msg[slot] = CHECK_COPY;
+      } else if (in->op == BE_OP_WAIT) {
         int slot = in->a[0];
         int mi = slot >= 0 && slot < p->nslots ? st->slot_msg[slot] : -1;
-        if (mi < 0) {
+        if (mi == -1) {
           where(err, c, r);
-          strbuf_puts(err, ": WAIT on a buffer without a pending send or receive");
+          strbuf_puts(err, ": WAIT on a buffer without a pending send, receive or host copy");
           return -1;
         }
-        if (!c->msgs[mi].done) return moved;
+        if (mi >= 0 && !c->msgs[mi].done) return moved;
         st->slot_msg[slot] = -1;
       }
     }

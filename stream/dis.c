@@ -64,7 +64,8 @@ static void put_operand(strbuf *out, be_operand_kind k, int32_t v) {
   case BE_K_STAGE: strbuf_printf(out, "s%d", (int)v); return;
   case BE_K_MB: strbuf_printf(out, "mb%d", (int)v); return;
   case BE_K_RANK: strbuf_printf(out, "r%d", (int)v); return;
-  case BE_K_TENSOR: {
+  case BE_K_TENSOR:
+  case BE_K_HTENSOR: {
     const char *n = tensor_name(v);
     if (n) strbuf_puts(out, n);
     else strbuf_printf(out, "%d", (int)v);
@@ -122,7 +123,9 @@ static void put_comment(strbuf *out, const be_stream *s, const be_inst *in, dis_
     if (recomputes(s, a[0])) strbuf_puts(out, ", forward recomputed first");
     break;
   case BE_OP_SEND:
-  case BE_OP_RECV: be_msg_text(out, in); break;
+  case BE_OP_RECV:
+  case BE_OP_OFFLOAD:
+  case BE_OP_RELOAD: be_msg_text(out, in); break;
   case BE_OP_WAIT: {
     strbuf_puts(out, "wait for ");
     if (slot_label(dr, a[0]) && dr->msg[a[0]].len) strbuf_puts(out, strbuf_cstr(&dr->msg[a[0]]));
@@ -231,6 +234,7 @@ static void put_header(strbuf *out, const be_stream *s) {
                     "forward)", (int)st->recompute_layers);
     else if (st->recompute)
       strbuf_puts(out, ", recompute (B recomputes the forward)");
+    if (st->offload) strbuf_puts(out, ", offload (F's stash and wstash go to host memory until B)");
     strbuf_putc(out, '\n');
   }
 }
@@ -348,7 +352,7 @@ static const struct {
   unsigned bit;
   const char *name;
 } dis_flags[] = {{BE_COMPUTE, "COMPUTE"}, {BE_COMM, "COMM"}, {BE_SYNC, "SYNC"},
-                 {BE_MEM, "MEM"},         {BE_END, "END"}};
+                 {BE_MEM, "MEM"},         {BE_END, "END"},   {BE_COPY, "COPY"}};
 
 /* Spelling of the slot roles of operands.def, indexed by be_role. */
 static const char *const dis_roles[] = {"—", "use", "def", "mod", "send", "recv", "wait", "kill"};
@@ -400,12 +404,13 @@ void be_isa_doc(strbuf *out) {
   }
 
   strbuf_puts(out, "\n### Tensor kinds\n\n");
-  strbuf_puts(out, "| tensor | in messages | meaning |\n");
-  strbuf_puts(out, "|---|---|---|\n");
+  strbuf_puts(out, "| tensor | in messages | to host memory | meaning |\n");
+  strbuf_puts(out, "|---|---|---|---|\n");
   for (int t = 0; t < BE_T_COUNT; t++) {
     strbuf_puts(out, "| `");
     put_cell(out, be_tensors[t].name);
-    strbuf_printf(out, "` | %s | ", be_tensors[t].msg ? "yes" : "no");
+    strbuf_printf(out, "` | %s | %s | ", be_tensors[t].msg ? "yes" : "no",
+                  be_tensors[t].host ? "yes" : "no");
     put_cell(out, be_tensors[t].doc);
     strbuf_puts(out, " |\n");
   }

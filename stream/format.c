@@ -24,8 +24,9 @@ enum { FMT_MAX_STRING = 4096 };
 enum {
   FMT_MIN_LAYER = 4 + 4 + 4,         /* name "", kind "", no params */
   FMT_MIN_PARAM = 4 + 8,             /* name "", value */
-  FMT_MIN_STAGE = 4 * 3 + 8 + 4 + 8 + 8 + 4 + 4, /* first, end, rank, out bytes and shape,
-                                                    stashes, recompute, recompute_layers */
+  FMT_MIN_STAGE = 4 * 3 + 8 + 4 + 8 + 8 + 4 + 4 + 4, /* first, end, rank, out bytes and shape,
+                                                        stashes, recompute, recompute_layers,
+                                                        offload */
   FMT_MIN_SHAPE = 4 + 4 + 8,         /* elem, ndim, one extent */
   FMT_MIN_RANK = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4, /* device, type "", node, no slots, no code,
                                                    busy, peak, no predicted times */
@@ -121,6 +122,7 @@ void be_write(const be_stream *s, strbuf *out) {
     put_le(out, s->stages[i].wstash_bytes, 8);
     put_i32(out, s->stages[i].recompute);
     put_i32(out, s->stages[i].recompute_layers);
+    put_i32(out, s->stages[i].offload);
   }
   put_count(out, s->nshapes);
   for (int i = 0; i < s->nshapes; i++) {
@@ -364,6 +366,12 @@ static void read_body(rd *r, be_stream *s) {
     s->stages[i].recompute_layers = get_i32(r, "the recomputed layers");
     if (!r->bad && s->stages[i].recompute_layers < 0) {
       bad_at(r, at_rl, "recomputed layers %d is negative", (int)s->stages[i].recompute_layers);
+      return;
+    }
+    size_t at_off = r->pos;
+    s->stages[i].offload = get_i32(r, "the offload flag");
+    if (!r->bad && s->stages[i].offload != 0 && s->stages[i].offload != 1) {
+      bad_at(r, at_off, "offload flag %d is neither 0 nor 1", (int)s->stages[i].offload);
       return;
     }
   }

@@ -32,14 +32,16 @@ typedef enum be_operand_kind {
 } be_operand_kind;
 
 typedef enum be_tensor_kind {
-#define BE_TENSOR(ID, NAME, MSG, DOC) BE_T_##ID,
+#define BE_TENSOR(ID, NAME, MSG, HOST, DOC) BE_T_##ID,
 #include "tensors.def"
 #undef BE_TENSOR
   BE_T_COUNT
 } be_tensor_kind;
 
 /* What an instruction does (isa.def FLAGS). */
-typedef enum be_flag { BE_COMPUTE = 1, BE_COMM = 2, BE_SYNC = 4, BE_MEM = 8, BE_END = 16 } be_flag;
+typedef enum be_flag {
+  BE_COMPUTE = 1, BE_COMM = 2, BE_SYNC = 4, BE_MEM = 8, BE_END = 16, BE_COPY = 32
+} be_flag;
 
 /* What an instruction does with a slot operand (operands.def ROLE). */
 typedef enum be_role {
@@ -71,6 +73,7 @@ extern const be_operand_info be_operands[BE_K_COUNT];
 typedef struct be_tensor_info {
   const char *name; /* "act" */
   bool msg;         /* may travel in a message */
+  bool host;        /* may be copied to host memory and back (OFFLOAD, RELOAD) */
   const char *doc;  /* meaning */
 } be_tensor_info;
 extern const be_tensor_info be_tensors[BE_T_COUNT];
@@ -137,7 +140,7 @@ typedef struct be_tensor_ref {
 /* ---- Streams -------------------------------------------------------------------------------- */
 
 /* Version of the binary format written by be_write and the only one be_read accepts. */
-#define BE_FORMAT_VERSION 6u
+#define BE_FORMAT_VERSION 7u
 
 /* One instruction: an opcode and its operands (be_ops[op].nops of them; the rest are 0). */
 typedef struct be_inst {
@@ -215,6 +218,9 @@ typedef struct be_stage {
   int32_t recompute_layers; /* with recompute 1: how many of its recomputable layers do, the
                                first ones (IR 'recompute_layers'); 0: all of them (and always 0
                                without recompute) */
+  int32_t offload;       /* 1: the stage offloads (IR 'offload = true'): its STASH and WSTASH
+                            buffers go to host memory after its F (OFFLOAD) and come back before
+                            its B (RELOAD); 0: no, and no OFFLOAD or RELOAD names the stage */
 } be_stage;
 
 
@@ -285,8 +291,9 @@ bool be_operand_tensor(const be_stream *s, const be_inst *in, int k, be_tensor_r
 
 /* Append the name of tensor t, "act s3 mb7" (a kind out of range prints as its number). */
 void be_tensor_text(strbuf *sb, be_tensor_ref t);
-/* Append what SEND or RECV instruction 'in' does: "send act s3 mb7 -> rank 4" or
- * "recv grad s2 mb1 <- rank 3". */
+/* Append what SEND, RECV, OFFLOAD or RELOAD instruction 'in' posts: "send act s3 mb7 -> rank 4",
+ * "recv grad s2 mb1 <- rank 3", "offload stash s1 mb0 to host", "reload wstash s1 mb0 from
+ * host". */
 void be_msg_text(strbuf *sb, const be_inst *in);
 
 /* Free s and everything it owns (NULL is fine). */
@@ -300,6 +307,9 @@ int be_emit(be_program *p, be_opcode op, int nargs, const int32_t *args);
 /* Static validation of everything a stream says: counts and ranges, operand kinds and values,
  * each rank's buffer discipline (a slot defined while live, used while dead or pending, a
  * receive used before its WAIT, a buffer freed with a message pending or left live at the end),
+ * host copies (OFFLOAD and RELOAD only of an offloading stage's stash and wstash, each tensor
+ * offloaded and reloaded at most once and reloaded only after its offload completed, no buffer
+ * used while its copy is pending, none pending at the end),
  * dataflow (each FWD reads the tensor it needs, each message carries the tensor its tag names),
  * coverage (each stage's F, B and W, or BW, of every microbatch exactly once on its rank, LOSS
  * on the last stage, ALLREDUCE of each stage when replicas > 1, STEP at the end), messages

@@ -14,6 +14,7 @@
 #define BE_FLAGS_SYNC BE_SYNC
 #define BE_FLAGS_MEM BE_MEM
 #define BE_FLAGS_END BE_END
+#define BE_FLAGS_COPY BE_COPY
 const be_op_info be_ops[BE_OP_COUNT] = {
 #define ISA_OP(ID, NAME, TRACE, FLAGS, NOPS, K0, K1, K2, K3, K4, K5, SYN)                       \
   {NAME, TRACE, BE_FLAGS_##FLAGS, NOPS, {BE_K_##K0, BE_K_##K1, BE_K_##K2, BE_K_##K3, BE_K_##K4,      \
@@ -29,7 +30,7 @@ const be_operand_info be_operands[BE_K_COUNT] = {
 };
 
 const be_tensor_info be_tensors[BE_T_COUNT] = {
-#define BE_TENSOR(ID, NAME, MSG, DOC) {NAME, MSG, DOC},
+#define BE_TENSOR(ID, NAME, MSG, HOST, DOC) {NAME, MSG, HOST, DOC},
 #include "tensors.def"
 #undef BE_TENSOR
 };
@@ -192,6 +193,14 @@ void be_tensor_text(strbuf *sb, be_tensor_ref t) {
 }
 
 void be_msg_text(strbuf *sb, const be_inst *in) {
+  if (in->op == BE_OP_OFFLOAD || in->op == BE_OP_RELOAD) {
+    bool out = in->op == BE_OP_OFFLOAD;
+    be_tensor_ref t = {(be_tensor_kind)in->a[1], in->a[2], in->a[3]};
+    strbuf_puts(sb, out ? "offload " : "reload ");
+    be_tensor_text(sb, t);
+    strbuf_puts(sb, out ? " to host" : " from host");
+    return;
+  }
   bool send = in->op == BE_OP_SEND;
   be_tensor_ref t = {(be_tensor_kind)in->a[2], in->a[3], in->a[4]};
   strbuf_puts(sb, send ? "send " : "recv ");
@@ -268,6 +277,12 @@ bool be_operand_tensor(const be_stream *s, const be_inst *in, int k, be_tensor_r
     kind = (be_tensor_kind)in->a[2];
     st = in->a[3];
     mb = in->a[4];
+    break;
+  case BE_OP_OFFLOAD:
+  case BE_OP_RELOAD:
+    kind = (be_tensor_kind)in->a[1];
+    st = in->a[2];
+    mb = in->a[3];
     break;
   default: return false;
   }

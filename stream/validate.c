@@ -25,8 +25,17 @@ enum { V_MAX_STRING = 4096 };
 #define V_MAX_STAGES (1 << 20)
 #define V_MAX_MB (1 << 24)
 
-/* State of a buffer slot while a program is interpreted. */
-typedef enum vstate { V_DEAD, V_LIVE, V_PSEND, V_PRECV } vstate;
+/* State of a buffer slot while a program is interpreted: dead, live, or live with a pending send,
+ * receive, copy to host memory (OFFLOAD) or copy from it (RELOAD). */
+typedef enum vstate { V_DEAD, V_LIVE, V_PSEND, V_PRECV, V_POFF, V_PREL } vstate;
+
+/* What is pending on a slot in state x, for messages ("send", "offload"). Pre: x is pending. */
+static const char *pending_name(vstate x) {
+  return x == V_PSEND ? "send" : x == V_PRECV ? "receive" : x == V_POFF ? "offload" : "reload";
+}
+
+/* Whether state x has a pending send or receive or host copy. */
+static bool pending(vstate x) { return x != V_DEAD && x != V_LIVE; }
 
 /* The tensor a buffer holds: (kind, stage, microbatch). */
 typedef struct vlabel {
@@ -50,7 +59,11 @@ enum {
   COV_SEND_ACT = 64, /* act s mb sent */
   COV_RECV_ACT = 128,
   COV_SEND_GRAD = 256, /* grad s mb sent */
-  COV_RECV_GRAD = 512
+  COV_RECV_GRAD = 512,
+  COV_OFF_STASH = 1024, /* stash s mb offloaded (OFFLOAD) */
+  COV_OFF_WSTASH = 2048,
+  COV_REL_STASH = 4096, /* stash s mb reloaded (RELOAD) */
+  COV_REL_WSTASH = 8192
 };
 
 /* A posted send or receive, for the pairing pass. */
@@ -293,6 +306,8 @@ static int check_header(vctx *v) {
     if (st->recompute_layers > 0 && !st->recompute)
       return fail(v, "stage %d: %d recomputed layers without the recompute flag", i,
                   (int)st->recompute_layers);
+    if (st->offload != 0 && st->offload != 1)
+      return fail(v, "stage %d: offload flag %d is neither 0 nor 1", i, (int)st->offload);
     if (st->recompute_layers > be_stage_recomputable(s, st))
       return fail(v, "stage %d: %d recomputed layers, but it has %d recomputable layer%s", i,
                   (int)st->recompute_layers, be_stage_recomputable(s, st),
@@ -409,6 +424,13 @@ static int check_operands(vctx *v, const be_program *p) {
         return fail_at(v, "operand %d: %s tensors do not travel in messages", i,
                        be_tensors[a].name);
       break;
+    case BE_K_HTENSOR:
+      if (a < 0 || a >= BE_T_COUNT)
+        return fail_at(v, "operand %d: tensor kind %d out of range", i, (int)a);
+      if (!be_tensors[a].host)
+        return fail_at(v, "operand %d: %s tensors are not copied to host memory (only what F "
+                       "keeps: stash and wstash)", i, be_tensors[a].name);
+      break;
     default:
       return fail_at(v, "operand %d has an unknown kind", i); /* table error */
     }
@@ -422,6 +444,7 @@ static int check_operands(vctx *v, const be_program *p) {
  * Returns 0 or -1. */
 static int apply_slots(vctx *v, const be_program *p, vslot *st, const vlabel *want) {
   const be_op_info *info = &be_ops[v->in->op];
+  bool copy = info->flags & BE_COPY; /* OFFLOAD, RELOAD: the SEND and RECV roles are copies */
   char b1[64], b2[64];
   for (int i = 0; i < info->nops; i++) {
     const be_operand_info *ok = &be_operands[info->kinds[i]];
@@ -431,8 +454,11 @@ static int apply_slots(vctx *v, const be_program *p, vslot *st, const vlabel *wa
     switch (ok->role) {
     case BE_ROLE_USE:
       if (sl->state == V_DEAD) return fail_at(v, "reads slot %%%d, which holds no tensor", (int)a);
-      if (sl->state == V_PRECV)
+      if (sl->state == V_PRECV || sl->state == V_PREL)
         return fail_at(v, "slot %%%d (%s) used before its WAIT", (int)a, lname(b1, sl->l));
+      if (sl->state == V_POFF)
+        return fail_at(v, "slot %%%d (%s) used while its offload is pending", (int)a,
+                       lname(b1, sl->l));
       if (!leq(sl->l, want[i]))
         return fail_at(v, "slot %%%d holds %s, expected %s", (int)a, lname(b1, sl->l),
                        lname(b2, want[i]));
@@ -442,27 +468,32 @@ static int apply_slots(vctx *v, const be_program *p, vslot *st, const vlabel *wa
         return fail_at(v, "writes into slot %%%d, which holds no tensor", (int)a);
       if (sl->state != V_LIVE)
         return fail_at(v, "writes into slot %%%d (%s) while its %s is pending", (int)a,
-                       lname(b1, sl->l), sl->state == V_PSEND ? "send" : "receive");
+                       lname(b1, sl->l), pending_name(sl->state));
       if (!leq(sl->l, want[i]))
         return fail_at(v, "slot %%%d holds %s, expected %s", (int)a, lname(b1, sl->l),
                        lname(b2, want[i]));
       break;
-    case BE_ROLE_SEND:
-      if (sl->state == V_DEAD) return fail_at(v, "sends slot %%%d, which holds no tensor", (int)a);
+    case BE_ROLE_SEND: {
+      const char *verb = copy ? "offloads" : "sends";
+      if (sl->state == V_DEAD)
+        return fail_at(v, "%s slot %%%d, which holds no tensor", verb, (int)a);
       if (sl->state != V_LIVE)
-        return fail_at(v, "sends slot %%%d (%s) while its %s is pending", (int)a,
-                       lname(b1, sl->l), sl->state == V_PSEND ? "send" : "receive");
+        return fail_at(v, "%s slot %%%d (%s) while its %s is pending", verb, (int)a,
+                       lname(b1, sl->l), pending_name(sl->state));
       if (!leq(sl->l, want[i]))
         return fail_at(v, "the tag %s does not match slot %%%d, which holds %s",
                        lname(b2, want[i]), (int)a, lname(b1, sl->l));
-      sl->state = V_PSEND;
+      sl->state = copy ? V_POFF : V_PSEND;
       break;
+    }
     case BE_ROLE_DEF:
     case BE_ROLE_RECV:
       if (sl->state != V_DEAD)
         return fail_at(v, "%s slot %%%d, which still holds %s",
-                       ok->role == BE_ROLE_DEF ? "defines" : "receives into", (int)a,
-                       lname(b1, sl->l));
+                       ok->role == BE_ROLE_DEF ? "defines"
+                       : copy                  ? "reloads into"
+                                               : "receives into",
+                       (int)a, lname(b1, sl->l));
       if (p->slots[a].tensor != want[i].t)
         return fail_at(v, "slot %%%d is for %s tensors, not %s", (int)a,
                        be_tensors[p->slots[a].tensor].name, lname(b1, want[i]));
@@ -485,19 +516,20 @@ static int apply_slots(vctx *v, const be_program *p, vslot *st, const vlabel *wa
       }
       v->live_pos[a] = v->nlive;
       v->live[v->nlive++] = a;
-      sl->state = ok->role == BE_ROLE_DEF ? V_LIVE : V_PRECV;
+      sl->state = ok->role == BE_ROLE_DEF ? V_LIVE : copy ? V_PREL : V_PRECV;
       sl->l = want[i];
       break;
     case BE_ROLE_WAIT:
-      if (sl->state != V_PSEND && sl->state != V_PRECV)
-        return fail_at(v, "waits on slot %%%d, which has no pending message", (int)a);
+      if (!pending(sl->state))
+        return fail_at(v, "waits on slot %%%d, which has no pending message or host copy",
+                       (int)a);
       sl->state = V_LIVE;
       break;
     case BE_ROLE_KILL:
       if (sl->state == V_DEAD) return fail_at(v, "frees slot %%%d, which holds no tensor", (int)a);
       if (sl->state != V_LIVE)
         return fail_at(v, "frees slot %%%d (%s) while its %s is pending", (int)a,
-                       lname(b1, sl->l), sl->state == V_PSEND ? "send" : "receive");
+                       lname(b1, sl->l), pending_name(sl->state));
       sl->state = V_DEAD;
       int32_t last = v->live[--v->nlive];
       v->live[v->live_pos[a]] = last;
@@ -629,9 +661,39 @@ static int check_tie(vctx *v, const vslot *st) {
       return fail_at(v, "TIE before the ALLREDUCE of stage %d", (int)x);
   }
   for (int i = 0; i < s->ranks[v->rank].nslots; i++)
-    if (st[i].state == V_PSEND || st[i].state == V_PRECV)
-      return fail_at(v, "TIE while slot %%%d is still being %s", i,
-                     st[i].state == V_PSEND ? "sent" : "received");
+    if (pending(st[i].state))
+      return fail_at(v, "TIE while slot %%%d's %s is pending", i, pending_name(st[i].state));
+  return 0;
+}
+
+/* The host copy OFFLOAD or RELOAD v->in of (kind a[1], stage stg, microbatch m) on this rank
+ * (the stage's, checked; st: the rank's slots): the stage offloads, each tensor is offloaded
+ * once and reloaded once, only after its offload, and only once no buffer of this rank still
+ * holds it with its offload pending (the copy back reads what the copy out wrote). Records it in
+ * the coverage table. Returns 0 or -1 after reporting. */
+static int check_copy(vctx *v, const vslot *st, int32_t stg, int32_t m) {
+  bool out = v->in->op == BE_OP_OFFLOAD;
+  int32_t t = v->in->a[1];
+  char b[64];
+  vlabel l = mklabel(t, stg, m);
+  if (!v->s->stages[stg].offload)
+    return fail_at(v, "stage %d does not offload (its stage-table offload flag is 0)", (int)stg);
+  uint16_t *c = &v->cov[(size_t)stg * (size_t)v->s->nmb + (size_t)m];
+  bool wst = t == BE_T_WSTASH;
+  uint16_t off = wst ? COV_OFF_WSTASH : COV_OFF_STASH, rel = wst ? COV_REL_WSTASH : COV_REL_STASH;
+  if (out) {
+    if (*c & off) return fail_at(v, "%s is offloaded twice", lname(b, l));
+    *c |= off;
+    return 0;
+  }
+  if (!(*c & off))
+    return fail_at(v, "reloads %s, which was never offloaded", lname(b, l));
+  if (*c & rel) return fail_at(v, "%s is reloaded twice", lname(b, l));
+  for (int j = 0; j < v->nlive; j++)
+    if (st[v->live[j]].state == V_POFF && leq(st[v->live[j]].l, l))
+      return fail_at(v, "reloads %s while its offload from slot %%%d is pending (no WAIT)",
+                     lname(b, l), (int)v->live[j]);
+  *c |= rel;
   return 0;
 }
 
@@ -665,7 +727,8 @@ static int check_rank(vctx *v, int r) {
       if (be_operand_tensor(s, v->in, k, &t)) want[k] = mklabel(t.kind, t.stage, t.mb);
     }
     int32_t stg = a[0], m = a[1];
-    if ((be_ops[op].flags & BE_COMPUTE) || op == BE_OP_ALLREDUCE || op == BE_OP_TIE) {
+    if (be_ops[op].flags & BE_COPY) stg = a[2], m = a[3];
+    if ((be_ops[op].flags & (BE_COMPUTE | BE_COPY)) || op == BE_OP_ALLREDUCE || op == BE_OP_TIE) {
       if (s->stages[stg].rank != r) {
         rc = fail_at(v, "stage %d runs on rank %d, not here", (int)stg, (int)s->stages[stg].rank);
         break;
@@ -713,6 +776,10 @@ static int check_rank(vctx *v, int r) {
     case BE_OP_TIE:
       rc = check_tie(v, st);
       break;
+    case BE_OP_OFFLOAD:
+    case BE_OP_RELOAD:
+      rc = check_copy(v, st, stg, m);
+      break;
     case BE_OP_STEP:
       if (addr != p->ncode - 1) {
         rc = fail_at(v, "STEP is not the last instruction");
@@ -723,7 +790,9 @@ static int check_rank(vctx *v, int r) {
         rc = fail_at(v, "slot %%%d (%s) is %s at the end of the program", i, lname(b1, st[i].l),
                      st[i].state == V_LIVE    ? "still live"
                      : st[i].state == V_PSEND ? "still being sent"
-                                              : "still being received");
+                     : st[i].state == V_PRECV ? "still being received"
+                     : st[i].state == V_POFF  ? "still being offloaded (no WAIT)"
+                                              : "still being reloaded (no WAIT)");
         break;
       }
       break;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ois.py -- read, edit and rewrite OctoPipe instruction streams (.ois, docs/isa.md "File
-format", version 6) for tests that need damaged or hand-edited streams: swapped, dropped or
+format", version 7) for tests that need damaged or hand-edited streams: swapped, dropped or
 changed instructions and predicted times (re-checksummed, so that the validator and the deadlock
 checker see them), a different version, truncation, flipped bytes.
 
@@ -22,6 +22,7 @@ usage: ois.py IN OUT EDIT...
   version:N         write format version N
   layername:I:NAME  rename layer I to NAME (the rest of the edit; backslash escapes such as
                     \x00 or \n stand for their bytes): hostile names for the tools to meet
+  offload:S:X       write stage S's offload flag X (an i32: 0, 1, or anything for the reader)
   kind:I:KIND       write layer I's kind KIND
   param:I:NAME:X    set layer I's parameter NAME to X (nan, inf, -5 are fine; appended when the
                     layer has none so named; X '-' deletes it)
@@ -39,7 +40,10 @@ MAGIC = b"\x89OIS\r\n\x1a\n"
 # Mnemonic and operand count of each opcode, in isa.def order.
 OPS = [("LOAD", 3), ("FWD", 6), ("LOSS", 4), ("BWD_IN", 6), ("BWD_W", 3), ("BWD", 6),
        ("SEND", 5), ("RECV", 5), ("WAIT", 1), ("FREE", 1), ("ALLREDUCE", 1), ("STEP", 0),
-       ("TIE", 2)]
+       ("TIE", 2), ("OFFLOAD", 4), ("RELOAD", 4)]
+# Size of a stage record and the offset of its offload flag in it.
+STAGE_BYTES = 52
+STAGE_OFFLOAD = 48
 
 
 class Reader:
@@ -84,7 +88,8 @@ def parse(data):
         for _ in range(r.take("I")):
             r.str()
             r.take("d")
-    r.p += nstages * 48  # first, end, rank, out bytes, shape, stash, wstash, recompute, its layers
+    r.p += nstages * STAGE_BYTES  # first, end, rank, out bytes, shape, stash, wstash, recompute,
+    # its layers, offload
     for _ in range(r.take("I")):
         _, ndim = r.take("ii")
         r.p += 8 * ndim
@@ -250,6 +255,11 @@ def main(argv):
         elif f[0] == "layername":
             name = e.split(":", 2)[2].encode("latin1").decode("unicode_escape").encode("latin1")
             s["tables"] = edit_layer(s["tables"], int(f[1]), lambda l: l.__setitem__(0, name))
+        elif f[0] == "offload":
+            layers, rest = split_layers(s["tables"])
+            at = int(f[1]) * STAGE_BYTES + STAGE_OFFLOAD
+            rest = rest[:at] + struct.pack("<i", int(f[2])) + rest[at + 4:]
+            s["tables"] = join_layers(layers, rest)
         elif f[0] == "kind":
             s["tables"] = edit_layer(s["tables"], int(f[1]),
                                      lambda l: l.__setitem__(1, f[2].encode()))

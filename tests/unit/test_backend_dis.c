@@ -91,8 +91,8 @@ static be_stream *two_rank_stream(void) {
   s->measured_on = xstrdup("mpi");
   s->pred_step = 0.012345;
   add_layers(s, 3);
-  s->stages[0] = (be_stage){0, 2, 0, 8 * MIB, 0, 100 * MIB, (uint64_t)1536 * MIB, 0, 0};
-  s->stages[1] = (be_stage){2, 3, 1, 8 * MIB, 0, 100 * MIB, 0, 0, 0};
+  s->stages[0] = (be_stage){0, 2, 0, 8 * MIB, 0, 100 * MIB, (uint64_t)1536 * MIB, 0, 0, 0};
+  s->stages[1] = (be_stage){2, 3, 1, 8 * MIB, 0, 100 * MIB, 0, 0, 0, 0};
   s->shapes = xcalloc(1, sizeof *s->shapes);
   s->nshapes = 1;
   s->shapes[0] = (be_shape){2, 3, {1, 4096, 1024, 0}};
@@ -169,7 +169,7 @@ void test_backend_dis_listing(void) {
   be_stream *s = two_rank_stream();
   strbuf want = {0};
   strbuf_puts(&want,
-              "; OctoPipe instruction stream, format 6\n"
+              "; OctoPipe instruction stream, format 7\n"
               "; model @tiny: 2 ranks x 2 replicas, 2 stages, 2 microbatches of 1 x 4096 tokens, "
               "bf16, adam\n"
               "; predicted step 12.345 ms (costs measured by octo-run at scale 8, backend mpi)\n"
@@ -286,7 +286,7 @@ void test_backend_dis_singular_and_wide(void) {
    * operand list overflows its 34 columns and is followed by a single space). */
   be_stream *s = new_stream("w", 1, 1, 1, 100, 2, 128, "fp32", "sgd");
   add_layers(s, 1);
-  s->stages[0] = (be_stage){0, 1, 0, 1 * KIB, -1, 1 * KIB, 1 * KIB, 0, 0};
+  s->stages[0] = (be_stage){0, 1, 0, 1 * KIB, -1, 1 * KIB, 1 * KIB, 0, 0, 0};
   set_rank(s, 0, 3, "h100", 2, 10004);
   set_slot(s, 0, 10000, BE_T_INPUT, 1 * KIB);
   set_slot(s, 0, 10001, BE_T_ACT, 1 * KIB);
@@ -302,7 +302,7 @@ void test_backend_dis_singular_and_wide(void) {
   strbuf got = {0};
   be_disasm(s, &got);
   const char *t = strbuf_cstr(&got);
-  const char *head = "; OctoPipe instruction stream, format 6\n"
+  const char *head = "; OctoPipe instruction stream, format 7\n"
                      "; model @w: 1 rank x 1 replica, 1 stage, 100 microbatches of 2 x 128 "
                      "tokens, fp32, sgd\n"
                      "; predicted step 0.000 ms (analytic costs)\n"
@@ -349,7 +349,7 @@ void test_backend_dis_prediction(void) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     be_stream *s = new_stream("p", 1, 1, 1, 1, 1, 1, "bf16", "adam");
     add_layers(s, 1);
-    s->stages[0] = (be_stage){0, 1, 0, 0, -1, 0, 0, 0, 0};
+    s->stages[0] = (be_stage){0, 1, 0, 0, -1, 0, 0, 0, 0, 0};
     set_rank(s, 0, 0, "h100", 0, 0);
     s->ranks[0].pred_busy = 0.0125;
     s->ranks[0].pred_peak = 1536;
@@ -397,8 +397,9 @@ void test_backend_isa_doc(void) {
   }
   for (int k = 0; k < BE_T_COUNT; k++) {
     strbuf row = {0};
-    strbuf_printf(&row, "\n| `%s` | %s | %s |\n", be_tensors[k].name,
-                  be_tensors[k].msg ? "yes" : "no", be_tensors[k].doc);
+    strbuf_printf(&row, "\n| `%s` | %s | %s | %s |\n", be_tensors[k].name,
+                  be_tensors[k].msg ? "yes" : "no", be_tensors[k].host ? "yes" : "no",
+                  be_tensors[k].doc);
     if (!strstr(t, strbuf_cstr(&row)))
       unit_fail_str(__FILE__, __LINE__, "tensor row", t, row.data);
     strbuf_free(&row);

@@ -207,8 +207,8 @@ static be_stream *fb_build(int replicas, bool fused) {
   fb_layer(&s->layers[3], "head", "lm_head", tok_n, tok_v);
   s->stages = xcalloc(2, sizeof *s->stages);
   /* Stage 0 sends a [1, 128, 64] bf16 activation (shape 0); stage 1's output is opaque. */
-  s->stages[0] = (be_stage){0, 2, 0, 16384, 0, 65536, 32768, 0, 0};
-  s->stages[1] = (be_stage){2, 4, 1, 131072, -1, 65536, 32768, 1, 1}; /* recomputes its mlp */
+  s->stages[0] = (be_stage){0, 2, 0, 16384, 0, 65536, 32768, 0, 0, 0};
+  s->stages[1] = (be_stage){2, 4, 1, 131072, -1, 65536, 32768, 1, 1, 0}; /* recomputes its mlp */
   s->nshapes = 2;
   s->shapes = xcalloc(2, sizeof *s->shapes);
   s->shapes[0] = (be_shape){2, 3, {1, 128, 64, 0}};
@@ -319,7 +319,8 @@ static bool fb_equal(const be_stream *a, const be_stream *b) {
         a->stages[i].stash_bytes != b->stages[i].stash_bytes ||
         a->stages[i].wstash_bytes != b->stages[i].wstash_bytes ||
         a->stages[i].recompute != b->stages[i].recompute ||
-        a->stages[i].recompute_layers != b->stages[i].recompute_layers)
+        a->stages[i].recompute_layers != b->stages[i].recompute_layers ||
+        a->stages[i].offload != b->stages[i].offload)
       return false;
   for (int i = 0; i < a->nshapes; i++) {
     const be_shape *x = &a->shapes[i], *y = &b->shapes[i];
@@ -403,11 +404,11 @@ void test_backend_format_roundtrip(void) {
     strbuf_free(&a);
     strbuf_free(&err);
   }
-  /* The layout: magic, version 6 little-endian. */
+  /* The layout: magic, version 7 little-endian. */
   be_stream *s = fb_build(1, false);
   strbuf a = fb_bytes(s);
   UNIT_CHECK(a.len > 16 && memcmp(a.data, "\x89OIS\r\n\x1a\n", 8) == 0);
-  UNIT_CHECK(a.data[8] == 6 && a.data[9] == 0 && a.data[10] == 0 && a.data[11] == 0);
+  UNIT_CHECK(a.data[8] == 7 && a.data[9] == 0 && a.data[10] == 0 && a.data[11] == 0);
   /* The trailer is the standard CRC-32 of the rest ("123456789" -> 0xCBF43926). */
   UNIT_CHECK(fb_crc32((const uint8_t *)"123456789", 9) == 0xcbf43926u);
   uint8_t *patched = xmalloc(a.len);
@@ -677,27 +678,31 @@ void test_backend_format_header_errors(void) {
   memcpy(c, a.data, a.len);
   c[8] = 8;
   fb_patch_crc(c, a.len);
-  fb_expect_reject(c, a.len, "format version 8, this build reads version 6");
+  fb_expect_reject(c, a.len, "format version 8, this build reads version 7");
   memcpy(c, a.data, a.len);
   c[8] = 1; /* a file of the format before streams carried the prediction */
   fb_patch_crc(c, a.len);
-  fb_expect_reject(c, a.len, "format version 1, this build reads version 6");
+  fb_expect_reject(c, a.len, "format version 1, this build reads version 7");
   memcpy(c, a.data, a.len);
   c[8] = 2; /* before stages carried their recomputation */
   fb_patch_crc(c, a.len);
-  fb_expect_reject(c, a.len, "format version 2, this build reads version 6");
+  fb_expect_reject(c, a.len, "format version 2, this build reads version 7");
   memcpy(c, a.data, a.len);
   c[8] = 3; /* before the header carried dropout */
   fb_patch_crc(c, a.len);
-  fb_expect_reject(c, a.len, "format version 3, this build reads version 6");
+  fb_expect_reject(c, a.len, "format version 3, this build reads version 7");
   memcpy(c, a.data, a.len);
   c[8] = 4; /* before the TIE instruction (tied embeddings) */
   fb_patch_crc(c, a.len);
-  fb_expect_reject(c, a.len, "format version 4, this build reads version 6");
+  fb_expect_reject(c, a.len, "format version 4, this build reads version 7");
   memcpy(c, a.data, a.len);
   c[8] = 5; /* before stages carried how many layers recompute (recompute_layers) */
   fb_patch_crc(c, a.len);
-  fb_expect_reject(c, a.len, "format version 5, this build reads version 6");
+  fb_expect_reject(c, a.len, "format version 5, this build reads version 7");
+  memcpy(c, a.data, a.len);
+  c[8] = 6; /* before stages carried their offload flag and OFFLOAD and RELOAD */
+  fb_patch_crc(c, a.len);
+  fb_expect_reject(c, a.len, "format version 6, this build reads version 7");
 
   memcpy(c, a.data, a.len);
   c[a.len] = 0;
@@ -1092,7 +1097,7 @@ static const fb_case fb_cases[] = {
     {"operand past nops", 1, e_past_nops,
      "rank 0 at 0008 (FREE): operand 1 is 5, past the 1 operand of FREE (the rest must be "
      "0)", true},
-    {"unknown opcode", 1, e_opcode, "rank 0 at 0004 (opcode 13): unknown opcode 13", true},
+    {"unknown opcode", 1, e_opcode, "rank 0 at 0004 (opcode 15): unknown opcode 15", true},
     {"stage not owned", 1, e_not_owner,
      "rank 1 at 0003 (FWD): stage 0 runs on rank 0, not here", false},
     {"LOAD not on stage 0", 1, e_load_stage,
