@@ -986,6 +986,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
   /* And with every stage but the last offloading its activations (memory-crowded plans whose
    * forwards take longer than their activations' copy over PCIe keep many microbatches in
    * flight without paying a forward again). */
+  int off_from = nstart; /* the all-offloading starts follow */
   for (int i = 0; t.offload && i < n0 && nstart < TUNE_BATCH; i++) {
     tune_plan *op = &t.slots[nstart++].plan;
     plan_copy(op, &t.slots[i].plan);
@@ -1004,14 +1005,19 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
   tune_batch(&t, nstart, INFINITY);
   int balanced = -1; /* the best start placed for balance: a seed of its own (its local optimum
                         differs most from those of the starts in pipeline order) */
-  int plain = 0; /* the best start that recomputes nothing (of the first n0) */
-  for (int i = 1; i < n0; i++)
-    if (score_better(&t.slots[i].score, &t.slots[plain].score)) plain = i;
+  /* the best start that recomputes nothing (of the first n0), and the best all-offloading one */
+  int plain = 0, offbest = -1;
+  for (int i = 1; i < balanced_from; i++) {
+    int *b = i < n0 ? &plain : i >= off_from ? &offbest : NULL;
+    if (b && (*b < 0 || score_better(&t.slots[i].score, &t.slots[*b].score))) *b = i;
+  }
   for (int i = 0; i < nstart; i++) {
     /* an all-recomputing or all-offloading start seeds a search only when it beats every plain
      * one: descending from it stops its stages recomputing (offloading) one move at a time,
-     * long on many stages */
-    if (i < n0 || (i < balanced_from && score_better(&t.slots[i].score, &t.slots[plain].score)))
+     * long on many stages; of the all-offloading starts only the best, so that they do not
+     * crowd the recomputing ones out of the seeds */
+    bool all = i >= n0 && i < balanced_from && (i < off_from || i == offbest);
+    if (i < n0 || (all && score_better(&t.slots[i].score, &t.slots[plain].score)))
       pool_offer(&pool, &t.slots[i].plan, &t.slots[i].score);
     else if (i >= balanced_from &&
              (balanced < 0 || score_better(&t.slots[i].score, &t.slots[balanced].score)))
