@@ -588,7 +588,11 @@ static void tune_descend(tuner *t, tune_plan *cur, tune_score *cs, tune_plan *be
       for (int i0 = 0; i0 < cur->k; i0++) {
         int s = (i0 + t->iters) % cur->k;
         bool on = kind == MV_RECOMP ? cur->rc[s] != 0 : cur->off[s];
-        if (on || memory || (cs->tight_dev >= 0 && cur->dev[s] == cs->tight_dev))
+        /* recomputation also on the tight device (more microbatches in flight for one more
+         * forward); offload not (its copies cost every plan they are tried on a full
+         * simulation, and the all-offloading starts cover the crowded cases) */
+        bool tight = cs->tight_dev >= 0 && cur->dev[s] == cs->tight_dev;
+        if (on || memory || (tight && kind == MV_RECOMP))
           VEC_PUSH(mv, nmv, mv_cap, ((tune_mv){kind, s, 0}));
       }
     }
