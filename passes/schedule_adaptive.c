@@ -99,6 +99,16 @@ static int sched_adapt_choose(void *ctx, const sim_view *v, const sim_cand *c, i
     pick = f;
   else
     pick = w;
+  /* The preferred B (the latest stage's) would not be safe and nothing else is: another B that
+   * allocates nothing, or whose rebuilt state is safe, goes on (else a device holding a
+   * recomputing stage and one that does not could wait for each other's microbatches). */
+  int other = -1;
+  for (int i = 0; pick < 0 && i < n; i++)
+    if ((c[i].kind == IR_OP_B || c[i].kind == IR_OP_BW) && i != b &&
+        (other < 0 || sched_adapt_before(&c[i], &c[other])) &&
+        (c[i].rebuild <= 0 || sched_adapt_safe(ad, c[i].mb, c[i].rebuild, free, v->mem_limit)))
+      other = i;
+  if (pick < 0) pick = other;
   if (pick < 0) {
     ad->wait_need = f >= 0 ? c[f].act : c[b].rebuild;
     ad->wait_used = v->mem_used;

@@ -72,6 +72,25 @@ static double tt_exhaustive(ir_module *m, int at, diag_engine *q) {
   return best;
 }
 
+/* The same with every stage also offloading or not (m's devices have a 'pcie'). */
+static double tt_exhaustive_offload(ir_module *m, int at, diag_engine *q) {
+  if (at == m->nlayers) return tt_adaptive(m, q);
+  double best = INFINITY;
+  int k = m->nstages;
+  for (int end = at + 1; end <= m->nlayers; end++)
+    for (int dv = 0; dv < m->ndevices; dv++)
+      for (int off = 0; off < 2; off++) {
+        m->nstages = k;
+        ir_stage *st = ir_module_add_stage(m, at, end);
+        st->device = dv;
+        st->offload = off;
+        double ms = tt_exhaustive_offload(m, end, q);
+        if (ms < best) best = ms;
+      }
+  m->nstages = k;
+  return best;
+}
+
 /* Tuner options for tests: converges well before the budget. */
 static const pass_tune_opts tt_opts = {.evals = 1000000, .seed = 7, .restarts = 30};
 
@@ -117,6 +136,34 @@ void test_tune_exhaustive(void) {
     ir_module_free(m);
   }
   UNIT_CHECK(bound_checked >= 12);
+  /* With a link to host memory (a copy of a microbatch's largest activations taking 0.2 to 6
+   * ms) every stage may also offload: the bound, whose memory parts then count the shorter
+   * hold, stays below the best plan, offloading or not, and offload is what fits or wins
+   * somewhere. */
+  int off_checked = 0, off_better = 0;
+  for (int trial = 0; trial < 12; trial++) {
+    int n = 4, p = 2, mb = 4 + trial % 5;
+    double lim = 1e8 * ((n + 1) / 2) + (double)(1 + trial % 3) * 64 * 1048576;
+    ir_module *m = tt_model(&seed, n, p, mb, lim);
+    for (int dv = 0; dv < p; dv++)
+      ir_field_set(&m->devices[dv].rec, IR_F_DEVICE_pcie, 64 * 1048576 / (0.2e-3 + 0.5e-3 * trial));
+    ir_module *e = ir_module_clone(m);
+    double plain = tt_exhaustive(e, 0, q);
+    e->nstages = 0;
+    double want = tt_exhaustive_offload(e, 0, q);
+    ir_module_free(e);
+    UNIT_CHECK(want <= plain);
+    off_better += want < plain * (1 - 1e-9);
+    sim_bound bd;
+    UNIT_CHECK(sim_bound_compute(m, &bd));
+    if (isfinite(want)) {
+      off_checked++;
+      if (!(bd.bound > 0 && bd.bound <= want * (1 + 1e-9)))
+        unit_fail_dbl(__FILE__, __LINE__, "bound <= exhaustive (offload)", bd.bound, want);
+    }
+    ir_module_free(m);
+  }
+  UNIT_CHECK(off_checked >= 6 && off_better >= 1);
   diag_free(q);
   fclose(sink);
 }
@@ -193,8 +240,8 @@ void test_tune_memory(void) {
 }
 
 /* The adaptive scheduler's admission (the banker's rule) on random irregular plans: stages of
- * random lengths on random devices (several per device, in any order), some recomputing, split
- * or fused backward, under a limit from just enough for one microbatch on the fullest device
+ * random lengths on random devices (several per device, in any order), some recomputing, some
+ * offloading their activations to host memory, split or fused backward, under a limit from just enough for one microbatch on the fullest device
  * to 2.5 times that: every run ends (no deadlock) and no device goes over the limit. The same
  * runs with a cutoff (sim_opts.cutoff): at the step's own length never cut and the same step;
  * at 0.9 of it cut in most plans. */
@@ -215,8 +262,11 @@ void test_tune_adaptive_safe(void) {
       ir_stage *st = ir_module_add_stage(m, at, end);
       st->device = (int)(unit_rng(&seed) % (uint64_t)p);
       if (unit_rng(&seed) % 4 == 0) st->recompute = IR_RECOMPUTE_FULL;
+      st->offload = unit_rng(&seed) % 4 == 0; /* to host memory between F and B */
       at = end;
     }
+    for (int dv = 0; dv < p; dv++) /* a copy of 1-64 MiB takes 0.01 to 6 ms */
+      ir_field_set(&m->devices[dv].rec, IR_F_DEVICE_pcie, 1e10 * (1 + (double)(unit_rng(&seed) % 100)) / 100);
     pass_adaptive_opts o = {unit_rng(&seed) % 2 == 0, 0.5 + (double)(unit_rng(&seed) % 6) / 10};
     double slack = (double)(unit_rng(&seed) % 16) / 10, lim = 1e6;
     for (int tries = 0; tries < 2; tries++) {
