@@ -1057,13 +1057,15 @@ static void collect_stuck(sim_ctx *c) {
   sim_result *r = c->r;
   for (int dv = 0; dv < p->ndev; dv++) {
     if (w->dev[dv].pos < 0) continue;
-    sim_stuck st = {dv, -1, {IR_OP_F, -1, -1}, {IR_OP_F, -1, -1}, -1};
+    sim_stuck st = {dv, -1, {IR_OP_F, -1, -1}, {IR_OP_F, -1, -1}, -1, false};
     if (!c->o->choose) {
       const ir_op *o = &c->m->schedules[dv].ops[w->dev[dv].pos];
       int slot = o->kind == IR_OP_F ? SL_F : o->kind == IR_OP_W ? SL_W : SL_B;
       st.index = w->dev[dv].pos;
       st.op = *o;
-      blocker(c, o->stage, o->mb, slot, &st.waits, &st.waits_on);
+      int op = op_id(p, o->stage, o->mb, slot);
+      if (!blocker(c, o->stage, o->mb, slot, &st.waits, &st.waits_on))
+        st.memory = slot == SL_B && (w->op[op].state & 0x40) && w->op[op].deps != 0;
     } else {
       /* Priority mode: the first stage's next operation that is not ready, or a declined one. */
       const sim_dev *x = &p->dev[dv];
@@ -1283,6 +1285,8 @@ void sim_report_failure(const sim_result *r, diag_engine *d, diag_loc where) {
         strbuf_puts(&sb, " for ");
         put_op(&sb, s->waits);
         strbuf_printf(&sb, " on $d%d", s->waits_on);
+      } else if (s->memory) {
+        strbuf_puts(&sb, " for memory to bring its activations back from the host");
       } else {
         strbuf_puts(&sb, ", which is ready: the priority rule declined it");
       }

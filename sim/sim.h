@@ -199,6 +199,8 @@ typedef struct sim_stuck {
   ir_op op;     /* that operation (fixed mode) */
   ir_op waits;  /* the operation it waits for (kind, stage, mb) */
   int waits_on; /* device of that operation */
+  bool memory;  /* it waits (waits_on -1) for memory to bring its activations back from the host
+                   (an offloading stage's B) */
 } sim_stuck;
 
 /* Result of a run; reusable across runs (sim_result_free releases it). */
