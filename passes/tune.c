@@ -29,7 +29,7 @@ typedef struct tune_plan {
                          layer (recompute = full), N (1 <= N < its recomputable layers) the
                          first N (recompute_layers = N); all 0 unless the module's policy is
                          not full and memory asked for it; a stage that kept it through a shift
-                         but has no recomputable layer left recomputes nothing (plan_stage_rc) */
+                         but has no recomputable layer left recomputes nothing (plan_stage_mem) */
   bool *off;          /* k: the stage offloads its activations to host memory (only when
                          tuner.offload; never the last stage, plan_stage_mem) */
   pass_adaptive_opts knobs; /* schedule knobs */

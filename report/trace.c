@@ -184,13 +184,14 @@ void report_trace(const ir_module *m, const sim_result *r, strbuf *out) {
         nthreads = lane_thread(dir, lanes.nlanes[d][dir] - 1) + 1;
   if (nthreads < 3) nthreads = 3; /* every device names a send and a recv thread */
   int dp_thread = nthreads++; /* the data-parallel reductions: they may overlap compute */
-  int host_thread = nthreads; /* then the copies to and from host memory (one thread each) */
-  nthreads += 2;
   bool *copies = xcalloc((size_t)(ndev ? ndev : 1), sizeof *copies); /* devices with copies */
+  bool any_copies = false;
   for (int i = 0; i < r->nops; i++)
     if (r->ops[i].device >= 0 && r->ops[i].device < ndev &&
         ((int)r->ops[i].kind == SIM_OP_OFFLOAD || (int)r->ops[i].kind == SIM_OP_RELOAD))
-      copies[r->ops[i].device] = true;
+      copies[r->ops[i].device] = any_copies = true;
+  int host_thread = nthreads; /* then the copies to and from host memory (one thread each) */
+  if (any_copies) nthreads += 2;
   int stride = trace_id_stride(trace_id_pid(ndev - 1), nthreads);
   strbuf_puts(out, "{\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"model\": ");
   strbuf_json_str(out, m->name);
