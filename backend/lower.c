@@ -8,9 +8,10 @@
  * before its send in the reference order. WAITs go just before the first use, FREEs after the
  * last, and the buffer of a send is released (WAIT, FREE) when the reference order has run its
  * consumer. An offloading stage's stash and wstash go to host memory right after its F (OFFLOAD;
- * WAIT and FREE before the rank's next F or RELOAD) and come back into new buffers before its B
- * (RELOAD, WAIT), after the WAIT of B's incoming gradient. Buffers are first virtual (one per
- * tensor) and then packed into slots per rank. The
+ * WAIT and FREE before the rank's next F, or before their RELOAD) and come back into new buffers
+ * (RELOAD) where the simulator posted their copy back: before the first operation of the rank
+ * that starts at or after that time (at the latest before the B, which WAITs for them). Buffers
+ * are first virtual (one per tensor) and then packed into slots per rank. The
  * stream keeps the prediction: the simulated makespan, each rank's busy time and peak memory,
  * and the simulated start and end of each compute instruction. */
 #include <math.h>
@@ -36,6 +37,19 @@ typedef struct release {
   long due;  /* position in the reference order of the consumer */
 } release;
 
+/* A copy back the simulator posted: when, and its cell (stage * microbatches + microbatch). */
+typedef struct reload_ev {
+  double at; /* seconds */
+  int cell;
+} reload_ev;
+
+/* Order copies back by time, then cell. */
+static int reload_cmp(const void *a, const void *b) {
+  const reload_ev *x = a, *y = b;
+  if (x->at != y->at) return x->at < y->at ? -1 : 1;
+  return (x->cell > y->cell) - (x->cell < y->cell);
+}
+
 /* Lowering state. */
 typedef struct lower {
   const ir_module *m;
@@ -51,8 +65,16 @@ typedef struct lower {
   long *pos;        /* [(s * nmb + m) * 3 + slot]: position in the reference order (F, B, W) */
   release *rel;     /* pending releases of sent buffers */
   int nrel, rel_cap;
-  release *off;     /* offloaded buffers whose copy to host memory is pending (due unused) */
+  release *off;     /* offloaded buffers whose copy to host memory is pending (due: the cell
+                       s * nmb + m) */
+  double *offload_end; /* [s * nmb + m]: when the simulator's copy to host memory ended (the
+                       device freed the activations) */
   int noff, off_cap;
+  double *reload_at; /* [s * nmb + m]: 0 until the cell's copy back is RELOADed, then -1 */
+  reload_ev *reloads; /* per rank, the simulator's copies back in time order:
+                       reloads[reload_first[r] .. reload_first[r + 1]) */
+  int *reload_first; /* ranks + 1 entries */
+  int *reload_next; /* per rank: the next of its reloads not yet emitted */
   double *when;     /* [((s * nmb + m) * 3 + slot) * 2 + 0/1]: simulated start and end of the
                        operation (a fused BW in the B slot) */
   int *pred_cap;    /* per rank: entries allocated in its program's pred table */
@@ -118,13 +140,15 @@ static void release_due(lower *L, int r, long now) {
   L->nrel = k;
 }
 
-/* Release (WAIT, FREE) the buffers of rank r whose copy to host memory is pending: before the
- * rank's next F or RELOAD allocates, and at the end of the step. */
-static void release_offloads(lower *L, int r) {
+/* Release (WAIT, FREE) the buffers of rank r whose copy to host memory is pending and that the
+ * simulator freed by time t (their copy ended): at each operation of the rank, as its start
+ * passes their end; all of them (t = INFINITY) before the rank's next F allocates and at the end
+ * of the step. */
+static void release_offloads(lower *L, int r, double t) {
   int k = 0;
   for (int i = 0; i < L->noff; i++) {
     release *x = &L->off[i];
-    if (x->rank == r) {
+    if (x->rank == r && L->offload_end[x->due] <= t) {
       emit(L, r, BE_OP_WAIT, x->buf, 0, 0, 0, 0, 0);
       emit(L, r, BE_OP_FREE, x->buf, 0, 0, 0, 0, 0);
     } else {
@@ -139,18 +163,34 @@ static void release_offloads(lower *L, int r) {
 static void offload(lower *L, int r, int buf, be_tensor_kind t, int s, int mb) {
   if (buf < 0) return;
   emit(L, r, BE_OP_OFFLOAD, buf, t, s, mb, 0, 0);
-  release x = {r, buf, 0};
+  release x = {r, buf, (long)s * L->nmb + mb}; /* due: its cell, for offload_end */
   VEC_PUSH(L->off, L->noff, L->off_cap, x);
 }
 
 /* Post the RELOAD of tensor t of stage s, microbatch mb into a new buffer of rank r when 'had'
- * (the buffer F kept, -1: none) was offloaded; returns the new buffer (or -1), which the caller
- * WAITs for before B. */
+ * (the buffer F kept, -1: none) was offloaded; returns the new buffer (or -1), which B WAITs for. */
 static int reload(lower *L, int r, int had, be_tensor_kind t, int s, int mb) {
   if (had < 0) return -1;
   int b = new_buf(L, r, t, s);
   emit(L, r, BE_OP_RELOAD, b, t, s, mb, 0, 0);
   return b;
+}
+
+/* The copy back of cell i (stage s * nmb + microbatch) on rank r, once, after its copies out
+ * (which ended before the simulator posted it): RELOAD its stash and wstash. */
+static void reload_cell(lower *L, int r, int i) {
+  if (L->reload_at[i] < 0) return;
+  L->reload_at[i] = -1;
+  release_offloads(L, r, L->offload_end[i]);
+  int s = i / L->nmb, mb = i % L->nmb;
+  L->stash[i] = reload(L, r, L->stash[i], BE_T_STASH, s, mb);
+  L->wstash[i] = reload(L, r, L->wstash[i], BE_T_WSTASH, s, mb);
+}
+
+/* The copies back of rank r that the simulator posted at or before time t. */
+static void reload_due(lower *L, int r, double t) {
+  while (L->reload_next[r] < L->reload_first[r + 1] && L->reloads[L->reload_next[r]].at <= t)
+    reload_cell(L, r, L->reloads[L->reload_next[r]++].cell);
 }
 
 /* Post at the consumer the receive of what operation (kind, s, mb) will produce, when that
@@ -190,10 +230,13 @@ static void lower_op(lower *L, const ir_op *o, long now) {
   int s = o->stage, mb = o->mb, nmb = L->nmb, r = L->rank_of[s];
   int i = s * nmb + mb;
   bool offloads = L->s->stages[s].offload;
+  double t = L->when[(i * 3 + (o->kind == IR_OP_F ? SL_F : o->kind == IR_OP_W ? SL_W : SL_B)) * 2];
   release_due(L, r, now);
+  release_offloads(L, r, t);
+  reload_due(L, r, t);
   post_receives(L, o->kind, s, mb);
   if (o->kind == IR_OP_F) {
-    release_offloads(L, r); /* the copies out end before this F allocates */
+    release_offloads(L, r, INFINITY); /* the copies out end before this F allocates */
     int in;
     if (s == 0) {
       in = new_buf(L, r, BE_T_INPUT, 0);
@@ -224,11 +267,9 @@ static void lower_op(lower *L, const ir_op *o, long now) {
   } else if (o->kind == IR_OP_B || o->kind == IR_OP_BW) {
     int g = L->grad_in[(s + 1) * nmb + mb];
     wait_if_pending(L, r, g);
-    if (offloads) { /* the copies back, once B's gradient is here (and the copies out ended) */
-      release_offloads(L, r);
-      L->stash[i] = reload(L, r, L->stash[i], BE_T_STASH, s, mb);
-      L->wstash[i] = reload(L, r, L->wstash[i], BE_T_WSTASH, s, mb);
-      int back[2] = {L->stash[i], L->wstash[i]}; /* both copies in flight, then their WAITs */
+    if (offloads) { /* the copies back (posted here unless the simulator posted them earlier) */
+      reload_cell(L, r, i);
+      int back[2] = {L->stash[i], L->wstash[i]};
       for (int k = 0; k < 2; k++)
         if (back[k] >= 0) emit(L, r, BE_OP_WAIT, back[k], 0, 0, 0, 0, 0);
     }
@@ -698,6 +739,34 @@ be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where) {
     w[1] = ev->end;
   }
   build_tables(&L);
+  /* the simulator's copies back, per rank in the order it posted them */
+  int nr = L.s->nranks;
+  L.reload_at = xcalloc((size_t)(cells ? cells : 1), sizeof *L.reload_at);
+  L.offload_end = xcalloc((size_t)(cells ? cells : 1), sizeof *L.offload_end);
+  for (int e = 0; e < res.nops; e++)
+    if ((int)res.ops[e].kind == SIM_OP_OFFLOAD && res.ops[e].stage >= 0)
+      L.offload_end[res.ops[e].stage * L.nmb + res.ops[e].mb] = res.ops[e].end;
+  L.reloads = xmalloc((size_t)(cells ? cells : 1) * sizeof *L.reloads);
+  L.reload_first = xcalloc((size_t)nr + 1, sizeof *L.reload_first);
+  L.reload_next = xcalloc((size_t)(nr ? nr : 1), sizeof *L.reload_next);
+  for (int e = 0; e < res.nops; e++)
+    if ((int)res.ops[e].kind == SIM_OP_RELOAD && res.ops[e].stage >= 0)
+      L.reload_first[L.rank_of[res.ops[e].stage] + 1]++;
+  for (int r = 0; r < nr; r++) {
+    L.reload_first[r + 1] += L.reload_first[r];
+    L.reload_next[r] = L.reload_first[r];
+  }
+  for (int e = 0; e < res.nops; e++) {
+    const sim_op_event *ev = &res.ops[e];
+    if ((int)ev->kind != SIM_OP_RELOAD || ev->stage < 0) continue;
+    int r = L.rank_of[ev->stage];
+    L.reloads[L.reload_next[r]++] = (reload_ev){ev->start, ev->stage * L.nmb + ev->mb};
+  }
+  for (int r = 0; r < nr; r++) {
+    L.reload_next[r] = L.reload_first[r];
+    qsort(L.reloads + L.reload_first[r], (size_t)(L.reload_first[r + 1] - L.reload_first[r]),
+          sizeof *L.reloads, reload_cmp);
+  }
   L.pred_cap = xcalloc((size_t)(L.s->nranks ? L.s->nranks : 1), sizeof *L.pred_cap);
   L.s->pred_step = res.makespan;
   for (int r = 0; r < L.s->nranks; r++) {
@@ -723,7 +792,7 @@ be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where) {
     }
     for (int r = 0; r < L.s->nranks; r++) {
       release_due(&L, r, -1);
-      release_offloads(&L, r);
+      release_offloads(&L, r, INFINITY);
       for (int st = 0; st < L.nst && L.s->replicas > 1; st++)
         if (L.rank_of[st] == r) emit(&L, r, BE_OP_ALLREDUCE, st, 0, 0, 0, 0, 0);
       if (te >= 0 && L.rank_of[te] == r) emit(&L, r, BE_OP_TIE, te, th, 0, 0, 0, 0);
@@ -756,6 +825,11 @@ be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where) {
   free(L.pred_cap);
   free(L.rel);
   free(L.off);
+  free(L.reload_at);
+  free(L.offload_end);
+  free(L.reloads);
+  free(L.reload_first);
+  free(L.reload_next);
   sim_result_free(&res);
   sim_model_free(p);
   return out;
