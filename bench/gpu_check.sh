@@ -15,6 +15,8 @@
 #   5. the nccl backend with one rank, as a smoke test.
 # usage: bench/gpu_check.sh [BUILD_DIR]   (default build-gpu; prints figures, exit 0 unless the
 #        build fails; without a visible GPU it prints that it skipped and exits 0 at once)
+# On the lent H200 machine, whose image has CUDA, CMake and MPI but not the Debian build
+# dependencies, first run bench/gpu_deps.sh here: it says what to carry and run there.
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$SRC/build-gpu}
@@ -36,9 +38,12 @@ echo "built"
 PATH=$BUILD/tools:$PATH
 export PATH
 
-say "1. GPU tests"
-python3 /usr/lib/llvm-14/build/utils/lit/lit.py -sv "$BUILD/tests" --filter 'gpu|cuda' 2>&1 | tail -15
-[ -x "$BUILD/tests/gpu/octo_gpu_tests" ] && "$BUILD/tests/gpu/octo_gpu_tests" 2>&1 | tail -15
+say "1. GPU tests (at most 60 s a test and 240 s in all, so that the later sections run)"
+timeout 240 python3 /usr/lib/llvm-14/build/utils/lit/lit.py -sv --timeout=60 "$BUILD/tests" \
+  --filter 'gpu|cuda' > "$T/lit.log" 2>&1 || echo "lit: exit $? (124: the 240 s ran out)"
+grep -E '^(FAIL|TIMEOUT|UNRESOLVED|XPASS):' "$T/lit.log"
+tail -8 "$T/lit.log"
+[ -x "$BUILD/tests/gpu/octo_gpu_tests" ] && timeout 120 "$BUILD/tests/gpu/octo_gpu_tests" 2>&1 | tail -15
 
 say "1b. every layer kind's kernels on the GPU against the CPU (same weights; float32, then bf16 GEMM inputs)"
 "$BUILD/tests/unit/octo_kernel_cases" check-gpu 2>&1

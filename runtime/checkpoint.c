@@ -1101,12 +1101,12 @@ static int ck_find_step(const char *dir, rt_run_opts *o, strbuf *err) {
         strbuf_printf(err, "--resume=%s: latest does not name a step directory (step-NNNNNNNN)",
                       dir);
         rc = -1;
-      } else if (strlen(dir) + 1 + n >= sizeof o->resume_dir) {
+      } else if (snprintf(o->resume_dir, sizeof o->resume_dir, "%s/%s", dir, name) >=
+                 (int)sizeof o->resume_dir) { /* checking the length is what silences GCC 13 */
         strbuf_printf(err, "--resume=%s: the path is longer than %zu bytes", dir,
                       sizeof o->resume_dir - 1);
+        o->resume_dir[0] = 0;
         rc = -1;
-      } else {
-        snprintf(o->resume_dir, sizeof o->resume_dir, "%s/%s", dir, name);
       }
       free(name);
     }
