@@ -770,12 +770,8 @@ static void start_op(sim_ctx *c, int dv, int s, int mb, int slot, bool fused) {
   }
   if (c->r->order) ir_schedule_push(&c->r->order[dv], fused ? IR_OP_BW : (ir_op_kind)slot, s, mb);
   wd->pos++;
-  if (c->o->record) {
-    /* Memory after the op: F's allocation now; a backward's release at its end. */
-    double mem = wd->mem;
-    if (slot == SL_B) mem -= fused ? st->act + st->rebuild : st->act - st->act_w;
-    if (slot == SL_W) mem -= st->act_w + st->rebuild;
-    record_op(c, fused ? IR_OP_BW : slot, dv, s, mb, c->now, c->now + dur, mem, wd->mem);
+  if (c->o->record) { /* a backward's memory after its end is written by op_done */
+    record_op(c, fused ? IR_OP_BW : slot, dv, s, mb, c->now, c->now + dur, wd->mem, wd->mem);
     wd->event = c->r->nops - 1;
   }
   heap_push(w, c->now + dur, op * 2);
@@ -966,7 +962,7 @@ static void op_done(sim_ctx *c, int op) {
     wd->mem -= st->act_w + st->rebuild;
     wd->inflight--;
   }
-  /* a backward's memory after its end, exact even when a copy to the host ended meanwhile */
+  /* a backward's memory after its end (a copy to the host may have ended meanwhile) */
   if (c->o->record && slot != SL_F) c->r->ops[wd->event].mem = wd->mem;
   if (w->ndefer && slot != SL_F) retry_reloads(c, dv);
   try_start(c, dv);

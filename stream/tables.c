@@ -192,17 +192,25 @@ void be_tensor_text(strbuf *sb, be_tensor_ref t) {
     strbuf_printf(sb, "%d s%d mb%d", (int)t.kind, (int)t.stage, (int)t.mb);
 }
 
+/* The tag of a message or host copy (SEND, RECV, OFFLOAD, RELOAD): its tensor-kind operand and
+ * the stage and microbatch after it, wherever isa.def puts them. Pre: in->op is one of those. */
+static be_tensor_ref tag_of(const be_inst *in) {
+  const be_op_info *o = &be_ops[in->op];
+  int j = 0;
+  while (j + 2 < o->nops && o->kinds[j] != BE_K_TENSOR && o->kinds[j] != BE_K_HTENSOR) j++;
+  return (be_tensor_ref){(be_tensor_kind)in->a[j], in->a[j + 1], in->a[j + 2]};
+}
+
 void be_msg_text(strbuf *sb, const be_inst *in) {
+  be_tensor_ref t = tag_of(in);
   if (in->op == BE_OP_OFFLOAD || in->op == BE_OP_RELOAD) {
     bool out = in->op == BE_OP_OFFLOAD;
-    be_tensor_ref t = {(be_tensor_kind)in->a[1], in->a[2], in->a[3]};
     strbuf_puts(sb, out ? "offload " : "reload ");
     be_tensor_text(sb, t);
     strbuf_puts(sb, out ? " to host" : " from host");
     return;
   }
   bool send = in->op == BE_OP_SEND;
-  be_tensor_ref t = {(be_tensor_kind)in->a[2], in->a[3], in->a[4]};
   strbuf_puts(sb, send ? "send " : "recv ");
   be_tensor_text(sb, t);
   strbuf_printf(sb, " %s rank %d", send ? "->" : "<-", (int)in->a[0]);
@@ -274,16 +282,10 @@ bool be_operand_tensor(const be_stream *s, const be_inst *in, int k, be_tensor_r
   case BE_OP_BWD_W: kind = BE_T_WSTASH; break;
   case BE_OP_SEND:
   case BE_OP_RECV:
-    kind = (be_tensor_kind)in->a[2];
-    st = in->a[3];
-    mb = in->a[4];
-    break;
   case BE_OP_OFFLOAD:
   case BE_OP_RELOAD:
-    kind = (be_tensor_kind)in->a[1];
-    st = in->a[2];
-    mb = in->a[3];
-    break;
+    *t = tag_of(in);
+    return true;
   default: return false;
   }
   t->kind = kind;

@@ -56,39 +56,30 @@ static double tt_adaptive(ir_module *m, diag_engine *q) {
   return ms;
 }
 
-/* Best adaptive makespan over every partition and placement of m's layers (exhaustive). */
-static double tt_exhaustive(ir_module *m, int at, diag_engine *q) {
-  if (at == m->nlayers) return tt_adaptive(m, q);
-  double best = INFINITY;
-  int k = m->nstages;
-  for (int end = at + 1; end <= m->nlayers; end++)
-    for (int dv = 0; dv < m->ndevices; dv++) {
-      m->nstages = k;
-      ir_module_add_stage(m, at, end)->device = dv;
-      double ms = tt_exhaustive(m, end, q);
-      if (ms < best) best = ms;
-    }
-  m->nstages = k;
-  return best;
-}
-
-/* The same with every stage also offloading or not (m's devices have a 'pcie'). */
-static double tt_exhaustive_offload(ir_module *m, int at, diag_engine *q) {
+/* Best adaptive makespan over every partition and placement of m's layers from layer 'at' on
+ * (exhaustive), with every stage also offloading or not when 'offload' (m's devices have a
+ * 'pcie'). */
+static double tt_search(ir_module *m, int at, bool offload, diag_engine *q) {
   if (at == m->nlayers) return tt_adaptive(m, q);
   double best = INFINITY;
   int k = m->nstages;
   for (int end = at + 1; end <= m->nlayers; end++)
     for (int dv = 0; dv < m->ndevices; dv++)
-      for (int off = 0; off < 2; off++) {
+      for (int off = 0; off <= (int)offload; off++) {
         m->nstages = k;
         ir_stage *st = ir_module_add_stage(m, at, end);
         st->device = dv;
         st->offload = off;
-        double ms = tt_exhaustive_offload(m, end, q);
+        double ms = tt_search(m, end, offload, q);
         if (ms < best) best = ms;
       }
   m->nstages = k;
   return best;
+}
+
+/* Best adaptive makespan over every partition and placement of m's layers (exhaustive). */
+static double tt_exhaustive(ir_module *m, int at, diag_engine *q) {
+  return tt_search(m, at, false, q);
 }
 
 /* Tuner options for tests: converges well before the budget. */
@@ -150,7 +141,7 @@ void test_tune_exhaustive(void) {
     ir_module *e = ir_module_clone(m);
     double plain = tt_exhaustive(e, 0, q);
     e->nstages = 0;
-    double want = tt_exhaustive_offload(e, 0, q);
+    double want = tt_search(e, 0, true, q);
     ir_module_free(e);
     UNIT_CHECK(want <= plain);
     off_better += want < plain * (1 - 1e-9);
