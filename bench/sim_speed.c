@@ -104,7 +104,7 @@ int main(int argc, char **argv) {
     if (!p) return 1;
     long ops = (long)b->devices * b->per_device * b->mb * 3;
     sim_result r = {0};
-    sim_opts pri = {.choose = greedy}, fixed = {0}, rec = {.record = true};
+    sim_opts pri = {.choose = greedy, .order = true}, fixed = {0}, rec = {.record = true};
     double ms_p, ms_f, ms_r;
     double tp = time_runs(p, m, &pri, reps, &r, &ms_p);
     sim_store_order(&r, m);

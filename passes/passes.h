@@ -180,13 +180,15 @@ typedef struct pass_adaptive_opts {
 pass_adaptive_opts pass_adaptive_default(void);
 
 /* Run the adaptive scheduler on problem p, built by sim_model_build from m (stages all placed,
- * costs complete), into r (priority mode; r->order holds the order chosen). Reports nothing.
+ * costs complete), into r (priority mode; the order chosen is not kept). Reports nothing.
  * Returns SIM_OK, or SIM_DEADLOCK when a device cannot hold even one microbatch: then
  * *overflow_dev and *overflow (bytes over its limit, the worst device) say where, and r is not
- * run; or, with cutoff > 0 (seconds; 0: none), SIM_CUTOFF as soon as the step provably ends
- * after it (sim_opts.cutoff). Pre: r zero-initialized or reused. */
+ * run; or, when 'limits' (NULL: none) gives them, SIM_CUTOFF as soon as the step provably ends
+ * after its cutoff and SIM_STOPPED when its stop says so (only limits' cutoff, stop and stop_ctx
+ * are read). Pre: r zero-initialized or reused. */
 sim_status pass_adaptive_run(const sim_model *p, const ir_module *m, const pass_adaptive_opts *o,
-                             double cutoff, sim_result *r, int *overflow_dev, double *overflow);
+                             const sim_opts *limits, sim_result *r, int *overflow_dev,
+                             double *overflow);
 
 /* ---- Megatron's partition notations (layout.def) ------------------------------------------ */
 

@@ -84,21 +84,20 @@ static int sched_adapt_choose(void *ctx, const sim_view *v, const sim_cand *c, i
     if (*best < 0 || sched_adapt_before(&c[i], &c[*best])) *best = i;
   }
   double free = v->mem_limit - v->mem_used;
-  bool f_ok = f >= 0 && sched_adapt_safe(ad, c[f].mb, c[f].act, free, v->mem_limit);
-  bool b_ok = b >= 0 && (c[b].rebuild <= 0 ||
-                         sched_adapt_safe(ad, c[b].mb, c[b].rebuild, free, v->mem_limit));
   bool near = f >= 0 && v->mem_used + c[f].act > a->o->mem_margin * v->mem_limit;
-  int pick;
-  if (near && w >= 0)
-    pick = w;
-  else if (f_ok && b_ok)
-    pick = ad->last == IR_OP_F ? b : f;
-  else if (b_ok)
-    pick = b;
-  else if (f_ok)
-    pick = f;
-  else
-    pick = w;
+  /* W when memory is near the margin; else F and B alternate, each when it is safe (F's safety
+   * is checked only where it decides) */
+  int pick = w;
+  if (!(near && w >= 0)) {
+    bool b_ok = b >= 0 && (c[b].rebuild <= 0 ||
+                           sched_adapt_safe(ad, c[b].mb, c[b].rebuild, free, v->mem_limit));
+    if (b_ok && ad->last == IR_OP_F)
+      pick = b;
+    else if (f >= 0 && sched_adapt_safe(ad, c[f].mb, c[f].act, free, v->mem_limit))
+      pick = f;
+    else if (b_ok)
+      pick = b;
+  }
   /* The preferred B (the latest stage's) would not be safe and nothing else is: another B that
    * allocates nothing, or whose rebuilt state is safe, goes on (else a device holding a
    * recomputing stage and one that does not could wait for each other's microbatches). */
@@ -253,7 +252,8 @@ pass_adaptive_opts pass_adaptive_default(void) {
 }
 
 sim_status pass_adaptive_run(const sim_model *p, const ir_module *m, const pass_adaptive_opts *o,
-                             double cutoff, sim_result *r, int *overflow_dev, double *overflow) {
+                             const sim_opts *limits, sim_result *r, int *overflow_dev,
+                             double *overflow) {
   sched_adapt a;
   sched_adapt_init(&a, m, m->ndevices, o);
   *overflow_dev = -1;
@@ -266,7 +266,8 @@ sim_status pass_adaptive_run(const sim_model *p, const ir_module *m, const pass_
   sim_status st = SIM_DEADLOCK;
   if (*overflow_dev < 0) {
     sim_opts so = {.choose = sched_adapt_choose, .ctx = &a, .host = sched_adapt_host,
-                   .fused_bw = !o->split, .cutoff = cutoff};
+                   .fused_bw = !o->split};
+    if (limits) so.cutoff = limits->cutoff, so.stop = limits->stop, so.stop_ctx = limits->stop_ctx;
     st = sim_run(p, m, &so, r);
   }
   sched_adapt_free(&a, m->ndevices);
@@ -284,7 +285,7 @@ int sched_build_adaptive(const sched_shape *sh, const sched_params *prm, diag_en
     rc = 1;
   } else {
     sim_opts so = {.choose = sched_adapt_choose, .ctx = &a, .host = sched_adapt_host,
-                   .fused_bw = !prm->adaptive.split};
+                   .fused_bw = !prm->adaptive.split, .order = true};
     sim_result r = {0};
     if (sim_run(model, m, &so, &r) == SIM_OK) {
       sim_store_order(&r, m);

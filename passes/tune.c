@@ -11,6 +11,7 @@
  * speed. The algorithm, its moves and knobs are documented in docs/tuner.md. */
 #include <limits.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,10 +91,12 @@ typedef struct tune_slot {
   uint64_t key;     /* its hash */
   tune_score score; /* its score, once judged */
   double *busy;     /* per device: busy time when simulated here */
-  int how;          /* SLOT_MEMO, SLOT_SAME (as an earlier slot), SLOT_PRUNED, SLOT_SIM, SLOT_LATE */
+  int how;          /* SLOT_MEMO, SLOT_SAME (as an earlier slot), SLOT_PRUNED, SLOT_SIM, SLOT_LATE,
+                       SLOT_SKIP (not needed: an earlier slot of the batch beats the plan it is
+                       judged against; neither counted nor cached, whether it ran or not) */
   int same;         /* SLOT_SAME: that slot */
 } tune_slot;
-enum { SLOT_MEMO, SLOT_SAME, SLOT_PRUNED, SLOT_SIM, SLOT_LATE };
+enum { SLOT_MEMO, SLOT_SAME, SLOT_PRUNED, SLOT_SIM, SLOT_LATE, SLOT_SKIP };
 
 /* Most candidates of one batch. */
 enum { TUNE_BATCH = 64 };
@@ -131,6 +134,10 @@ typedef struct tuner {
                               cut or not): the work budget's count */
   double cutoff;           /* the batch being judged: its simulations stop once their step
                               provably exceeds this (s; 0: none) */
+  const tune_score *beat;  /* the batch being judged for a first improvement: the score to beat
+                              (NULL: every slot is judged) */
+  atomic_int first_win;    /* the lowest slot of that batch known to beat it (TUNE_BATCH: none
+                              yet); the slots after it are not needed */
   int iters;               /* search iterations */
   uint64_t rng;            /* xorshift state */
   double t0;               /* start time */
@@ -238,10 +245,12 @@ static bool tune_spent(tuner *t) {
   return t->late;
 }
 
-/* Simulate plan pl with the adaptive scheduler on worker wk; busy[] receives the devices' busy
- * times (0 unless the plan runs). Thread-safe for distinct workers. */
+/* Simulate plan pl with the adaptive scheduler on worker wk, within 'limits' (its cutoff and stop,
+ * as pass_adaptive_run); busy[] receives the devices' busy times (0 unless the plan runs);
+ * *stopped says whether limits' stop ended the run (the score is then tune_worst's). Thread-safe
+ * for distinct workers. */
 static tune_score tune_simulate(const tuner *t, tune_worker *wk, const tune_plan *pl,
-                                double *busy) {
+                                const sim_opts *limits, double *busy, bool *stopped) {
   tune_score sc = tune_worst;
   memset(busy, 0, (size_t)t->p * sizeof *busy);
   ir_module *w = wk->w;
@@ -253,9 +262,10 @@ static tune_score tune_simulate(const tuner *t, tune_worker *wk, const tune_plan
   }
   sim_model *p = sim_model_build(w, wk->quiet);
   if (p) {
-    sim_status st = pass_adaptive_run(p, w, &pl->knobs, t->cutoff, &wk->r, &sc.overflow_dev,
+    sim_status st = pass_adaptive_run(p, w, &pl->knobs, limits, &wk->r, &sc.overflow_dev,
                                       &sc.overflow);
     sc.cut = st == SIM_CUTOFF;
+    *stopped = st == SIM_STOPPED;
     if (st == SIM_OK) {
       sc.ok = true;
       sc.fits = wk->r.fits;
@@ -337,25 +347,59 @@ typedef struct tune_job {
   int *which; /* slots to simulate */
 } tune_job;
 
+/* What a slot's simulation asks now and then: whether an earlier slot of its batch already beats
+ * the plan the batch is judged against. */
+typedef struct tune_stop_ctx {
+  tuner *t;  /* the tuner */
+  int slot;  /* the slot simulated */
+} tune_stop_ctx;
+
+/* sim_opts.stop of a slot's simulation (tune_stop_ctx). */
+static bool tune_stop(void *ctx) {
+  const tune_stop_ctx *c = ctx;
+  return atomic_load_explicit(&c->t->first_win, memory_order_relaxed) < c->slot;
+}
+
 static void tune_job_run(void *ctx, int i, int worker) {
   tune_job *j = ctx;
   tuner *t = j->t;
-  tune_slot *sl = &t->slots[j->which[i]];
+  int slot = j->which[i];
+  tune_slot *sl = &t->slots[slot];
   if (t->o->budget > 0 && support_seconds() - t->t0 > t->o->budget) {
     sl->how = SLOT_LATE; /* past the time budget: not simulated */
     return;
   }
-  sl->score = tune_simulate(t, &t->workers[worker], &sl->plan, sl->busy);
+  tune_stop_ctx sc = {t, slot};
+  sim_opts limits = {.cutoff = t->cutoff};
+  if (t->beat) {
+    if (tune_stop(&sc)) { /* an earlier slot wins: this one is not needed */
+      sl->how = SLOT_SKIP;
+      return;
+    }
+    limits.stop = tune_stop, limits.stop_ctx = &sc;
+  }
+  bool stopped = false;
+  sl->score = tune_simulate(t, &t->workers[worker], &sl->plan, &limits, sl->busy, &stopped);
+  if (stopped) sl->how = SLOT_SKIP;
+  if (!t->beat || stopped || !score_better(&sl->score, t->beat)) return;
+  int won = atomic_load(&t->first_win);
+  while (slot < won && !atomic_compare_exchange_weak(&t->first_win, &won, slot)) {
+  }
 }
 
 /* Judge the first n slots of the batch: from the cache, as an earlier slot of the same batch,
  * discarded when their bound is above 'cutoff' (a step no better plan can have; INFINITY: no
  * discarding), else simulated on the pool, each simulation stopped once its step provably
- * exceeds 'cutoff', and cached when it ran to the end, in slot order. Pruned, cut and late slots
- * get a score that is never better than any plan that ran. Post: every slot's score is set. */
-static void tune_batch(tuner *t, int n, double cutoff) {
+ * exceeds 'cutoff', and cached when it ran to the end, in slot order. With 'beat' (NULL: none)
+ * the batch only looks for its first slot whose score is better than *beat: the slots after the
+ * first that is (SLOT_SKIP) are not simulated, or stopped when one before them turns out to be,
+ * and neither counted nor cached even when they ran to their end, so that what the batch counts
+ * and caches does not depend on the threads. Pruned, cut, late and skipped slots get a score
+ * that is never better than any plan that ran. Post: every slot's score is set. */
+static void tune_batch(tuner *t, int n, double cutoff, const tune_score *beat) {
   int which[TUNE_BATCH], nsim = 0;
   double *work = t->scratch, *stat = work + t->p, *head = stat + t->p;
+  int won = TUNE_BATCH; /* the first cached slot that beats *beat */
   for (int i = 0; i < n; i++) {
     tune_slot *sl = &t->slots[i];
     sl->key = plan_hash(&sl->plan);
@@ -364,6 +408,7 @@ static void tune_batch(tuner *t, int n, double cutoff) {
     if (e->key == sl->key) {
       sl->how = SLOT_MEMO;
       sl->score = e->score;
+      if (beat && won == TUNE_BATCH && score_better(&sl->score, beat)) won = i;
       continue;
     }
     for (int j = 0; j < i && sl->how == SLOT_SIM; j++)
@@ -379,11 +424,18 @@ static void tune_batch(tuner *t, int n, double cutoff) {
   }
   tune_job job = {t, which};
   t->cutoff = isfinite(cutoff) ? cutoff * (1 + 1e-9) : 0;
+  t->beat = beat;
+  atomic_store(&t->first_win, won);
   support_pool_run(t->pool, nsim, tune_job_run, &job);
+  won = atomic_load(&t->first_win);
   t->cutoff = 0;
+  t->beat = NULL;
   for (int i = 0; i < n; i++) {
     tune_slot *sl = &t->slots[i];
-    if (sl->how == SLOT_SIM) {
+    if (i > won && (sl->how == SLOT_SIM || sl->how == SLOT_SKIP)) {
+      sl->how = SLOT_SKIP;
+      sl->score = tune_worst;
+    } else if (sl->how == SLOT_SIM) {
       t->evals++;
       t->work += 3.0 * sl->plan.k * t->nmb;
       if (sl->score.cut)
@@ -402,7 +454,7 @@ static void tune_batch(tuner *t, int n, double cutoff) {
 /* The score of plan pl: from the cache, else simulated (and cached). */
 static tune_score tune_eval(tuner *t, const tune_plan *pl) {
   plan_copy(&t->slots[0].plan, pl);
-  tune_batch(t, 1, INFINITY);
+  tune_batch(t, 1, INFINITY, NULL);
   return t->slots[0].score;
 }
 
@@ -604,7 +656,7 @@ static void tune_descend(tuner *t, tune_plan *cur, tune_score *cs, tune_plan *be
       if (size_at + 1 < (int)(sizeof batch_sizes / sizeof batch_sizes[0])) size_at++;
       for (; at < nmv && n < want; at++)
         if (tune_move(t, cur, mv[at].kind, mv[at].s, mv[at].d, &t->slots[n].plan)) n++;
-      tune_batch(t, n, cs->fits ? cs->makespan : INFINITY);
+      tune_batch(t, n, cs->fits ? cs->makespan : INFINITY, cs);
       for (int i = 0; i < n && found < 0; i++)
         if (score_better(&t->slots[i].score, cs)) found = i;
     }
@@ -676,7 +728,7 @@ static double tune_space(int n, int p, int kmax) {
 
 /* Judge the n plans of the enumeration's batch, keeping the best in *best / *bs. */
 static void enum_flush(tuner *t, int *n, tune_plan *best, tune_score *bs) {
-  tune_batch(t, *n, bs->fits ? bs->makespan : INFINITY);
+  tune_batch(t, *n, bs->fits ? bs->makespan : INFINITY, NULL);
   for (int i = 0; i < *n; i++)
     if (score_better(&t->slots[i].score, bs)) {
       *bs = t->slots[i].score;
@@ -1006,7 +1058,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
       tune_place_lpt(&t, &t.slots[nstart].plan);
       nstart++;
     }
-  tune_batch(&t, nstart, INFINITY);
+  tune_batch(&t, nstart, INFINITY, NULL);
   int balanced = -1; /* the best start placed for balance: a seed of its own (its local optimum
                         differs most from those of the starts in pipeline order) */
   /* the best start that recomputes nothing (of the first n0), and the best all-offloading one */

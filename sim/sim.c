@@ -480,6 +480,7 @@ typedef struct sim_wdev {
   int event;      /* recorded runs: the timeline index of the running operation's event */
   int out;        /* copies to host memory in flight: its next F waits until they end (the
                      runtime frees their buffers before it) */
+  int nready;     /* priority mode: entries of its ready list (sim_work.ready) */
   bool at_tie;    /* it waits at the exchange for its twin (sim_model.tie_dev) */
 } sim_wdev;
 
@@ -490,7 +491,10 @@ typedef struct sim_work {
   sim_wdev *dev;      /* per device */
   int dev_cap;        /* capacity of 'dev' */
   int *next_mb;       /* priority mode: per stage and slot, next microbatch to offer */
-  int stage_cap;      /* capacity of next_mb */
+  int *ready;         /* priority mode: per device dv, from SL_N x its first_stage on, the
+                         stage-and-slot keys (s * SL_N + slot) whose next microbatch has all its
+                         inputs (sim_wdev.nready of them, ascending: the order offered) */
+  int stage_cap;      /* capacity of next_mb and ready */
   tick *grad_ready;   /* per stage: when its last backward (W or BW) started so far ends ... */
   tick *grad_start;   /* ... and when it started */
   int ready_cap;      /* capacity of both */
@@ -505,8 +509,7 @@ typedef struct sim_work {
   sim_event *heap;    /* pending events */
   int nheap, heap_cap; /* events pending, allocated */
   uint32_t seq;       /* next event sequence number */
-  sim_cand *cands;    /* priority mode: candidates offered */
-  int cands_cap;      /* allocated candidates */
+  sim_cand *cands;    /* priority mode: candidates offered (room for stage_cap) */
 } sim_work;
 
 /* Heap order of events: earlier time first, then earlier posting. */
@@ -578,6 +581,8 @@ static void work_reset(sim_work *w, const sim_model *p) {
   }
   if (p->nstages * SL_N > w->stage_cap) {
     w->next_mb = grow(w->next_mb, sizeof(int), (size_t)p->nstages * SL_N);
+    w->ready = grow(w->ready, sizeof(int), (size_t)p->nstages * SL_N);
+    w->cands = grow(w->cands, sizeof *w->cands, (size_t)p->nstages * SL_N);
     w->stage_cap = p->nstages * SL_N;
   }
   if (p->nstages > w->ready_cap) {
@@ -624,9 +629,27 @@ static void record_op(sim_ctx *c, int kind, int dev, int s, int mb, tick start, 
   VEC_PUSH(r->ops, r->nops, r->ops_cap, e);
 }
 
+/* Priority mode: the next microbatch of stage s's slot has all its inputs: add the key to its
+ * device's ready list, in order. */
+static void ready_add(sim_ctx *c, int s, int slot) {
+  const sim_model *p = c->p;
+  sim_wdev *wd = &c->w->dev[p->st[s].dev];
+  int *list = c->w->ready + (size_t)p->dev[p->st[s].dev].first_stage * SL_N;
+  int key = s * SL_N + slot, i = wd->nready++;
+  for (; i > 0 && list[i - 1] > key; i--) list[i] = list[i - 1];
+  list[i] = key;
+}
+
 /* One input of 'op' has arrived (operations start at the current time, so only the count of
- * missing inputs matters). */
-static inline void satisfy(sim_work *w, int op) { w->op[op].deps--; }
+ * missing inputs matters); in priority mode, the op joins its device's ready list when that was
+ * its last input and it is its stage's next of its kind to offer. */
+static inline void satisfy(sim_ctx *c, int op) {
+  sim_work *w = c->w;
+  if (--w->op[op].deps != 0 || !c->o->choose) return;
+  int slot = op % SL_N, smb = op / SL_N, s = smb / c->p->nmb;
+  if (w->next_mb[s * SL_N + slot] == smb % c->p->nmb && !(slot == SL_W && c->o->fused_bw))
+    ready_add(c, s, slot);
+}
 
 /* Send a tensor to 'op' (input of stage s2) over link 'link' taking 'dur', posted at now. */
 static void transfer(sim_ctx *c, int link, tick dur, int op, ir_op_kind kind, int s1, int s2,
@@ -711,7 +734,7 @@ static void retry_reloads(sim_ctx *c, int dv) {
  * waits, else queue it for retry_reloads. */
 static void arrive(sim_ctx *c, int op) {
   sim_work *w = c->w;
-  satisfy(w, op);
+  satisfy(c, op);
   if (op % SL_N != SL_B || !c->p->st[op / SL_N / c->p->nmb].offload || w->op[op].deps != 1 ||
       (w->op[op].state & 0x40))
     return;
@@ -864,40 +887,34 @@ static void finish_device(sim_ctx *c, int dv) {
   }
 }
 
-/* Priority mode: offer dv its ready operations and start the one the callback picks. */
+/* Priority mode: offer dv its ready operations (its ready list's, an F only once its copies to
+ * host memory in flight ended) and start the one the callback picks; the stage's next
+ * microbatch of that kind joins the list when its inputs are all there. */
 static void offer(sim_ctx *c, int dv) {
   const sim_model *p = c->p;
   sim_work *w = c->w;
-  const sim_dev *x = &p->dev[dv];
-  int n = 0;
-  int pf = 0, pb = 0, pw = 0;
-  for (int i = 0; i < x->nstages; i++) {
-    int s = p->dev_stages[x->first_stage + i];
-    int *nx = &w->next_mb[s * SL_N];
-    pf += p->nmb - nx[SL_F];
-    pb += p->nmb - nx[SL_B];
-    if (!c->o->fused_bw) pw += p->nmb - nx[SL_W];
-    for (int slot = 0; slot < SL_N; slot++) {
-      if (slot == SL_W && c->o->fused_bw) continue;
-      int mb = nx[slot];
-      if (mb >= p->nmb || w->op[op_id(p, s, mb, slot)].deps != 0) continue;
-      if (slot == SL_F && w->dev[dv].out) continue; /* after the copies to host in flight */
-      VEC_RESERVE(w->cands, n, w->cands_cap);
-      bool fb = slot == SL_B && c->o->fused_bw;
-      w->cands[n++] = (sim_cand){fb ? IR_OP_BW : (ir_op_kind)slot, s, mb,
-                                 slot == SL_F ? p->st[s].act : 0,
-                                 slot == SL_B ? p->st[s].rebuild : 0};
-    }
+  sim_wdev *wd = &w->dev[dv];
+  int *list = w->ready + (size_t)p->dev[dv].first_stage * SL_N, n = 0;
+  for (int i = 0; i < wd->nready; i++) {
+    int s = list[i] / SL_N, slot = list[i] % SL_N;
+    if (slot == SL_F && wd->out) continue; /* after the copies to host in flight */
+    bool fb = slot == SL_B && c->o->fused_bw;
+    w->cands[n++] = (sim_cand){fb ? IR_OP_BW : (ir_op_kind)slot, s, w->next_mb[list[i]],
+                               slot == SL_F ? p->st[s].act : 0,
+                               slot == SL_B ? p->st[s].rebuild : 0};
   }
   if (n == 0) return;
-  sim_wdev *wd = &w->dev[dv];
-  sim_view v = {c->now, dv, wd->mem, p->dev[dv].mem_limit, pf, pb, pw, wd->inflight};
+  sim_view v = {c->now, dv, wd->mem, p->dev[dv].mem_limit, wd->inflight};
   int k = c->o->choose(c->o->ctx, &v, w->cands, n);
   if (k < 0 || k >= n) return; /* offered again when one of its inputs arrives */
   const sim_cand *cd = &w->cands[k];
-  int slot = cd->kind == IR_OP_F ? SL_F : cd->kind == IR_OP_W ? SL_W : SL_B;
-  w->next_mb[cd->stage * SL_N + slot]++;
-  start_op(c, dv, cd->stage, cd->mb, slot, cd->kind == IR_OP_BW);
+  int s = cd->stage, slot = cd->kind == IR_OP_F ? SL_F : cd->kind == IR_OP_W ? SL_W : SL_B;
+  int key = s * SL_N + slot, i = 0;
+  while (list[i] != key) i++;
+  for (wd->nready--; i < wd->nready; i++) list[i] = list[i + 1];
+  int next = ++w->next_mb[key];
+  start_op(c, dv, s, cd->mb, slot, cd->kind == IR_OP_BW);
+  if (next < p->nmb && w->op[op_id(p, s, next, slot)].deps == 0) ready_add(c, s, slot);
 }
 
 /* Device dv is idle at now: start what it can. */
@@ -933,11 +950,11 @@ static void op_done(sim_ctx *c, int op) {
     if (st->offload)
       host_copy(c, op, false);
     else
-      satisfy(w, op + SL_B);
+      satisfy(c, op + SL_B);
     if (s + 1 < p->nstages) {
       int nxt = op_id(p, s + 1, mb, SL_F);
       if (st->link_next < 0) {
-        satisfy(w, nxt);
+        satisfy(c, nxt);
       } else {
         transfer(c, st->link_next, st->x_next, nxt, IR_OP_F, s, s + 1, mb, st->out_bytes);
       }
@@ -949,7 +966,7 @@ static void op_done(sim_ctx *c, int op) {
       wd->inflight--;
     } else {
       wd->mem -= st->act - st->act_w; /* the rebuilt state stays with act_w until W */
-      satisfy(w, op + 1);
+      satisfy(c, op + 1);
     }
     if (s > 0) {
       int prv = op_id(p, s - 1, mb, SL_B);
@@ -1107,13 +1124,12 @@ sim_status sim_run(const sim_model *p, const ir_module *m, const sim_opts *opts,
     r->dev[dv].peak_op = -1;
     r->dev[dv].peak_at = (ir_op){IR_OP_F, -1, -1};
   }
-  if (opts->choose) {
+  if (opts->choose)
+    for (int dv = 0; dv < p->ndev; dv++)
+      w->dev[dv].remaining = p->dev[dv].nstages * p->nmb * (opts->fused_bw ? 2 : 3);
+  if (opts->choose && opts->order) {
     if (!r->order) r->order = xcalloc((size_t)(p->ndev ? p->ndev : 1), sizeof *r->order);
-    for (int dv = 0; dv < p->ndev; dv++) {
-      r->order[dv].nops = 0;
-      const sim_dev *x = &p->dev[dv];
-      w->dev[dv].remaining = x->nstages * p->nmb * (opts->fused_bw ? 2 : 3);
-    }
+    for (int dv = 0; dv < p->ndev; dv++) r->order[dv].nops = 0;
   } else if (r->order) {
     for (int i = 0; i < r->ndevices; i++) free(r->order[i].ops);
     free(r->order);
@@ -1125,8 +1141,17 @@ sim_status sim_run(const sim_model *p, const ir_module *m, const sim_opts *opts,
     r->status = SIM_INVALID;
     return r->status;
   }
+  for (int s = 0; opts->choose && s < p->nstages; s++) /* the first stage's F, in effect */
+    for (int slot = 0; slot < SL_N; slot++)
+      if (w->op[op_id(p, s, 0, slot)].deps == 0 && !(slot == SL_W && opts->fused_bw))
+        ready_add(&c, s, slot);
   for (int dv = 0; dv < p->ndev; dv++) try_start(&c, dv);
-  while (w->nheap > 0 && !c.cut) {
+  for (unsigned nev = 1; w->nheap > 0 && !c.cut; nev++) {
+    if (opts->stop && nev % SIM_STOP_EVERY == 0 && opts->stop(opts->stop_ctx)) {
+      r->status = SIM_STOPPED;
+      snprintf(r->why, sizeof r->why, "stopped by the caller");
+      return r->status;
+    }
     sim_event e = heap_pop(w);
     c.now = e.time;
     int code = e.code < 0 ? -1 - e.code : e.code, op = code >> 1;

@@ -102,9 +102,6 @@ typedef struct sim_view {
   int device;         /* the device choosing */
   double mem_used;    /* its memory in use now (static + live activations, rebuilt state), bytes */
   double mem_limit;   /* its memory limit, bytes */
-  int pending_f;      /* F operations not yet started on this device */
-  int pending_b;      /* B (or BW) operations not yet started on this device */
-  int pending_w;      /* W operations not yet started on this device */
   int in_flight;      /* microbatches this device has run F for and not yet finished W (BW) */
 } sim_view;
 
@@ -127,11 +124,19 @@ typedef struct sim_opts {
   sim_host_fn host;     /* NULL, or told of the offloading stages' copies (see sim_host_fn) */
   bool fused_bw;        /* priority mode: offer fused BW instead of separate B and W */
   bool record;          /* keep the timeline (operations, transfers) in the result */
+  bool order;           /* priority mode: keep the order each device chose (sim_result.order) */
   double cutoff;        /* > 0: stop with SIM_CUTOFF once the step provably ends after this
                            many seconds (an operation starts at t on a device whose compute not
                            yet started, its optimizer step and tied exchange included, takes
                            more than cutoff - t); 0: run to the end */
+  bool (*stop)(void *stop_ctx); /* NULL, or asked every SIM_STOP_EVERY events of the run (from
+                                   its thread): true stops it with SIM_STOPPED (the caller no
+                                   longer needs its result) */
+  void *stop_ctx;       /* passed to stop */
 } sim_opts;
+
+/* Events between two questions to sim_opts.stop. */
+#define SIM_STOP_EVERY 1024
 
 /* One operation of the timeline (recorded runs only). */
 typedef struct sim_op_event {
@@ -190,6 +195,7 @@ typedef enum sim_status {
                        the wrong device or out of range): see 'why' */
   SIM_CUTOFF = 3,   /* stopped early: the step would end after sim_opts.cutoff (the figures of
                        the result are not filled) */
+  SIM_STOPPED = 4,  /* stopped early because sim_opts.stop said so (not filled either) */
 } sim_status;
 
 /* What a device was waiting for when the simulation could not go on. */
@@ -222,7 +228,8 @@ typedef struct sim_result {
   int nops, ops_cap;       /* events recorded, allocated */
   sim_transfer *xfers;     /* transfers in posting order (record only) */
   int nxfers, xfers_cap;   /* transfers recorded, allocated */
-  ir_schedule *order;      /* priority mode: the order each device chose (ndevices entries) */
+  ir_schedule *order;      /* priority mode with sim_opts.order: the order each device chose
+                              (ndevices entries); else NULL */
   sim_stuck *stuck;        /* status DEADLOCK: one entry per device that still had work */
   int nstuck, stuck_cap;   /* entries, allocated */
   char why[200];           /* status INVALID: what is wrong with the schedule */
@@ -248,7 +255,8 @@ void sim_report_failure(const sim_result *r, diag_engine *d, diag_loc where);
 void sim_store_prediction(const sim_result *r, ir_module *m);
 
 /* Replace m's schedules with the order r chose (pre: a SIM_OK priority-mode run of a problem built
- * from m; nothing happens for a fixed-mode run). The 'schedule method' is left as it is. */
+ * from m, with sim_opts.order; nothing happens for other runs). The 'schedule method' is left as
+ * it is. */
 void sim_store_order(const sim_result *r, ir_module *m);
 
 #endif

@@ -92,7 +92,7 @@ void test_sim_priority_1f1b(void) {
   sim_model *p = sim_model_build(m, d);
   UNIT_CHECK(p != NULL);
   int ndev = 4;
-  sim_opts o = {.choose = rule_1f1b, .ctx = &ndev, .fused_bw = true};
+  sim_opts o = {.choose = rule_1f1b, .ctx = &ndev, .fused_bw = true, .order = true};
   sim_result r = {0};
   UNIT_CHECK(sim_run(p, m, &o, &r) == SIM_OK);
   UNIT_CHECK_EQ_DBL(r.makespan, 0.033);
@@ -218,6 +218,43 @@ void test_sim_priority_decline(void) {
   ir_module_free(m);
 }
 
+/* sim_opts.stop: counts the questions; says stop at the 'at'-th (0: never). */
+typedef struct stop_count {
+  int asked, at;
+} stop_count;
+
+static bool stop_at(void *ctx) {
+  stop_count *sc = ctx;
+  return ++sc->asked == sc->at;
+}
+
+/* sim_opts.stop is asked every SIM_STOP_EVERY events and ends the run with SIM_STOPPED when it
+ * says so; a stop that never says so changes nothing. */
+void test_sim_stop(void) {
+  plan_spec ps = {4, 4, 256, NULL, 1e-3, 1e-3, 1e-3, 0, 1e6, 1e6, 1e-6};
+  ir_module *m = make_plan(&ps);
+  diag_engine *d = diag_new(stderr);
+  sim_model *p = sim_model_build(m, d);
+  UNIT_CHECK(p != NULL);
+  sim_opts plain = {.choose = rule_greedy};
+  sim_result a = {0}, b = {0};
+  UNIT_CHECK(sim_run(p, m, &plain, &a) == SIM_OK);
+  stop_count never = {0, 0}, third = {0, 3};
+  sim_opts o = {.choose = rule_greedy, .stop = stop_at, .stop_ctx = &never};
+  UNIT_CHECK(sim_run(p, m, &o, &b) == SIM_OK);
+  UNIT_CHECK_EQ_DBL(b.makespan, a.makespan);
+  UNIT_CHECK(never.asked >= 4); /* over 4 x 256 x 3 operations, two events for most */
+  o.stop_ctx = &third;
+  UNIT_CHECK(sim_run(p, m, &o, &b) == SIM_STOPPED);
+  UNIT_CHECK(third.asked == 3);
+  UNIT_CHECK(strcmp(b.why, "stopped by the caller") == 0);
+  sim_result_free(&a);
+  sim_result_free(&b);
+  sim_model_free(p);
+  diag_free(d);
+  ir_module_free(m);
+}
+
 /* Same input, same output bit for bit, recorded or not, fresh result or reused; an irregular
  * placement (stages 0..5 on devices 0 1 2 2 1 0) with skewed costs and link latency. */
 void test_sim_deterministic(void) {
@@ -226,7 +263,7 @@ void test_sim_deterministic(void) {
   ir_module *m = make_plan(&ps);
   diag_engine *d = diag_new(stderr);
   sim_model *p = sim_model_build(m, d);
-  sim_opts pri = {.choose = rule_greedy, .record = true};
+  sim_opts pri = {.choose = rule_greedy, .record = true, .order = true};
   sim_result a = {0}, b = {0};
   UNIT_CHECK(sim_run(p, m, &pri, &a) == SIM_OK);
   UNIT_CHECK(sim_run(p, m, &pri, &b) == SIM_OK);

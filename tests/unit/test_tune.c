@@ -49,7 +49,7 @@ static double tt_adaptive(ir_module *m, diag_engine *q) {
   pass_adaptive_opts o = {true, 0.9};
   int dev;
   double over;
-  double ms = pass_adaptive_run(p, m, &o, 0, &r, &dev, &over) == SIM_OK && r.fits ? r.makespan
+  double ms = pass_adaptive_run(p, m, &o, NULL, &r, &dev, &over) == SIM_OK && r.fits ? r.makespan
                                                                                 : INFINITY;
   sim_result_free(&r);
   sim_model_free(p);
@@ -267,7 +267,7 @@ void test_tune_adaptive_safe(void) {
       sim_result r = {0};
       int dev;
       double over;
-      sim_status st = pass_adaptive_run(pm, m, &o, 0, &r, &dev, &over);
+      sim_status st = pass_adaptive_run(pm, m, &o, NULL, &r, &dev, &over);
       if (tries == 0) { /* learn what one microbatch needs on the fullest device */
         UNIT_CHECK(st == SIM_DEADLOCK && dev >= 0 && over > 0);
         lim = (lim + over) * (1 + slack);
@@ -278,9 +278,9 @@ void test_tune_adaptive_safe(void) {
           if (!(r.dev[i].peak_mem <= lim * (1 + 1e-9)))
             unit_fail_dbl(__FILE__, __LINE__, "peak <= limit", r.dev[i].peak_mem, lim);
         double step = r.makespan;
-        if (pass_adaptive_run(pm, m, &o, step, &r, &dev, &over) != SIM_OK || r.makespan != step)
+        if (pass_adaptive_run(pm, m, &o, &(sim_opts){.cutoff = step}, &r, &dev, &over) != SIM_OK || r.makespan != step)
           unit_fail_dbl(__FILE__, __LINE__, "not cut at its own step", r.makespan, step);
-        cut += pass_adaptive_run(pm, m, &o, 0.9 * step, &r, &dev, &over) == SIM_CUTOFF;
+        cut += pass_adaptive_run(pm, m, &o, &(sim_opts){.cutoff = 0.9 * step}, &r, &dev, &over) == SIM_CUTOFF;
         ran++;
       }
       sim_result_free(&r);
