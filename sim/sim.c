@@ -11,8 +11,10 @@
 
 #include "sim.h"
 
-/* Operation slots: op id = (stage * microbatches + mb) * 3 + slot. A fused BW uses the B slot. */
-enum { SL_F, SL_B, SL_W, SL_N };
+/* Operation slots: op id = (stage << mb_shift | mb) << SL_BITS | slot (sim_model.mb_shift; shifts
+ * and masks, not divisions, take an id apart on the engine's hot path). A fused BW uses the B
+ * slot. */
+enum { SL_F, SL_B, SL_W, SL_N, SL_BITS = 2 };
 
 /* Time inside the engine: whole picoseconds, so sums are exact and every platform computes the
  * same timeline (a duration is rounded to the picosecond once, when the problem is built). */
@@ -80,6 +82,7 @@ typedef struct sim_dev {
 /* A compiled problem (see sim.h): durations in ticks, stage and device figures, link ids. */
 struct sim_model {
   int ndev, nstages, nmb; /* sizes */
+  int mb_shift;           /* bits of a microbatch index in an op id: 2^mb_shift >= nmb */
   sim_stage *st;          /* per stage */
   sim_dev *dev;           /* per device */
   int *dev_stages;        /* stage indices grouped by device (CSR, see sim_dev) */
@@ -234,6 +237,7 @@ sim_model *sim_model_build(const ir_module *m, diag_engine *d) {
   p->ndev = m->ndevices;
   p->nstages = m->nstages;
   p->nmb = nmb;
+  while ((1L << p->mb_shift) < nmb) p->mb_shift++;
   p->st = xcalloc((size_t)m->nstages, sizeof *p->st);
   p->dev = xcalloc((size_t)(m->ndevices ? m->ndevices : 1), sizeof *p->dev);
   p->dev_stages = xcalloc((size_t)m->nstages, sizeof *p->dev_stages);
@@ -562,15 +566,25 @@ typedef struct sim_ctx {
 
 /* Op id of slot 'slot' of stage s, microbatch mb (see SL_F; fits an int: SIM_MAX_OPS). */
 static inline int op_id(const sim_model *p, int s, int mb, int slot) {
-  return (s * p->nmb + mb) * SL_N + slot;
+  return (s << p->mb_shift | mb) << SL_BITS | slot;
 }
+
+/* Stage, microbatch and slot of op id op. */
+static inline int op_stage(const sim_model *p, int op) { return op >> SL_BITS >> p->mb_shift; }
+static inline int op_mb(const sim_model *p, int op) {
+  return (op >> SL_BITS) & ((1 << p->mb_shift) - 1);
+}
+static inline int op_slot(int op) { return op & ((1 << SL_BITS) - 1); }
+
+/* Op ids of a problem: one past the largest. */
+static size_t op_count(const sim_model *p) { return (size_t)p->nstages << p->mb_shift << SL_BITS; }
 
 /* Resize scratch array 'a' to n elements of size 'sz' (at least one, so never NULL). */
 static void *grow(void *a, size_t sz, size_t n) { return xrealloc(a, (n ? n : 1) * sz); }
 
 /* Make the scratch fit p and reset it for a run. */
 static void work_reset(sim_work *w, const sim_model *p) {
-  size_t nops = (size_t)p->nstages * p->nmb * SL_N;
+  size_t nops = op_count(p);
   if (nops > w->nops_cap) {
     w->op = grow(w->op, sizeof *w->op, nops);
     w->nops_cap = nops;
@@ -646,8 +660,8 @@ static void ready_add(sim_ctx *c, int s, int slot) {
 static inline void satisfy(sim_ctx *c, int op) {
   sim_work *w = c->w;
   if (--w->op[op].deps != 0 || !c->o->choose) return;
-  int slot = op % SL_N, smb = op / SL_N, s = smb / c->p->nmb;
-  if (w->next_mb[s * SL_N + slot] == smb % c->p->nmb && !(slot == SL_W && c->o->fused_bw))
+  int slot = op_slot(op), s = op_stage(c->p, op);
+  if (w->next_mb[s * SL_N + slot] == op_mb(c->p, op) && !(slot == SL_W && c->o->fused_bw))
     ready_add(c, s, slot);
 }
 
@@ -683,7 +697,7 @@ static void note_peak(sim_ctx *c, int dv, ir_op_kind kind, int s, int mb) {
 static void host_copy(sim_ctx *c, int op, bool back) {
   const sim_model *p = c->p;
   sim_work *w = c->w;
-  int s = op / SL_N / p->nmb, mb = op / SL_N % p->nmb;
+  int s = op_stage(p, op), mb = op_mb(p, op);
   const sim_stage *st = &p->st[s];
   int dv = st->dev;
   sim_wdev *wd = &w->dev[dv];
@@ -705,7 +719,7 @@ static void host_copy(sim_ctx *c, int op, bool back) {
 
 /* Whether B op's activations fit back in their device's memory now (within its limit). */
 static bool reload_fits(const sim_ctx *c, int op) {
-  const sim_stage *st = &c->p->st[op / SL_N / c->p->nmb];
+  const sim_stage *st = &c->p->st[op_stage(c->p, op)];
   double lim = c->p->dev[st->dev].mem_limit;
   return c->w->dev[st->dev].mem + st->act <= lim + 1e-9 * lim;
 }
@@ -718,8 +732,8 @@ static void retry_reloads(sim_ctx *c, int dv) {
   bool blocked = false;
   for (int i = 0; i < w->ndefer; i++) {
     int op = w->defer[i];
-    if (c->p->st[op / SL_N / c->p->nmb].dev != dv || blocked || !reload_fits(c, op)) {
-      blocked |= c->p->st[op / SL_N / c->p->nmb].dev == dv;
+    if (c->p->st[op_stage(c->p, op)].dev != dv || blocked || !reload_fits(c, op)) {
+      blocked |= c->p->st[op_stage(c->p, op)].dev == dv;
       w->defer[k++] = op;
     } else {
       host_copy(c, op, true);
@@ -735,13 +749,13 @@ static void retry_reloads(sim_ctx *c, int dv) {
 static void arrive(sim_ctx *c, int op) {
   sim_work *w = c->w;
   satisfy(c, op);
-  if (op % SL_N != SL_B || !c->p->st[op / SL_N / c->p->nmb].offload || w->op[op].deps != 1 ||
+  if (op_slot(op) != SL_B || !c->p->st[op_stage(c->p, op)].offload || w->op[op].deps != 1 ||
       (w->op[op].state & 0x40))
     return;
-  int dv = c->p->st[op / SL_N / c->p->nmb].dev;
+  int dv = c->p->st[op_stage(c->p, op)].dev;
   bool queued = false;
   for (int i = 0; i < w->ndefer && !queued; i++)
-    queued = c->p->st[w->defer[i] / SL_N / c->p->nmb].dev == dv;
+    queued = c->p->st[op_stage(c->p, w->defer[i])].dev == dv;
   if (!queued && reload_fits(c, op)) {
     host_copy(c, op, true);
   } else {
@@ -754,7 +768,7 @@ static void arrive(sim_ctx *c, int op) {
  * frees them. */
 static void host_done(sim_ctx *c, int op) {
   const sim_model *p = c->p;
-  int s = op / SL_N / p->nmb, mb = op / SL_N % p->nmb, dv = p->st[s].dev;
+  int s = op_stage(p, op), mb = op_mb(p, op), dv = p->st[s].dev;
   sim_wdev *wd = &c->w->dev[dv];
   wd->mem -= p->st[s].act;
   wd->out--;
@@ -939,7 +953,7 @@ static void try_start(sim_ctx *c, int dv) {
 static void op_done(sim_ctx *c, int op) {
   const sim_model *p = c->p;
   sim_work *w = c->w;
-  int slot = op % SL_N, smb = op / SL_N, s = smb / p->nmb, mb = smb % p->nmb;
+  int slot = op_slot(op), s = op_stage(p, op), mb = op_mb(p, op);
   const sim_stage *st = &p->st[s];
   int dv = st->dev;
   sim_wdev *wd = &w->dev[dv];
@@ -1157,7 +1171,7 @@ sim_status sim_run(const sim_model *p, const ir_module *m, const sim_opts *opts,
     int code = e.code < 0 ? -1 - e.code : e.code, op = code >> 1;
     if (e.code < 0 && !(code & 1)) { /* F's activations reached the host: now B's input */
       host_done(&c, op);
-      int dv = p->st[op / SL_N / p->nmb].dev;
+      int dv = p->st[op_stage(p, op)].dev;
       if (!w->dev[dv].out && w->dev[dv].running < 0) try_start(&c, dv); /* its F may go on */
       op += SL_B - SL_F;
     }
@@ -1165,9 +1179,9 @@ sim_status sim_run(const sim_model *p, const ir_module *m, const sim_opts *opts,
       arrive(&c, op);
       /* Only an input that makes its operation startable can change what an idle device does:
        * in priority mode, the operation must also be its stage's next of its kind. */
-      int smb = op / SL_N, s = smb / p->nmb, dv = p->st[s].dev;
+      int s = op_stage(p, op), dv = p->st[s].dev;
       if (w->dev[dv].running < 0 && w->op[op].deps == 0 &&
-          (!opts->choose || w->next_mb[s * SL_N + op % SL_N] == smb % p->nmb))
+          (!opts->choose || w->next_mb[s * SL_N + op_slot(op)] == op_mb(p, op)))
         try_start(&c, dv);
     } else {
       op_done(&c, op);
