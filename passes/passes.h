@@ -292,6 +292,8 @@ typedef struct pass_tune_stats {
   int pruned;                /* candidates discarded by their bound without simulating */
   int cut;                   /* of the plans simulated, those stopped once they provably could
                                 not beat the plan they were compared with (sim_opts.cutoff) */
+  int passed;                /* moves not needed: after the first improving one of their batch
+                                (counted in the effort budget with the plans simulated) */
   int jobs;                  /* threads used */
   double seconds;            /* time taken */
   char stop[16];             /* why the search ended: "converged", "effort" or "time" */

@@ -93,7 +93,8 @@ typedef struct tune_slot {
   double *busy;     /* per device: busy time when simulated here */
   int how;          /* SLOT_MEMO, SLOT_SAME (as an earlier slot), SLOT_PRUNED, SLOT_SIM, SLOT_LATE,
                        SLOT_SKIP (not needed: an earlier slot of the batch beats the plan it is
-                       judged against; neither counted nor cached, whether it ran or not) */
+                       judged against; counted as passed over and not cached, whether it ran
+                       or not) */
   int same;         /* SLOT_SAME: that slot */
 } tune_slot;
 enum { SLOT_MEMO, SLOT_SAME, SLOT_PRUNED, SLOT_SIM, SLOT_LATE, SLOT_SKIP };
@@ -128,10 +129,14 @@ typedef struct tuner {
   int memo_used;           /* its entries */
   arena mem;               /* the cache's busy arrays */
   int evals;               /* plans simulated */
+  int passed;              /* moves passed over: a batch's moves after its first improving one
+                              (SLOT_SKIP), not needed; the effort budget counts them with the
+                              plans simulated, as it did when they were simulated, so that a
+                              budget buys the same search */
   int pruned;              /* candidates discarded by the bound without simulating */
   int cut;                 /* simulations stopped at the cutoff (tune_score.cut) */
-  double work;             /* operations of the plans simulated (3 x stages x microbatches each,
-                              cut or not): the work budget's count */
+  double work;             /* operations of the plans simulated and passed over (3 x stages x
+                              microbatches each, cut or not): the work budget's count */
   double cutoff;           /* the batch being judged: its simulations stop once their step
                               provably exceeds this (s; 0: none) */
   const tune_score *beat;  /* the batch being judged for a first improvement: the score to beat
@@ -239,7 +244,7 @@ static bool score_better(const tune_score *a, const tune_score *b) {
 
 /* Whether the search must stop: the effort budget is spent, or the time budget (when given). */
 static bool tune_spent(tuner *t) {
-  if (t->o->evals > 0 && t->evals >= t->o->evals) return true;
+  if (t->o->evals > 0 && t->evals + t->passed >= t->o->evals) return true;
   if (t->o->work > 0 && t->work >= t->o->work) return true;
   if (t->o->budget > 0 && support_seconds() - t->t0 > t->o->budget) t->late = true;
   return t->late;
@@ -393,8 +398,8 @@ static void tune_job_run(void *ctx, int i, int worker) {
  * exceeds 'cutoff', and cached when it ran to the end, in slot order. With 'beat' (NULL: none)
  * the batch only looks for its first slot whose score is better than *beat: the slots after the
  * first that is (SLOT_SKIP) are not simulated, or stopped when one before them turns out to be,
- * and neither counted nor cached even when they ran to their end, so that what the batch counts
- * and caches does not depend on the threads. Pruned, cut, late and skipped slots get a score
+ * and counted as passed over (tuner.passed), not cached, even when they ran to their end, so
+ * that what the batch counts and caches does not depend on the threads. Pruned, cut, late and skipped slots get a score
  * that is never better than any plan that ran. Post: every slot's score is set. */
 static void tune_batch(tuner *t, int n, double cutoff, const tune_score *beat) {
   int which[TUNE_BATCH], nsim = 0;
@@ -435,6 +440,8 @@ static void tune_batch(tuner *t, int n, double cutoff, const tune_score *beat) {
     if (i > won && (sl->how == SLOT_SIM || sl->how == SLOT_SKIP)) {
       sl->how = SLOT_SKIP;
       sl->score = tune_worst;
+      t->passed++;
+      t->work += 3.0 * sl->plan.k * t->nmb;
     } else if (sl->how == SLOT_SIM) {
       t->evals++;
       t->work += 3.0 * sl->plan.k * t->nmb;
@@ -1145,6 +1152,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
 
   st->iterations = t.iters;
   st->evaluations = t.evals;
+  st->passed = t.passed;
   st->pruned = t.pruned;
   st->cut = t.cut;
   st->jobs = support_pool_jobs(t.pool);

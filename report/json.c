@@ -151,6 +151,7 @@ static void json_tuner(const pass_tune_stats *st, strbuf *out) {
   member_num(out, "evaluations", st->evaluations, &f1);
   member_num(out, "pruned", st->pruned, &f1);
   member_num(out, "cut", st->cut, &f1);
+  member_num(out, "passed", st->passed, &f1);
   member_num(out, "jobs", st->jobs, &f1);
   member_num(out, "seconds", st->seconds, &f1);
   inner_key(out, "stop", &f1);

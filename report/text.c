@@ -403,9 +403,9 @@ static void text_simulation(const ir_module *m, const sim_result *r, strbuf *sb)
 /* The tuner's line: what it did and its speedups over S-1F1B and the best classic plan. */
 static void text_tuner(const pass_tune_stats *st, strbuf *out) {
   strbuf_printf(out, "tuner: %d iterations, %d plans simulated (%d cut short, %d pruned by their "
-                "bound) in %.2f s on %d thread%s, %s", st->iterations, st->evaluations, st->cut,
-                st->pruned,
-                st->seconds, st->jobs, st->jobs == 1 ? "" : "s",
+                "bound, %d passed over) in %.2f s on %d thread%s, %s", st->iterations,
+                st->evaluations, st->cut, st->pruned, st->passed, st->seconds, st->jobs,
+                st->jobs == 1 ? "" : "s",
                 strcmp(st->stop, "converged") == 0 ? "converged"
                 : strcmp(st->stop, "effort") == 0  ? "effort budget spent"
                                                    : "time budget spent");
