@@ -56,7 +56,8 @@ train { cluster = $3, pipeline = $1, microbatches = $2, mem_limit = 72 GiB, reco
 SPEC
 }
 
-# JSON report -> one table row: seconds, plans, pruned, stop, step, bound, gap, speedups.
+# JSON report -> one table row: seconds, plans (simulated, passed over), pruned, stop, step,
+# bound, gap, speedups.
 row() { # $1: label, $2: JSON file
   python3 - "$1" "$2" <<'PY'
 import json, sys
@@ -69,14 +70,14 @@ best = min((b["makespan_ms"] for b in fits), default=None)
 step = t["makespan_ms"]
 def x(v):
     return "%.2fx" % (v / step) if v else "-"
-print("| %s | %.2f | %d | %d | %s | %.1f | %.1f | %.1f%% | %s | %s |" % (
-    label, t["seconds"], t["evaluations"], t["pruned"], t["stop"], step, t["bound_ms"],
+print("| %s | %.2f | %d | %d | %d | %s | %.1f | %.1f | %.1f%% | %s | %s |" % (
+    label, t["seconds"], t["evaluations"], t["passed"], t["pruned"], t["stop"], step, t["bound_ms"],
     100 * t["gap"], x(min(i1) if i1 else None), x(best)))
 PY
 }
 header() {
-  echo "| case | s | plans | pruned | stop | step ms | bound ms | gap | vs I-1F1B | vs best classic |"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
+  echo "| case | s | plans | passed | pruned | stop | step ms | bound ms | gap | vs I-1F1B | vs best classic |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|"
 }
 
 table() { # $1: spec function; then cases "label args..." (the smallest first)
