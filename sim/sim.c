@@ -1245,6 +1245,7 @@ void sim_result_free(sim_result *r) {
     free(w->op);
     free(w->dev);
     free(w->next_mb);
+    free(w->ready);
     free(w->grad_ready);
     free(w->grad_start);
     free(w->link_free);
