@@ -395,13 +395,22 @@ static void tune_job_run(void *ctx, int i, int worker) {
 /* Judge the first n slots of the batch: from the cache, as an earlier slot of the same batch,
  * discarded when their bound is above 'cutoff' (a step no better plan can have; INFINITY: no
  * discarding), else simulated on the pool, each simulation stopped once its step provably
- * exceeds 'cutoff', and cached when it ran to the end, in slot order. With 'beat' (NULL: none)
- * the batch only looks for its first slot whose score is better than *beat: the slots after the
- * first that is (SLOT_SKIP) are not simulated, or stopped when one before them turns out to be,
- * and counted as passed over (tuner.passed), not cached, even when they ran to their end, so
- * that what the batch counts and caches does not depend on the threads. Pruned, cut, late and skipped slots get a score
- * that is never better than any plan that ran. Post: every slot's score is set. */
-static void tune_batch(tuner *t, int n, double cutoff, const tune_score *beat) {
+ * exceeds 'cutoff', and cached when it ran to the end, in slot order. Pruned, cut, late and
+ * passed-over slots get a score that is never better than any plan that ran.
+ *
+ * With 'beat' (NULL: none) the slots are the local search's: nends logical batches, the b-th
+ * ending at ends[b] (ascending, the last n), judged in turn for the first slot whose score is
+ * better than *beat (tune_descend's batches). The slots after it are not needed: they are not
+ * started, or stopped when it turns out to be better (SLOT_SKIP), and the rest of its logical
+ * batch is counted as passed over (tuner.passed), not cached, even where it ran to its end; the
+ * logical batches after it are neither counted nor cached, as if never built. Before each
+ * logical batch but the first the effort budget is checked (tune_spent) and, when it is spent,
+ * the judging stops there. So what is counted and cached does not depend on the threads, while
+ * idle threads go on to the later logical batches' plans. Returns the number of slots judged
+ * (their scores are set): n, or the end of the logical batch holding the first better slot, or
+ * the start of the first logical batch the budget did not allow. */
+static int tune_batch(tuner *t, int n, double cutoff, const tune_score *beat, const int *ends,
+                      int nends) {
   int which[TUNE_BATCH], nsim = 0;
   double *work = t->scratch, *stat = work + t->p, *head = stat + t->p;
   int won = TUNE_BATCH; /* the first cached slot that beats *beat */
@@ -422,7 +431,6 @@ static void tune_batch(tuner *t, int n, double cutoff, const tune_score *beat) {
     if (isfinite(cutoff) && tune_plan_bound(t, &sl->plan, work, stat, head) > cutoff * (1 + 1e-9)) {
       sl->how = SLOT_PRUNED;
       sl->score = tune_worst;
-      t->pruned++;
       continue;
     }
     which[nsim++] = i;
@@ -435,33 +443,41 @@ static void tune_batch(tuner *t, int n, double cutoff, const tune_score *beat) {
   won = atomic_load(&t->first_win);
   t->cutoff = 0;
   t->beat = NULL;
-  for (int i = 0; i < n; i++) {
-    tune_slot *sl = &t->slots[i];
-    if (i > won && (sl->how == SLOT_SIM || sl->how == SLOT_SKIP)) {
-      sl->how = SLOT_SKIP;
-      sl->score = tune_worst;
-      t->passed++;
-      t->work += 3.0 * sl->plan.k * t->nmb;
-    } else if (sl->how == SLOT_SIM) {
-      t->evals++;
-      t->work += 3.0 * sl->plan.k * t->nmb;
-      if (sl->score.cut)
-        t->cut++; /* its score only says "worse than the cutoff": not cached */
-      else
-        memo_put(t, sl->key, &sl->score, sl->busy);
-    } else if (sl->how == SLOT_LATE) {
-      sl->score = tune_worst;
-      t->late = true;
-    } else if (sl->how == SLOT_SAME) {
-      sl->score = t->slots[sl->same].score;
+  int one[1] = {n};
+  if (!beat) ends = one, nends = 1;
+  for (int b = 0, lo = 0; b < nends; lo = ends[b++]) {
+    if (b > 0 && (won < lo || tune_spent(t))) return lo;
+    for (int i = lo; i < ends[b]; i++) {
+      tune_slot *sl = &t->slots[i];
+      if (i > won && (sl->how == SLOT_SIM || sl->how == SLOT_SKIP)) {
+        sl->how = SLOT_SKIP;
+        sl->score = tune_worst;
+        t->passed++;
+        t->work += 3.0 * sl->plan.k * t->nmb;
+      } else if (sl->how == SLOT_SIM) {
+        t->evals++;
+        t->work += 3.0 * sl->plan.k * t->nmb;
+        if (sl->score.cut)
+          t->cut++; /* its score only says "worse than the cutoff": not cached */
+        else
+          memo_put(t, sl->key, &sl->score, sl->busy);
+      } else if (sl->how == SLOT_PRUNED) {
+        t->pruned++;
+      } else if (sl->how == SLOT_LATE) {
+        sl->score = tune_worst;
+        t->late = true;
+      } else if (sl->how == SLOT_SAME) {
+        sl->score = t->slots[sl->same].score;
+      }
     }
   }
+  return n;
 }
 
 /* The score of plan pl: from the cache, else simulated (and cached). */
 static tune_score tune_eval(tuner *t, const tune_plan *pl) {
   plan_copy(&t->slots[0].plan, pl);
-  tune_batch(t, 1, INFINITY, NULL);
+  tune_batch(t, 1, INFINITY, NULL, NULL, 0);
   return t->slots[0].score;
 }
 
@@ -578,8 +594,10 @@ typedef struct tune_mv {
   int kind, s, d;
 } tune_mv;
 
-/* Sizes of the successive batches of one local-search iteration: small first (an early move
- * often helps), larger later. Fixed, so the moves judged do not depend on the thread count. */
+/* Sizes of the successive (logical) batches of one local-search iteration: small first (an early
+ * move often helps), larger later. Fixed, so the moves judged do not depend on the thread count;
+ * tune_batch gets as many of them at once as TUNE_BATCH slots hold, so that idle threads may go
+ * on to the next ones. */
 static const int batch_sizes[] = {2, 4, 8, 16, 32, TUNE_BATCH};
 
 /* First-improvement local search from *cur (score *cs): returns when no move improves or the
@@ -655,17 +673,22 @@ static void tune_descend(tuner *t, tune_plan *cur, tune_score *cs, tune_plan *be
           VEC_PUSH(mv, nmv, mv_cap, ((tune_mv){kind, s, 0}));
       }
     }
-    /* Judge them batch by batch; a fitting plan prunes candidates whose bound is not shorter. */
-    int found = -1, size_at = 0;
+    /* Judge them batch by batch, as many batches at once as the slots hold; a fitting plan
+     * prunes candidates whose bound is not shorter. */
+    int found = -1, size_at = 0, nsizes = (int)(sizeof batch_sizes / sizeof batch_sizes[0]);
     for (int at = 0; at < nmv && found < 0;) {
       if (at > 0 && tune_spent(t)) break;
-      int want = batch_sizes[size_at], n = 0;
-      if (size_at + 1 < (int)(sizeof batch_sizes / sizeof batch_sizes[0])) size_at++;
-      for (; at < nmv && n < want; at++)
-        if (tune_move(t, cur, mv[at].kind, mv[at].s, mv[at].d, &t->slots[n].plan)) n++;
-      tune_batch(t, n, cs->fits ? cs->makespan : INFINITY, cs);
-      for (int i = 0; i < n && found < 0; i++)
+      int n = 0, ends[sizeof batch_sizes / sizeof batch_sizes[0]], nends = 0;
+      while (at < nmv && nends < nsizes && n + batch_sizes[size_at] <= TUNE_BATCH) {
+        for (int got = 0; at < nmv && got < batch_sizes[size_at]; at++)
+          if (tune_move(t, cur, mv[at].kind, mv[at].s, mv[at].d, &t->slots[n].plan)) n++, got++;
+        ends[nends++] = n;
+        if (size_at + 1 < nsizes) size_at++;
+      }
+      int judged = tune_batch(t, n, cs->fits ? cs->makespan : INFINITY, cs, ends, nends);
+      for (int i = 0; i < judged && found < 0; i++)
         if (score_better(&t->slots[i].score, cs)) found = i;
+      if (judged < n) break; /* the budget ran out between two batches */
     }
     if (found < 0) break;
     plan_copy(best_n, &t->slots[found].plan);
@@ -735,7 +758,7 @@ static double tune_space(int n, int p, int kmax) {
 
 /* Judge the n plans of the enumeration's batch, keeping the best in *best / *bs. */
 static void enum_flush(tuner *t, int *n, tune_plan *best, tune_score *bs) {
-  tune_batch(t, *n, bs->fits ? bs->makespan : INFINITY, NULL);
+  tune_batch(t, *n, bs->fits ? bs->makespan : INFINITY, NULL, NULL, 0);
   for (int i = 0; i < *n; i++)
     if (score_better(&t->slots[i].score, bs)) {
       *bs = t->slots[i].score;
@@ -1065,7 +1088,7 @@ int pass_tune(ir_module *m, const pass_tune_opts *o, pass_tune_stats *st, diag_e
       tune_place_lpt(&t, &t.slots[nstart].plan);
       nstart++;
     }
-  tune_batch(&t, nstart, INFINITY, NULL);
+  tune_batch(&t, nstart, INFINITY, NULL, NULL, 0);
   int balanced = -1; /* the best start placed for balance: a seed of its own (its local optimum
                         differs most from those of the starts in pipeline order) */
   /* the best start that recomputes nothing (of the first n0), and the best all-offloading one */
