@@ -64,8 +64,8 @@ static int tie_exchange(rt_model *m, int own, int twin, int peer, rt_comm *c, do
   return 0;
 }
 
-/* OFFLOAD or RELOAD at pc of rank r (tensor a[1] of stage a[2], microbatch a[3]) on the cpu and
- * mpi backends, synchronously: OFFLOAD copies buffer b (the tensor's rt_tensor_floats, none for
+/* OFFLOAD or RELOAD at pc of rank r (of the tensor its slot holds, be_operand_tensor) on the cpu
+ * and mpi backends, synchronously: OFFLOAD copies buffer b (the tensor's rt_tensor_floats, none for
  * a STASH, whose runtime size is 0) into h; RELOAD copies h's copy back into b, the tensor's new
  * buffer, and moves the model's saved state there (a WSTASH: rt_model_move_state). A RELOAD
  * without a copy held, or host memory that cannot be allocated, makes st fail at the
@@ -73,11 +73,12 @@ static int tie_exchange(rt_model *m, int own, int twin, int peer, rt_comm *c, do
 static void host_copy(rt_host_store *h, rt_model *m, const be_stream *s, int r, int pc,
                       float *b, rt_rank_stats *st) {
   const be_inst *in = &s->ranks[r].code[pc];
-  int kind = in->a[1], stage = in->a[2], mb = in->a[3];
-  size_t bytes = rt_tensor_floats(m, (be_tensor_kind)kind, stage) * sizeof(float);
+  be_tensor_ref t;
+  be_operand_tensor(s, in, 0, &t); /* the copy's slot: a validated stream names its tensor */
+  int kind = t.kind, stage = t.stage, mb = t.mb;
+  size_t bytes = rt_tensor_floats(m, t.kind, stage) * sizeof(float);
   rt_host_copy *c = rt_host_at(h, kind, stage, mb);
   strbuf what = {0};
-  be_tensor_ref t = {(be_tensor_kind)kind, stage, mb};
   if (!c) {
     strbuf_puts(&what, "no host copy of ");
     be_tensor_text(&what, t);

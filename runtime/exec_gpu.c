@@ -466,15 +466,17 @@ static void *host_pinned(size_t n) {
 }
 static void host_unpin(void *p) { cudaFreeHost(p); }
 
-/* Enqueue OFFLOAD or RELOAD at address a of g (tensor a[1] of stage a[2], microbatch a[3], the
- * slot a[0]): on g's copy stream, after the compute stream's work so far, a cudaMemcpyAsync from
+/* Enqueue OFFLOAD or RELOAD at address a of g (the tensor its slot a[0] holds,
+ * be_operand_tensor): on g's copy stream, after the compute stream's work so far, a cudaMemcpyAsync from
  * the slot's buffer into its pinned copy in g's host store (OFFLOAD) or back into the slot's new
  * buffer (RELOAD, which also moves the model's saved state there: a WSTASH); the slot's done
  * event marks the copy's end, for its WAIT. A RELOAD without a copy held, or pinned memory that
  * cannot be allocated, fails the run naming the rank and the instruction. */
 static void enqueue_copy(gpu_run *R, grank *g, int a) {
   const be_inst *in = &g->p->code[a];
-  int slot = in->a[0], kind = in->a[1], stage = in->a[2], mb = in->a[3];
+  be_tensor_ref t;
+  be_operand_tensor(R->s, in, 0, &t); /* a validated stream names the slot's tensor */
+  int slot = in->a[0], kind = t.kind, stage = t.stage, mb = t.mb;
   bool out = in->op == BE_OP_OFFLOAD;
   g->posted_at[slot] = a;
   g->paired[slot] = true; /* no partner: its WAIT never yields */
@@ -483,7 +485,6 @@ static void enqueue_copy(gpu_run *R, grank *g, int a) {
   size_t bytes = rt_tensor_floats(g->m, (be_tensor_kind)kind, stage) * sizeof(float);
   rt_host_copy *c = rt_host_at(&g->host, kind, stage, mb);
   strbuf tn = {0};
-  be_tensor_ref t = {(be_tensor_kind)kind, stage, mb};
   be_tensor_text(&tn, t);
   const char *op = be_ops[in->op].name;
   if (!c) {
