@@ -37,6 +37,13 @@ typedef struct release {
   long due;  /* position in the reference order of the consumer */
 } release;
 
+/* A buffer offloaded to host memory, released once the simulator's copy of its cell ended. */
+typedef struct offloaded {
+  int rank; /* its rank */
+  int buf;  /* its vbuf */
+  int cell; /* stage * microbatches + microbatch (for lower.offload_end) */
+} offloaded;
+
 /* A copy back the simulator posted: when, and its cell (stage * microbatches + microbatch). */
 typedef struct reload_ev {
   double at; /* seconds */
@@ -65,8 +72,7 @@ typedef struct lower {
   long *pos;        /* [(s * nmb + m) * 3 + slot]: position in the reference order (F, B, W) */
   release *rel;     /* pending releases of sent buffers */
   int nrel, rel_cap;
-  release *off;     /* offloaded buffers whose copy to host memory is pending (due: the cell
-                       s * nmb + m) */
+  offloaded *off;   /* offloaded buffers whose copy to host memory is pending */
   double *offload_end; /* [s * nmb + m]: when the simulator's copy to host memory ended (the
                        device freed the activations) */
   int noff, off_cap;
@@ -147,8 +153,8 @@ static void release_due(lower *L, int r, long now) {
 static void release_offloads(lower *L, int r, double t) {
   int k = 0;
   for (int i = 0; i < L->noff; i++) {
-    release *x = &L->off[i];
-    if (x->rank == r && L->offload_end[x->due] <= t) {
+    offloaded *x = &L->off[i];
+    if (x->rank == r && L->offload_end[x->cell] <= t) {
       emit(L, r, BE_OP_WAIT, x->buf, 0, 0, 0, 0, 0);
       emit(L, r, BE_OP_FREE, x->buf, 0, 0, 0, 0, 0);
     } else {
@@ -163,7 +169,7 @@ static void release_offloads(lower *L, int r, double t) {
 static void offload(lower *L, int r, int buf, be_tensor_kind t, int s, int mb) {
   if (buf < 0) return;
   emit(L, r, BE_OP_OFFLOAD, buf, t, s, mb, 0, 0);
-  release x = {r, buf, (long)s * L->nmb + mb}; /* due: its cell, for offload_end */
+  offloaded x = {r, buf, s * L->nmb + mb};
   VEC_PUSH(L->off, L->noff, L->off_cap, x);
 }
 
