@@ -76,7 +76,7 @@ typedef struct lower {
   double *offload_end; /* [s * nmb + m]: when the simulator's copy to host memory ended (the
                        device freed the activations) */
   int noff, off_cap;
-  double *reload_at; /* [s * nmb + m]: 0 until the cell's copy back is RELOADed, then -1 */
+  bool *reloaded;   /* [s * nmb + m]: the cell's copy back is RELOADed */
   reload_ev *reloads; /* per rank, the simulator's copies back in time order:
                        reloads[reload_first[r] .. reload_first[r + 1]) */
   int *reload_first; /* ranks + 1 entries */
@@ -174,7 +174,8 @@ static void offload(lower *L, int r, int buf, be_tensor_kind t, int s, int mb) {
 }
 
 /* Post the RELOAD of tensor t of stage s, microbatch mb into a new buffer of rank r when 'had'
- * (the buffer F kept, -1: none) was offloaded; returns the new buffer (or -1), which B WAITs for. */
+ * (the buffer F kept, -1: none) was offloaded; returns the new buffer (or -1), which B WAITs
+ * for. */
 static int reload(lower *L, int r, int had, be_tensor_kind t, int s, int mb) {
   if (had < 0) return -1;
   int b = new_buf(L, r, t, s);
@@ -185,8 +186,8 @@ static int reload(lower *L, int r, int had, be_tensor_kind t, int s, int mb) {
 /* The copy back of cell i (stage s * nmb + microbatch) on rank r, once, after its copies out
  * (which ended before the simulator posted it): RELOAD its stash and wstash. */
 static void reload_cell(lower *L, int r, int i) {
-  if (L->reload_at[i] < 0) return;
-  L->reload_at[i] = -1;
+  if (L->reloaded[i]) return;
+  L->reloaded[i] = true;
   release_offloads(L, r, L->offload_end[i]);
   int s = i / L->nmb, mb = i % L->nmb;
   L->stash[i] = reload(L, r, L->stash[i], BE_T_STASH, s, mb);
@@ -747,7 +748,7 @@ be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where) {
   build_tables(&L);
   /* the simulator's copies back, per rank in the order it posted them */
   int nr = L.s->nranks;
-  L.reload_at = xcalloc((size_t)(cells ? cells : 1), sizeof *L.reload_at);
+  L.reloaded = xcalloc((size_t)(cells ? cells : 1), sizeof *L.reloaded);
   L.offload_end = xcalloc((size_t)(cells ? cells : 1), sizeof *L.offload_end);
   for (int e = 0; e < res.nops; e++)
     if ((int)res.ops[e].kind == SIM_OP_OFFLOAD && res.ops[e].stage >= 0)
@@ -831,7 +832,7 @@ be_stream *be_lower(const ir_module *m, diag_engine *d, diag_loc where) {
   free(L.pred_cap);
   free(L.rel);
   free(L.off);
-  free(L.reload_at);
+  free(L.reloaded);
   free(L.offload_end);
   free(L.reloads);
   free(L.reload_first);

@@ -130,7 +130,7 @@ static html_lists html_group(const sim_result *r, int n, int ndev, bool xfers) {
       int d = xfers ? r->xfers[i].from : r->ops[i].device;
       bool ok = d >= 0 && d < ndev &&
                 (xfers ? r->xfers[i].to >= 0 && r->xfers[i].to < ndev
-                       : (int)r->ops[i].kind < SIM_OP_OFFLOAD);
+                       : !rep_op_host_copy((int)r->ops[i].kind));
       if (!ok) continue;
       if (pass == 0)
         l.first[d + 1]++;

@@ -39,6 +39,9 @@ typedef struct rep_op_kind_info {
 const rep_op_kind_info *rep_op_kind(int kind);
 /* Name of a timeline operation kind: rep_op_kind(kind)->name. */
 const char *rep_op_kind_name(int kind);
+/* Whether kind is a copy of activations to or from host memory (SIM_OP_OFFLOAD, SIM_OP_RELOAD):
+ * it runs on the device's PCIe link, beside the compute a device's row shows. */
+bool rep_op_host_copy(int kind);
 
 /* Name of the method that made m's schedules, "given" when the module does not say (written by
  * hand). */

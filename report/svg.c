@@ -292,7 +292,8 @@ void report_svg(const ir_module *m, const sim_result *r, strbuf *out) {
   for (int i = 0; i < r->nops; i++) {
     const sim_op_event *e = &r->ops[i];
     /* the host copies run on the PCIe link, beside the compute this row shows */
-    if (e->device < 0 || e->device >= c.ndev || e->kind < 0 || (int)e->kind >= SIM_OP_OFFLOAD)
+    if (e->device < 0 || e->device >= c.ndev || e->kind < 0 || (int)e->kind >= SIM_OP_END ||
+        rep_op_host_copy((int)e->kind))
       continue;
     present[e->kind] = true;
     const rep_op_kind_info *st = rep_op_kind(e->kind);

@@ -187,8 +187,7 @@ void report_trace(const ir_module *m, const sim_result *r, strbuf *out) {
   bool *copies = xcalloc((size_t)(ndev ? ndev : 1), sizeof *copies); /* devices with copies */
   bool any_copies = false;
   for (int i = 0; i < r->nops; i++)
-    if (r->ops[i].device >= 0 && r->ops[i].device < ndev &&
-        ((int)r->ops[i].kind == SIM_OP_OFFLOAD || (int)r->ops[i].kind == SIM_OP_RELOAD))
+    if (r->ops[i].device >= 0 && r->ops[i].device < ndev && rep_op_host_copy((int)r->ops[i].kind))
       copies[r->ops[i].device] = any_copies = true;
   int host_thread = nthreads; /* then the copies to and from host memory (one thread each) */
   if (any_copies) nthreads += 2;

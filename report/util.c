@@ -58,6 +58,8 @@ const rep_op_kind_info *rep_op_kind(int kind) {
 
 const char *rep_op_kind_name(int kind) { return rep_op_kind(kind)->name; }
 
+bool rep_op_host_copy(int kind) { return kind == SIM_OP_OFFLOAD || kind == SIM_OP_RELOAD; }
+
 double rep_lower_bound(const sim_result *r) {
   return r->lb_work > r->lb_critical ? r->lb_work : r->lb_critical;
 }

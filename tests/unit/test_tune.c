@@ -82,6 +82,18 @@ static double tt_exhaustive(ir_module *m, int at, diag_engine *q) {
   return tt_search(m, at, false, q);
 }
 
+/* Check that m's plan-independent bound is positive and not above 'want', the best step found
+ * by a search (what: the check's name). Returns whether want was finite (checked), else only
+ * that the bound computes. */
+static bool tt_bound_below(const ir_module *m, double want, const char *what) {
+  sim_bound bd;
+  UNIT_CHECK(sim_bound_compute(m, &bd));
+  if (!isfinite(want)) return false;
+  if (!(bd.bound > 0 && bd.bound <= want * (1 + 1e-9)))
+    unit_fail_dbl(__FILE__, __LINE__, what, bd.bound, want);
+  return true;
+}
+
 /* Tuner options for tests: converges well before the budget. */
 static const pass_tune_opts tt_opts = {.evals = 1000000, .seed = 7, .restarts = 30};
 
@@ -117,13 +129,7 @@ void test_tune_exhaustive(void) {
     ir_module *e = ir_module_clone(m);
     double want = tt_exhaustive(e, 0, q);
     ir_module_free(e);
-    sim_bound bd;
-    UNIT_CHECK(sim_bound_compute(m, &bd));
-    if (isfinite(want)) {
-      bound_checked++;
-      if (!(bd.bound > 0 && bd.bound <= want * (1 + 1e-9)))
-        unit_fail_dbl(__FILE__, __LINE__, "bound <= exhaustive (memory)", bd.bound, want);
-    }
+    bound_checked += tt_bound_below(m, want, "bound <= exhaustive (memory)");
     ir_module_free(m);
   }
   UNIT_CHECK(bound_checked >= 12);
@@ -145,13 +151,7 @@ void test_tune_exhaustive(void) {
     ir_module_free(e);
     UNIT_CHECK(want <= plain);
     off_better += want < plain * (1 - 1e-9);
-    sim_bound bd;
-    UNIT_CHECK(sim_bound_compute(m, &bd));
-    if (isfinite(want)) {
-      off_checked++;
-      if (!(bd.bound > 0 && bd.bound <= want * (1 + 1e-9)))
-        unit_fail_dbl(__FILE__, __LINE__, "bound <= exhaustive (offload)", bd.bound, want);
-    }
+    off_checked += tt_bound_below(m, want, "bound <= exhaustive (offload)");
     ir_module_free(m);
   }
   UNIT_CHECK(off_checked >= 6 && off_better >= 1);
@@ -278,9 +278,10 @@ void test_tune_adaptive_safe(void) {
           if (!(r.dev[i].peak_mem <= lim * (1 + 1e-9)))
             unit_fail_dbl(__FILE__, __LINE__, "peak <= limit", r.dev[i].peak_mem, lim);
         double step = r.makespan;
-        if (pass_adaptive_run(pm, m, &o, &(sim_opts){.cutoff = step}, &r, &dev, &over) != SIM_OK || r.makespan != step)
+        sim_opts at = {.cutoff = step}, below = {.cutoff = 0.9 * step};
+        if (pass_adaptive_run(pm, m, &o, &at, &r, &dev, &over) != SIM_OK || r.makespan != step)
           unit_fail_dbl(__FILE__, __LINE__, "not cut at its own step", r.makespan, step);
-        cut += pass_adaptive_run(pm, m, &o, &(sim_opts){.cutoff = 0.9 * step}, &r, &dev, &over) == SIM_CUTOFF;
+        cut += pass_adaptive_run(pm, m, &o, &below, &r, &dev, &over) == SIM_CUTOFF;
         ran++;
       }
       sim_result_free(&r);
